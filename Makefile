@@ -1,0 +1,32 @@
+# inorder: run `make help` for the targets.
+GO ?= go
+PKGS := ./...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## Show this help.
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: build
+build: ## Build the inorder binary into bin/.
+	$(GO) build -o bin/inorder ./cmd/inorder
+
+.PHONY: test
+test: ## Vet, check formatting and run every test with the race detector against a real Postgres.
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) test -race -count=1 -timeout 8m $(PKGS)
+
+.PHONY: bench
+bench: ## Measure records/s beside the Postgres limits measured in the same run.
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 20m ./internal/bench/
+
+.PHONY: demo
+demo: ## Run the main job on embedded defaults: a throwaway Postgres, bookings, inorder run (Ctrl-C stops).
+	$(GO) run ./internal/demo
+
+.PHONY: fmt
+fmt: ## Format the code.
+	gofmt -w $$(git ls-files '*.go')

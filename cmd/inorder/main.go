@@ -1,0 +1,136 @@
+// Command inorder moves the rows of a Postgres table to a handler, strictly in order, never skipping one.
+//
+//	inorder migrate [--print]      create or update inorder's tables
+//	inorder run [flags]            run a process: read its table, deliver, advance
+//	inorder status [--json]        where every process stands, and why it stopped if it did
+//
+// Run `inorder <command> --help` for a command's flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/mattn/go-isatty"
+	"github.com/rs/zerolog"
+)
+
+const usage = `inorder moves the rows of a Postgres table to a handler, strictly in order, never skipping one.
+
+Usage:
+  inorder migrate [--print]   create or update inorder's tables (--print: show the SQL instead)
+  inorder run [flags]         run a process: read its table, deliver each record, advance
+  inorder status [flags]      where every process stands, and why a stopped one stopped
+
+Run 'inorder <command> --help' for the flags of a command.
+`
+
+// errUsage marks an error in the command line: exit code 2 and no log noise.
+var errUsage = errors.New("usage")
+
+func main() {
+	os.Exit(realMain(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// realMain runs one command and returns the exit code.
+func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		fmt.Fprint(stderr, usage)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	var err error
+	switch args[0] {
+	case "migrate":
+		err = migrateCmd(ctx, args[1:], stdout, stderr)
+	case "run":
+		err = runCmd(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = statusCmd(ctx, args[1:], stdout, stderr)
+	default:
+		fmt.Fprintf(stderr, "inorder: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], strings.TrimPrefix(err.Error(), "usage: "))
+		return 2
+	default:
+		fmt.Fprintf(stderr, "inorder %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+func usageErr(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", errUsage, fmt.Sprintf(format, args...))
+}
+
+// newFlagSet returns a flag set whose parse errors are reported once, by realMain.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("inorder "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	fs.SetOutput(io.Discard)
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fs.SetOutput(os.Stderr)
+		fs.Usage()
+		return err
+	}
+	if err != nil {
+		return usageErr("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usageErr("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+// connConfig parses the database URL, naming the flag in the error (never echoing a password).
+func connConfig(url string) (*pgx.ConnConfig, error) {
+	if url == "" {
+		return nil, usageErr("no database: set --database-url or DATABASE_URL")
+	}
+	cfg, err := pgx.ParseConfig(url)
+	if err != nil {
+		return nil, usageErr("invalid --database-url: %s", redactParseError(err))
+	}
+	return cfg, nil
+}
+
+func redactParseError(err error) string {
+	msg := err.Error()
+	// pgx quotes the string it could not parse; keep only its explanation.
+	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, "cannot parse") {
+		return "cannot parse it: " + msg[i+2:]
+	}
+	return msg
+}
+
+// newLogger logs JSON lines to stderr, or a readable console format when stderr is a terminal.
+func newLogger(stderr io.Writer, level string) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, usageErr("invalid --log-level %q: use debug, info, warn or error", level)
+	}
+	w := stderr
+	if f, ok := stderr.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		w = zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05.000"}
+	}
+	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
+}

@@ -1,0 +1,241 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// statusReport is the documented JSON form of `inorder status --json`. Fields are only ever added.
+type statusReport struct {
+	Processes []processStatus `json:"processes"`
+}
+
+type processStatus struct {
+	Process string `json:"process"`
+	// State is running, idle, halted, held or not running.
+	State     string       `json:"state"`
+	Locked    bool         `json:"locked"`
+	Holder    string       `json:"holder,omitempty"`
+	HolderPID int          `json:"holder_pid,omitempty"`
+	Connected int          `json:"instances_connected"`
+	Position  positionJSON `json:"position"`
+	Source    *sourceJSON  `json:"source,omitempty"`
+	Behind    *behindJSON  `json:"behind,omitempty"`
+	Halt      *haltJSON    `json:"halt"`
+	Hold      *holdJSON    `json:"hold"`
+	Error     string       `json:"error,omitempty"`
+	UpdatedAt time.Time    `json:"updated_at"`
+}
+
+type positionJSON struct {
+	CreatedAt *time.Time `json:"created_at"`
+	ID        *string    `json:"id"`
+}
+
+type sourceJSON struct {
+	Table           string `json:"table"`
+	IDColumn        string `json:"id_column"`
+	CreatedAtColumn string `json:"created_at_column"`
+}
+
+type behindJSON struct {
+	Rows             int64      `json:"rows"`
+	Capped           bool       `json:"capped"`
+	OldestCreatedAt  *time.Time `json:"oldest_created_at"`
+	OldestAgeSeconds float64    `json:"oldest_age_seconds"`
+}
+
+type haltJSON struct {
+	RecordID       string    `json:"record_id"`
+	Error          string    `json:"error"`
+	Attempts       int       `json:"attempts"`
+	FirstFailureAt time.Time `json:"first_failure_at"`
+	LastFailureAt  time.Time `json:"last_failure_at"`
+}
+
+type holdJSON struct {
+	WriterPID int       `json:"writer_pid"`
+	Since     time.Time `json:"since"`
+}
+
+func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("status", stderr)
+	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database (default $DATABASE_URL)")
+	process := fs.String("process", "", "show only this process")
+	asJSON := fs.Bool("json", false, "print JSON (the documented, stable form)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	cfg, err := connConfig(*dbURL)
+	if err != nil {
+		return err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return fmt.Errorf("connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	rep, err := buildStatus(ctx, conn, *process)
+	if err != nil {
+		return err
+	}
+	if *process != "" && len(rep.Processes) == 0 {
+		return fmt.Errorf("no process named %q", *process)
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	printStatus(stdout, rep)
+	return nil
+}
+
+func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport, error) {
+	infos, err := cursor.List(ctx, conn, name)
+	if err != nil {
+		return statusReport{}, err
+	}
+	rep := statusReport{Processes: []processStatus{}}
+	for _, in := range infos {
+		ps := processStatus{
+			Process: in.Process, Locked: in.Locked, Holder: in.Holder, HolderPID: in.HolderPID,
+			Connected: in.Connected, UpdatedAt: in.UpdatedAt,
+		}
+		if !in.Position.IsBeginning() {
+			at := in.Position.CreatedAt
+			ps.Position.CreatedAt = &at
+			if in.Position.ID != "" {
+				id := in.Position.ID
+				ps.Position.ID = &id
+			}
+		}
+		if in.Halt != nil {
+			ps.Halt = &haltJSON{RecordID: in.Halt.RecordID, Error: in.Halt.Error, Attempts: in.Halt.Attempts,
+				FirstFailureAt: in.Halt.FirstFailureAt.UTC(), LastFailureAt: in.Halt.LastFailureAt.UTC()}
+		}
+		if in.HeldByPID != 0 {
+			ps.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}
+		}
+		if in.SourceTable != "" {
+			ps.Source = &sourceJSON{Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn}
+			lag, err := processor.Behind(ctx, conn, processor.Source{
+				Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn,
+			}, in.Position)
+			if err != nil {
+				ps.Error = err.Error()
+			} else {
+				ps.Behind = &behindJSON{Rows: lag.Rows, Capped: lag.Capped}
+				if !lag.Oldest.IsZero() {
+					o := lag.Oldest
+					ps.Behind.OldestCreatedAt = &o
+					ps.Behind.OldestAgeSeconds = lag.Now.Sub(o).Seconds()
+				}
+			}
+		}
+		ps.State = stateOf(in, ps.Behind)
+		rep.Processes = append(rep.Processes, ps)
+	}
+	return rep, nil
+}
+
+func stateOf(in cursor.Info, behind *behindJSON) string {
+	switch {
+	case in.Halt != nil:
+		return "halted"
+	case in.Connected == 0 && !in.Locked:
+		return "not running"
+	case in.HeldByPID != 0 && behind != nil && behind.Rows > 0:
+		return "held"
+	case behind != nil && behind.Rows > 0:
+		return "running"
+	default:
+		return "idle"
+	}
+}
+
+// printStatus prints a table that fits 100 columns, with a line of detail under a halted or held stream.
+func printStatus(w io.Writer, rep statusReport) {
+	if len(rep.Processes) == 0 {
+		fmt.Fprintln(w, "no processes yet: `inorder run` registers one on first start")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PROCESS\tSTATE\tPOSITION\tBEHIND\tOLDEST\tHOLDER")
+	for _, ps := range rep.Processes {
+		pos := "beginning"
+		if ps.Position.CreatedAt != nil {
+			pos = ps.Position.CreatedAt.Format("2006-01-02T15:04:05.000Z")
+			if ps.Position.ID != nil {
+				pos += "/" + *ps.Position.ID
+			}
+		}
+		behind, oldest := "?", "-"
+		if ps.Behind != nil {
+			behind = fmt.Sprint(ps.Behind.Rows)
+			if ps.Behind.Capped {
+				behind = ">" + behind
+			}
+			if ps.Behind.OldestCreatedAt != nil {
+				oldest = humanAge(ps.Behind.OldestAgeSeconds)
+			}
+		}
+		holder := "-"
+		if ps.HolderPID != 0 {
+			holder = fmt.Sprintf("%s (pid %d)", strings.TrimPrefix(ps.Holder, "inorder:"+ps.Process+"@"), ps.HolderPID)
+		} else if ps.Locked {
+			holder = "locked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(ps.Process, 24), ps.State, clip(pos, 34), behind, oldest, clip(holder, 24))
+	}
+	tw.Flush()
+	for _, ps := range rep.Processes {
+		if ps.Halt != nil {
+			fmt.Fprintf(w, "\n%s halted on record %s: %d attempts since %s (last %s)\n  error: %s\n"+
+				"  fix the sink or the record; the stream resumes by itself once the record goes through\n",
+				ps.Process, ps.Halt.RecordID, ps.Halt.Attempts, ps.Halt.FirstFailureAt.Format(time.RFC3339),
+				ps.Halt.LastFailureAt.Format(time.RFC3339), clip(ps.Halt.Error, 200))
+		}
+		if ps.Hold != nil {
+			fmt.Fprintf(w, "\n%s held by writer backend pid %d, in flight since %s (%s): records after its rows\n"+
+				"  wait until it commits or rolls back; an idle-in-transaction writer is the usual cause\n"+
+				"  (SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d)\n",
+				ps.Process, ps.Hold.WriterPID, ps.Hold.Since.Format(time.RFC3339), humanAge(time.Since(ps.Hold.Since).Seconds()), ps.Hold.WriterPID)
+		}
+		if ps.Error != "" {
+			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.Error)
+		}
+	}
+}
+
+func humanAge(sec float64) string {
+	d := time.Duration(sec * float64(time.Second))
+	switch {
+	case d < time.Second:
+		return fmt.Sprintf("%dms", d.Milliseconds())
+	case d < time.Minute:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	default:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+}
+
+func clip(s string, n int) string {
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}

@@ -1,0 +1,527 @@
+package cursor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// ErrNotLocked is returned by operations that need the cursor row lock when the repository does not hold
+// it.
+var ErrNotLocked = errors.New("cursor is not locked")
+
+// ErrInUse is returned by Claim when another user in this Go process already works the repository.
+var ErrInUse = errors.New("cursor repository is already in use in this process")
+
+// ErrReleased is returned by every operation after Release.
+var ErrReleased = errors.New("cursor repository was released")
+
+// StartFrom says where a process that has no cursor row yet starts.
+type StartFrom int
+
+const (
+	// StartFromBeginning registers an unknown process before every existing row.
+	StartFromBeginning StartFrom = iota
+	// StartFromNow registers an unknown process after every row created before the moment of registration.
+	StartFromNow
+)
+
+// Config configures a cursor repository.
+type Config struct {
+	// ConnConfig is the database connection configuration. The repository copies it and adds its own
+	// session settings; it opens one dedicated connection from it. Required.
+	ConnConfig *pgx.ConnConfig
+
+	// IdleInTransactionTimeout is set as the connection's idle_in_transaction_session_timeout. When an
+	// instance freezes while holding the cursor, Postgres ends its session after this long and another
+	// instance takes over. A handler call must finish well within it. Zero means 60 seconds.
+	IdleInTransactionTimeout time.Duration
+
+	// KeepAlive is the TCP keepalive idle time on both ends of the connection, so a vanished peer is
+	// noticed without waiting for the operating system's default of hours. Zero means 10 seconds.
+	KeepAlive time.Duration
+
+	// StartFrom is where an unknown process starts. The zero value is StartFromBeginning.
+	StartFrom StartFrom
+
+	// Instance names this instance in application_name, so that status can say who holds a cursor.
+	// Empty means "<hostname>:<pid>".
+	Instance string
+}
+
+func (c *Config) idleTimeout() time.Duration {
+	if c.IdleInTransactionTimeout <= 0 {
+		return 60 * time.Second
+	}
+	return c.IdleInTransactionTimeout
+}
+
+// Registry hands out one Repository per process name. A Go process normally uses DefaultRegistry through
+// Open; tests that play several instances in one Go process give each its own Registry.
+type Registry struct {
+	mu    sync.Mutex
+	repos map[string]*Repository
+}
+
+// DefaultRegistry is the registry Open uses.
+var DefaultRegistry = &Registry{}
+
+// Open returns the repository for process name from DefaultRegistry.
+func Open(ctx context.Context, name string, cfg Config) (*Repository, error) {
+	return DefaultRegistry.Open(ctx, name, cfg)
+}
+
+// Open returns the repository for process name, connecting and registering the process on first use.
+// Asking again for the same name returns the same instance (cfg is then ignored), so two parts of one
+// program can never hold two locks, or two connections, for one cursor.
+func (r *Registry) Open(ctx context.Context, name string, cfg Config) (*Repository, error) {
+	if name == "" {
+		return nil, errors.New("cursor: process name is empty")
+	}
+	if cfg.ConnConfig == nil {
+		return nil, fmt.Errorf("open cursor %q: Config.ConnConfig is required", name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if repo, ok := r.repos[name]; ok {
+		return repo, nil
+	}
+	repo := &Repository{name: name, cfg: cfg, registry: r}
+	if err := repo.connect(ctx); err != nil {
+		return nil, err
+	}
+	if err := repo.register(ctx); err != nil {
+		repo.conn.Close(ctx)
+		return nil, err
+	}
+	if r.repos == nil {
+		r.repos = map[string]*Repository{}
+	}
+	r.repos[name] = repo
+	return repo, nil
+}
+
+// Repository owns the cursor row of one process: its lock, its position and its halt state. It works on
+// a connection of its own, since the row lock lives in a transaction on that connection. Its methods are
+// meant for one goroutine at a time, the processor that Claims it.
+type Repository struct {
+	name     string
+	cfg      Config
+	registry *Registry
+
+	mu       sync.Mutex // guards conn swaps against Close from another goroutine
+	conn     *pgx.Conn
+	tx       pgx.Tx
+	state    State
+	claimed  bool
+	released bool
+}
+
+// Name returns the process name the repository was opened for. No method takes a name: a repository can
+// only ever touch its own row.
+func (r *Repository) Name() string { return r.name }
+
+// Claim marks the repository as worked by one user (a processor) until Unclaim. A second Claim fails with
+// ErrInUse, so two processors in one Go process cannot share a cursor by mistake.
+func (r *Repository) Claim() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.released {
+		return ErrReleased
+	}
+	if r.claimed {
+		return fmt.Errorf("cursor %q: %w", r.name, ErrInUse)
+	}
+	r.claimed = true
+	return nil
+}
+
+// Unclaim ends a Claim.
+func (r *Repository) Unclaim() {
+	r.mu.Lock()
+	r.claimed = false
+	r.mu.Unlock()
+}
+
+// ApplicationName is the application_name of the repository's connection: "inorder:<process>@<instance>".
+// Status looks it up in pg_stat_activity to say which instance holds a cursor.
+func (r *Repository) ApplicationName() string {
+	inst := r.cfg.Instance
+	if inst == "" {
+		host, _ := os.Hostname()
+		inst = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	return "inorder:" + r.name + "@" + inst
+}
+
+func (r *Repository) connect(ctx context.Context) error {
+	cc := r.cfg.ConnConfig.Copy()
+	keepAlive := r.cfg.KeepAlive
+	if keepAlive <= 0 {
+		keepAlive = 10 * time.Second
+	}
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.idleTimeout().Milliseconds(), 10)
+	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(keepAlive.Seconds()))
+	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, int(keepAlive.Seconds())/3))
+	cc.RuntimeParams["tcp_keepalives_count"] = "3"
+	cc.RuntimeParams["application_name"] = r.ApplicationName()
+	dialer := &net.Dialer{
+		Timeout: 10 * time.Second,
+		KeepAliveConfig: net.KeepAliveConfig{
+			Enable: true, Idle: keepAlive, Interval: max(time.Second, keepAlive/3), Count: 3,
+		},
+	}
+	cc.DialFunc = dialer.DialContext
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("connect cursor %q: %w", r.name, err)
+	}
+	r.mu.Lock()
+	r.conn, r.tx = conn, nil
+	r.mu.Unlock()
+	return nil
+}
+
+func (r *Repository) register(ctx context.Context) error {
+	_, err := r.conn.Exec(ctx, `
+		INSERT INTO inorder.cursor (process_name, position_created_at)
+		VALUES ($1, CASE WHEN $2 THEN clock_timestamp() END)
+		ON CONFLICT (process_name) DO NOTHING`, r.name, r.cfg.StartFrom == StartFromNow)
+	if err != nil {
+		return fmt.Errorf("register cursor %q: %w", r.name, err)
+	}
+	return nil
+}
+
+// Conn returns the repository's dedicated connection. While the cursor is locked, statements on it run
+// inside the lock-holding transaction.
+func (r *Repository) Conn() *pgx.Conn { return r.conn }
+
+// Tx returns the transaction that holds the cursor row lock, or nil when the cursor is not locked. A
+// TxHandler's writes go through it so that they commit with the position.
+func (r *Repository) Tx() pgx.Tx { return r.tx }
+
+// Locked reports whether the repository holds the cursor row lock.
+func (r *Repository) Locked() bool { return r.tx != nil }
+
+// State returns the position and halt state read when the lock was taken, as changed since by this
+// repository.
+func (r *Repository) State() State { return r.state }
+
+const lockSQL = `
+	SELECT position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
+	       halted_first_failure_at, halted_last_failure_at
+	FROM inorder.cursor
+	WHERE process_name = $1
+	FOR UPDATE SKIP LOCKED`
+
+// TryLock begins a transaction and locks the cursor row with FOR UPDATE SKIP LOCKED. It returns false,
+// with no error, when another instance holds the row: that is the normal state of every instance but one.
+func (r *Repository) TryLock(ctx context.Context) (bool, error) {
+	if r.released {
+		return false, ErrReleased
+	}
+	if r.tx != nil {
+		return true, nil
+	}
+	tx, err := r.conn.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("lock cursor %q: begin: %w", r.name, err)
+	}
+	ok, err := r.scanLock(tx.QueryRow(ctx, lockSQL, r.name))
+	if err != nil || !ok {
+		_ = tx.Rollback(ctx)
+		if err != nil {
+			return false, fmt.Errorf("lock cursor %q: %w", r.name, err)
+		}
+		return false, nil
+	}
+	r.tx = tx
+	return true, nil
+}
+
+func (r *Repository) scanLock(row pgx.Row) (bool, error) {
+	var (
+		posAt         pgtype.Timestamptz
+		posID, haltID pgtype.Text
+		haltErr       pgtype.Text
+		attempts      int32
+		first, last   pgtype.Timestamptz
+	)
+	err := row.Scan(&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	st := State{}
+	if posAt.Valid {
+		st.Position = Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
+	}
+	if haltID.Valid {
+		st.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
+			FirstFailureAt: first.Time, LastFailureAt: last.Time}
+	}
+	r.state = st
+	return true, nil
+}
+
+// SetPosition moves the position inside the open transaction; it becomes durable when the transaction
+// commits (Unlock or Checkpoint). It clears the halt state, since a record past the halted one succeeded.
+func (r *Repository) SetPosition(ctx context.Context, pos Position) error {
+	if r.tx == nil {
+		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, posArgs(pos)[0], posArgs(pos)[1]); err != nil {
+		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
+	}
+	r.state = State{Position: pos}
+	return nil
+}
+
+const setPositionSQL = `
+	UPDATE inorder.cursor
+	SET position_created_at = $2, position_id = $3,
+	    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
+	    halted_first_failure_at = NULL, halted_last_failure_at = NULL
+	WHERE process_name = $1`
+
+func posArgs(pos Position) [2]any {
+	if pos.IsBeginning() {
+		return [2]any{nil, nil}
+	}
+	var id any
+	if pos.ID != "" {
+		id = pos.ID
+	}
+	return [2]any{pos.CreatedAt, id}
+}
+
+// Checkpoint makes pos durable now: it updates the row, commits, and locks the row again in a new
+// transaction, all in one round trip. It reports false when another instance took the row in the instant
+// between the commit and the new lock; the repository is then unlocked.
+func (r *Repository) Checkpoint(ctx context.Context, pos Position) (bool, error) {
+	if r.tx == nil {
+		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
+	}
+	args := posArgs(pos)
+	b := &pgx.Batch{}
+	b.Queue(setPositionSQL, r.name, args[0], args[1])
+	b.Queue("COMMIT")
+	b.Queue("BEGIN")
+	b.Queue(lockSQL, r.name)
+	br := r.conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		_, err = br.Exec()
+	}
+	committed := err == nil
+	if err == nil {
+		_, err = br.Exec()
+	}
+	var ok bool
+	if err == nil {
+		ok, err = r.scanLock(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.dropTx(ctx)
+		if committed {
+			r.state = State{Position: pos}
+		}
+		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, err)
+	}
+	if !ok {
+		r.dropTx(ctx)
+		r.state = State{Position: pos}
+		return false, nil
+	}
+	return true, nil
+}
+
+// RecordFailure stores the halt state of a failing record in the open transaction, together with the
+// position of the last record that succeeded. Attempts count on from the stored state when the same
+// record failed before. Unlock makes it durable.
+func (r *Repository) RecordFailure(ctx context.Context, pos Position, recordID string, cause error) (Halt, error) {
+	if r.tx == nil {
+		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
+	}
+	args := posArgs(pos)
+	msg := cause.Error()
+	if len(msg) > 4000 {
+		msg = msg[:4000] + "…"
+	}
+	var h Halt
+	var attempts int32
+	err := r.tx.QueryRow(ctx, `
+		UPDATE inorder.cursor
+		SET position_created_at = $2, position_id = $3,
+		    halted_attempts = CASE WHEN halted_record_id = $4 THEN halted_attempts + 1 ELSE 1 END,
+		    halted_first_failure_at = CASE WHEN halted_record_id = $4 THEN halted_first_failure_at
+		                                   ELSE clock_timestamp() END,
+		    halted_last_failure_at = clock_timestamp(),
+		    halted_record_id = $4,
+		    halted_error = $5
+		WHERE process_name = $1
+		RETURNING halted_record_id, halted_error, halted_attempts, halted_first_failure_at, halted_last_failure_at`,
+		r.name, args[0], args[1], recordID, msg).Scan(&h.RecordID, &h.Error, &attempts, &h.FirstFailureAt, &h.LastFailureAt)
+	if err != nil {
+		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
+	}
+	h.Attempts = int(attempts)
+	r.state = State{Position: pos, Halt: &h}
+	return h, nil
+}
+
+// SetSource records which table and columns the process reads, so status can measure what is behind.
+func (r *Repository) SetSource(ctx context.Context, table, idColumn, createdAtColumn string) error {
+	if r.tx == nil {
+		return fmt.Errorf("set source of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	_, err := r.tx.Exec(ctx, `
+		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4
+		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column)
+		      IS DISTINCT FROM ($2, $3, $4)`, r.name, table, idColumn, createdAtColumn)
+	if err != nil {
+		return fmt.Errorf("set source of cursor %q: %w", r.name, err)
+	}
+	return nil
+}
+
+// SetHold records which writer backend holds the stream's horizon back (pid 0 clears it).
+func (r *Repository) SetHold(ctx context.Context, pid int, since time.Time) error {
+	if r.tx == nil {
+		return fmt.Errorf("set hold of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	var p, s any
+	if pid != 0 {
+		p, s = pid, since
+	}
+	_, err := r.tx.Exec(ctx, `
+		UPDATE inorder.cursor SET held_by_pid = $2, held_since = $3
+		WHERE process_name = $1 AND (held_by_pid, held_since) IS DISTINCT FROM ($2, $3)`, r.name, p, s)
+	if err != nil {
+		return fmt.Errorf("set hold of cursor %q: %w", r.name, err)
+	}
+	return nil
+}
+
+// Unlock commits the open transaction, which makes the position durable and releases the row for other
+// instances. It is a no-op when the cursor is not locked.
+func (r *Repository) Unlock(ctx context.Context) error {
+	if r.tx == nil {
+		return nil
+	}
+	tx := r.tx
+	r.tx = nil
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
+	}
+	return nil
+}
+
+// Abort rolls the open transaction back, dropping every change since the last durable position, and
+// releases the row. It is a no-op when the cursor is not locked.
+func (r *Repository) Abort(ctx context.Context) error {
+	if r.tx == nil {
+		return nil
+	}
+	tx := r.tx
+	r.tx = nil
+	if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("abort cursor %q: %w", r.name, err)
+	}
+	return nil
+}
+
+func (r *Repository) dropTx(ctx context.Context) {
+	if r.tx != nil {
+		_ = r.tx.Rollback(ctx)
+		r.tx = nil
+	}
+}
+
+// Broken reports whether the connection is gone, so that the caller should Reconnect rather than give up.
+func (r *Repository) Broken(err error) bool {
+	if r.conn == nil || r.conn.IsClosed() {
+		return true
+	}
+	return IsConnectionError(err)
+}
+
+// Reconnect drops the current connection (and with it any lock) and opens a new one.
+func (r *Repository) Reconnect(ctx context.Context) error {
+	if r.released {
+		return ErrReleased
+	}
+	r.tx = nil
+	if r.conn != nil {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = r.conn.Close(closeCtx)
+		cancel()
+	}
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	return r.register(ctx)
+}
+
+// Release ends the open transaction (committing it), closes the connection and removes the repository
+// from its registry. Opening the name again afterwards makes a new repository.
+func (r *Repository) Release(ctx context.Context) error {
+	err := r.Unlock(ctx)
+	r.registry.mu.Lock()
+	if r.registry.repos[r.name] == r {
+		delete(r.registry.repos, r.name)
+	}
+	r.registry.mu.Unlock()
+	r.mu.Lock()
+	r.released = true
+	conn := r.conn
+	r.mu.Unlock()
+	if conn != nil {
+		if cerr := conn.Close(ctx); err == nil && cerr != nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, cerr)
+		}
+	}
+	return err
+}
+
+// IsConnectionError reports whether err means the database could not be reached or the session was cut
+// (as opposed to the database refusing what was asked): such errors are retried with backoff.
+func IsConnectionError(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 (connection exception), 57P01..57P03 (admin shutdown, crash shutdown, cannot connect
+		// now) and 25P03 (idle-in-transaction timeout) all mean this session is over.
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "25P03":
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connectErr) || errors.Is(err, net.ErrClosed) ||
+		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}

@@ -1,0 +1,54 @@
+package cursor
+
+import (
+	"fmt"
+	"time"
+)
+
+// Position is where a process stands in its source: the (created_at, id) pair of the last record it
+// handled. The pair identifies one row totally, so ties on created_at are neither lost nor reordered.
+type Position struct {
+	// CreatedAt is the created_at of the last record handled. The zero value means the beginning: every
+	// row is ahead of the position.
+	CreatedAt time.Time
+	// ID is the id of the last record handled, as text. An empty ID with a non-zero CreatedAt means "after
+	// every row created at or before CreatedAt", the position a process registered with StartFromNow
+	// starts at.
+	ID string
+}
+
+// IsBeginning reports whether the position is before every row.
+func (p Position) IsBeginning() bool { return p.CreatedAt.IsZero() }
+
+// String formats the position for logs and status.
+func (p Position) String() string {
+	switch {
+	case p.IsBeginning():
+		return "beginning"
+	case p.ID == "":
+		return "after " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
+	default:
+		return fmt.Sprintf("%s/%s", p.CreatedAt.UTC().Format(time.RFC3339Nano), p.ID)
+	}
+}
+
+// Halt is the state of a stream stopped on a failing record. It is kept in the cursor row, so an operator
+// sees it with `inorder status` without reading logs, and retries keep counting across instances.
+type Halt struct {
+	// RecordID is the id of the record that fails.
+	RecordID string
+	// Error is the last error the handler returned for it.
+	Error string
+	// Attempts counts the failed deliveries of the record.
+	Attempts int
+	// FirstFailureAt and LastFailureAt bound the time the stream has been halted.
+	FirstFailureAt time.Time
+	LastFailureAt  time.Time
+}
+
+// State is what a locked cursor row holds.
+type State struct {
+	Position Position
+	// Halt is nil when the stream is not halted.
+	Halt *Halt
+}

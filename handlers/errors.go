@@ -1,0 +1,58 @@
+package handlers
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// PermanentError marks a failure that will not go away by retrying soon: the sink rejected the record
+// itself (an HTTP 4xx, an oversized message). The processor halts on the record as for any failure, but
+// retries it at the longest backoff only, leaving it for an operator to fix the sink or skip the record.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err as a PermanentError.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &PermanentError{Err: err}
+}
+
+// IsPermanent reports whether err is or wraps a PermanentError.
+func IsPermanent(err error) bool {
+	var p *PermanentError
+	return errors.As(err, &p)
+}
+
+// RetryAfterError carries the sink's own word on when to try again (an HTTP Retry-After header). The
+// processor waits at least that long, capped at its longest backoff, before the next attempt.
+type RetryAfterError struct {
+	Err   error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string {
+	return fmt.Sprintf("%s (retry after %s)", e.Err.Error(), e.After)
+}
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter wraps err with a delay the sink asked for.
+func RetryAfter(err error, after time.Duration) error {
+	if err == nil {
+		return nil
+	}
+	return &RetryAfterError{Err: err, After: after}
+}
+
+// RetryAfterOf returns the delay carried by err, if any.
+func RetryAfterOf(err error) (time.Duration, bool) {
+	var r *RetryAfterError
+	if errors.As(err, &r) {
+		return r.After, true
+	}
+	return 0, false
+}

@@ -1,0 +1,281 @@
+// Package pgcluster starts and stops a throwaway PostgreSQL cluster from the server binaries installed on
+// the machine. The test harness and the demo use it; nothing in it is meant for production.
+package pgcluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ErrNoServer is returned by Start when no PostgreSQL server binaries can be found.
+var ErrNoServer = errors.New("no PostgreSQL server binaries found (looked at `pg_config --bindir`, " +
+	"/usr/lib/postgresql/*/bin and PATH); install them (Debian: apt-get install postgresql) or set DATABASE_URL")
+
+// Config configures Start.
+type Config struct {
+	// Settings are extra server settings passed as -c name=value. Defaults suited to throwaway clusters
+	// (listen on loopback only, many connections) are always applied first.
+	Settings map[string]string
+
+	// LogFunc, when set, receives the server's log lines. Nil discards them.
+	LogFunc func(line string)
+}
+
+// Cluster is a running throwaway cluster. Stop it with Stop; it removes its data directory.
+type Cluster struct {
+	dir     string
+	bindir  string
+	port    int
+	cfg     Config
+	cred    *syscall.Credential
+	mu      sync.Mutex
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	stopped bool
+}
+
+// FindBinDir returns the directory holding initdb and postgres.
+func FindBinDir() (string, error) {
+	var candidates []string
+	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
+		candidates = append(candidates, strings.TrimSpace(string(out)))
+	}
+	versions, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(versions, func(i, j int) bool { return versionOf(versions[i]) > versionOf(versions[j]) })
+	candidates = append(candidates, versions...)
+	if p, err := exec.LookPath("postgres"); err == nil {
+		candidates = append(candidates, filepath.Dir(p))
+	}
+	for _, dir := range candidates {
+		if isExec(filepath.Join(dir, "initdb")) && isExec(filepath.Join(dir, "postgres")) {
+			return dir, nil
+		}
+	}
+	return "", ErrNoServer
+}
+
+func versionOf(bindir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bindir)))
+	return v
+}
+
+func isExec(path string) bool {
+	st, err := os.Stat(path)
+	return err == nil && !st.IsDir() && st.Mode()&0o111 != 0
+}
+
+// Start initialises a new cluster in a temporary directory and starts it on a free loopback port. When
+// running as root, the server runs as the `postgres` user, since initdb and postgres refuse root.
+func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	bindir, err := FindBinDir()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "inorder-pg-")
+	if err != nil {
+		return nil, fmt.Errorf("create cluster directory: %w", err)
+	}
+	c := &Cluster{dir: dir, bindir: bindir, cfg: cfg}
+	if os.Geteuid() == 0 {
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("running as root needs a `postgres` user to own the cluster: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("chown cluster directory: %w", err)
+		}
+	}
+	initdb := c.command(ctx, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+		"--no-sync", "--locale=C")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	if err := c.start(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
+
+func (c *Cluster) command(ctx context.Context, name string, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, filepath.Join(c.bindir, name), args...)
+	cmd.Dir = c.dir
+	cmd.Env = append(os.Environ(), "LC_ALL=C")
+	if c.cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred}
+	}
+	return cmd
+}
+
+// start runs the server (on the port it had before, after a Stop/Start) and waits until it accepts
+// connections.
+func (c *Cluster) start(ctx context.Context) error {
+	if c.port == 0 {
+		port, err := freePort()
+		if err != nil {
+			return err
+		}
+		c.port = port
+	}
+	args := []string{"-D", c.dataDir(), "-p", strconv.Itoa(c.port), "-k", c.dir}
+	settings := map[string]string{
+		"listen_addresses":   "127.0.0.1",
+		"max_connections":    "400",
+		"shared_buffers":     "128MB",
+		"log_min_messages":   "warning",
+		"logging_collector":  "off",
+		"max_wal_size":       "1GB",
+		"unix_socket_permissions": "0777",
+	}
+	for k, v := range c.cfg.Settings {
+		settings[k] = v
+	}
+	keys := make([]string, 0, len(settings))
+	for k := range settings {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		args = append(args, "-c", k+"="+settings[k])
+	}
+	// The server outlives the context that started it: it is stopped only by Stop.
+	cmd := c.command(context.Background(), "postgres", args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	if c.cfg.LogFunc != nil {
+		w := &lineWriter{fn: c.cfg.LogFunc}
+		cmd.Stdout, cmd.Stderr = w, w
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(exited) }()
+	c.mu.Lock()
+	c.cmd, c.exited = cmd, exited
+	c.mu.Unlock()
+
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		conn, err := pgx.Connect(ctx, c.URL("postgres"))
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		select {
+		case <-exited:
+			return fmt.Errorf("postgres exited during start-up (port %d): %w", c.port, err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(25 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("postgres did not accept connections within a minute: %w", err)
+		}
+	}
+}
+
+// URL returns a connection URL for database db as the superuser.
+func (c *Cluster) URL(db string) string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
+}
+
+// Port returns the TCP port the server listens on.
+func (c *Cluster) Port() int { return c.port }
+
+// Restart stops the server (fast shutdown, so connections are cut) and starts it again on the same port
+// and data. Fault tests use it to take the database away under running processors.
+func (c *Cluster) Restart(ctx context.Context, down time.Duration) error {
+	if err := c.stopServer(); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(down):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.start(ctx)
+}
+
+func (c *Cluster) stopServer() error {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT) // fast shutdown: roll back open transactions, cut connections
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return nil
+}
+
+// Stop shuts the server down and removes the cluster's directory. It is safe to call more than once.
+func (c *Cluster) Stop() error {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return nil
+	}
+	c.stopped = true
+	c.mu.Unlock()
+	err := c.stopServer()
+	if rmErr := os.RemoveAll(c.dir); err == nil {
+		err = rmErr
+	}
+	return err
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type lineWriter struct {
+	mu  sync.Mutex
+	buf []byte
+	fn  func(string)
+}
+
+func (w *lineWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	for {
+		i := strings.IndexByte(string(w.buf), '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		w.fn(string(w.buf[:i]))
+		w.buf = w.buf[i+1:]
+	}
+}

@@ -1,0 +1,21 @@
+// Package lifecycle runs inorder's processors, and whatever else a program serves beside them, as one
+// group of actors (github.com/oklog/run) that starts and stops together.
+//
+// # Stopping
+//
+// SIGINT or SIGTERM asks every actor to stop. A processor stops taking records, lets the record in flight
+// finish (bounded by its shutdown timeout), makes its position durable, unlocks its cursor and closes its
+// connection; Run then returns nil and the program exits 0. A second signal during that shutdown exits at
+// once with code 130.
+//
+// # Failing
+//
+// An actor that returns an error stops the whole group, and Run returns the error prefixed with the
+// actor's name ("process booking_sms_outbox: ..."), so the program exits non-zero with a line naming it.
+// A processor does not fail for a lost database connection: it reconnects with backoff.
+//
+// # Embedding
+//
+// A Go service adds its own actors beside the processors: an HTTP server with AddHTTPServer, anything
+// else with Add.
+package lifecycle

@@ -1,0 +1,142 @@
+package lifecycle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/oklog/run"
+	"github.com/rs/zerolog"
+)
+
+// Config configures a Group.
+type Config struct {
+	// Logger receives the group's own lines (signals, which actor stopped the group). The zero value logs
+	// nothing.
+	Logger zerolog.Logger
+	// Signals stop the group. Nil means SIGINT and SIGTERM.
+	Signals []os.Signal
+	// ExitFunc ends the program when a second signal arrives during shutdown. Nil means os.Exit.
+	ExitFunc func(code int)
+}
+
+// SignalError is what Run returns, wrapped, when a signal stopped the group; IsSignal tells it apart.
+type SignalError struct{ Signal os.Signal }
+
+func (e *SignalError) Error() string { return "received " + e.Signal.String() }
+
+// IsSignal reports whether err says the group stopped because of a signal: a clean stop.
+func IsSignal(err error) bool {
+	var s *SignalError
+	return errors.As(err, &s)
+}
+
+// Runner is anything with a name that runs until its context is done: a processor.
+type Runner interface {
+	Name() string
+	Run(ctx context.Context) error
+}
+
+// Group runs actors together: when one returns, every other is interrupted, and Run returns once all
+// have. It is built on github.com/oklog/run.
+type Group struct {
+	cfg Config
+	log zerolog.Logger
+	g   run.Group
+}
+
+// New returns an empty group.
+func New(cfg Config) *Group {
+	if cfg.Signals == nil {
+		cfg.Signals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
+	}
+	if cfg.ExitFunc == nil {
+		cfg.ExitFunc = os.Exit
+	}
+	return &Group{cfg: cfg, log: cfg.Logger}
+}
+
+// Add adds an actor that runs until its context is cancelled. An error it returns stops the group and is
+// returned by Run, prefixed with the actor's name; returning nil before being interrupted stops the group
+// too.
+func (g *Group) Add(name string, execute func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	g.g.Add(func() error {
+		if err := execute(ctx); err != nil {
+			if ctx.Err() == nil {
+				g.log.Error().Str("actor", name).Err(err).Msg("stopping every actor: this one failed")
+			}
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}, func(error) { cancel() })
+}
+
+// AddRunner adds a processor (or any Runner) as an actor named after it.
+func (g *Group) AddRunner(r Runner) {
+	g.Add("process "+r.Name(), r.Run)
+}
+
+// AddHTTPServer adds an HTTP server listening on addr as an actor; it shuts down gracefully (at most
+// shutdownTimeout) when the group stops. The listener is opened at once, so an address in use fails here
+// rather than later.
+func (g *Group) AddHTTPServer(name, addr string, h http.Handler, shutdownTimeout time.Duration) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: listen on %s: %w", name, addr, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	g.g.Add(func() error {
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		return nil
+	}, func(error) {
+		ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+	})
+	return ln.Addr(), nil
+}
+
+// Run adds the signal actor and runs the group until an actor returns. After the first signal every actor
+// is asked to stop (processors finish the record in flight, make the position durable and unlock); a
+// second signal during that shutdown ends the program at once with exit code 130. Run returns nil after a
+// signal, else the error of the actor that stopped the group.
+func (g *Group) Run() error {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, g.cfg.Signals...)
+	defer signal.Stop(sigs)
+	stop := make(chan struct{})
+	var once sync.Once
+	g.g.Add(func() error {
+		select {
+		case s := <-sigs:
+			g.log.Info().Str("signal", s.String()).Msg("stopping: finishing the records in flight")
+			go func() {
+				select {
+				case s := <-sigs:
+					g.log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+					g.cfg.ExitFunc(130)
+				case <-stop:
+				}
+			}()
+			return &SignalError{Signal: s}
+		case <-stop:
+			return nil
+		}
+	}, func(error) { once.Do(func() { close(stop) }) })
+	err := g.g.Run()
+	once.Do(func() { close(stop) })
+	if IsSignal(err) {
+		return nil
+	}
+	return err
+}

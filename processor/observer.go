@@ -1,0 +1,29 @@
+package processor
+
+import "time"
+
+// Observer is told what a processor does, for metrics. Every method is called from the processor's own
+// goroutine and must return quickly.
+type Observer interface {
+	// Batch reports a read of n records.
+	Batch(process string, n int)
+	// Handled reports one handler call (or async result) and its outcome.
+	Handled(process string, took time.Duration, err error)
+	// Position reports the created_at of the new position after an advance.
+	Position(process string, createdAt time.Time)
+	// Halted reports that the stream halted on a failing record.
+	Halted(process string, halted bool)
+	// Locked reports whether this instance holds the cursor.
+	Locked(process string, locked bool)
+	// Hold reports how long the writer limiting the horizon has been in flight (0 for none).
+	Hold(process string, held time.Duration)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Batch(string, int)                    {}
+func (nopObserver) Handled(string, time.Duration, error) {}
+func (nopObserver) Position(string, time.Time)           {}
+func (nopObserver) Halted(string, bool)                  {}
+func (nopObserver) Locked(string, bool)                  {}
+func (nopObserver) Hold(string, time.Duration)           {}

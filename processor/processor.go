@@ -1,0 +1,844 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/rs/zerolog"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// Checkpoint says when an advanced position becomes durable.
+type Checkpoint string
+
+const (
+	// CheckpointRecord commits the position after every record: a crash redelivers at most the record in
+	// flight. It costs one commit per record.
+	CheckpointRecord Checkpoint = "record"
+	// CheckpointBatch commits the position once per batch: a crash redelivers up to a batch, and the
+	// stream moves several times faster.
+	CheckpointBatch Checkpoint = "batch"
+)
+
+// Config configures a Processor. Process, ConnConfig, Source.Table and one of Handler or TxHandler are
+// required; every other field has a documented default.
+type Config[T any] struct {
+	// Process names the stream and its cursor row, for example "booking_sms_outbox".
+	Process string
+	// ConnConfig is the database to read from; the processor opens one dedicated connection from it.
+	ConnConfig *pgx.ConnConfig
+	// Source is the table and the columns that order it.
+	Source Source
+
+	// Handler receives each record. It may also implement handlers.AsyncHandler (several records in
+	// flight, settled in order) and handlers.Flusher.
+	Handler handlers.Handler[T]
+	// TxHandler receives each record with the transaction that moves the position, for exactly-once
+	// writes to the same database. Set either Handler or TxHandler.
+	TxHandler handlers.TxHandler[T]
+
+	// ScanFunc turns one row into a T. The row holds Source.Columns. Nil means pgx.RowToStructByName[T]
+	// for struct types, and the generic column-ordered form for handlers.Row.
+	ScanFunc func(row pgx.CollectableRow) (T, error)
+
+	// BatchSize bounds the records read per batch; every read is bounded. Zero means 100.
+	BatchSize int
+	// PollInterval is the wait when there is nothing to read or another instance holds the cursor.
+	// Zero means 200ms.
+	PollInterval time.Duration
+	// InsertLatency is a safety margin subtracted from the horizon for clock steps. It is not what keeps
+	// rows from being skipped (writer tracking is); keep it small. Zero means 5ms.
+	InsertLatency time.Duration
+	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
+	Checkpoint Checkpoint
+	// StartFrom is where a process without a cursor row starts. Zero means the beginning.
+	StartFrom cursor.StartFrom
+
+	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
+	// 1s and 1m. Permanent failures (handlers.Permanent) are retried at RetryMax.
+	RetryMin, RetryMax time.Duration
+	// IdleInTransactionTimeout is set on the cursor connection; a frozen instance loses the cursor after
+	// it. Zero means 60s.
+	IdleInTransactionTimeout time.Duration
+	// HandlerTimeout bounds one handler call (and one wait on an async result). It must stay below
+	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs. Zero means half
+	// of IdleInTransactionTimeout.
+	HandlerTimeout time.Duration
+	// ShutdownTimeout bounds how long the record in flight may take to finish after Run's context is
+	// done. Zero means 15s.
+	ShutdownTimeout time.Duration
+	// HoldWarnAfter is how long a writer may hold the horizon before a warning is logged. Zero means 1m.
+	HoldWarnAfter time.Duration
+	// ReconnectMax caps the backoff between reconnection attempts after the database went away. Zero
+	// means 30s.
+	ReconnectMax time.Duration
+
+	// Logger receives the processor's logs; every line carries the process name. The zero value logs
+	// nothing.
+	Logger zerolog.Logger
+	// Registry is where the cursor repository comes from. Nil means cursor.DefaultRegistry; tests playing
+	// several instances in one Go process give each its own.
+	Registry *cursor.Registry
+	// Instance names this instance in the cursor connection's application_name. Empty means host:pid.
+	Instance string
+
+	// Observer, when set, is told what the processor does (for metrics). Its methods must not block.
+	Observer Observer
+}
+
+func (c *Config[T]) withDefaults() {
+	if c.BatchSize <= 0 {
+		c.BatchSize = 100
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.InsertLatency <= 0 {
+		c.InsertLatency = 5 * time.Millisecond
+	}
+	if c.Checkpoint == "" {
+		c.Checkpoint = CheckpointRecord
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = time.Second
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = time.Minute
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = c.RetryMin
+	}
+	if c.IdleInTransactionTimeout <= 0 {
+		c.IdleInTransactionTimeout = 60 * time.Second
+	}
+	if c.HandlerTimeout <= 0 {
+		c.HandlerTimeout = c.IdleInTransactionTimeout / 2
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = 15 * time.Second
+	}
+	if c.HoldWarnAfter <= 0 {
+		c.HoldWarnAfter = time.Minute
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = 30 * time.Second
+	}
+	if c.Registry == nil {
+		c.Registry = cursor.DefaultRegistry
+	}
+}
+
+// Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
+type Processor[T any] struct {
+	cfg     Config[T]
+	log     zerolog.Logger
+	generic bool
+	scan    func(row pgx.CollectableRow) (T, error)
+	async   handlers.AsyncHandler[T]
+	flusher handlers.Flusher
+	obs     Observer
+
+	table   *table
+	tracker *writerTracker
+	cur     *cursor.Repository
+
+	// State across batches, used by the one goroutine running Run.
+	owned       bool
+	sourceSaved bool
+	holdPID     int
+	holdWarned  time.Time
+	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
+}
+
+// New checks cfg and returns a processor. It does not touch the database; Run does.
+func New[T any](cfg Config[T]) (*Processor[T], error) {
+	if cfg.Process == "" {
+		return nil, errors.New("processor: Config.Process is required")
+	}
+	if cfg.ConnConfig == nil {
+		return nil, fmt.Errorf("processor %q: Config.ConnConfig is required", cfg.Process)
+	}
+	if (cfg.Handler == nil) == (cfg.TxHandler == nil) {
+		return nil, fmt.Errorf("processor %q: set exactly one of Config.Handler and Config.TxHandler", cfg.Process)
+	}
+	if cfg.Checkpoint != "" && cfg.Checkpoint != CheckpointRecord && cfg.Checkpoint != CheckpointBatch {
+		return nil, fmt.Errorf("processor %q: checkpoint %q is neither %q nor %q", cfg.Process, cfg.Checkpoint,
+			CheckpointRecord, CheckpointBatch)
+	}
+	cfg.withDefaults()
+	if cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout {
+		return nil, fmt.Errorf("processor %q: handler timeout %s must be shorter than the idle-in-transaction "+
+			"timeout %s, or a slow handler loses the cursor lock mid-record", cfg.Process, cfg.HandlerTimeout,
+			cfg.IdleInTransactionTimeout)
+	}
+	p := &Processor[T]{
+		cfg:     cfg,
+		log:     cfg.Logger.With().Str("process", cfg.Process).Logger(),
+		tracker: newWriterTracker(cfg.InsertLatency),
+		obs:     cfg.Observer,
+	}
+	if p.obs == nil {
+		p.obs = nopObserver{}
+	}
+	var zero T
+	_, p.generic = any(zero).(handlers.Row)
+	switch {
+	case cfg.ScanFunc != nil:
+		p.scan = cfg.ScanFunc
+	case p.generic:
+		p.scan = any(scanRow).(func(pgx.CollectableRow) (T, error))
+	case reflect.TypeOf(zero) != nil && reflect.TypeOf(zero).Kind() == reflect.Struct:
+		p.scan = pgx.RowToStructByName[T]
+	default:
+		return nil, fmt.Errorf("processor %q: %T is not a struct; set Config.ScanFunc", cfg.Process, zero)
+	}
+	if cfg.Handler != nil {
+		p.async, _ = cfg.Handler.(handlers.AsyncHandler[T])
+		p.flusher, _ = cfg.Handler.(handlers.Flusher)
+	} else {
+		p.flusher, _ = cfg.TxHandler.(handlers.Flusher)
+	}
+	return p, nil
+}
+
+// Name returns the process name.
+func (p *Processor[T]) Name() string { return p.cfg.Process }
+
+// fatalError marks an error that retrying cannot fix.
+type fatalError struct{ err error }
+
+func (e fatalError) Error() string { return e.err.Error() }
+func (e fatalError) Unwrap() error { return e.err }
+
+func isFatal(err error) bool {
+	var f fatalError
+	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, cursor.ErrInUse) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code[:2] {
+		case "42", "28", "3D", "3F": // undefined object or no privilege, auth, no database, no schema
+			return true
+		}
+	}
+	return false
+}
+
+// Run works the stream until ctx is done, then lets the record in flight finish (bounded by
+// ShutdownTimeout), makes the position durable, unlocks the cursor and closes its connection. It returns
+// nil after such a clean stop, and an error naming the process when something retrying cannot fix
+// happened (a missing table or column, a missing index, no privilege). A lost database connection is not
+// such an error: Run reconnects with backoff and goes on.
+func (p *Processor[T]) Run(ctx context.Context) error {
+	// work outlives ctx by at most ShutdownTimeout: the record in flight and the final commit use it.
+	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelWork()
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		t := time.NewTimer(p.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.log.Warn().Dur("shutdown_timeout", p.cfg.ShutdownTimeout).Msg("record in flight did not finish in time; abandoning it")
+			cancelWork()
+		case <-done:
+		}
+	}()
+
+	if err := p.open(ctx, work); err != nil {
+		if ctx.Err() != nil && !isFatal(err) {
+			return nil
+		}
+		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+	}
+	defer func() {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if err := p.cur.Release(relCtx); err != nil {
+			p.log.Warn().Err(err).Msg("release cursor")
+		}
+		p.cur.Unclaim()
+		p.obs.Locked(p.cfg.Process, false)
+		if p.owned {
+			p.log.Info().Msg("cursor released")
+		}
+	}()
+
+	for ctx.Err() == nil {
+		n, wait, err := p.tick(ctx, work)
+		if err != nil {
+			_ = p.cur.Abort(work)
+			if isFatal(err) {
+				p.log.Error().Err(err).Msg("stopping: this needs fixing, retrying will not help")
+				return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+			}
+			if ctx.Err() != nil {
+				break
+			}
+			if p.cur.Broken(err) {
+				p.reconnect(ctx, work, err)
+				continue
+			}
+			p.log.Error().Err(err).Msg("batch failed; retrying")
+			wait = p.cfg.RetryMin
+		}
+		if n == 0 && wait == 0 {
+			wait = p.cfg.PollInterval
+		}
+		if wait > 0 {
+			sleep(ctx, wait)
+		}
+	}
+	return nil
+}
+
+func (p *Processor[T]) open(ctx, work context.Context) error {
+	ccfg := cursor.Config{
+		ConnConfig:               p.cfg.ConnConfig,
+		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
+		StartFrom:                p.cfg.StartFrom,
+		Instance:                 p.cfg.Instance,
+	}
+	for attempt := 1; ; attempt++ {
+		cur, err := p.cfg.Registry.Open(work, p.cfg.Process, ccfg)
+		if err == nil {
+			p.cur = cur
+			break
+		}
+		if isFatal(err) || !cursor.IsConnectionError(err) {
+			return err
+		}
+		p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+			return ctx.Err()
+		}
+	}
+	if err := p.cur.Claim(); err != nil {
+		return err
+	}
+	t, err := inspect(work, p.cur.Conn(), p.cfg.Source)
+	if err != nil {
+		p.cur.Unclaim()
+		_ = p.cur.Release(work)
+		return err
+	}
+	p.table = t
+	for _, w := range t.warnings {
+		p.log.Warn().Str("table", t.qualified).Msg(w)
+	}
+	return nil
+}
+
+func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
+	p.log.Warn().Err(cause).Msg("database connection lost; reconnecting")
+	p.obs.Locked(p.cfg.Process, false)
+	p.owned = false
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+			return
+		}
+		err := p.cur.Reconnect(work)
+		if err == nil {
+			p.log.Info().Int("attempts", attempt).Msg("reconnected")
+			return
+		}
+		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")
+	}
+}
+
+// sleep waits d or until ctx is done, and reports whether the full wait passed.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// item is one record read from the source, with its position.
+type item[T any] struct {
+	rec handlers.Record[T]
+	pos cursor.Position
+}
+
+// tick runs one batch: lock, read below the horizon, deliver in order, advance, unlock. It returns how
+// many records were delivered and how long to wait before the next tick (zero: go on at once if n > 0,
+// else wait the poll interval).
+func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
+	ok, err := p.cur.TryLock(work)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !ok {
+		if p.owned {
+			p.log.Info().Msg("cursor held by another instance; standing by")
+			p.owned = false
+			p.obs.Locked(p.cfg.Process, false)
+		}
+		return 0, 0, nil
+	}
+	if !p.owned {
+		p.log.Info().Str("position", p.cur.State().Position.String()).Msg("cursor locked")
+		p.owned = true
+		p.obs.Locked(p.cfg.Process, true)
+	}
+	defer func() {
+		if err == nil && p.cur.Locked() {
+			err = p.cur.Unlock(work)
+		}
+	}()
+	if !p.sourceSaved {
+		if err := p.cur.SetSource(work, p.table.qualified, p.table.src.IDColumn, p.table.src.CreatedAtColumn); err != nil {
+			return 0, 0, err
+		}
+		p.sourceSaved = true
+	}
+	st := p.cur.State()
+	if st.Halt != nil {
+		due := st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
+		if p.retryAt.After(due) {
+			due = p.retryAt
+		}
+		if w := time.Until(due); w > 0 {
+			return 0, w, nil
+		}
+	}
+	h, err := p.tracker.poll(work, p.cur.Tx(), p.table.oid)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := p.noteHold(work, h); err != nil {
+		return 0, 0, err
+	}
+	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
+		return 0, 0, nil
+	}
+	items, err := p.read(work, st.Position, h.at)
+	if err != nil {
+		return 0, 0, err
+	}
+	p.obs.Batch(p.cfg.Process, len(items))
+	if len(items) == 0 {
+		return 0, 0, nil
+	}
+	if p.async != nil {
+		return p.deliverAsync(ctx, work, st, items)
+	}
+	return p.deliverSync(ctx, work, st, items)
+}
+
+func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon time.Time) ([]item[T], error) {
+	which := 2
+	var at, id any = pos.CreatedAt, pos.ID
+	switch {
+	case pos.IsBeginning():
+		which, at, id = 0, nil, nil
+	case pos.ID == "":
+		which, id = 1, nil
+	}
+	rows, err := p.cur.Tx().Query(work, p.table.readSQL(p.generic, which), at, id, horizon, p.cfg.BatchSize)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
+	}
+	defer rows.Close()
+	items := make([]item[T], 0, min(p.cfg.BatchSize, 1024))
+	for rows.Next() {
+		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
+		var key *string
+		hr := &hiddenRow{Rows: rows}
+		if err := scanHidden(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
+			return nil, fmt.Errorf("read %s: position columns: %w", p.table.qualified, err)
+		}
+		if key != nil {
+			it.rec.Key = *key
+		}
+		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
+		v, err := p.scan(hr)
+		if err != nil {
+			return nil, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.qualified, err)}
+		}
+		it.rec.Value = v
+		it.pos = cursor.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
+		items = append(items, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
+	}
+	return items, nil
+}
+
+// hiddenRow shows a scan function the selected columns only, not the three position columns in front.
+type hiddenRow struct{ pgx.Rows }
+
+const hidden = 3
+
+func (r *hiddenRow) FieldDescriptions() []pgconn.FieldDescription {
+	return r.Rows.FieldDescriptions()[hidden:]
+}
+
+func (r *hiddenRow) Scan(dest ...any) error {
+	skip := make([]any, hidden, hidden+len(dest))
+	for i := range skip {
+		skip[i] = &skipScan{}
+	}
+	return r.Rows.Scan(append(skip, dest...)...)
+}
+
+func (r *hiddenRow) Values() ([]any, error) {
+	v, err := r.Rows.Values()
+	if err != nil {
+		return nil, err
+	}
+	return v[hidden:], nil
+}
+
+func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[hidden:] }
+
+// scanHidden decodes the three position columns in front of a row, leaving the rest to the scan function.
+func scanHidden(rows pgx.Rows, dest ...any) error {
+	m := rows.Conn().TypeMap()
+	fds := rows.FieldDescriptions()
+	raw := rows.RawValues()
+	for i, d := range dest {
+		if err := m.Scan(fds[i].DataTypeOID, fds[i].Format, raw[i], d); err != nil {
+			return fmt.Errorf("column %s: %w", fds[i].Name, err)
+		}
+	}
+	return nil
+}
+
+type skipScan struct{}
+
+func (*skipScan) ScanText(v any) error { return nil }
+
+// Scan implements sql.Scanner, which pgx accepts for any column type.
+func (*skipScan) Scan(any) error { return nil }
+
+// scanRow is the default scan function for handlers.Row.
+func scanRow(row pgx.CollectableRow) (handlers.Row, error) {
+	fds := row.FieldDescriptions()
+	vals, err := row.Values()
+	if err != nil {
+		return handlers.Row{}, err
+	}
+	r := handlers.Row{Columns: make([]string, len(fds)), Values: vals}
+	for i, fd := range fds {
+		r.Columns[i] = fd.Name
+	}
+	return r, nil
+}
+
+func (p *Processor[T]) prepareGeneric(items []item[T]) {
+	if !p.generic {
+		return
+	}
+	raw := map[string]bool{}
+	for _, c := range p.table.columns {
+		if _, isRaw := genericExpr(c); isRaw {
+			raw[c.name] = true
+		}
+	}
+	if len(raw) == 0 {
+		return
+	}
+	for i := range items {
+		r := any(items[i].rec.Value).(handlers.Row)
+		for j, c := range r.Columns {
+			if s, ok := r.Values[j].(string); ok && raw[c] {
+				r.Values[j] = json.RawMessage(s)
+			}
+		}
+	}
+}
+
+// deliverSync hands records to a Handler or TxHandler one at a time.
+func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
+	p.prepareGeneric(items)
+	last := st.Position
+	n := 0
+	for i := range items {
+		if ctx.Err() != nil {
+			break // stopping: the records not yet started stay ahead of the position
+		}
+		it := &items[i]
+		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		err := p.deliver(work, &it.rec)
+		if err != nil {
+			if ctx.Err() != nil && work.Err() != nil {
+				break // the shutdown timeout cut the handler off: not the record's fault
+			}
+			return n, p.fail(work, last, &it.rec, err), nil
+		}
+		last, n = it.pos, n+1
+		p.resumed(&it.rec)
+		if p.cfg.Checkpoint == CheckpointRecord {
+			if stillLocked, err := p.checkpoint(work, last); err != nil || !stillLocked {
+				return n, 0, err
+			}
+		}
+	}
+	return n, 0, p.finish(work, st.Position, last)
+}
+
+// deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
+func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
+	p.prepareGeneric(items)
+	type flight struct {
+		it  *item[T]
+		res handlers.Result
+	}
+	maxIn := max(1, p.async.MaxInFlight())
+	var window []flight
+	last := st.Position
+	n := 0
+	var failed *item[T]
+	var failErr error
+	settle := func(f flight) (bool, error) {
+		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		defer cancel()
+		start := time.Now()
+		err := f.res.Wait(wctx)
+		p.obs.Handled(p.cfg.Process, time.Since(start), err)
+		if err != nil {
+			failed, failErr = f.it, err
+			return false, nil
+		}
+		last, n = f.it.pos, n+1
+		p.resumed(&f.it.rec)
+		if p.cfg.Checkpoint == CheckpointRecord {
+			return p.checkpoint(work, last)
+		}
+		return true, nil
+	}
+	ok := true
+	var err error
+	for i := 0; i < len(items) && ok && ctx.Err() == nil; i++ {
+		it := &items[i]
+		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		res, serr := p.async.Send(sctx, &it.rec)
+		cancel()
+		if serr != nil {
+			// Earlier records settle first; this one failed only if they all succeed.
+			for len(window) > 0 && ok && failed == nil {
+				ok, err = settle(window[0])
+				window = window[1:]
+			}
+			if failed == nil && ok {
+				failed, failErr = it, serr
+			}
+			break
+		}
+		window = append(window, flight{it, res})
+		if len(window) >= maxIn {
+			ok, err = settle(window[0])
+			window = window[1:]
+			ok = ok && failed == nil
+		}
+	}
+	for len(window) > 0 && ok && failed == nil && err == nil {
+		ok, err = settle(window[0])
+		window = window[1:]
+	}
+	// Whatever is still in flight after a failure is waited out, not counted: it is delivered again.
+	for _, f := range window {
+		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		_ = f.res.Wait(wctx)
+		cancel()
+	}
+	if err != nil || !ok && failed == nil {
+		return n, 0, err // lost the lock, or a checkpoint failed
+	}
+	if failed != nil {
+		if ctx.Err() != nil && work.Err() != nil {
+			return n, 0, p.finish(work, st.Position, last)
+		}
+		return n, p.fail(work, last, &failed.rec, failErr), nil
+	}
+	return n, 0, p.finish(work, st.Position, last)
+}
+
+// resumed notes that a record which had failed before went through.
+func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
+	if rec.Attempt > 1 {
+		p.retryAt = time.Time{}
+		p.obs.Halted(p.cfg.Process, false)
+		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg("stream resumed: the halted record went through")
+	}
+}
+
+func attemptOf(st cursor.State, id string) int {
+	if st.Halt != nil && st.Halt.RecordID == id {
+		return st.Halt.Attempts + 1
+	}
+	return 1
+}
+
+// deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
+// back its own writes only.
+func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (err error) {
+	hctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+	defer cancel()
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+		p.obs.Handled(p.cfg.Process, time.Since(start), err)
+	}()
+	if p.cfg.Handler != nil {
+		return p.cfg.Handler.Handle(hctx, rec)
+	}
+	sp, err := p.cur.Tx().Begin(hctx)
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	if err := p.cfg.TxHandler.HandleTx(hctx, sp, rec); err != nil {
+		if rbErr := sp.Rollback(work); rbErr != nil {
+			return fmt.Errorf("%w (and rolling back its writes failed: %v)", err, rbErr)
+		}
+		return err
+	}
+	return sp.Commit(hctx)
+}
+
+// checkpoint flushes the handler and makes pos durable, keeping the lock. It reports false when the lock
+// was lost to another instance in the instant between commit and relock.
+func (p *Processor[T]) checkpoint(work context.Context, pos cursor.Position) (bool, error) {
+	if err := p.flush(work); err != nil {
+		return false, err
+	}
+	ok, err := p.cur.Checkpoint(work, pos)
+	if err == nil {
+		p.obs.Position(p.cfg.Process, pos.CreatedAt)
+	}
+	if err == nil && !ok {
+		p.log.Info().Msg("cursor taken by another instance between batches; standing by")
+		p.owned = false
+		p.obs.Locked(p.cfg.Process, false)
+	}
+	return ok, err
+}
+
+func (p *Processor[T]) flush(work context.Context) error {
+	if p.flusher == nil {
+		return nil
+	}
+	if err := p.flusher.Flush(work); err != nil {
+		return fmt.Errorf("flush handler: %w", err)
+	}
+	return nil
+}
+
+// finish ends a batch: the position, if it moved, is written into the transaction that Unlock commits.
+func (p *Processor[T]) finish(work context.Context, from, to cursor.Position) error {
+	if to == from || !p.cur.Locked() {
+		return nil
+	}
+	if err := p.flush(work); err != nil {
+		return err
+	}
+	if err := p.cur.SetPosition(work, to); err != nil {
+		return err
+	}
+	p.obs.Position(p.cfg.Process, to.CreatedAt)
+	return nil
+}
+
+// fail records a failing record's halt state with the position of the last success before it, and
+// returns how long to wait before trying it again.
+func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *handlers.Record[T], cause error) time.Duration {
+	if err := p.flush(work); err != nil {
+		// What the handler buffered is not safe: drop every advance since the last durable position.
+		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
+		_ = p.cur.Abort(work)
+		return p.retryDelay(1, nil)
+	}
+	h, err := p.cur.RecordFailure(work, last, rec.ID, cause)
+	if err != nil {
+		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
+		_ = p.cur.Abort(work)
+		return p.retryDelay(rec.Attempt, cause)
+	}
+	if err := p.cur.Unlock(work); err != nil {
+		p.log.Error().Err(err).Msg("could not commit the halt state")
+	}
+	wait := p.retryDelay(h.Attempts, cause)
+	p.retryAt = time.Now().Add(wait)
+	p.obs.Halted(p.cfg.Process, true)
+	ev := p.log.Warn()
+	if h.Attempts == 1 {
+		ev = p.log.Error()
+	}
+	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Err(cause).Dur("retry_in", wait).
+		Msg("handler failed; stream halted on this record")
+	return wait
+}
+
+func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {
+	if cause != nil && handlers.IsPermanent(cause) {
+		return p.cfg.RetryMax
+	}
+	d := backoff(attempts, p.cfg.RetryMin, p.cfg.RetryMax)
+	if after, ok := handlers.RetryAfterOf(cause); ok && after > d {
+		d = min(after, p.cfg.RetryMax)
+	}
+	return d
+}
+
+// holdReportAfter is how long a writer must have held the horizon before it is reported: shorter holds
+// are the ordinary life of writers.
+const holdReportAfter = time.Second
+
+func (p *Processor[T]) noteHold(work context.Context, h horizon) error {
+	var pid int
+	var since time.Time
+	if h.hold != nil && h.now.Sub(h.hold.Since) >= holdReportAfter {
+		pid, since = h.hold.PID, h.hold.Since
+	}
+	if h.hold != nil {
+		p.obs.Hold(p.cfg.Process, h.now.Sub(h.hold.Since))
+	} else {
+		p.obs.Hold(p.cfg.Process, 0)
+	}
+	if pid != p.holdPID {
+		if err := p.cur.SetHold(work, pid, since); err != nil {
+			return err
+		}
+		if pid != 0 {
+			p.log.Info().Int("writer_pid", pid).Time("since", since).
+				Msg("horizon held by an open writer transaction; records after it wait until it ends")
+		} else {
+			p.log.Info().Msg("horizon no longer held")
+		}
+		p.holdPID, p.holdWarned = pid, time.Time{}
+	}
+	if pid != 0 {
+		age := h.now.Sub(since)
+		if age >= p.cfg.HoldWarnAfter && time.Since(p.holdWarned) >= p.cfg.HoldWarnAfter {
+			p.holdWarned = time.Now()
+			p.log.Warn().Int("writer_pid", pid).Time("since", since).Dur("held_for", age).
+				Msg("a writer transaction has held the stream for long; if it is idle in transaction " +
+					"(see pg_stat_activity for this pid), end it or set idle_in_transaction_session_timeout for writers")
+		}
+	}
+	return nil
+}
