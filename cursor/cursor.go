@@ -2,6 +2,8 @@ package cursor
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -50,6 +52,13 @@ type Config struct {
 	// KeepAlive is the TCP keepalive idle time on both ends of the connection, so a vanished peer is
 	// noticed without waiting for the operating system's default of hours. Zero means 10 seconds.
 	KeepAlive time.Duration
+
+	// IdleSessionTimeout is set as the connection's idle_session_timeout. An instance holds its process
+	// between batches through a session-level advisory lock; if it freezes outside a transaction,
+	// Postgres ends its session after this long and another instance takes over. It must be longer than
+	// any pause of a live processor between statements (its poll interval and longest retry backoff).
+	// Zero means twice IdleInTransactionTimeout.
+	IdleSessionTimeout time.Duration
 
 	// StartFrom is where an unknown process starts. The zero value is StartFromBeginning.
 	StartFrom StartFrom
@@ -121,6 +130,7 @@ type Repository struct {
 
 	mu       sync.Mutex // guards conn swaps against Close from another goroutine
 	conn     *pgx.Conn
+	owner    bool // this session holds the process's advisory lock
 	tx       pgx.Tx
 	state    State
 	claimed  bool
@@ -173,7 +183,12 @@ func (r *Repository) connect(ctx context.Context) error {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
+	idleSession := r.cfg.IdleSessionTimeout
+	if idleSession <= 0 {
+		idleSession = 2 * r.cfg.idleTimeout()
+	}
 	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.idleTimeout().Milliseconds(), 10)
+	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(idleSession.Milliseconds(), 10)
 	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(keepAlive.Seconds()))
 	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, int(keepAlive.Seconds())/3))
 	cc.RuntimeParams["tcp_keepalives_count"] = "3"
@@ -190,9 +205,17 @@ func (r *Repository) connect(ctx context.Context) error {
 		return fmt.Errorf("connect cursor %q: %w", r.name, err)
 	}
 	r.mu.Lock()
-	r.conn, r.tx = conn, nil
+	r.conn, r.tx, r.owner = conn, nil, false
 	r.mu.Unlock()
 	return nil
+}
+
+// LockKey is the key of the session-level advisory lock that makes an instance the owner of process name
+// between batches: 64 bits of a SHA-256 of the name, so distinct names practically never share a key.
+// pg_locks shows it as classid = key>>32, objid = key&0xffffffff, objsubid = 1.
+func LockKey(name string) int64 {
+	sum := sha256.Sum256([]byte("inorder.cursor:" + name))
+	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 func (r *Repository) register(ctx context.Context) error {
@@ -214,6 +237,9 @@ func (r *Repository) Conn() *pgx.Conn { return r.conn }
 // TxHandler's writes go through it so that they commit with the position.
 func (r *Repository) Tx() pgx.Tx { return r.tx }
 
+// Owner reports whether this instance owns the process (holds its advisory lock).
+func (r *Repository) Owner() bool { return r.owner }
+
 // Locked reports whether the repository holds the cursor row lock.
 func (r *Repository) Locked() bool { return r.tx != nil }
 
@@ -228,14 +254,28 @@ const lockSQL = `
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`
 
-// TryLock begins a transaction and locks the cursor row with FOR UPDATE SKIP LOCKED. It returns false,
-// with no error, when another instance holds the row: that is the normal state of every instance but one.
+// TryLock makes this instance the process's owner and locks the cursor row for one batch. It returns
+// false, with no error, when another instance owns the process or holds the row: that is the normal state
+// of every instance but one.
+//
+// Ownership is a session-level advisory lock, taken once and kept between batches, so the owner does not
+// lose the process to a standby each time it unlocks the row while idle. The row itself is locked with
+// FOR UPDATE SKIP LOCKED in a transaction per batch, which keeps transactions (and the xid the row lock
+// needs) short, and is what operator actions wait on.
 func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.released {
 		return false, ErrReleased
 	}
 	if r.tx != nil {
 		return true, nil
+	}
+	if !r.owner {
+		if err := r.conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.name)).Scan(&r.owner); err != nil {
+			return false, fmt.Errorf("lock cursor %q: %w", r.name, err)
+		}
+		if !r.owner {
+			return false, nil
+		}
 	}
 	tx, err := r.conn.Begin(ctx)
 	if err != nil {

@@ -2,6 +2,7 @@ package cursor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -17,10 +18,10 @@ type Info struct {
 	// SourceTable, SourceIDColumn and SourceCreatedAtColumn are what the process last ran against; empty
 	// until it first locked its cursor.
 	SourceTable, SourceIDColumn, SourceCreatedAtColumn string
-	// Locked reports whether an instance holds the cursor row now.
+	// Locked reports whether an instance owns the process now.
 	Locked bool
-	// Holder is the application_name of the instance holding it ("inorder:<process>@<instance>") and
-	// HolderPID its backend, when they can be told.
+	// Holder is the application_name of the owning instance ("inorder:<process>@<instance>") and
+	// HolderPID its cursor connection's backend.
 	Holder    string
 	HolderPID int
 	// Connected counts the instances with a cursor connection open for this process (the holder and the
@@ -32,9 +33,8 @@ type Info struct {
 	UpdatedAt time.Time
 }
 
-// List reads every process's cursor row, or only the named one when name is not empty. It probes each
-// row lock with FOR KEY SHARE SKIP LOCKED, which conflicts only with the processor's FOR UPDATE and is
-// released at once.
+// List reads every process's cursor row, or only the named one when name is not empty, and which instance
+// owns each. It takes no lock and does not disturb running processors.
 func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
@@ -79,42 +79,43 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 	}
 	for i := range infos {
 		in := &infos[i]
-		var free bool
-		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1
-			FOR KEY SHARE SKIP LOCKED)`, in.Process).Scan(&free); err != nil {
-			return nil, fmt.Errorf("probe cursor %q: %w", in.Process, err)
+		key := LockKey(in.Process)
+		// The owner holds the process's advisory lock (see TryLock); pg_locks shows it to every role.
+		var pid *int32
+		var app *string
+		err := tx.QueryRow(ctx, `
+			SELECT l.pid, a.application_name
+			FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+			  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
+			  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+			int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&pid, &app)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return nil, fmt.Errorf("find owner of cursor %q: %w", in.Process, err)
+		default:
+			in.Locked = true
+			in.HolderPID = int(*pid)
+			if app != nil {
+				in.Holder = *app
+			}
 		}
-		in.Locked = !free
-		// The holder is the instance connection of this process whose transaction has an xid: taking the
-		// row lock assigned one, while instances standing by have none.
-		rows, err := tx.Query(ctx, `
-			SELECT a.application_name, a.pid,
-			       EXISTS (SELECT 1 FROM pg_locks l WHERE l.pid = a.pid AND l.locktype = 'transactionid')
-			FROM pg_stat_activity a
-			WHERE a.application_name LIKE 'inorder:%' AND a.pid <> pg_backend_pid()`)
+		// Instances standing by keep a cursor connection open too; count them by application_name, which
+		// is cut at 63 bytes, so compare on what survives.
+		rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'inorder:%'`)
 		if err != nil {
-			return nil, fmt.Errorf("find holder of cursor %q: %w", in.Process, err)
+			return nil, fmt.Errorf("count instances of cursor %q: %w", in.Process, err)
 		}
-		for rows.Next() {
-			var app string
-			var pid int32
-			var hasXid bool
-			if err := rows.Scan(&app, &pid, &hasXid); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("find holder of cursor %q: %w", in.Process, err)
-			}
-			// application_name is cut at 63 bytes; compare on what survives.
-			want := "inorder:" + in.Process + "@"
-			if !strings.HasPrefix(app, want) && !(len(app) >= 63 && strings.HasPrefix(want, app)) {
-				continue
-			}
-			in.Connected++
-			if in.Locked && hasXid {
-				in.Holder, in.HolderPID = app, int(pid)
-			}
+		apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			return nil, fmt.Errorf("count instances of cursor %q: %w", in.Process, err)
 		}
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("find holder of cursor %q: %w", in.Process, err)
+		want := "inorder:" + in.Process + "@"
+		for _, a := range apps {
+			if strings.HasPrefix(a, want) || (len(a) >= 63 && strings.HasPrefix(want, a)) {
+				in.Connected++
+			}
 		}
 	}
 	return infos, nil

@@ -311,6 +311,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	ccfg := cursor.Config{
 		ConnConfig:               p.cfg.ConnConfig,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
+		IdleSessionTimeout:       max(2*p.cfg.IdleInTransactionTimeout, 2*p.cfg.RetryMax, 10*p.cfg.PollInterval),
 		StartFrom:                p.cfg.StartFrom,
 		Instance:                 p.cfg.Instance,
 	}

@@ -176,6 +176,9 @@ func (b *bundle) position(t *testing.T, process string) (time.Time, string) {
 	var id *string
 	err := b.db.Pool.QueryRow(context.Background(),
 		"SELECT position_created_at, position_id FROM inorder.cursor WHERE process_name = $1", process).Scan(&at, &id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return time.Time{}, "" // not registered yet
+	}
 	require.NoError(t, err)
 	if at == nil {
 		return time.Time{}, ""
@@ -193,3 +196,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func idsText(ids []int64) string { return fmt.Sprint(ids) }
+
+var errTest = errors.New("test failure")
+
+func idText(id int64) string { return fmt.Sprint(id) }
