@@ -32,8 +32,9 @@ const horizonSQL = `
 	  ON l.locktype = 'relation'
 	 AND l.mode = 'RowExclusiveLock'
 	 AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-	 AND l.relation IN (SELECT relid FROM pg_partition_tree($1::oid::regclass)
-	                    UNION SELECT relid FROM pg_partition_ancestors($1::oid::regclass))
+	 AND (l.relation = $1::oid
+	      OR l.relation IN (SELECT relid FROM pg_partition_tree($1::oid::regclass)
+	                        UNION ALL SELECT relid FROM pg_partition_ancestors($1::oid::regclass)))
 	 AND l.pid IS DISTINCT FROM pg_backend_pid()`
 
 type writer struct {
