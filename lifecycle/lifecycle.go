@@ -64,15 +64,12 @@ func New(cfg Config) *Group {
 }
 
 // Add adds an actor that runs until its context is cancelled. An error it returns stops the group and is
-// returned by Run, prefixed with the actor's name; returning nil before being interrupted stops the group
-// too.
+// returned by Run, prefixed with the actor's name, for the caller to report once; returning nil before
+// being interrupted stops the group too.
 func (g *Group) Add(name string, execute func(ctx context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	g.g.Add(func() error {
 		if err := execute(ctx); err != nil {
-			if ctx.Err() == nil {
-				g.log.Error().Str("actor", name).Err(err).Msg("stopping every actor: this one failed")
-			}
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		return nil

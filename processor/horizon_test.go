@@ -53,7 +53,7 @@ func (adv *adversary) transaction(ctx context.Context, pool *pgxpool.Pool, rng *
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if rng.IntN(4) == 0 { // another table first: this transaction's xid is older than its events
+	if rng.IntN(4) == 0 {  // another table first: this transaction's xid is older than its events
 		if _, err := tx.Exec(ctx, "INSERT INTO other (note) VALUES ('first')"); err != nil {
 			return err
 		}
@@ -215,39 +215,122 @@ func TestNoRowIsSkippedUnderAdversarialWriters(t *testing.T) {
 	require.Greater(t, lost, 0, "the guard-only control should lose rows on this workload")
 }
 
+// TestAnOpenWriterStallsTheStreamVisiblyAndItsRowsArriveInOrder holds a writer transaction open after it
+// wrote a row, while later rows commit. The stream must stall behind it, status must name it, and once it
+// commits everything must arrive in order. It runs for each way of writing (INSERT, COPY, a partitioned
+// table through its parent or straight into a partition), with the processor connected as a role that
+// may only read the source and its own tables.
 func TestAnOpenWriterStallsTheStreamVisiblyAndItsRowsArriveInOrder(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	before := b.insert(t, 3)
-	start(t, b.cfg)
-	waitFor(t, "the rows before the writer", func() bool { return b.h.count() == 3 })
+	for _, tc := range []struct {
+		name  string
+		ddl   string
+		table string
+		write func(ctx context.Context, tx pgx.Tx) (int64, error)
+	}{
+		{name: "insert", write: func(ctx context.Context, tx pgx.Tx) (int64, error) {
+			var id int64
+			err := tx.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ('slow', 1) RETURNING id").Scan(&id)
+			return id, err
+		}},
+		{name: "copy", write: func(ctx context.Context, tx pgx.Tx) (int64, error) {
+			if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, []string{"aggregate_id", "seq"},
+				pgx.CopyFromRows([][]any{{"slow", 1}})); err != nil {
+				return 0, err
+			}
+			var id int64
+			err := tx.QueryRow(ctx, "SELECT max(id) FROM events").Scan(&id)
+			return id, err
+		}},
+		{name: "partitioned through the parent", table: "pevents", ddl: partitionedDDL,
+			write: func(ctx context.Context, tx pgx.Tx) (int64, error) {
+				var id int64
+				err := tx.QueryRow(ctx, "INSERT INTO pevents (aggregate_id, seq) VALUES ('slow', 1) RETURNING id").Scan(&id)
+				return id, err
+			}},
+		{name: "partitioned straight into a partition", table: "pevents", ddl: partitionedDDL,
+			write: func(ctx context.Context, tx pgx.Tx) (int64, error) {
+				var id int64
+				err := tx.QueryRow(ctx, "INSERT INTO pevents_now (aggregate_id, seq) VALUES ('slow', 1) RETURNING id").Scan(&id)
+				return id, err
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			table := "events"
+			if tc.ddl != "" {
+				b.db.Exec(t, tc.ddl)
+				table = tc.table
+				b.cfg.Source.Table = table
+			}
+			b.cfg.ConnConfig.User = restrictedRole(t, b, table)
+			ctx := context.Background()
+			insert := func(n int) []int64 {
+				rows, err := b.db.Pool.Query(ctx, fmt.Sprintf(`INSERT INTO %s (aggregate_id, seq)
+					SELECT 'a', g FROM generate_series(1, $1) g RETURNING id`, table), n)
+				require.NoError(t, err)
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+				require.NoError(t, err)
+				return ids
+			}
+			before := insert(3)
+			start(t, b.cfg)
+			waitFor(t, "the rows before the writer", func() bool { return b.h.count() == 3 })
 
-	ctx := context.Background()
-	slow, err := b.db.Pool.Begin(ctx)
-	require.NoError(t, err)
-	defer slow.Rollback(ctx) //nolint:errcheck
-	var slowID int64
-	var slowPID int32
-	require.NoError(t, slow.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ('slow', 1) RETURNING id, pg_backend_pid()").Scan(&slowID, &slowPID))
-	after := b.insert(t, 4) // committed at once, but created after the slow writer's row
+			slow, err := b.db.Pool.Begin(ctx)
+			require.NoError(t, err)
+			defer slow.Rollback(ctx) //nolint:errcheck
+			var slowPID int32
+			require.NoError(t, slow.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&slowPID))
+			slowID, err := tc.write(ctx, slow)
+			require.NoError(t, err)
+			after := insert(4) // committed at once, but created after the slow writer's row
 
-	waitFor(t, "status to name the holder", func() bool {
-		conn, err := b.db.Pool.Acquire(ctx)
-		require.NoError(t, err)
-		defer conn.Release()
-		infos, err := cursor.List(ctx, conn.Conn(), b.cfg.Process)
-		require.NoError(t, err)
-		return len(infos) == 1 && infos[0].HeldByPID == int(slowPID)
-	})
-	require.Equal(t, before, b.h.ids(), "nothing after the open writer's row is delivered while it is open")
+			waitFor(t, "status to name the holder", func() bool {
+				conn, err := b.db.Pool.Acquire(ctx)
+				require.NoError(t, err)
+				defer conn.Release()
+				infos, err := cursor.List(ctx, conn.Conn(), b.cfg.Process)
+				require.NoError(t, err)
+				return len(infos) == 1 && infos[0].HeldByPID == int(slowPID)
+			})
+			require.Equal(t, before, b.h.ids(), "nothing after the open writer's row is delivered while it is open")
 
-	require.NoError(t, slow.Commit(ctx))
-	want := append(append(append([]int64{}, before...), slowID), after...)
-	waitFor(t, "everything after the commit", func() bool { return b.h.count() == len(want) })
-	require.Equal(t, want, b.h.ids())
-	waitFor(t, "the hold to clear", func() bool {
-		var pid *int32
-		require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT held_by_pid FROM inorder.cursor WHERE process_name = $1", b.cfg.Process).Scan(&pid))
-		return pid == nil
-	})
+			require.NoError(t, slow.Commit(ctx))
+			want := append(append(append([]int64{}, before...), slowID), after...)
+			waitFor(t, "everything after the commit", func() bool { return b.h.count() == len(want) })
+			require.Equal(t, want, b.h.ids())
+			waitFor(t, "the hold to clear", func() bool {
+				var pid *int32
+				require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT held_by_pid FROM inorder.cursor WHERE process_name = $1", b.cfg.Process).Scan(&pid))
+				return pid == nil
+			})
+		})
+	}
+}
+
+const partitionedDDL = `
+	CREATE TABLE pevents (
+		id           bigserial,
+		aggregate_id text NOT NULL,
+		seq          integer NOT NULL,
+		created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+		PRIMARY KEY (id, created_at)
+	) PARTITION BY RANGE (created_at);
+	CREATE TABLE pevents_old PARTITION OF pevents FOR VALUES FROM ('2000-01-01') TO ('2020-01-01');
+	CREATE TABLE pevents_now PARTITION OF pevents FOR VALUES FROM ('2020-01-01') TO ('2100-01-01');
+	CREATE INDEX ON pevents (created_at, id);`
+
+// restrictedRole creates a login role that may read table and use inorder's own tables, nothing more:
+// no superuser, no pg_read_all_stats. It returns the role's name.
+func restrictedRole(t *testing.T, b *bundle, table string) string {
+	t.Helper()
+	role := b.db.Name + "_reader"
+	b.db.Exec(t, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN NOSUPERUSER;
+		GRANT SELECT ON %[2]s TO %[1]s;
+		GRANT USAGE ON SCHEMA inorder TO %[1]s;
+		GRANT SELECT, INSERT, UPDATE ON inorder.cursor TO %[1]s`,
+		pgx.Identifier{role}.Sanitize(), pgx.Identifier{table}.Sanitize()))
+	return role
 }

@@ -283,8 +283,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		n, wait, err := p.tick(ctx, work)
 		if err != nil {
 			_ = p.cur.Abort(work)
-			if isFatal(err) {
-				p.log.Error().Err(err).Msg("stopping: this needs fixing, retrying will not help")
+			if isFatal(err) { // reported once, by whoever called Run
 				return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 			}
 			if ctx.Err() != nil {

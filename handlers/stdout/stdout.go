@@ -25,8 +25,8 @@ import (
 // Handler writes records as JSON lines. It buffers lines and is a handlers.Flusher: the processor flushes
 // it before any position that covers them is made durable, so a line is never behind the position.
 type Handler[T any] struct {
-	mu  sync.Mutex
-	w   *bufio.Writer
+	mu sync.Mutex
+	w  *bufio.Writer
 }
 
 // New returns a handler writing to w.

@@ -141,12 +141,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	args := []string{"-D", c.dataDir(), "-p", strconv.Itoa(c.port), "-k", c.dir}
 	settings := map[string]string{
-		"listen_addresses":   "127.0.0.1",
-		"max_connections":    "400",
-		"shared_buffers":     "128MB",
-		"log_min_messages":   "warning",
-		"logging_collector":  "off",
-		"max_wal_size":       "1GB",
+		"listen_addresses":        "127.0.0.1",
+		"max_connections":         "400",
+		"shared_buffers":          "128MB",
+		"log_min_messages":        "warning",
+		"logging_collector":       "off",
+		"max_wal_size":            "1GB",
 		"unix_socket_permissions": "0777",
 	}
 	for k, v := range c.cfg.Settings {

@@ -1,0 +1,531 @@
+package pubsub
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"cloud.google.com/go/pubsub/v2"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// Attribute names set on every published message (AttrEventType only when the record has a type).
+const (
+	// AttrID carries the record's id column as text. With AttrProcess it identifies a record across
+	// redeliveries, so subscribers can drop duplicates.
+	AttrID = "inorder_id"
+	// AttrProcess carries the name of the process that published the record.
+	AttrProcess = "inorder_process"
+	// AttrCreatedAt carries the record's created_at column in UTC as time.RFC3339Nano.
+	AttrCreatedAt = "inorder_created_at"
+	// AttrEventType carries the value of the record's type column, or of its event_type column when it has
+	// no type column. It is left out when the record has neither or the value is NULL.
+	AttrEventType = "event_type"
+)
+
+const (
+	// DefaultMaxInFlight is the number of records published but not yet acknowledged that a handler allows
+	// when Config.MaxInFlight is zero.
+	DefaultMaxInFlight = 100
+	// DefaultPayloadColumn is the column whose value becomes the message data when Config.PayloadColumn is
+	// empty.
+	DefaultPayloadColumn = "payload"
+	// DefaultMaxMessageBytes is the largest message a handler publishes when Config.MaxMessageBytes is zero:
+	// Pub/Sub's 10 MB request limit less 100 kB of headroom for the request's own framing.
+	DefaultMaxMessageBytes = 10_000_000 - 100_000
+	// WholeRecord as Config.PayloadColumn publishes the whole record as JSON even when it has a payload
+	// column.
+	WholeRecord = "-"
+)
+
+// typePlaceholder is replaced by the record's event type in Config.TopicTemplate.
+const typePlaceholder = "{type}"
+
+// Config configures a Handler. Client and one of Topic, TopicTemplate and TopicFunc are required; every
+// other field has a documented default.
+type Config struct {
+	// Client publishes the messages. The caller creates it (pubsub.NewClient honours PUBSUB_EMULATOR_HOST)
+	// and closes it after closing the handler. Required.
+	Client *pubsub.Client
+
+	// Topic is the topic records are published to: a topic ID in the client's project ("bookings") or a
+	// full name ("projects/my-project/topics/bookings"). It is required unless TopicTemplate or TopicFunc
+	// is set; with TopicTemplate it is where records without an event type go.
+	Topic string
+	// TopicTemplate, when set, chooses the topic from the record's event type (its type column, or its
+	// event_type column when it has no type column): "{type}" in the template is replaced by the type, so
+	// "events-{type}" sends a record of type "booking.created" to the topic "events-booking.created".
+	// Records without an event type go to Topic, and halt the stream with a permanent error when Topic is
+	// empty. Empty means every record goes to Topic.
+	TopicTemplate string
+	// TopicFunc, when set, chooses each record's topic (an ID or a full name) and takes precedence over
+	// Topic and TopicTemplate. An error it returns is the record's failure; wrap it with
+	// handlers.Permanent when retrying soon cannot help. Nil means Topic and TopicTemplate decide.
+	TopicFunc func(rec *handlers.Record[handlers.Row]) (string, error)
+
+	// MaxInFlight is how many records may be published and not yet acknowledged at once. Messages that
+	// share an ordering key stay in order whatever its value; a larger value hides the round trip to
+	// Pub/Sub. Zero means DefaultMaxInFlight (100); 1 publishes one record at a time.
+	MaxInFlight int
+	// PayloadColumn names the column whose value is the message data: json and jsonb values and strings
+	// as their bytes, bytea as is, NULL as empty data and other values as their JSON encoding. A record
+	// without such a column is published whole, as one JSON object with its columns in order; WholeRecord
+	// ("-") publishes every record that way. Empty means DefaultPayloadColumn ("payload").
+	PayloadColumn string
+	// MaxMessageBytes bounds a message's size, counted as its data plus its attribute names and values
+	// plus its ordering key. A larger record halts the stream with a permanent error naming the record and
+	// its size, since Pub/Sub would refuse it. Zero means DefaultMaxMessageBytes (10 MB less 100 kB).
+	MaxMessageBytes int
+	// PublishSettings tunes batching, flow control and the publish timeout of every publisher the handler
+	// creates. Hedging cannot be combined with ordering keys and is refused. Nil means
+	// pubsub.DefaultPublishSettings.
+	PublishSettings *pubsub.PublishSettings
+}
+
+// Handler publishes records to Pub/Sub with the record's key as the ordering key, and lets the position
+// move past a record only once Pub/Sub acknowledged it. It implements handlers.Handler and
+// handlers.AsyncHandler for handlers.Row and is safe for concurrent use. Close it when done.
+type Handler struct {
+	client          *pubsub.Client
+	topic           string
+	topicTemplate   string
+	topicFunc       func(rec *handlers.Record[handlers.Row]) (string, error)
+	maxInFlight     int
+	payloadColumn   string
+	maxMessageBytes int
+	settings        *pubsub.PublishSettings
+
+	mu     sync.Mutex
+	closed bool
+	pubs   map[string]*publisher // by full topic name
+}
+
+var (
+	_ handlers.Handler[handlers.Row]      = (*Handler)(nil)
+	_ handlers.AsyncHandler[handlers.Row] = (*Handler)(nil)
+)
+
+// publisher is the one Pub/Sub publisher of a topic, with the state of its ordering keys.
+type publisher struct {
+	name string
+	p    *pubsub.Publisher
+	// keys holds the ordering keys with publishes not yet settled or a pause not yet lifted. Guarded by
+	// Handler.mu.
+	keys map[string]*keyState
+}
+
+// keyState follows one ordering key of one publisher.
+type keyState struct {
+	// pending are the results of publishes on the key that were not seen settled yet, oldest first.
+	pending []*pubsub.PublishResult
+	// paused is set when a publish on the key failed: the client then fails every later publish on the
+	// key until ResumePublish, which is called only once nothing is pending on the key any more.
+	paused bool
+}
+
+// New checks cfg and returns a handler. It makes no request: publishers are created on first use.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("pubsub: Config.Client is required")
+	}
+	if cfg.Topic == "" && cfg.TopicTemplate == "" && cfg.TopicFunc == nil {
+		return nil, errors.New("pubsub: one of Config.Topic, Config.TopicTemplate and Config.TopicFunc is required")
+	}
+	if cfg.Topic != "" {
+		if _, err := topicName(cfg.Client.Project(), cfg.Topic); err != nil {
+			return nil, fmt.Errorf("pubsub: Config.Topic: %w", err)
+		}
+	}
+	if cfg.TopicTemplate != "" && !strings.Contains(cfg.TopicTemplate, typePlaceholder) {
+		return nil, fmt.Errorf("pubsub: Config.TopicTemplate %q does not contain %s", cfg.TopicTemplate, typePlaceholder)
+	}
+	if cfg.MaxInFlight < 0 {
+		return nil, fmt.Errorf("pubsub: Config.MaxInFlight %d is negative", cfg.MaxInFlight)
+	}
+	if cfg.MaxMessageBytes < 0 {
+		return nil, fmt.Errorf("pubsub: Config.MaxMessageBytes %d is negative", cfg.MaxMessageBytes)
+	}
+	if cfg.PublishSettings != nil && cfg.PublishSettings.HedgingSettings != nil {
+		return nil, errors.New("pubsub: Config.PublishSettings.HedgingSettings is set, but hedging cannot be combined with ordering keys")
+	}
+	h := &Handler{
+		client:          cfg.Client,
+		topic:           cfg.Topic,
+		topicTemplate:   cfg.TopicTemplate,
+		topicFunc:       cfg.TopicFunc,
+		maxInFlight:     cfg.MaxInFlight,
+		payloadColumn:   cfg.PayloadColumn,
+		maxMessageBytes: cfg.MaxMessageBytes,
+		pubs:            map[string]*publisher{},
+	}
+	if cfg.PublishSettings != nil {
+		s := *cfg.PublishSettings
+		h.settings = &s
+	}
+	if h.maxInFlight == 0 {
+		h.maxInFlight = DefaultMaxInFlight
+	}
+	if h.payloadColumn == "" {
+		h.payloadColumn = DefaultPayloadColumn
+	}
+	if h.maxMessageBytes == 0 {
+		h.maxMessageBytes = DefaultMaxMessageBytes
+	}
+	return h, nil
+}
+
+// MaxInFlight implements handlers.AsyncHandler.
+func (h *Handler) MaxInFlight() int { return h.maxInFlight }
+
+// Handle publishes rec and waits for Pub/Sub to acknowledge it.
+func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]) error {
+	res, err := h.Send(ctx, rec)
+	if err != nil {
+		return err
+	}
+	return res.Wait(ctx)
+}
+
+// Send publishes rec and returns at once; the result's Wait reports Pub/Sub's answer. A record that
+// cannot become a message (no topic, too large, not encodable) fails here with a permanent error.
+//
+// When an earlier publish on the record's ordering key failed, Send first waits (bounded by ctx) until
+// every publish on the key has settled, then resumes the key: so the record, normally the failed one
+// delivered again, is published after everything sent before it has been refused.
+func (h *Handler) Send(ctx context.Context, rec *handlers.Record[handlers.Row]) (handlers.Result, error) {
+	topic, err := h.topicOf(rec)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := h.message(rec)
+	if err != nil {
+		return nil, err
+	}
+	pub, err := h.publisher(topic)
+	if err != nil {
+		return nil, err
+	}
+	if msg.OrderingKey != "" {
+		if err := h.settle(ctx, pub, msg.OrderingKey); err != nil {
+			return nil, fmt.Errorf("pubsub: record %s: ordering key %q is paused after a failed publish and "+
+				"earlier publishes on it have not settled yet: %w", rec.ID, msg.OrderingKey, err)
+		}
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, fmt.Errorf("pubsub: record %s: handler is closed", rec.ID)
+	}
+	res := pub.p.Publish(ctx, msg)
+	if msg.OrderingKey != "" {
+		ks := pub.keys[msg.OrderingKey]
+		if ks == nil {
+			ks = &keyState{}
+			pub.keys[msg.OrderingKey] = ks
+		}
+		ks.pending = append(ks.pending, res)
+	}
+	return &result{h: h, pub: pub, key: msg.OrderingKey, id: rec.ID, res: res}, nil
+}
+
+// result is the outcome of one publish.
+type result struct {
+	h   *Handler
+	pub *publisher
+	key string
+	id  string
+	res *pubsub.PublishResult
+}
+
+// Wait blocks until Pub/Sub acknowledged the message or the publish failed. On a failure it waits (bounded
+// by ctx) for the other publishes on the ordering key to settle and resumes the key before returning, so
+// that the record can be published again.
+func (r *result) Wait(ctx context.Context) error {
+	_, err := r.res.Get(ctx)
+	if err != nil && !settled(r.res) {
+		// ctx ended first: the publish is still under way and may yet succeed or pause the key. Send
+		// notices either way before the key is used again.
+		return fmt.Errorf("pubsub: record %s on %s: no acknowledgement yet: %w", r.id, r.pub.name, err)
+	}
+	if r.key != "" {
+		r.h.mu.Lock()
+		r.h.reconcile(r.pub, r.key)
+		r.h.mu.Unlock()
+	}
+	if err == nil {
+		return nil
+	}
+	if r.key != "" {
+		// Best effort: if ctx ends before the key can be resumed, the next Send on it resumes it.
+		_ = r.h.settle(ctx, r.pub, r.key)
+	}
+	return r.failure(err)
+}
+
+// failure describes a failed publish, marking the failures retrying cannot fix as permanent.
+func (r *result) failure(err error) error {
+	var paused pubsub.ErrPublishingPaused
+	if errors.As(err, &paused) {
+		// The client's own text asks for ResumePublish, which the handler does by itself.
+		return fmt.Errorf("pubsub: record %s on %s: not published because an earlier message with ordering "+
+			"key %q failed", r.id, r.pub.name, paused.OrderingKey)
+	}
+	err = fmt.Errorf("pubsub: publish record %s to %s: %w", r.id, r.pub.name, err)
+	if errors.Is(err, pubsub.ErrOversizedMessage) || status.Code(err) == codes.InvalidArgument {
+		return handlers.Permanent(err)
+	}
+	return err
+}
+
+func settled(r *pubsub.PublishResult) bool {
+	select {
+	case <-r.Ready():
+		return true
+	default:
+		return false
+	}
+}
+
+// reconcile drops the settled publishes of a key, notes a failure among them, and resumes the key once a
+// failure was seen and nothing is pending any more. The caller holds h.mu.
+//
+// Resuming only then is what keeps the order: the client pauses a key when a publish on it fails and
+// fails every later message on the key while paused, but messages already queued behind the failed one
+// are refused only as their turn comes. Resuming while one of them is still queued would let it through,
+// acknowledged ahead of the failed record it follows.
+func (h *Handler) reconcile(pub *publisher, key string) {
+	ks := pub.keys[key]
+	if ks == nil {
+		return
+	}
+	kept := ks.pending[:0]
+	for _, r := range ks.pending {
+		if !settled(r) {
+			kept = append(kept, r)
+			continue
+		}
+		if _, err := r.Get(context.Background()); err != nil {
+			ks.paused = true
+		}
+	}
+	clear(ks.pending[len(kept):])
+	ks.pending = kept
+	if len(kept) > 0 {
+		return
+	}
+	if ks.paused {
+		pub.p.ResumePublish(key)
+	}
+	delete(pub.keys, key)
+}
+
+// settle waits until a key is not paused: if a publish on it failed, until all its publishes settled and
+// the key was resumed. It returns ctx's error if ctx ends first.
+func (h *Handler) settle(ctx context.Context, pub *publisher, key string) error {
+	for {
+		h.mu.Lock()
+		h.reconcile(pub, key)
+		ks := pub.keys[key]
+		if ks == nil || !ks.paused {
+			h.mu.Unlock()
+			return nil
+		}
+		next := ks.pending[0]
+		h.mu.Unlock()
+		select {
+		case <-next.Ready():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Close flushes every publisher, waits for its messages to be sent or to fail, and stops it. Sends after
+// Close fail. It does not close the client.
+func (h *Handler) Close() error {
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return nil
+	}
+	h.closed = true
+	pubs := make([]*publisher, 0, len(h.pubs))
+	for _, p := range h.pubs {
+		pubs = append(pubs, p)
+	}
+	h.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, p := range pubs {
+		wg.Go(p.p.Stop)
+	}
+	wg.Wait()
+	return nil
+}
+
+// publisher returns the topic's publisher, creating it with message ordering enabled on first use.
+func (h *Handler) publisher(name string) (*publisher, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, errors.New("pubsub: handler is closed")
+	}
+	if p, ok := h.pubs[name]; ok {
+		return p, nil
+	}
+	p := h.client.Publisher(name)
+	if h.settings != nil {
+		p.PublishSettings = *h.settings
+	}
+	p.EnableMessageOrdering = true
+	pub := &publisher{name: name, p: p, keys: map[string]*keyState{}}
+	h.pubs[name] = pub
+	return pub, nil
+}
+
+// topicOf returns the full name of the topic rec goes to.
+func (h *Handler) topicOf(rec *handlers.Record[handlers.Row]) (string, error) {
+	var t string
+	switch {
+	case h.topicFunc != nil:
+		var err error
+		if t, err = h.topicFunc(rec); err != nil {
+			return "", fmt.Errorf("pubsub: choose the topic of record %s: %w", rec.ID, err)
+		}
+		if t == "" {
+			return "", handlers.Permanent(fmt.Errorf("pubsub: TopicFunc chose no topic for record %s", rec.ID))
+		}
+	case h.topicTemplate != "":
+		if typ, ok := eventType(rec.Value); ok && typ != "" {
+			t = strings.ReplaceAll(h.topicTemplate, typePlaceholder, typ)
+		} else if h.topic != "" {
+			t = h.topic
+		} else {
+			return "", handlers.Permanent(fmt.Errorf("pubsub: record %s has no type or event_type to fill the "+
+				"topic template %q, and no default topic is set", rec.ID, h.topicTemplate))
+		}
+	default:
+		t = h.topic
+	}
+	name, err := topicName(h.client.Project(), t)
+	if err != nil {
+		return "", handlers.Permanent(fmt.Errorf("pubsub: record %s: %w", rec.ID, err))
+	}
+	return name, nil
+}
+
+// topicIDPattern is what Pub/Sub accepts as a topic ID.
+var topicIDPattern = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9\-_.~+%]{2,254}$`)
+
+// topicName turns a topic ID or full name into a checked full name.
+func topicName(project, t string) (string, error) {
+	id := t
+	if strings.Contains(t, "/") {
+		parts := strings.Split(t, "/")
+		if len(parts) != 4 || parts[0] != "projects" || parts[1] == "" || parts[2] != "topics" {
+			return "", fmt.Errorf("topic %q is neither a topic ID nor a full name projects/<project>/topics/<topic>", t)
+		}
+		project, id = parts[1], parts[3]
+	}
+	if !topicIDPattern.MatchString(id) || strings.HasPrefix(strings.ToLower(id), "goog") {
+		return "", fmt.Errorf("topic ID %q is not valid: it must be 3 to 255 letters, digits and - _ . ~ + %%, "+
+			"start with a letter and not with goog", id)
+	}
+	return "projects/" + project + "/topics/" + id, nil
+}
+
+// eventType returns the record's type column, or its event_type column when it has no type column.
+func eventType(row handlers.Row) (string, bool) {
+	for _, c := range [...]string{"type", "event_type"} {
+		if v, ok := row.Get(c); ok {
+			if v == nil {
+				return "", false
+			}
+			return text(v), true
+		}
+	}
+	return "", false
+}
+
+// text is a column value as an attribute or topic part: strings as they are, JSON strings unquoted.
+func text(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case json.RawMessage:
+		var s string
+		if json.Unmarshal(x, &s) == nil {
+			return s
+		}
+		return string(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// message builds the Pub/Sub message for rec.
+func (h *Handler) message(rec *handlers.Record[handlers.Row]) (*pubsub.Message, error) {
+	data, err := h.data(rec.Value)
+	if err != nil {
+		return nil, handlers.Permanent(fmt.Errorf("pubsub: encode record %s: %w", rec.ID, err))
+	}
+	attrs := map[string]string{
+		AttrID:        rec.ID,
+		AttrProcess:   rec.Process,
+		AttrCreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
+	}
+	if typ, ok := eventType(rec.Value); ok {
+		attrs[AttrEventType] = typ
+	}
+	msg := &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: rec.Key}
+	if size := messageSize(msg); size > h.maxMessageBytes {
+		return nil, handlers.Permanent(fmt.Errorf("pubsub: record %s is %d bytes as a message, more than the "+
+			"limit of %d bytes: Pub/Sub would refuse it", rec.ID, size, h.maxMessageBytes))
+	}
+	return msg, nil
+}
+
+// data returns the message data: the payload column's value, or the whole record as JSON.
+func (h *Handler) data(row handlers.Row) ([]byte, error) {
+	if h.payloadColumn != WholeRecord {
+		if v, ok := row.Get(h.payloadColumn); ok {
+			switch x := v.(type) {
+			case nil:
+				return nil, nil
+			case json.RawMessage:
+				return x, nil
+			case []byte:
+				return x, nil
+			case string:
+				return []byte(x), nil
+			default:
+				b, err := json.Marshal(x)
+				if err != nil {
+					return nil, fmt.Errorf("column %q: %w", h.payloadColumn, err)
+				}
+				return b, nil
+			}
+		}
+	}
+	return json.Marshal(row)
+}
+
+// messageSize is the size MaxMessageBytes bounds.
+func messageSize(m *pubsub.Message) int {
+	n := len(m.Data) + len(m.OrderingKey)
+	for k, v := range m.Attributes {
+		n += len(k) + len(v)
+	}
+	return n
+}

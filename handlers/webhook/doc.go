@@ -1,0 +1,67 @@
+// Package webhook is a sink that POSTs each record, signed, to an HTTP endpoint and lets the position move
+// past the record only once the endpoint answered with a 2xx status.
+//
+// # Request
+//
+// Each record is one POST to Config.URL with Content-Type application/json and this body, on one line:
+//
+//	{"process":"<name>","id":"<record id>","created_at":"<RFC 3339 time>","key":"<key>","attempt":<n>,"record":<value>}
+//
+// The process is the name of the stream; id is the record's id column as text; created_at is the record's
+// created_at column in UTC with as many fractional digits as it has (Go's time.RFC3339Nano); key is the
+// record's key column as text (for example the aggregate id), and the field is left out when the process has
+// no key column; attempt counts deliveries of this record, 1 the first time; record is the row itself as
+// encoding/json marshals it, which for handlers.Row is one object with the columns in their selected order.
+// The fields always appear in this order.
+//
+// The request carries these headers besides any static ones from Config.Headers:
+//
+//	Content-Type: application/json
+//	Idempotency-Key: <process>:<record id>
+//	Inorder-Attempt: <n>
+//	Inorder-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>
+//
+// The Idempotency-Key is the same on every delivery of a record, whatever the attempt: a receiver that
+// stores it with the record's effect, and answers 2xx without acting again when it sees a key it already
+// has, turns the processor's at-least-once delivery into exactly-once effects. A record is delivered again
+// when its request failed or timed out on the sender's side even though the receiver had acted, and when an
+// instance crashed between the response and the durable position.
+//
+// The headers repeat fields of the body for convenience, but only the body is signed: a receiver that must
+// not be fooled takes the process, id and attempt from the verified body.
+//
+// # Signature
+//
+// Inorder-Signature carries the Unix time the request was signed at and an HMAC-SHA256, keyed with
+// Config.Secret, of that time in decimal, a full stop and the exact body bytes:
+//
+//	v1 = hex(HMAC-SHA256(secret, "<t>" + "." + body))
+//
+// The scheme is the one Stripe uses. The timestamp is inside the MAC so that it cannot be changed without
+// the secret, which gives replay protection: a receiver rejects requests signed too long ago, so a request
+// captured on the wire cannot be replayed later. Receivers call Verify or VerifyRequest, which compare in
+// constant time and accept timestamps within a tolerance of their own clock (DefaultTolerance when none is
+// given). Verify accepts several v1 entries in one header and unknown entries are ignored, so that a sender
+// can sign with an old and a new secret while the secret is rotated, and later versions of the scheme can
+// be added beside v1.
+//
+// # Retries
+//
+// The response's status decides what happens to the record:
+//
+//   - 2xx: delivered; the position moves past the record.
+//   - 408, 429 and 5xx, network errors and timeouts: the error is retryable; the stream halts on the record
+//     and the processor tries it again with capped exponential backoff. A Retry-After header, in seconds or
+//     as an HTTP date, is honoured through handlers.RetryAfter.
+//   - 3xx (the default client does not follow redirects) and every other 4xx: the receiver rejected the
+//     record itself, so the error is handlers.Permanent. The stream halts on the record and retries it at
+//     the longest backoff only, until an operator fixes the receiver or skips the record.
+//
+// An error for a status is a *StatusError; its text names the URL (without userinfo or query), the status
+// and a bounded excerpt of the response body, for example
+//
+//	webhook POST https://hooks.example.com/bookings: 400 Bad Request: {"error":"unknown customer"}
+//
+// and it is what the processor stores in the cursor row as the halted record's error. The secret never
+// appears in errors.
+package webhook

@@ -1,0 +1,286 @@
+package webhook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+const (
+	defaultTimeout      = 10 * time.Second
+	defaultMaxErrorBody = 512
+	// drainLimit bounds how much of a response body is read and thrown away so that the connection can be
+	// reused; a longer body costs a new connection instead.
+	drainLimit = 64 << 10
+	userAgent  = "inorder-webhook"
+)
+
+// Config configures a Handler. URL and Secret are required; every other field has a documented default.
+type Config struct {
+	// URL is where records are POSTed: an absolute http or https URL. Userinfo in it is sent as basic
+	// authentication. Error messages show the URL without userinfo and query. Required.
+	URL string
+	// Secret is the HMAC-SHA256 key every request is signed with (see Sign); receivers verify with the same
+	// key. It never appears in logs or error messages. Required.
+	Secret []byte
+	// Timeout bounds one request, from connecting to reading the response status, headers and error
+	// excerpt. Keep it below the processor's HandlerTimeout. Zero means 10s.
+	Timeout time.Duration
+	// Client sends the requests. Nil means a client on http.DefaultTransport that does not follow
+	// redirects and has no overall timeout of its own: Timeout applies to each request through its context.
+	// A client given here keeps its own redirect policy and timeout.
+	Client *http.Client
+	// MaxErrorBody bounds, in bytes, the excerpt of a failed response's body kept in the error (and so in
+	// the cursor row and the logs). Zero means 512.
+	MaxErrorBody int
+	// Headers are static headers sent with every request, for example an Authorization token the receiver
+	// expects. The handler's own Content-Type, Idempotency-Key, Inorder-Attempt and Inorder-Signature are
+	// set after them and win. Nil means none.
+	Headers http.Header
+}
+
+// Handler POSTs each record to a URL, signed, and returns once the receiver answered. It implements
+// handlers.Handler and is safe for concurrent use.
+type Handler[T any] struct {
+	url          string // as configured, for the requests
+	target       string // without userinfo and query, for messages
+	secret       []byte
+	timeout      time.Duration
+	client       *http.Client
+	maxErrorBody int
+	headers      http.Header
+}
+
+var _ handlers.Handler[handlers.Row] = (*Handler[handlers.Row])(nil)
+
+// New checks cfg and returns a handler. It makes no request.
+func New[T any](cfg Config) (*Handler[T], error) {
+	if cfg.URL == "" {
+		return nil, errors.New("webhook: Config.URL is required")
+	}
+	u, err := url.Parse(cfg.URL)
+	if err != nil {
+		var uerr *url.Error
+		if errors.As(err, &uerr) {
+			err = uerr.Err // the wrapper repeats the URL, which may hold a password
+		}
+		return nil, fmt.Errorf("webhook: Config.URL is not a valid URL: %v", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return nil, fmt.Errorf("webhook: Config.URL must be an http or https URL, not %q", u.Scheme)
+	}
+	if u.Host == "" {
+		return nil, fmt.Errorf("webhook: Config.URL %s has no host", redact(u))
+	}
+	if len(cfg.Secret) == 0 {
+		return nil, errors.New("webhook: Config.Secret is required: it is the HMAC key receivers verify requests with")
+	}
+	if cfg.Timeout < 0 {
+		return nil, fmt.Errorf("webhook: Config.Timeout %s is negative", cfg.Timeout)
+	}
+	if cfg.MaxErrorBody < 0 {
+		return nil, fmt.Errorf("webhook: Config.MaxErrorBody %d is negative", cfg.MaxErrorBody)
+	}
+	h := &Handler[T]{
+		url:          cfg.URL,
+		target:       redact(u),
+		secret:       bytes.Clone(cfg.Secret),
+		timeout:      cfg.Timeout,
+		client:       cfg.Client,
+		maxErrorBody: cfg.MaxErrorBody,
+		headers:      cfg.Headers.Clone(),
+	}
+	if h.timeout == 0 {
+		h.timeout = defaultTimeout
+	}
+	if h.maxErrorBody == 0 {
+		h.maxErrorBody = defaultMaxErrorBody
+	}
+	if h.client == nil {
+		h.client = &http.Client{
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return h, nil
+}
+
+// redact returns u without userinfo, query and fragment.
+func redact(u *url.URL) string {
+	r := *u
+	r.User, r.RawQuery, r.ForceQuery, r.Fragment, r.RawFragment = nil, "", false, "", ""
+	return r.String()
+}
+
+// envelope is the request body; the field order is the documented format.
+type envelope[T any] struct {
+	Process   string `json:"process"`
+	ID        string `json:"id"`
+	CreatedAt string `json:"created_at"`
+	Key       string `json:"key,omitempty"`
+	Attempt   int    `json:"attempt"`
+	Record    T      `json:"record"`
+}
+
+// Handle POSTs rec and classifies the outcome: nil for a 2xx status; a retryable error for 408, 429, 5xx,
+// network errors and timeouts, carrying any Retry-After as handlers.RetryAfter; handlers.Permanent for
+// other statuses and for a record that cannot be encoded as JSON.
+func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error {
+	body, err := json.Marshal(envelope[T]{
+		Process:   rec.Process,
+		ID:        rec.ID,
+		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
+		Key:       rec.Key,
+		Attempt:   rec.Attempt,
+		Record:    rec.Value,
+	})
+	if err != nil {
+		return handlers.Permanent(fmt.Errorf("webhook: encode record %s as JSON: %w", rec.ID, err))
+	}
+	rctx, cancel := context.WithTimeout(ctx, h.timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("webhook POST %s: %w", h.target, unwrapURLError(err))
+	}
+	req.Header.Set("User-Agent", userAgent)
+	for k, vs := range h.headers {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(IdempotencyKeyHeader, rec.Process+":"+rec.ID)
+	req.Header.Set(AttemptHeader, strconv.Itoa(rec.Attempt))
+	req.Header.Set(SignatureHeader, Sign(h.secret, time.Now(), body))
+
+	resp, err := h.client.Do(req)
+	if err != nil {
+		err = unwrapURLError(err)
+		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+			return fmt.Errorf("webhook POST %s: no response within %s: %w", h.target, h.timeout, err)
+		}
+		return fmt.Errorf("webhook POST %s: %w", h.target, err)
+	}
+	defer func() {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
+		_ = resp.Body.Close()
+	}()
+	return h.classify(resp)
+}
+
+// unwrapURLError drops the *url.Error around a client error: its text repeats the URL, userinfo and all.
+func unwrapURLError(err error) error {
+	var uerr *url.Error
+	if errors.As(err, &uerr) {
+		return uerr.Err
+	}
+	return err
+}
+
+func (h *Handler[T]) classify(resp *http.Response) error {
+	code := resp.StatusCode
+	if code >= 200 && code < 300 {
+		return nil
+	}
+	serr := &StatusError{URL: h.target, StatusCode: code, Body: excerpt(resp.Body, h.maxErrorBody)}
+	if code >= 300 && code < 400 {
+		if loc, err := resp.Location(); err == nil {
+			serr.Location = redact(loc)
+		}
+	}
+	switch {
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
+		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
+			return handlers.RetryAfter(serr, d)
+		}
+		return serr
+	case code >= 300:
+		return handlers.Permanent(serr)
+	default: // an informational status the client passed on: not the record's fault
+		return serr
+	}
+}
+
+// StatusError is the error for a response with a status other than 2xx. Handle returns it as is for a
+// retryable status, and wrapped by handlers.Permanent or handlers.RetryAfter as the status says.
+type StatusError struct {
+	// URL is the request URL without userinfo and query.
+	URL string
+	// StatusCode is the response's status code.
+	StatusCode int
+	// Location is the redirect target of a 3xx response, without userinfo and query, or "".
+	Location string
+	// Body is an excerpt of the response body: at most Config.MaxErrorBody bytes of it on one line, followed
+	// by "..." when the body was longer.
+	Body string
+}
+
+// Error returns "webhook POST <url>: <code> <reason>[ to <location>][: <body excerpt>]".
+func (e *StatusError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "webhook POST %s: %d", e.URL, e.StatusCode)
+	if t := http.StatusText(e.StatusCode); t != "" {
+		b.WriteString(" " + t)
+	}
+	if e.Location != "" {
+		b.WriteString(" to " + e.Location)
+	}
+	if e.Body != "" {
+		b.WriteString(": " + e.Body)
+	}
+	return b.String()
+}
+
+// excerpt reads at most limit bytes of body and returns them as one line of valid UTF-8, followed by "..."
+// when there was more.
+func excerpt(body io.Reader, limit int) string {
+	b, _ := io.ReadAll(io.LimitReader(body, int64(limit)+1))
+	cut := len(b) > limit
+	if cut {
+		b = b[:limit]
+	}
+	// A rune split by the cut is dropped with any other invalid bytes.
+	s := strings.ToValidUTF8(string(b), "")
+	s = strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\r' || r == '\t':
+			return ' '
+		case unicode.IsControl(r):
+			return -1
+		}
+		return r
+	}, s)
+	s = strings.TrimSpace(s)
+	if cut {
+		s += "..."
+	}
+	return s
+}
+
+// parseRetryAfter reads a Retry-After value, delay-seconds or an HTTP date, as a positive delay.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if secs, err := strconv.ParseUint(v, 10, 64); err == nil {
+		secs = min(secs, uint64(math.MaxInt64/int64(time.Second)))
+		return time.Duration(secs) * time.Second, secs > 0
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		if d := t.Sub(now); d > 0 {
+			return d, true
+		}
+	}
+	return 0, false
+}
