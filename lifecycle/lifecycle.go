@@ -111,7 +111,8 @@ func (g *Group) Run() error {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, g.cfg.Signals...)
 	defer signal.Stop(sigs)
-	stop := make(chan struct{})
+	stop := make(chan struct{})     // the signal actor is interrupted
+	finished := make(chan struct{}) // every actor has returned
 	var once sync.Once
 	g.g.Add(func() error {
 		select {
@@ -122,7 +123,7 @@ func (g *Group) Run() error {
 				case s := <-sigs:
 					g.log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
 					g.cfg.ExitFunc(130)
-				case <-stop:
+				case <-finished:
 				}
 			}()
 			return &SignalError{Signal: s}
@@ -131,7 +132,7 @@ func (g *Group) Run() error {
 		}
 	}, func(error) { once.Do(func() { close(stop) }) })
 	err := g.g.Run()
-	once.Do(func() { close(stop) })
+	close(finished)
 	if IsSignal(err) {
 		return nil
 	}

@@ -162,7 +162,9 @@ func (c *Cluster) start(ctx context.Context) error {
 	}
 	// The server outlives the context that started it: it is stopped only by Stop.
 	cmd := c.command(context.Background(), "postgres", args...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true}
+	// Pdeathsig stops the server (fast shutdown) if the test binary or demo that started it is killed
+	// without running Stop, so no orphaned cluster outlives it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: c.cred, Setpgid: true, Pdeathsig: syscall.SIGINT}
 	if c.cfg.LogFunc != nil {
 		w := &lineWriter{fn: c.cfg.LogFunc}
 		cmd.Stdout, cmd.Stderr = w, w

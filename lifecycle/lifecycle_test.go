@@ -1,0 +1,146 @@
+package lifecycle_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/lifecycle"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+type row struct {
+	ID int64 `db:"id"`
+}
+
+// signalMu serialises the tests that signal the test binary itself: a signal reaches every group
+// listening at that moment.
+var signalMu sync.Mutex
+
+func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
+	t.Helper()
+	db := pgtest.New(t)
+	db.Exec(t, `CREATE TABLE jobs (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE INDEX ON jobs (created_at, id);
+		INSERT INTO jobs SELECT FROM generate_series(1, 5)`)
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	return db, processor.Config[row]{
+		Process: "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
+		PollInterval: 20 * time.Millisecond, Registry: &cursor.Registry{},
+	}
+}
+
+func TestSIGTERMMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
+	signalMu.Lock()
+	defer signalMu.Unlock()
+	db, cfg := setup(t)
+	inFlight := make(chan int64)
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var done []int64
+	cfg.Handler = handlers.HandlerFunc[row](func(ctx context.Context, rec *handlers.Record[row]) error {
+		if rec.Value.ID == 3 {
+			inFlight <- rec.Value.ID
+			<-release // the signal arrives while this record is in its handler
+		}
+		mu.Lock()
+		done = append(done, rec.Value.ID)
+		mu.Unlock()
+		return nil
+	})
+	p, err := processor.New(cfg)
+	require.NoError(t, err)
+	g := lifecycle.New(lifecycle.Config{})
+	g.AddRunner(p)
+	result := make(chan error, 1)
+	go func() { result <- g.Run() }()
+
+	select {
+	case id := <-inFlight:
+		require.Equal(t, int64(3), id)
+	case err := <-result:
+		t.Fatalf("the group stopped before the record was in flight: %v", err)
+	}
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+	// The group must wait for the record in flight, not cut it off.
+	select {
+	case err := <-result:
+		t.Fatalf("the group returned (%v) while a record was in flight", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(release)
+	require.NoError(t, <-result)
+	require.Equal(t, []int64{1, 2, 3}, done, "the record in flight finished; nothing after it was started")
+
+	var posID string
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT position_id FROM inorder.cursor WHERE process_name = 'jobs'").Scan(&posID))
+	require.Equal(t, "3", posID, "the position of the record in flight is durable")
+	conn, err := db.Pool.Acquire(context.Background())
+	require.NoError(t, err)
+	defer conn.Release()
+	infos, err := cursor.List(context.Background(), conn.Conn(), "jobs")
+	require.NoError(t, err)
+	require.False(t, infos[0].Locked, "the cursor is unlocked")
+	require.Zero(t, infos[0].Connected, "the cursor connection is closed")
+}
+
+func TestSecondSignalExitsAtOnce(t *testing.T) {
+	signalMu.Lock()
+	defer signalMu.Unlock()
+	exited := make(chan int, 1)
+	g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) { exited <- code }})
+	stuck := make(chan struct{})
+	started := make(chan struct{})
+	g.Add("stuck", func(ctx context.Context) error {
+		close(started)
+		<-stuck // ignores its context: a shutdown that hangs
+		return nil
+	})
+	result := make(chan error, 1)
+	go func() { result <- g.Run() }()
+	<-started
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+	require.Eventually(t, func() bool {
+		_ = syscall.Kill(syscall.Getpid(), syscall.SIGINT)
+		select {
+		case code := <-exited:
+			require.Equal(t, 130, code)
+			return true
+		default:
+			return false
+		}
+	}, 10*time.Second, 50*time.Millisecond)
+	close(stuck)
+	require.NoError(t, <-result)
+}
+
+func TestAFatalProcessorErrorStopsTheGroupNamingTheProcess(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	cfg.Source.Table = "missing_table"
+	cfg.Handler = handlers.HandlerFunc[row](func(context.Context, *handlers.Record[row]) error { return nil })
+	p, err := processor.New(cfg)
+	require.NoError(t, err)
+	other := make(chan struct{})
+	g2 := lifecycle.New(lifecycle.Config{})
+	g2.AddRunner(p)
+	g2.Add("bystander", func(ctx context.Context) error { <-ctx.Done(); close(other); return nil })
+	err = g2.Run()
+	require.Error(t, err)
+	require.True(t, errors.Is(err, processor.ErrInvalidSource))
+	require.Contains(t, err.Error(), `process jobs: process "jobs": invalid source: table "missing_table" does not exist`)
+	<-other // every other actor was interrupted
+}
