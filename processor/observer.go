@@ -17,6 +17,9 @@ type Observer interface {
 	Locked(process string, locked bool)
 	// Hold reports how long the writer limiting the horizon has been in flight (0 for none).
 	Hold(process string, held time.Duration)
+	// Connected reports whether the processor has a working database connection: false when it lost it
+	// and is reconnecting, true once it is back (and after start-up).
+	Connected(process string, ok bool)
 }
 
 type nopObserver struct{}
@@ -27,3 +30,4 @@ func (nopObserver) Position(string, time.Time)           {}
 func (nopObserver) Halted(string, bool)                  {}
 func (nopObserver) Locked(string, bool)                  {}
 func (nopObserver) Hold(string, time.Duration)           {}
+func (nopObserver) Connected(string, bool)               {}

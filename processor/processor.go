@@ -338,6 +338,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.table = t
+	p.obs.Connected(p.cfg.Process, true)
 	for _, w := range t.warnings {
 		p.log.Warn().Str("table", t.qualified).Msg(w)
 	}
@@ -346,6 +347,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.log.Warn().Err(cause).Msg("database connection lost; reconnecting")
+	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.owned = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
@@ -355,6 +357,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 		err := p.cur.Reconnect(work)
 		if err == nil {
 			p.log.Info().Int("attempts", attempt).Msg("reconnected")
+			p.obs.Connected(p.cfg.Process, true)
 			return
 		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")

@@ -3,16 +3,20 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/handlers/stdout"
+	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -40,6 +44,16 @@ type runFlags struct {
 	retryMax        time.Duration
 	holdWarnAfter   time.Duration
 	instance        string
+
+	webhookURL       string
+	webhookSecretEnv string
+	webhookTimeout   time.Duration
+
+	pubsubProject       string
+	pubsubTopic         string
+	pubsubTopicTemplate string
+	pubsubMaxInFlight   int
+	pubsubPayloadColumn string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -55,7 +69,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.insertLatency, "insert-latency", 5*time.Millisecond, "safety margin below the horizon for clock steps")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
 	fs.StringVar(&f.startFrom, "start-from", "beginning", "where a new process starts: beginning or now")
-	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout")
+	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook or pubsub")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "idle_in_transaction_session_timeout of the cursor connection")
 	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default half the idle timeout)")
@@ -64,6 +78,16 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retryMax, "retry-max", time.Minute, "longest wait between retries of a failing record")
 	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", time.Minute, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
+
+	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
+	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
+	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "webhook: per-request timeout (below --handler-timeout)")
+
+	fs.StringVar(&f.pubsubProject, "pubsub-project", "", "pubsub: Google Cloud project (PUBSUB_EMULATOR_HOST is honoured)")
+	fs.StringVar(&f.pubsubTopic, "pubsub-topic", "", "pubsub: topic ID or full name")
+	fs.StringVar(&f.pubsubTopicTemplate, "pubsub-topic-template", "", "pubsub: topic per event type, e.g. events-{type}")
+	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", 100, "pubsub: publishes awaiting acknowledgement at once")
+	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", "payload", "pubsub: column sent as message data (whole record as JSON without it)")
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -81,11 +105,14 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	switch f.handler {
-	case "stdout":
+	h, closeHandler, err := f.newHandler(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeHandler()
+	cfg.Handler = h
+	if f.handler == "stdout" {
 		cfg.Handler = stdout.New[handlers.Row](stdoutW)
-	default:
-		return usageErr("unknown --handler %q: use stdout", f.handler)
 	}
 	p, err := processor.New(cfg)
 	if err != nil {
@@ -94,6 +121,69 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	g := lifecycle.New(lifecycle.Config{Logger: log})
 	g.AddRunner(p)
 	return g.Run()
+}
+
+// newHandler builds the sink named by --handler from its flags. The returned function releases it.
+func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers.Row]) (handlers.Handler[handlers.Row], func(), error) {
+	nothing := func() {}
+	webhookSet := f.webhookURL != "" || f.webhookSecretEnv != ""
+	pubsubSet := f.pubsubProject != "" || f.pubsubTopic != "" || f.pubsubTopicTemplate != ""
+	switch f.handler {
+	case "stdout":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags need --handler webhook or pubsub")
+		}
+		return nil, nothing, nil // built by the caller on its stdout
+	case "webhook":
+		if pubsubSet {
+			return nil, nothing, usageErr("--pubsub-* flags contradict --handler webhook")
+		}
+		if f.webhookURL == "" || f.webhookSecretEnv == "" {
+			return nil, nothing, usageErr("--handler webhook needs --webhook-url and --webhook-secret-env")
+		}
+		secret := os.Getenv(f.webhookSecretEnv)
+		if secret == "" {
+			return nil, nothing, usageErr("--webhook-secret-env names %s, which is not set or empty", f.webhookSecretEnv)
+		}
+		handlerTimeout := cfg.HandlerTimeout
+		if handlerTimeout == 0 {
+			handlerTimeout = cfg.IdleInTransactionTimeout / 2 // the processor's default
+		}
+		if f.webhookTimeout <= 0 || f.webhookTimeout >= handlerTimeout {
+			return nil, nothing, usageErr("--webhook-timeout (%s) must be positive and shorter than the handler "+
+				"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, handlerTimeout)
+		}
+		h, err := webhook.New[handlers.Row](webhook.Config{URL: f.webhookURL, Secret: []byte(secret), Timeout: f.webhookTimeout})
+		if err != nil {
+			return nil, nothing, usageErr("%v", err)
+		}
+		return h, nothing, nil
+	case "pubsub":
+		if webhookSet {
+			return nil, nothing, usageErr("--webhook-* flags contradict --handler pubsub")
+		}
+		if f.pubsubProject == "" || (f.pubsubTopic == "" && f.pubsubTopicTemplate == "") {
+			return nil, nothing, usageErr("--handler pubsub needs --pubsub-project and --pubsub-topic (or --pubsub-topic-template)")
+		}
+		if f.pubsubMaxInFlight < 1 {
+			return nil, nothing, usageErr("--pubsub-max-in-flight must be at least 1, got %d", f.pubsubMaxInFlight)
+		}
+		client, err := gpubsub.NewClient(ctx, f.pubsubProject)
+		if err != nil {
+			return nil, nothing, fmt.Errorf("pubsub client for project %q: %w", f.pubsubProject, err)
+		}
+		h, err := pubsub.New(pubsub.Config{
+			Client: client, Topic: f.pubsubTopic, TopicTemplate: f.pubsubTopicTemplate,
+			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: f.pubsubPayloadColumn,
+		})
+		if err != nil {
+			client.Close()
+			return nil, nothing, usageErr("%v", err)
+		}
+		return h, func() { _ = h.Close(); _ = client.Close() }, nil
+	default:
+		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook or pubsub", f.handler)
+	}
 }
 
 // config checks the flags against each other and turns them into a processor configuration.

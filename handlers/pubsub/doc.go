@@ -56,15 +56,25 @@
 //
 // When a publish fails, the client pauses the message's ordering key: every message on the key queued
 // after the failed one fails as well, without being sent, until the key is resumed. Nothing published
-// after the failed record on its key can therefore be acknowledged before it. The processor stops sending,
+// after the failed record on its key can therefore be acknowledged before it. (The client sends the
+// messages of a key in batches, and a refused request fails every message in it, so the stream may halt on
+// an earlier record of the same request than the one Pub/Sub objected to.) The processor stops sending,
 // waits out the records in flight without counting them, records the failure in the cursor row and
 // delivers again from the failed record after a backoff.
 //
-// The handler resumes the key itself, but only once every publish on the key it had started has settled:
-// the messages queued behind the failed one are refused only as their turn comes, and resuming while one of
-// them is still queued would let it through ahead of the failed record. Waiting on the failed result does
-// this before it returns the error, and a later Send on a paused key does it before it publishes, so the
-// failed record published again is the first message on the key after the pause.
+// The handler resumes the key itself (ResumePublish), and only when two things hold, each of which keeps
+// the order. First, every publish on the key it had started has settled: the messages queued behind the
+// failed one are refused only as their turn comes, and resuming while one of them is still queued would
+// let it through ahead of the failed record. Second, an error has gone back to the processor: until then
+// the processor goes on sending records after the failed one, which must be refused too, and from then on
+// it sends nothing until it delivers again from its position, which is before the failed record because
+// that record was never acknowledged. So a failed Wait waits for the key's other publishes to settle and
+// resumes the key before it returns the error, and the first Send of the new delivery resumes any key
+// still paused (waiting for its publishes first, within its context) before it publishes. The failed
+// record published again is then the first message on its key after the pause.
+//
+// Because resuming depends on what the processor does after an error, a handler serves one process and
+// refuses the records of another with a permanent error.
 //
 // A message too large for Pub/Sub, a topic name that cannot be valid and an error with the InvalidArgument
 // code are permanent failures (handlers.Permanent): the processor retries them at its longest backoff only,

@@ -92,7 +92,9 @@ type Config struct {
 
 // Handler publishes records to Pub/Sub with the record's key as the ordering key, and lets the position
 // move past a record only once Pub/Sub acknowledged it. It implements handlers.Handler and
-// handlers.AsyncHandler for handlers.Row and is safe for concurrent use. Close it when done.
+// handlers.AsyncHandler for handlers.Row and is safe for concurrent use. A handler serves one process: it
+// refuses records of a second one, since when it resumes a paused ordering key depends on what its one
+// processor does after a failure. Close it when done.
 type Handler struct {
 	client          *pubsub.Client
 	topic           string
@@ -103,9 +105,13 @@ type Handler struct {
 	maxMessageBytes int
 	settings        *pubsub.PublishSettings
 
-	mu     sync.Mutex
-	closed bool
-	pubs   map[string]*publisher // by full topic name
+	mu      sync.Mutex
+	closed  bool
+	process string                // the process served, from the first record
+	pubs    map[string]*publisher // by full topic name
+	// stopped is set when an error went back to the processor, which then sends nothing more until it
+	// delivers again from its position: paused keys may be resumed. The next Send clears it.
+	stopped bool
 }
 
 var (
@@ -126,8 +132,8 @@ type publisher struct {
 type keyState struct {
 	// pending are the results of publishes on the key that were not seen settled yet, oldest first.
 	pending []*pubsub.PublishResult
-	// paused is set when a publish on the key failed: the client then fails every later publish on the
-	// key until ResumePublish, which is called only once nothing is pending on the key any more.
+	// paused is set when a publish on the key was seen failing: the client then refuses every later
+	// message on the key until ResumePublish.
 	paused bool
 }
 
@@ -197,10 +203,32 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 // Send publishes rec and returns at once; the result's Wait reports Pub/Sub's answer. A record that
 // cannot become a message (no topic, too large, not encodable) fails here with a permanent error.
 //
-// When an earlier publish on the record's ordering key failed, Send first waits (bounded by ctx) until
-// every publish on the key has settled, then resumes the key: so the record, normally the failed one
-// delivered again, is published after everything sent before it has been refused.
+// The first Send after an error went back to the processor starts its delivery again from the position.
+// It first waits (bounded by ctx) until the publishes on paused ordering keys have settled, and resumes
+// those keys, so that the records delivered again are published after everything sent before them was
+// refused.
 func (h *Handler) Send(ctx context.Context, rec *handlers.Record[handlers.Row]) (handlers.Result, error) {
+	h.mu.Lock()
+	if h.process == "" {
+		h.process = rec.Process
+	}
+	process := h.process
+	h.mu.Unlock()
+	if rec.Process != process {
+		return nil, handlers.Permanent(fmt.Errorf("pubsub: record %s of process %q: this handler serves process "+
+			"%q; give each process a handler of its own", rec.ID, rec.Process, process))
+	}
+	res, err := h.send(ctx, rec)
+	if err != nil {
+		// The processor sends nothing more until it delivers again from its position.
+		h.mu.Lock()
+		h.stopped = true
+		h.mu.Unlock()
+	}
+	return res, err
+}
+
+func (h *Handler) send(ctx context.Context, rec *handlers.Record[handlers.Row]) (handlers.Result, error) {
 	topic, err := h.topicOf(rec)
 	if err != nil {
 		return nil, err
@@ -209,31 +237,29 @@ func (h *Handler) Send(ctx context.Context, rec *handlers.Record[handlers.Row]) 
 	if err != nil {
 		return nil, err
 	}
-	pub, err := h.publisher(topic)
-	if err != nil {
-		return nil, err
-	}
-	if msg.OrderingKey != "" {
-		if err := h.settle(ctx, pub, msg.OrderingKey); err != nil {
-			return nil, fmt.Errorf("pubsub: record %s: ordering key %q is paused after a failed publish and "+
-				"earlier publishes on it have not settled yet: %w", rec.ID, msg.OrderingKey, err)
-		}
-	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
 		return nil, fmt.Errorf("pubsub: record %s: handler is closed", rec.ID)
 	}
-	res := pub.p.Publish(ctx, msg)
+	if h.stopped {
+		if err := h.resumePaused(ctx); err != nil {
+			return nil, fmt.Errorf("pubsub: record %s: earlier publishes on a paused ordering key have not settled "+
+				"yet: %w", rec.ID, err)
+		}
+		h.stopped = false
+	}
+	pub := h.publisher(topic)
+	r := pub.p.Publish(ctx, msg)
 	if msg.OrderingKey != "" {
 		ks := pub.keys[msg.OrderingKey]
 		if ks == nil {
 			ks = &keyState{}
 			pub.keys[msg.OrderingKey] = ks
 		}
-		ks.pending = append(ks.pending, res)
+		ks.pending = append(ks.pending, r)
 	}
-	return &result{h: h, pub: pub, key: msg.OrderingKey, id: rec.ID, res: res}, nil
+	return &result{h: h, pub: pub, key: msg.OrderingKey, id: rec.ID, res: r}, nil
 }
 
 // result is the outcome of one publish.
@@ -245,27 +271,32 @@ type result struct {
 	res *pubsub.PublishResult
 }
 
-// Wait blocks until Pub/Sub acknowledged the message or the publish failed. On a failure it waits (bounded
-// by ctx) for the other publishes on the ordering key to settle and resumes the key before returning, so
-// that the record can be published again.
+// Wait blocks until Pub/Sub acknowledged the message or the publish failed. When it failed, the processor
+// sends nothing more until it delivers again from its position; Wait then waits (bounded by ctx) for the
+// other publishes on the ordering key to settle and resumes the key before it returns the error, so that
+// the record can be published again.
 func (r *result) Wait(ctx context.Context) error {
 	_, err := r.res.Get(ctx)
-	if err != nil && !settled(r.res) {
-		// ctx ended first: the publish is still under way and may yet succeed or pause the key. Send
-		// notices either way before the key is used again.
+	h := r.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if err != nil {
+		h.stopped = true
+	}
+	if !settled(r.res) {
+		// ctx ended first: the publish is still under way and may yet succeed or pause the key; the next
+		// Send notices either way before it publishes.
 		return fmt.Errorf("pubsub: record %s on %s: no acknowledgement yet: %w", r.id, r.pub.name, err)
 	}
 	if r.key != "" {
-		r.h.mu.Lock()
-		r.h.reconcile(r.pub, r.key)
-		r.h.mu.Unlock()
+		h.reconcile(r.pub, r.key)
 	}
 	if err == nil {
 		return nil
 	}
 	if r.key != "" {
-		// Best effort: if ctx ends before the key can be resumed, the next Send on it resumes it.
-		_ = r.h.settle(ctx, r.pub, r.key)
+		// Best effort: if ctx ends before the key can be resumed, the next Send resumes it.
+		_ = h.resumeKey(ctx, r.pub, r.key)
 	}
 	return r.failure(err)
 }
@@ -294,13 +325,16 @@ func settled(r *pubsub.PublishResult) bool {
 	}
 }
 
-// reconcile drops the settled publishes of a key, notes a failure among them, and resumes the key once a
-// failure was seen and nothing is pending any more. The caller holds h.mu.
+// reconcile drops the settled publishes of a key and notes a failure among them. It resumes a paused key
+// once nothing is pending on it and the processor has stopped sending. The caller holds h.mu.
 //
-// Resuming only then is what keeps the order: the client pauses a key when a publish on it fails and
-// fails every later message on the key while paused, but messages already queued behind the failed one
-// are refused only as their turn comes. Resuming while one of them is still queued would let it through,
-// acknowledged ahead of the failed record it follows.
+// Both conditions keep the order. The client pauses a key when a publish on it fails and refuses every
+// later message on the key while it is paused, but the messages already queued behind the failed one are
+// refused only as their turn comes: resuming while one of them is still queued would let it through,
+// acknowledged ahead of the failed record. And until the processor has seen an error it goes on sending
+// records after the failed one: resuming then would let those through. Once it has seen an error, it
+// sends nothing until it delivers again from its position, which is before the failed record since that
+// record was never acknowledged.
 func (h *Handler) reconcile(pub *publisher, key string) {
 	ks := pub.keys[key]
 	if ks == nil {
@@ -318,33 +352,62 @@ func (h *Handler) reconcile(pub *publisher, key string) {
 	}
 	clear(ks.pending[len(kept):])
 	ks.pending = kept
-	if len(kept) > 0 {
-		return
-	}
-	if ks.paused {
+	switch {
+	case len(kept) > 0:
+	case !ks.paused:
+		delete(pub.keys, key)
+	case h.stopped:
 		pub.p.ResumePublish(key)
+		delete(pub.keys, key)
 	}
-	delete(pub.keys, key)
 }
 
-// settle waits until a key is not paused: if a publish on it failed, until all its publishes settled and
-// the key was resumed. It returns ctx's error if ctx ends first.
-func (h *Handler) settle(ctx context.Context, pub *publisher, key string) error {
+// resumeKey waits until every publish on a key has settled, and resumes the key if it is paused. The
+// caller holds h.mu, which is released while waiting, and h.stopped is set.
+func (h *Handler) resumeKey(ctx context.Context, pub *publisher, key string) error {
 	for {
-		h.mu.Lock()
 		h.reconcile(pub, key)
 		ks := pub.keys[key]
-		if ks == nil || !ks.paused {
-			h.mu.Unlock()
+		if ks == nil || len(ks.pending) == 0 {
 			return nil
 		}
-		next := ks.pending[0]
-		h.mu.Unlock()
-		select {
-		case <-next.Ready():
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := h.await(ctx, ks.pending[0]); err != nil {
+			return err
 		}
+	}
+}
+
+// resumePaused reconciles every ordering key, waits for the publishes on paused keys to settle and resumes
+// those keys. The caller holds h.mu, which is released while waiting, and h.stopped is set.
+func (h *Handler) resumePaused(ctx context.Context) error {
+	for {
+		var next *pubsub.PublishResult
+		for _, pub := range h.pubs {
+			for key := range pub.keys {
+				h.reconcile(pub, key)
+				if ks := pub.keys[key]; ks != nil && ks.paused && len(ks.pending) > 0 && next == nil {
+					next = ks.pending[0]
+				}
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		if err := h.await(ctx, next); err != nil {
+			return err
+		}
+	}
+}
+
+// await waits for r to settle with h.mu released.
+func (h *Handler) await(ctx context.Context, r *pubsub.PublishResult) error {
+	h.mu.Unlock()
+	defer h.mu.Lock()
+	select {
+	case <-r.Ready():
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -370,15 +433,11 @@ func (h *Handler) Close() error {
 	return nil
 }
 
-// publisher returns the topic's publisher, creating it with message ordering enabled on first use.
-func (h *Handler) publisher(name string) (*publisher, error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.closed {
-		return nil, errors.New("pubsub: handler is closed")
-	}
+// publisher returns the topic's publisher, creating it with message ordering enabled on first use. The
+// caller holds h.mu.
+func (h *Handler) publisher(name string) *publisher {
 	if p, ok := h.pubs[name]; ok {
-		return p, nil
+		return p
 	}
 	p := h.client.Publisher(name)
 	if h.settings != nil {
@@ -387,7 +446,7 @@ func (h *Handler) publisher(name string) (*publisher, error) {
 	p.EnableMessageOrdering = true
 	pub := &publisher{name: name, p: p, keys: map[string]*keyState{}}
 	h.pubs[name] = pub
-	return pub, nil
+	return pub
 }
 
 // topicOf returns the full name of the topic rec goes to.

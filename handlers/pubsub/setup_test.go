@@ -153,13 +153,14 @@ func (d db) insert(t *testing.T, sql string, args ...any) []string {
 	return out
 }
 
-// insertOutbox adds n rows over keys k0..k(keys-1) in turn, in one statement, with payload {"n": i}.
-func (d db) insertOutbox(t *testing.T, n, keys int) []string {
+// insertOutbox adds n rows in one statement, with payload {"n": from+i} and key k((from+i) mod keys) for
+// i from 1 to n.
+func (d db) insertOutbox(t *testing.T, from, n, keys int) []string {
 	t.Helper()
 	return d.insert(t, `
 		INSERT INTO outbox (aggregate_id, type, payload)
-		SELECT 'k' || (g % $2), 'booking.created', jsonb_build_object('n', g)
-		FROM generate_series(1, $1) g ORDER BY g RETURNING id`, n, keys)
+		SELECT 'k' || (g % $3), 'booking.created', jsonb_build_object('n', g)
+		FROM generate_series($1 + 1, $1 + $2) g ORDER BY g RETURNING id`, from, n, keys)
 }
 
 // cursorRow is the part of a cursor row the tests look at.
@@ -235,9 +236,12 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	require.Eventually(t, cond, 30*time.Second, 5*time.Millisecond, "waiting for %s", what)
 }
 
-// idNum is a record id as a number, for comparisons.
+// idNum is a record id as a number, for comparisons; the beginning ("") is 0.
 func idNum(t *testing.T, id string) int64 {
 	t.Helper()
+	if id == "" {
+		return 0
+	}
 	n, err := strconv.ParseInt(id, 10, 64)
 	require.NoError(t, err, "record id %q", id)
 	return n
