@@ -202,10 +202,10 @@ func printStatus(w io.Writer, rep statusReport) {
 	tw.Flush()
 	for _, ps := range rep.Processes {
 		if ps.Halt != nil {
-			fmt.Fprintf(w, "\n%s halted on record %s: %d attempts since %s (last %s)\n  error: %s\n"+
+			fmt.Fprintf(w, "\n%s halted on record %s: %d attempts since %s (last %s)\n%s\n"+
 				"  fix the sink or the record; the stream resumes by itself once the record goes through\n",
 				ps.Process, ps.Halt.RecordID, ps.Halt.Attempts, ps.Halt.FirstFailureAt.Format(time.RFC3339),
-				ps.Halt.LastFailureAt.Format(time.RFC3339), clip(ps.Halt.Error, 200))
+				ps.Halt.LastFailureAt.Format(time.RFC3339), wrap("error: "+clip(ps.Halt.Error, 600), "  ", 100))
 		}
 		if ps.Hold != nil {
 			fmt.Fprintf(w, "\n%s held by writer backend pid %d, in flight since %s (%s): records after its rows\n"+
@@ -238,4 +238,30 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// wrap breaks text into lines of at most width runes, each starting with indent, at spaces where it can.
+func wrap(text, indent string, width int) string {
+	var lines []string
+	line := indent
+	for _, word := range strings.Fields(text) {
+		for len([]rune(indent+word)) > width { // a word longer than a line is cut
+			r := []rune(word)
+			cut := width - len([]rune(indent))
+			if line != indent {
+				lines, line = append(lines, line), indent
+			}
+			lines = append(lines, indent+string(r[:cut]))
+			word = string(r[cut:])
+		}
+		switch {
+		case line == indent:
+			line += word
+		case len([]rune(line))+1+len([]rune(word)) <= width:
+			line += " " + word
+		default:
+			lines, line = append(lines, line), indent+word
+		}
+	}
+	return strings.Join(append(lines, line), "\n")
 }

@@ -1,0 +1,312 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/pgtest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "inorder-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "inorder")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		panic(fmt.Sprintf("build inorder: %v\n%s", err, out))
+	}
+	defer os.RemoveAll(dir)
+	pgtest.Main(m)
+}
+
+// proc is a running inorder binary.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	lines  []string // stdout lines
+	stderr bytes.Buffer
+	done   chan struct{}
+}
+
+func startBinary(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), done: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stderr = &lockedWriter{mu: &p.mu, w: &p.stderr}
+	out, err := p.cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			p.mu.Lock()
+			p.lines = append(p.lines, sc.Text())
+			p.mu.Unlock()
+		}
+		_ = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(b []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(b)
+}
+
+func (p *proc) output() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]string(nil), p.lines...)
+}
+
+func (p *proc) logs() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stderr.String()
+}
+
+func (p *proc) wait(t *testing.T) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("inorder did not exit; logs:\n%s", p.logs())
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+// runBinary runs a command to completion and returns its exit code, stdout and stderr.
+func runBinary(t *testing.T, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(os.Environ(), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		require.NoError(t, err)
+	}
+	return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+}
+
+type bundle struct {
+	db  *pgtest.DB
+	env []string
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	db := pgtest.New(t)
+	db.Exec(t, `CREATE TABLE bookings (
+			id          bigserial PRIMARY KEY,
+			aggregate_id text NOT NULL,
+			amount      float8 NOT NULL,
+			details     jsonb,
+			created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
+		);
+		CREATE INDEX ON bookings (created_at, id)`)
+	return &bundle{db: db, env: []string{"DATABASE_URL=" + db.URL}}
+}
+
+func (b *bundle) book(t *testing.T, n int, amount string) {
+	t.Helper()
+	b.db.Exec(t, fmt.Sprintf(`INSERT INTO bookings (aggregate_id, amount, details)
+		SELECT 'customer-' || (g %% 3), %s, jsonb_build_object('seats', g) FROM generate_series(1, %d) g`, amount, n))
+}
+
+func runArgs(extra ...string) []string {
+	return append([]string{"run", "--process", "booking_sms", "--table", "bookings", "--poll-interval", "20ms",
+		"--retry-min", "20ms", "--retry-max", "100ms"}, extra...)
+}
+
+func TestMigrateIsSafeConcurrentlyAndPrintsItsSQL(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t, pgtest.Options{Empty: true})
+	env := []string{"DATABASE_URL=" + db.URL}
+	var wg sync.WaitGroup
+	codes := make([]int, 4)
+	for i := range codes {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			codes[i], _, _ = runBinary(t, env, "migrate")
+		}(i)
+	}
+	wg.Wait()
+	require.Equal(t, []int{0, 0, 0, 0}, codes)
+	var versions, cursors int
+	require.NoError(t, db.Pool.QueryRow(context.Background(),
+		"SELECT count(*), count(DISTINCT version) FROM inorder.schema_migration").Scan(&versions, &cursors))
+	require.Equal(t, versions, cursors, "each version recorded once")
+	code, _, stderr := runBinary(t, env, "migrate")
+	require.Zero(t, code)
+	require.Contains(t, stderr, "schema is current")
+
+	code, stdout, _ := runBinary(t, nil, "migrate", "--print")
+	require.Zero(t, code)
+	require.Contains(t, stdout, "CREATE TABLE inorder.cursor")
+	require.Contains(t, stdout, "INSERT INTO inorder.schema_migration")
+}
+
+func TestRunPrintsJSONLinesInOrderAndStopsCleanlyOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 5, "g * 1.5")
+	p := startBinary(t, b.env, runArgs("--columns", "id,aggregate_id,amount,details,created_at")...)
+	require.Eventually(t, func() bool { return len(p.output()) == 5 }, 20*time.Second, 5*time.Millisecond, p.logs())
+	b.book(t, 3, "2") // rows arriving while it runs
+	require.Eventually(t, func() bool { return len(p.output()) == 8 }, 20*time.Second, 5*time.Millisecond, p.logs())
+
+	lines := p.output()
+	var first struct {
+		Process string                     `json:"process"`
+		Record  map[string]json.RawMessage `json:"record"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+	require.Equal(t, "booking_sms", first.Process)
+	require.True(t, strings.HasPrefix(lines[0], `{"process":"booking_sms","record":{"id":1,"aggregate_id":"customer-1","amount":1.5,"details":{"seats":1},"created_at":"`),
+		"exact line format: %s", lines[0])
+	for i, l := range lines {
+		require.Contains(t, l, fmt.Sprintf(`"id":%d,`, i+1), "in order")
+	}
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Zero(t, p.wait(t), p.logs())
+	require.Contains(t, p.logs(), "cursor released")
+	var pos string
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT position_id FROM inorder.cursor WHERE process_name = 'booking_sms'").Scan(&pos))
+	require.Equal(t, "8", pos, "the position is durable")
+	code, stdout, _ := runBinary(t, b.env, "status", "--json")
+	require.Zero(t, code)
+	var rep statusReport
+	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
+	require.Len(t, rep.Processes, 1)
+	require.False(t, rep.Processes[0].Locked, "unlocked after exit")
+	require.Equal(t, "not running", rep.Processes[0].State)
+	require.Equal(t, int64(0), rep.Processes[0].Behind.Rows)
+}
+
+func TestAKilledInstanceIsTakenOverByTheStandby(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 4, "1")
+	first := startBinary(t, b.env, runArgs("--instance", "first")...)
+	require.Eventually(t, func() bool { return len(first.output()) == 4 }, 20*time.Second, 5*time.Millisecond, first.logs())
+	second := startBinary(t, b.env, runArgs("--instance", "second")...)
+	require.Eventually(t, func() bool {
+		_, stdout, _ := runBinary(t, b.env, "status", "--json")
+		var rep statusReport
+		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&
+			rep.Processes[0].Connected == 2 && strings.HasSuffix(rep.Processes[0].Holder, "@first")
+	}, 20*time.Second, 20*time.Millisecond)
+
+	require.NoError(t, first.cmd.Process.Kill()) // SIGKILL: no chance to unlock
+	first.wait(t)
+	b.book(t, 3, "1")
+	require.Eventually(t, func() bool { return len(second.output()) == 3 }, 20*time.Second, 5*time.Millisecond, second.logs())
+	for i, l := range second.output() {
+		require.Contains(t, l, fmt.Sprintf(`"id":%d,`, 5+i))
+	}
+}
+
+func TestStatusExplainsAHaltedStream(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 2, "1")
+	b.book(t, 1, "'NaN'") // JSON has no NaN: the stdout handler cannot encode record 3
+	b.book(t, 1, "1")
+	p := startBinary(t, b.env, runArgs()...)
+	var rep statusReport
+	require.Eventually(t, func() bool {
+		_, stdout, _ := runBinary(t, b.env, "status", "--json", "--process", "booking_sms")
+		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&
+			rep.Processes[0].Halt != nil && rep.Processes[0].Halt.Attempts >= 2
+	}, 20*time.Second, 20*time.Millisecond, p.logs())
+	ps := rep.Processes[0]
+	require.Equal(t, "halted", ps.State)
+	require.Equal(t, "3", ps.Halt.RecordID)
+	require.Contains(t, ps.Halt.Error, "encode record 3 as JSON")
+	require.Contains(t, ps.Halt.Error, "NaN")
+	require.Equal(t, "2", *ps.Position.ID, "the position stays before the halted record")
+	require.Equal(t, int64(2), ps.Behind.Rows)
+	require.Len(t, p.output(), 2, "nothing after the halted record was delivered")
+
+	code, text, _ := runBinary(t, b.env, "status")
+	require.Zero(t, code)
+	require.Contains(t, text, "booking_sms halted on record 3")
+	for _, l := range strings.Split(text, "\n") {
+		require.LessOrEqual(t, len([]rune(l)), 100, "status fits 100 columns: %q", l)
+	}
+}
+
+func TestBadInputGetsOneClearLine(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 1, "1")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		code int
+		want string
+	}{
+		{"unknown table", b.env, []string{"run", "--process", "p1", "--table", "nope"}, 1,
+			`inorder run: process p1: process "p1": invalid source: table "nope" does not exist`},
+		{"unknown column", b.env, []string{"run", "--process", "p2", "--table", "bookings", "--columns", "id,colour"}, 1,
+			`selected column "colour" does not exist in public.bookings`},
+		{"bad checkpoint", b.env, runArgs("--checkpoint", "sometimes"), 2, `--checkpoint must be record or batch, got "sometimes"`},
+		{"invalid database url", []string{"DATABASE_URL=postgres://u:hunter2@host:notaport/db"}, []string{"run", "--process", "p", "--table", "t"}, 2,
+			"invalid --database-url"},
+		{"no database", []string{"DATABASE_URL="}, []string{"status"}, 2, "no database: set --database-url or DATABASE_URL"},
+		{"handler timeout over idle timeout", b.env, runArgs("--handler-timeout", "2m"), 2, "--handler-timeout (2m0s) must be shorter than --idle-timeout (1m0s)"},
+		{"webhook flags with stdout", b.env, runArgs("--webhook-url", "http://x"), 2, "--webhook-* and --pubsub-* flags need --handler webhook or pubsub"},
+		{"webhook without secret", b.env, runArgs("--handler", "webhook", "--webhook-url", "http://127.0.0.1:1", "--webhook-secret-env", "INORDER_TEST_UNSET"), 2,
+			"--webhook-secret-env names INORDER_TEST_UNSET, which is not set or empty"},
+		{"unknown flag", b.env, []string{"run", "--colour", "blue"}, 2, "flag provided but not defined: -colour"},
+		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, stdout, stderr := runBinary(t, tc.env, tc.args...)
+			require.Equal(t, tc.code, code, stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, tc.want)
+			require.NotContains(t, stderr, "hunter2", "no password echoed")
+			if tc.name != "unknown command" {
+				require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+			}
+		})
+	}
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM inorder.cursor WHERE position_id IS NOT NULL").Scan(&n))
+	require.Zero(t, n, "no position moved")
+}
