@@ -249,7 +249,7 @@ func (r *Repository) State() State { return r.state }
 
 const lockSQL = `
 	SELECT position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
-	       halted_first_failure_at, halted_last_failure_at
+	       halted_first_failure_at, halted_last_failure_at, paused
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`
@@ -300,15 +300,16 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 		haltErr       pgtype.Text
 		attempts      int32
 		first, last   pgtype.Timestamptz
+		paused        bool
 	)
-	err := row.Scan(&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last)
+	err := row.Scan(&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	st := State{}
+	st := State{Paused: paused}
 	if posAt.Valid {
 		st.Position = Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
 	}
@@ -320,24 +321,33 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	return true, nil
 }
 
-// SetPosition moves the position inside the open transaction; it becomes durable when the transaction
-// commits (Unlock or Checkpoint). It clears the halt state, since a record past the halted one succeeded.
-func (r *Repository) SetPosition(ctx context.Context, pos Position) error {
+// SetPosition moves the position inside the open transaction, counting handled records; it becomes
+// durable when the transaction commits (Unlock or Checkpoint). It clears the halt state, since a record
+// past the halted one succeeded.
+func (r *Repository) SetPosition(ctx context.Context, pos Position, handled int) error {
 	if r.tx == nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, posArgs(pos)[0], posArgs(pos)[1]); err != nil {
+	args := posArgs(pos)
+	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled); err != nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
-	r.state = State{Position: pos}
+	r.state = State{Position: pos, Paused: r.state.Paused}
 	return nil
 }
 
+// setPositionSQL moves the position, clears the halt state and counts $4 handled records; once a minute
+// it starts a new throughput window with the count so far.
 const setPositionSQL = `
 	UPDATE inorder.cursor
 	SET position_created_at = $2, position_id = $3,
 	    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
-	    halted_first_failure_at = NULL, halted_last_failure_at = NULL
+	    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
+	    records_handled = records_handled + $4,
+	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
+	                          THEN records_handled ELSE window_records END,
+	    window_started_at = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
+	                             THEN clock_timestamp() ELSE window_started_at END
 	WHERE process_name = $1`
 
 func posArgs(pos Position) [2]any {
@@ -351,16 +361,17 @@ func posArgs(pos Position) [2]any {
 	return [2]any{pos.CreatedAt, id}
 }
 
-// Checkpoint makes pos durable now: it updates the row, commits, and locks the row again in a new
-// transaction, all in one round trip. It reports false when another instance took the row in the instant
-// between the commit and the new lock; the repository is then unlocked.
-func (r *Repository) Checkpoint(ctx context.Context, pos Position) (bool, error) {
+// Checkpoint makes pos durable now, counting handled records: it updates the row, commits, and locks the
+// row again in a new transaction, all in one round trip. It reports false when someone else (an operator
+// action) took the row in the instant between the commit and the new lock; the repository is then
+// unlocked, and the next TryLock reads what they changed.
+func (r *Repository) Checkpoint(ctx context.Context, pos Position, handled int) (bool, error) {
 	if r.tx == nil {
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := posArgs(pos)
 	b := &pgx.Batch{}
-	b.Queue(setPositionSQL, r.name, args[0], args[1])
+	b.Queue(setPositionSQL, r.name, args[0], args[1], handled)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(lockSQL, r.name)

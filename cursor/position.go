@@ -51,4 +51,6 @@ type State struct {
 	Position Position
 	// Halt is nil when the stream is not halted.
 	Halt *Halt
+	// Paused is set by an operator (Pause) and stops the process at its next batch until Resume.
+	Paused bool
 }

@@ -31,6 +31,10 @@ type Info struct {
 	HeldByPID int
 	HeldSince time.Time
 	UpdatedAt time.Time
+	// RecordsHandled counts the records the process advanced past since it was registered.
+	RecordsHandled int64
+	// Throughput is records per second over roughly the last minute (one to two minutes of history).
+	Throughput float64
 }
 
 // List reads every process's cursor row, or only the named one when name is not empty, and which instance
@@ -45,7 +49,9 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 		SELECT process_name, position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
 		       halted_first_failure_at, halted_last_failure_at,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       held_by_pid, held_since, updated_at
+		       held_by_pid, held_since, updated_at, paused, records_handled,
+		       (records_handled - window_records)
+		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8
 		FROM inorder.cursor
 		WHERE $1 = '' OR process_name = $1
 		ORDER BY process_name`, name)
@@ -61,7 +67,8 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 			heldPID                  pgtype.Int4
 		)
 		err := r.Scan(&in.Process, &posAt, &posID, &haltID, &haltErr, &attempts, &first, &last,
-			&in.SourceTable, &in.SourceIDColumn, &in.SourceCreatedAtColumn, &heldPID, &hsin, &in.UpdatedAt)
+			&in.SourceTable, &in.SourceIDColumn, &in.SourceCreatedAtColumn, &heldPID, &hsin, &in.UpdatedAt,
+			&in.Paused, &in.RecordsHandled, &in.Throughput)
 		if posAt.Valid {
 			in.Position = Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
 		}

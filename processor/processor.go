@@ -156,6 +156,10 @@ type Processor[T any] struct {
 	holdPID     int
 	holdWarned  time.Time
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
+	paused      bool
+	halted      bool
+	lastPos     cursor.Position // the durable position after this instance's last batch
+	knownPos    bool            // lastPos is known (false before the first batch and after errors)
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -407,6 +411,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		if err == nil && p.cur.Locked() {
 			err = p.cur.Unlock(work)
 		}
+		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
 	}()
 	if !p.sourceSaved {
 		if err := p.cur.SetSource(work, p.table.qualified, p.table.src.IDColumn, p.table.src.CreatedAtColumn); err != nil {
@@ -415,6 +420,25 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.sourceSaved = true
 	}
 	st := p.cur.State()
+	if st.Paused {
+		if !p.paused {
+			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
+			p.paused = true
+		}
+		return 0, p.cfg.PollInterval, nil
+	}
+	if p.paused {
+		p.log.Info().Msg("resumed by an operator")
+		p.paused = false
+	}
+	if p.knownPos && st.Position != p.lastPos {
+		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
+			Msg("position moved by an operator (skip or rewind)")
+	}
+	if st.Halt == nil && p.halted {
+		p.halted, p.retryAt = false, time.Time{}
+		p.obs.Halted(p.cfg.Process, false)
+	}
 	if st.Halt != nil {
 		due := st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
 		if p.retryAt.After(due) {
@@ -598,7 +622,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, i
 			}
 		}
 	}
-	return n, 0, p.finish(work, st.Position, last)
+	return n, 0, p.finish(work, st.Position, last, n)
 }
 
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
@@ -672,17 +696,17 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, 
 	}
 	if failed != nil {
 		if ctx.Err() != nil && work.Err() != nil {
-			return n, 0, p.finish(work, st.Position, last)
+			return n, 0, p.finish(work, st.Position, last, n)
 		}
 		return n, p.fail(work, last, &failed.rec, failErr), nil
 	}
-	return n, 0, p.finish(work, st.Position, last)
+	return n, 0, p.finish(work, st.Position, last, n)
 }
 
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.retryAt = time.Time{}
+		p.retryAt, p.halted = time.Time{}, false
 		p.obs.Halted(p.cfg.Process, false)
 		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg("stream resumed: the halted record went through")
 	}
@@ -729,7 +753,7 @@ func (p *Processor[T]) checkpoint(work context.Context, pos cursor.Position) (bo
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
-	ok, err := p.cur.Checkpoint(work, pos)
+	ok, err := p.cur.Checkpoint(work, pos, 1)
 	if err == nil {
 		p.obs.Position(p.cfg.Process, pos.CreatedAt)
 	}
@@ -751,15 +775,16 @@ func (p *Processor[T]) flush(work context.Context) error {
 	return nil
 }
 
-// finish ends a batch: the position, if it moved, is written into the transaction that Unlock commits.
-func (p *Processor[T]) finish(work context.Context, from, to cursor.Position) error {
-	if to == from || !p.cur.Locked() {
-		return nil
+// finish ends a batch of per-batch checkpoints: the position, if it moved, is written into the
+// transaction that Unlock commits, with the count of records handled in the batch.
+func (p *Processor[T]) finish(work context.Context, from, to cursor.Position, handled int) error {
+	if to == from || !p.cur.Locked() || p.cfg.Checkpoint == CheckpointRecord {
+		return nil // with record checkpoints, every advance is durable already
 	}
 	if err := p.flush(work); err != nil {
 		return err
 	}
-	if err := p.cur.SetPosition(work, to); err != nil {
+	if err := p.cur.SetPosition(work, to, handled); err != nil {
 		return err
 	}
 	p.obs.Position(p.cfg.Process, to.CreatedAt)
@@ -785,7 +810,7 @@ func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *han
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
 	wait := p.retryDelay(h.Attempts, cause)
-	p.retryAt = time.Now().Add(wait)
+	p.retryAt, p.halted = time.Now().Add(wait), true
 	p.obs.Halted(p.cfg.Process, true)
 	ev := p.log.Warn()
 	if h.Attempts == 1 {

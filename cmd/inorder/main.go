@@ -3,6 +3,8 @@
 //	inorder migrate [--print]      create or update inorder's tables
 //	inorder run [flags]            run a process: read its table, deliver, advance
 //	inorder status [--json]        where every process stands, and why it stopped if it did
+//	inorder skip|rewind|pause|resume   operator actions, audited
+//	inorder audit                  the operator actions taken
 //
 // Run `inorder <command> --help` for a command's flags.
 package main
@@ -27,6 +29,10 @@ Usage:
   inorder migrate [--print]   create or update inorder's tables (--print: show the SQL instead)
   inorder run [flags]         run a process: read its table, deliver each record, advance
   inorder status [flags]      where every process stands, and why a stopped one stopped
+  inorder skip [flags]        move past the record a halted stream is stuck on (audited)
+  inorder rewind [flags]      deliver again from a record or a time (audited)
+  inorder pause | resume      stop a process at its next batch, or let it go on (audited)
+  inorder audit [flags]       list the operator actions
 
 Run 'inorder <command> --help' for the flags of a command.
 `
@@ -55,6 +61,16 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = runCmd(ctx, args[1:], stdout, stderr)
 	case "status":
 		err = statusCmd(ctx, args[1:], stdout, stderr)
+	case "skip":
+		err = skipCmd(ctx, args[1:], stdout, stderr)
+	case "rewind":
+		err = rewindCmd(ctx, args[1:], stdout, stderr)
+	case "pause":
+		err = pauseCmd(true)(ctx, args[1:], stdout, stderr)
+	case "resume":
+		err = pauseCmd(false)(ctx, args[1:], stdout, stderr)
+	case "audit":
+		err = auditCmd(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "inorder: unknown command %q\n\n%s", args[0], usage)
 		return 2

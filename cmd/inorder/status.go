@@ -23,19 +23,24 @@ type statusReport struct {
 
 type processStatus struct {
 	Process string `json:"process"`
-	// State is running, idle, halted, held or not running.
-	State     string       `json:"state"`
-	Locked    bool         `json:"locked"`
-	Holder    string       `json:"holder,omitempty"`
-	HolderPID int          `json:"holder_pid,omitempty"`
-	Connected int          `json:"instances_connected"`
-	Position  positionJSON `json:"position"`
-	Source    *sourceJSON  `json:"source,omitempty"`
-	Behind    *behindJSON  `json:"behind,omitempty"`
-	Halt      *haltJSON    `json:"halt"`
-	Hold      *holdJSON    `json:"hold"`
-	Error     string       `json:"error,omitempty"`
-	UpdatedAt time.Time    `json:"updated_at"`
+	// State is running, idle, halted, held, paused or not running.
+	State  string `json:"state"`
+	Paused bool   `json:"paused"`
+	// RecordsHandled counts advances since the process was registered; Throughput is records per
+	// second over about the last minute.
+	RecordsHandled int64        `json:"records_handled"`
+	Throughput     float64      `json:"throughput_per_second"`
+	Locked         bool         `json:"locked"`
+	Holder         string       `json:"holder,omitempty"`
+	HolderPID      int          `json:"holder_pid,omitempty"`
+	Connected      int          `json:"instances_connected"`
+	Position       positionJSON `json:"position"`
+	Source         *sourceJSON  `json:"source,omitempty"`
+	Behind         *behindJSON  `json:"behind,omitempty"`
+	Halt           *haltJSON    `json:"halt"`
+	Hold           *holdJSON    `json:"hold"`
+	Error          string       `json:"error,omitempty"`
+	UpdatedAt      time.Time    `json:"updated_at"`
 }
 
 type positionJSON struct {
@@ -111,7 +116,8 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 	for _, in := range infos {
 		ps := processStatus{
 			Process: in.Process, Locked: in.Locked, Holder: in.Holder, HolderPID: in.HolderPID,
-			Connected: in.Connected, UpdatedAt: in.UpdatedAt,
+			Connected: in.Connected, UpdatedAt: in.UpdatedAt, Paused: in.Paused,
+			RecordsHandled: in.RecordsHandled, Throughput: in.Throughput,
 		}
 		if !in.Position.IsBeginning() {
 			at := in.Position.CreatedAt
@@ -152,6 +158,8 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 
 func stateOf(in cursor.Info, behind *behindJSON) string {
 	switch {
+	case in.Paused:
+		return "paused"
 	case in.Halt != nil:
 		return "halted"
 	case in.Connected == 0 && !in.Locked:
@@ -172,7 +180,7 @@ func printStatus(w io.Writer, rep statusReport) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PROCESS\tSTATE\tPOSITION\tBEHIND\tOLDEST\tHOLDER")
+	fmt.Fprintln(tw, "PROCESS\tSTATE\tPOSITION\tBEHIND\tOLDEST\tRATE/S\tHOLDER")
 	for _, ps := range rep.Processes {
 		pos := "beginning"
 		if ps.Position.CreatedAt != nil {
@@ -197,7 +205,8 @@ func printStatus(w io.Writer, rep statusReport) {
 		} else if ps.Locked {
 			holder = "locked"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", clip(ps.Process, 24), ps.State, clip(pos, 34), behind, oldest, clip(holder, 24))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\n", clip(ps.Process, 20), ps.State, clip(pos, 30), behind, oldest,
+			ps.Throughput, clip(holder, 18))
 	}
 	tw.Flush()
 	for _, ps := range rep.Processes {
@@ -206,12 +215,14 @@ func printStatus(w io.Writer, rep statusReport) {
 				"  fix the sink or the record; the stream resumes by itself once the record goes through\n",
 				ps.Process, ps.Halt.RecordID, ps.Halt.Attempts, ps.Halt.FirstFailureAt.Format(time.RFC3339),
 				ps.Halt.LastFailureAt.Format(time.RFC3339), wrap("error: "+clip(ps.Halt.Error, 600), "  ", 100))
+			fmt.Fprintln(w, wrap(fmt.Sprintf("or, once the record is known to be unwanted: inorder skip --process %s --record %s --reason '...'",
+				ps.Process, ps.Halt.RecordID), "  ", 100))
 		}
 		if ps.Hold != nil {
-			fmt.Fprintf(w, "\n%s held by writer backend pid %d, in flight since %s (%s): records after its rows\n"+
-				"  wait until it commits or rolls back; an idle-in-transaction writer is the usual cause\n"+
-				"  (SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d)\n",
-				ps.Process, ps.Hold.WriterPID, ps.Hold.Since.Format(time.RFC3339), humanAge(time.Since(ps.Hold.Since).Seconds()), ps.Hold.WriterPID)
+			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s held by writer backend pid %d, in flight since %s (%s): "+
+				"records after its rows wait until it commits or rolls back; an idle-in-transaction writer is the usual cause.",
+				ps.Process, ps.Hold.WriterPID, ps.Hold.Since.Format(time.RFC3339), humanAge(time.Since(ps.Hold.Since).Seconds())), "", 100),
+				wrap(fmt.Sprintf("Look: SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d", ps.Hold.WriterPID), "  ", 100))
 		}
 		if ps.Error != "" {
 			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.Error)
