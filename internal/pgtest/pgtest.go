@@ -187,3 +187,25 @@ func redact(url string) string {
 	}
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }
+
+// ExampleURL returns the URL of a fresh database with inorder's migrations, for Example functions, which
+// have no *testing.T. It panics when there is no server.
+func ExampleURL() string {
+	startOnce.Do(start)
+	if startErr != nil {
+		panic("pgtest: " + startErr.Error())
+	}
+	name := fmt.Sprintf("x%d_%d", os.Getpid(), counter.Add(1))
+	createMu.Lock()
+	defer createMu.Unlock()
+	conn, err := pgx.Connect(context.Background(), adminURL)
+	if err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(context.Background(), "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+
+		" TEMPLATE "+pgx.Identifier{template}.Sanitize()); err != nil {
+		panic("pgtest: " + err.Error())
+	}
+	return withDatabase(adminURL, name)
+}

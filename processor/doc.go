@@ -1,0 +1,38 @@
+// Package processor moves the rows of a Postgres table to a handler, strictly in (created_at, id) order,
+// one record at a time, never skipping one.
+//
+// # The loop
+//
+// A Processor owns one named process. Each batch it locks the process's cursor row (see package cursor),
+// computes the horizon, reads at most BatchSize records after its position and below the horizon in
+// keyset order, hands them to the handler one by one, advances the position after each success, and
+// unlocks. When there is nothing to read, or another instance owns the process, it waits PollInterval.
+//
+// # The horizon
+//
+// A row becomes visible when its transaction commits, but its created_at is when it was inserted, so a
+// reader that trusts created_at alone skips the rows of slow transactions. The processor reads only below
+// a horizon under which every row that will ever commit is already visible. It finds it by watching the
+// writers of the source table in pg_locks (readable by any role): a writer absent at some poll can only
+// create rows after that poll. A writer that stays open stalls the stream until it ends; the processor
+// records it in the cursor row (status shows it) and logs it, warning after HoldWarnAfter.
+//
+// # Checkpoints
+//
+// With CheckpointRecord (the default) every advance commits at once, in the same round trip that locks
+// the row for the next record: a crash delivers at most the record in flight again. With CheckpointBatch
+// the position commits once per batch: a crash delivers at most a batch again.
+//
+// # Failures
+//
+// A handler error halts the stream on its record: the processor keeps what succeeded before it, writes
+// the halt state (record, error, attempts, since when) into the cursor row, and retries the same record
+// with capped exponential backoff, forever. Only an operator moves past it (`inorder skip`, audited).
+// A lost database connection is not a failure of the record: the processor reconnects with backoff.
+//
+// # Records
+//
+// Records are scanned into the caller's struct with pgx.RowToStructByName by default (set
+// Source.Columns to the struct's columns), or into handlers.Row, the column-ordered generic form the CLI
+// uses.
+package processor
