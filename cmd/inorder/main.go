@@ -129,6 +129,19 @@ func connConfig(url string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
+// connect opens one connection to the database named by url.
+func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	cfg, err := connConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
+}
+
 func redactParseError(err error) string {
 	msg := err.Error()
 	// pgx quotes the string it could not parse; keep only its explanation.

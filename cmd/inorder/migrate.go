@@ -6,8 +6,6 @@ import (
 	"io"
 	"os"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inorder-dev/inorder/migrations"
 )
 
@@ -22,13 +20,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := io.WriteString(stdout, migrations.Script())
 		return err
 	}
-	cfg, err := connConfig(*dbURL)
+	conn, err := connect(ctx, *dbURL)
 	if err != nil {
 		return err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
 	res, err := migrations.Migrate(ctx, conn)

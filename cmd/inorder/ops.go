@@ -55,17 +55,7 @@ func (o *opFlags) opts() cursor.ActionOpts {
 	return cursor.ActionOpts{Actor: o.actor, Reason: o.reason, Wait: o.wait}
 }
 
-func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) {
-	cfg, err := connConfig(o.databaseURL)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	return conn, nil
-}
+func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, o.databaseURL) }
 
 // source returns the process's cursor state and the source it last ran against.
 func source(ctx context.Context, conn *pgx.Conn, name string) (cursor.Info, processor.Source, error) {
@@ -229,13 +219,9 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := connConfig(*dbURL)
+	conn, err := connect(ctx, *dbURL)
 	if err != nil {
 		return err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
 	entries, err := cursor.Audit(ctx, conn, *process, *limit)

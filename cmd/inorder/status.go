@@ -82,13 +82,9 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	cfg, err := connConfig(*dbURL)
+	conn, err := connect(ctx, *dbURL)
 	if err != nil {
 		return err
-	}
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return fmt.Errorf("connect: %w", err)
 	}
 	defer conn.Close(ctx)
 	rep, err := buildStatus(ctx, conn, *process)
