@@ -143,8 +143,10 @@ type Processor[T any] struct {
 	generic bool
 	scan    func(row pgx.CollectableRow) (T, error)
 	async   handlers.AsyncHandler[T]
-	flusher handlers.Flusher
-	obs     Observer
+	// structCols are the columns of T when it is a struct scanned by name: the default Source.Columns.
+	structCols []string
+	flusher    handlers.Flusher
+	obs        Observer
 
 	table   *table
 	tracker *writerTracker
@@ -201,6 +203,7 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 		p.scan = any(scanRow).(func(pgx.CollectableRow) (T, error))
 	case reflect.TypeOf(zero) != nil && reflect.TypeOf(zero).Kind() == reflect.Struct:
 		p.scan = pgx.RowToStructByName[T]
+		p.structCols = structColumns(reflect.TypeOf(zero))
 	default:
 		return nil, fmt.Errorf("processor %q: %T is not a struct; set Config.ScanFunc", cfg.Process, zero)
 	}
@@ -335,7 +338,17 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	if err := p.cur.Claim(); err != nil {
 		return err
 	}
-	t, err := inspect(work, p.cur.Conn(), p.cfg.Source)
+	src := p.cfg.Source
+	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
+		var err error
+		src.Columns, err = p.columnsOfStruct(work)
+		if err != nil {
+			p.cur.Unclaim()
+			_ = p.cur.Release(work)
+			return err
+		}
+	}
+	t, err := inspect(work, p.cur.Conn(), src)
 	if err != nil {
 		p.cur.Unclaim()
 		_ = p.cur.Release(work)
@@ -347,6 +360,17 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		p.log.Warn().Str("table", t.qualified).Msg(w)
 	}
 	return nil
+}
+
+// columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just
+// what RowToStructByName fills, and a field without a column is reported at start, naming both.
+func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
+	t, err := inspect(ctx, p.cur.Conn(), Source{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
+		CreatedAtColumn: p.cfg.Source.CreatedAtColumn, KeyColumn: p.cfg.Source.KeyColumn})
+	if err != nil {
+		return nil, err
+	}
+	return resolveColumns(p.structCols, t.columns), nil
 }
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {

@@ -6,6 +6,10 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 func TestDeliversInOrderWithTies(t *testing.T) {
@@ -61,4 +65,29 @@ func TestHaltsOnFailingRecordAndResumes(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		`SELECT halted_record_id FROM inorder.cursor WHERE process_name = $1`, b.cfg.Process).Scan(&halted))
 	require.Nil(t, halted, "halt state cleared once the record went through")
+}
+
+func TestStructColumnsAreTheDefaultSelection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	b.cfg.Source.Columns = nil // event has no payload field: only its own columns are read
+	stop := start(t, b.cfg)
+	waitFor(t, "3 records", func() bool { return b.h.count() == 3 })
+	require.NoError(t, stop())
+	require.Equal(t, ids, b.h.ids())
+
+	type extra struct {
+		ID     int64  `db:"id"`
+		Colour string `db:"colour"`
+	}
+	p, err := processor.New(processor.Config[extra]{
+		Process: "extra", ConnConfig: b.cfg.ConnConfig, Source: processor.Source{Table: "events"},
+		Handler:  handlers.HandlerFunc[extra](func(context.Context, *handlers.Record[extra]) error { return nil }),
+		Registry: &cursor.Registry{},
+	})
+	require.NoError(t, err)
+	err = p.Run(context.Background())
+	require.ErrorIs(t, err, processor.ErrInvalidSource)
+	require.Contains(t, err.Error(), `selected column "colour" does not exist in public.events`)
 }

@@ -24,8 +24,9 @@ type Source struct {
 	// KeyColumn, when set, is passed to handlers as Record.Key (for example the aggregate id, used as the
 	// Pub/Sub ordering key). Empty means "aggregate_id" when the table has such a column, else none.
 	KeyColumn string
-	// Columns are the columns selected for each record, in this order. Empty means all of the table's
-	// columns, in table order.
+	// Columns are the columns selected for each record, in this order. Empty means, for a struct record
+	// type scanned by name (no ScanFunc), the struct's columns (db tags, else field names); otherwise all
+	// of the table's columns, in table order. Either way a missing column is an error at start-up.
 	Columns []string
 }
 
