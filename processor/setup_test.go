@@ -15,6 +15,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -149,24 +150,7 @@ func start[T any](t *testing.T, cfg processor.Config[T]) (stop func() error) {
 	t.Helper()
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	var result error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case result = <-done:
-			case <-time.After(30 * time.Second):
-				result = errors.New("processor did not stop within 30s")
-			}
-		})
-		return result
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return testrun.Start(t, p.Run)
 }
 
 // position reads the durable position of process.

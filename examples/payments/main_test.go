@@ -17,6 +17,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -33,28 +34,7 @@ func fast(cfg *processor.Config[handlers.Row]) {
 // start runs the example until the test ends; stop ends it early and returns what run returned.
 func start(t *testing.T, databaseURL string, psp *paymentProcessor, log zerolog.Logger) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx, databaseURL, psp, log, fast) }()
-	var once sync.Once
-	var result error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case result = <-done:
-			case <-time.After(30 * time.Second):
-				result = errors.New("run did not return within 30s of being stopped")
-			}
-		})
-		return result
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return stop
+	return testrun.Start(t, func(ctx context.Context) error { return run(ctx, databaseURL, psp, log, fast) })
 }
 
 // newPSP returns a payment processor on db, closed when the test ends.

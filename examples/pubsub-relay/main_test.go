@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -35,29 +35,8 @@ func fast(cfg *processor.Config[handlers.Row]) {
 // start runs the relay until the test ends; stop ends it early and returns what run returned.
 func start(t *testing.T, databaseURL string, client *gpubsub.Client) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	log := zerolog.New(zerolog.NewTestWriter(t))
-	go func() { done <- run(ctx, databaseURL, client, log, fast) }()
-	var once sync.Once
-	var result error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case result = <-done:
-			case <-time.After(30 * time.Second):
-				result = errors.New("run did not return within 30s of being stopped")
-			}
-		})
-		return result
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return stop
+	return testrun.Start(t, func(ctx context.Context) error { return run(ctx, databaseURL, client, log, fast) })
 }
 
 // outboxRow is one row of the outbox, as the test checks it against the messages.

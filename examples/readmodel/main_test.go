@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"sync"
 	"testing"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -31,29 +31,8 @@ func fast(cfg *processor.Config[accountEvent]) {
 // start runs the example until the test ends; stop ends it early and returns what run returned.
 func start(t *testing.T, db *pgtest.DB, checkpoint processor.Checkpoint) (stop func() error) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
 	log := zerolog.New(zerolog.NewTestWriter(t))
-	go func() { done <- run(ctx, db.URL, checkpoint, log, fast) }()
-	var once sync.Once
-	var result error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case result = <-done:
-			case <-time.After(30 * time.Second):
-				result = errors.New("run did not return within 30s of being stopped")
-			}
-		})
-		return result
-	}
-	t.Cleanup(func() {
-		if err := stop(); err != nil {
-			t.Errorf("run: %v", err)
-		}
-	})
-	return stop
+	return testrun.Start(t, func(ctx context.Context) error { return run(ctx, db.URL, checkpoint, log, fast) })
 }
 
 // appendEvents appends n events spread over seven accounts, every third one a withdrawal, in one statement.

@@ -26,6 +26,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -211,24 +212,7 @@ func run(t *testing.T, d db, process, table string, h handlers.Handler[handlers.
 		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	var result error
-	stop = func() error {
-		once.Do(func() {
-			cancel()
-			select {
-			case result = <-done:
-			case <-time.After(30 * time.Second):
-				result = errors.New("processor did not stop within 30s")
-			}
-		})
-		return result
-	}
-	t.Cleanup(func() { _ = stop() })
-	return stop
+	return testrun.Start(t, p.Run)
 }
 
 func eventually(t *testing.T, what string, cond func() bool) {

@@ -21,6 +21,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -622,23 +623,8 @@ func (e *e2e) run(t *testing.T, h handlers.Handler[handlers.Row]) (stop func()) 
 		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	})
 	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- p.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			select {
-			case err := <-done:
-				require.NoError(t, err, "Run after a clean stop")
-			case <-time.After(30 * time.Second):
-				t.Error("the processor did not stop within 30s")
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	stopRun := testrun.Start(t, p.Run)
+	return func() { require.NoError(t, stopRun(), "Run after a clean stop") }
 }
 
 // halt is the halt state and position of the cursor row.
