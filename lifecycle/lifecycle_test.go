@@ -91,10 +91,12 @@ func TestSIGTERMMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	conn, err := db.Pool.Acquire(context.Background())
 	require.NoError(t, err)
 	defer conn.Release()
-	infos, err := cursor.List(context.Background(), conn.Conn(), "jobs")
-	require.NoError(t, err)
-	require.False(t, infos[0].Locked, "the cursor is unlocked")
-	require.Zero(t, infos[0].Connected, "the cursor connection is closed")
+	// The server ends the closed session (and its locks) a moment after the client hung up.
+	require.Eventually(t, func() bool {
+		infos, err := cursor.List(context.Background(), conn.Conn(), "jobs")
+		require.NoError(t, err)
+		return !infos[0].Locked && infos[0].Connected == 0
+	}, 10*time.Second, 5*time.Millisecond, "the cursor is unlocked and its connection closed")
 }
 
 func TestSecondSignalExitsAtOnce(t *testing.T) {
@@ -104,25 +106,26 @@ func TestSecondSignalExitsAtOnce(t *testing.T) {
 	g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) { exited <- code }})
 	stuck := make(chan struct{})
 	started := make(chan struct{})
+	stopping := make(chan struct{})
 	g.Add("stuck", func(ctx context.Context) error {
 		close(started)
-		<-stuck // ignores its context: a shutdown that hangs
+		<-ctx.Done()
+		close(stopping)
+		<-stuck // a shutdown that hangs
 		return nil
 	})
 	result := make(chan error, 1)
 	go func() { result <- g.Run() }()
 	<-started
 	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
-	require.Eventually(t, func() bool {
-		_ = syscall.Kill(syscall.Getpid(), syscall.SIGINT)
-		select {
-		case code := <-exited:
-			require.Equal(t, 130, code)
-			return true
-		default:
-			return false
-		}
-	}, 10*time.Second, 50*time.Millisecond)
+	<-stopping // the first signal began the shutdown
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+	select {
+	case code := <-exited:
+		require.Equal(t, 130, code)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the second signal did not exit")
+	}
 	close(stuck)
 	require.NoError(t, <-result)
 }

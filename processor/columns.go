@@ -3,43 +3,70 @@ package processor
 import (
 	"reflect"
 	"strings"
+
+	"github.com/jackc/pgx/v5"
 )
+
+// structField is a column a struct type scans with pgx.RowToStructByName, and where in the struct it goes.
+type structField struct {
+	column string
+	index  []int
+}
 
 // structColumns lists the columns a struct type scans with pgx.RowToStructByName: each exported field's
 // db tag, or its name where it has none, recursing into embedded structs and skipping `db:"-"`.
-func structColumns(t reflect.Type) []string {
-	var cols []string
+func structColumns(t reflect.Type, prefix []int) []structField {
+	var cols []structField
 	for i := 0; i < t.NumField(); i++ {
 		f := t.Field(i)
 		tag, hasTag := f.Tag.Lookup("db")
 		name, _, _ := strings.Cut(tag, ",")
+		index := append(append([]int(nil), prefix...), i)
 		switch {
 		case name == "-":
 		case f.Anonymous && f.Type.Kind() == reflect.Struct && !hasTag:
-			cols = append(cols, structColumns(f.Type)...)
+			cols = append(cols, structColumns(f.Type, index)...)
 		case !f.IsExported():
 		case name != "":
-			cols = append(cols, name)
+			cols = append(cols, structField{name, index})
 		default:
-			cols = append(cols, f.Name)
+			cols = append(cols, structField{f.Name, index})
 		}
 	}
 	return cols
 }
 
+// positionalScanner scans rows whose columns are exactly a struct's fields in order (the selection made
+// from the struct itself), so it needs no matching of names per row, unlike pgx.RowToStructByName.
+type positionalScanner[T any] struct {
+	fields []structField
+	args   []any
+}
+
+func (s *positionalScanner[T]) scan(row pgx.CollectableRow) (T, error) {
+	var v T
+	rv := reflect.ValueOf(&v).Elem()
+	s.args = s.args[:0]
+	for _, f := range s.fields {
+		s.args = append(s.args, rv.FieldByIndex(f.index).Addr().Interface())
+	}
+	err := row.Scan(s.args...)
+	return v, err
+}
+
 // resolveColumns maps names derived from a struct to the table's columns the way pgx matches them: case
 // insensitively, and ignoring underscores for names without a db tag.
-func resolveColumns(names []string, table []column) []string {
+func resolveColumns(fields []structField, table []column) []string {
 	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
-	out := make([]string, len(names))
-	for i, n := range names {
-		out[i] = n
+	out := make([]string, len(fields))
+	for i, f := range fields {
+		out[i] = f.column
 		for _, c := range table {
-			if c.name == n {
+			if c.name == f.column {
 				out[i] = c.name
 				break
 			}
-			if norm(c.name) == norm(n) {
+			if norm(c.name) == norm(f.column) {
 				out[i] = c.name
 			}
 		}

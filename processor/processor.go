@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -144,13 +145,14 @@ type Processor[T any] struct {
 	scan    func(row pgx.CollectableRow) (T, error)
 	async   handlers.AsyncHandler[T]
 	// structCols are the columns of T when it is a struct scanned by name: the default Source.Columns.
-	structCols []string
+	structCols []structField
 	flusher    handlers.Flusher
 	obs        Observer
 
-	table   *table
-	tracker *writerTracker
-	cur     *cursor.Repository
+	table    *table
+	tracker  *writerTracker
+	cur      *cursor.Repository
+	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
 	owned       bool
@@ -186,10 +188,11 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 			cfg.IdleInTransactionTimeout)
 	}
 	p := &Processor[T]{
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("process", cfg.Process).Logger(),
-		tracker: newWriterTracker(cfg.InsertLatency),
-		obs:     cfg.Observer,
+		cfg:      cfg,
+		log:      cfg.Logger.With().Str("process", cfg.Process).Logger(),
+		tracker:  newWriterTracker(cfg.InsertLatency),
+		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
+		obs:      cfg.Observer,
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -203,7 +206,7 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 		p.scan = any(scanRow).(func(pgx.CollectableRow) (T, error))
 	case reflect.TypeOf(zero) != nil && reflect.TypeOf(zero).Kind() == reflect.Struct:
 		p.scan = pgx.RowToStructByName[T]
-		p.structCols = structColumns(reflect.TypeOf(zero))
+		p.structCols = structColumns(reflect.TypeOf(zero), nil)
 	default:
 		return nil, fmt.Errorf("processor %q: %T is not a struct; set Config.ScanFunc", cfg.Process, zero)
 	}
@@ -347,6 +350,8 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			_ = p.cur.Release(work)
 			return err
 		}
+		// The selection is the struct's fields in order: scan by position, not by name.
+		p.scan = (&positionalScanner[T]{fields: p.structCols}).scan
 	}
 	t, err := inspect(work, p.cur.Conn(), src)
 	if err != nil {
@@ -463,6 +468,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.halted, p.retryAt = false, time.Time{}
 		p.obs.Halted(p.cfg.Process, false)
 	}
+	if st.Halt != nil && !p.halted { // halted before this instance took over
+		p.halted = true
+		p.obs.Halted(p.cfg.Process, true)
+	}
 	if st.Halt != nil {
 		due := st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
 		if p.retryAt.After(due) {
@@ -511,11 +520,12 @@ func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon t
 	}
 	defer rows.Close()
 	items := make([]item[T], 0, min(p.cfg.BatchSize, 1024))
+	hr := &hiddenRow{Rows: rows}
+	var posScan positionScanner
 	for rows.Next() {
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
-		hr := &hiddenRow{Rows: rows}
-		if err := scanHidden(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
+		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
 			return nil, fmt.Errorf("read %s: position columns: %w", p.table.qualified, err)
 		}
 		if key != nil {
@@ -537,7 +547,10 @@ func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon t
 }
 
 // hiddenRow shows a scan function the selected columns only, not the three position columns in front.
-type hiddenRow struct{ pgx.Rows }
+type hiddenRow struct {
+	pgx.Rows
+	args []any // reused across rows: the position columns' placeholders, then the caller's destinations
+}
 
 const hidden = 3
 
@@ -546,11 +559,8 @@ func (r *hiddenRow) FieldDescriptions() []pgconn.FieldDescription {
 }
 
 func (r *hiddenRow) Scan(dest ...any) error {
-	skip := make([]any, hidden, hidden+len(dest))
-	for i := range skip {
-		skip[i] = &skipScan{}
-	}
-	return r.Rows.Scan(append(skip, dest...)...)
+	r.args = append(r.args[:0], nil, nil, nil) // nil skips a column without decoding it
+	return r.Rows.Scan(append(r.args, dest...)...)
 }
 
 func (r *hiddenRow) Values() ([]any, error) {
@@ -563,25 +573,25 @@ func (r *hiddenRow) Values() ([]any, error) {
 
 func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[hidden:] }
 
-// scanHidden decodes the three position columns in front of a row, leaving the rest to the scan function.
-func scanHidden(rows pgx.Rows, dest ...any) error {
-	m := rows.Conn().TypeMap()
+// positionScanner decodes the three position columns in front of each row, leaving the rest to the scan
+// function. It plans each column's decoding once per read, not once per row.
+type positionScanner struct {
+	plans [hidden]pgtype.ScanPlan
+}
+
+func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {
 	fds := rows.FieldDescriptions()
 	raw := rows.RawValues()
 	for i, d := range dest {
-		if err := m.Scan(fds[i].DataTypeOID, fds[i].Format, raw[i], d); err != nil {
+		if s.plans[i] == nil {
+			s.plans[i] = rows.Conn().TypeMap().PlanScan(fds[i].DataTypeOID, fds[i].Format, d)
+		}
+		if err := s.plans[i].Scan(raw[i], d); err != nil {
 			return fmt.Errorf("column %s: %w", fds[i].Name, err)
 		}
 	}
 	return nil
 }
-
-type skipScan struct{}
-
-func (*skipScan) ScanText(v any) error { return nil }
-
-// Scan implements sql.Scanner, which pgx accepts for any column type.
-func (*skipScan) Scan(any) error { return nil }
 
 // scanRow is the default scan function for handlers.Row.
 func scanRow(row pgx.CollectableRow) (handlers.Row, error) {
@@ -746,13 +756,14 @@ func attemptOf(st cursor.State, id string) int {
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
 // back its own writes only.
 func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (err error) {
-	hctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
-	defer cancel()
+	hctx, done := p.deadline.start(work)
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
+		err = explain(hctx, err)
+		done()
 		p.obs.Handled(p.cfg.Process, time.Since(start), err)
 	}()
 	if p.cfg.Handler != nil {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -309,4 +310,39 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
 		"SELECT count(*) FROM inorder.cursor WHERE position_id IS NOT NULL").Scan(&n))
 	require.Zero(t, n, "no position moved")
+}
+
+func TestRunServesMetricsAndHealth(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 6, "1")
+	p := startBinary(t, b.env, runArgs("--metrics-addr", "127.0.0.1:0")...)
+	var addr string
+	require.Eventually(t, func() bool {
+		for _, l := range strings.Split(p.logs(), "\n") {
+			var line struct{ Addr, Message string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Message == "serving /metrics, /healthz and /readyz" {
+				addr = line.Addr
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 5*time.Millisecond, p.logs())
+	get := func(path string) (int, string) {
+		resp, err := http.Get("http://" + addr + path)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+	require.Eventually(t, func() bool {
+		code, body := get("/metrics")
+		return code == 200 && strings.Contains(body, `inorder_records_handled_total{process="booking_sms"} 6`)
+	}, 20*time.Second, 10*time.Millisecond)
+	code, _ := get("/healthz")
+	require.Equal(t, 200, code)
+	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == 200 }, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Zero(t, p.wait(t), p.logs())
 }

@@ -44,6 +44,7 @@ type runFlags struct {
 	retryMax        time.Duration
 	holdWarnAfter   time.Duration
 	instance        string
+	metricsAddr     string
 
 	webhookURL       string
 	webhookSecretEnv string
@@ -78,6 +79,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retryMax, "retry-max", time.Minute, "longest wait between retries of a failing record")
 	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", time.Minute, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
@@ -114,11 +116,31 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if f.handler == "stdout" {
 		cfg.Handler = stdout.New[handlers.Row](stdoutW)
 	}
+	var metrics *lifecycle.Metrics
+	if f.metricsAddr != "" {
+		metrics = lifecycle.NewMetrics()
+		cfg.Observer = metrics
+	}
 	p, err := processor.New(cfg)
 	if err != nil {
 		return usageErr("%v", err)
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log})
+	if metrics != nil {
+		pool, err := lifecycle.NewOpsPool(ctx, cfg.ConnConfig)
+		if err != nil {
+			return err
+		}
+		defer pool.Close()
+		metrics.Track(p.Name())
+		health := lifecycle.NewHealth(lifecycle.HealthConfig{Ping: pool.Ping, Metrics: metrics})
+		addr, err := g.AddHTTPServer("ops", f.metricsAddr, lifecycle.NewOpsHandler(metrics, health), 5*time.Second)
+		if err != nil {
+			return usageErr("--metrics-addr: %v", err)
+		}
+		g.Add("lag", metrics.WatchLag(pool, 0))
+		log.Info().Str("addr", addr.String()).Msg("serving /metrics, /healthz and /readyz")
+	}
 	g.AddRunner(p)
 	return g.Run()
 }

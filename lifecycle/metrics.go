@@ -1,0 +1,407 @@
+package lifecycle
+
+// Metrics
+//
+// Metrics serves these series, every one labelled by process (the process name), on its own registry
+// beside the Go runtime's go_* and process_* series:
+//
+//	inorder_records_handled_total        counter    records the handler took successfully
+//	inorder_handler_failures_total       counter    handler calls (or async results) that failed; a record
+//	                                                 that fails twice and then goes through counts 2
+//	inorder_handler_duration_seconds     histogram  time of every handler call, success or failure (for an
+//	                                                 async handler: the wait on its result); buckets 1ms..30s
+//	inorder_batches_total                counter    reads of the source (one per batch, empty ones included)
+//	inorder_records_read_total           counter    records those reads returned (records delivered again
+//	                                                 after a failure are counted again)
+//	inorder_halted                       gauge      1 while the stream is halted on a failing record, else 0
+//	inorder_horizon_hold_seconds         gauge      how long the writer transaction holding the horizon back
+//	                                                 has been in flight; 0 when none
+//	inorder_cursor_locked                gauge      1 while this instance owns the process, 0 while it
+//	                                                 stands by (another instance owns it) or is stopped
+//	inorder_position_timestamp_seconds   gauge      created_at of the position, as Unix seconds, as last
+//	                                                 advanced by this instance; 0 until it advances
+//	inorder_connected                    gauge      1 while the processor has a working database
+//	                                                 connection, 0 while it is reconnecting or starting
+//	inorder_lag_rows                     gauge      committed source rows after the durable position,
+//	                                                 counted up to 1,000,000 (processor.LagCountCap)
+//	inorder_lag_seconds                  gauge      age of the oldest of those rows (database clock); 0 when
+//	                                                 none
+//	inorder_lag_errors_total             counter    lag measurements that failed (the lag gauges keep their
+//	                                                 last value meanwhile)
+//
+// The lag series are measured only by WatchLag, from the cursor row and the source table, so every
+// instance reports them, owner or not; they appear after the first measurement. The other series come from
+// the processor through the processor.Observer that Metrics implements.
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// DurationBuckets are the buckets of inorder_handler_duration_seconds, from 1ms to 30s.
+var DurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// DefaultLagInterval is how often WatchLag measures the lag when given no interval.
+const DefaultLagInterval = 15 * time.Second
+
+// A round of lag measurements is cut off after its interval, but never sooner than minLagTimeout nor later
+// than maxLagTimeout.
+const (
+	minLagTimeout = 5 * time.Second
+	maxLagTimeout = 30 * time.Second
+	// lagPendingRetry is how soon WatchLag looks again at a process it could not measure yet.
+	lagPendingRetry = time.Second
+)
+
+// Metrics is a processor.Observer that keeps Prometheus series about the processors reporting to it, on a
+// registry of its own. Set it as processor.Config.Observer of every processor of the program (one Metrics
+// serves any number of processes), serve Handler (or NewOpsHandler), and run WatchLag for the lag series.
+// It also remembers whether each processor is connected, for Health.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	handled, failures, batches, read, lagErrors *prometheus.CounterVec
+	duration                                    *prometheus.HistogramVec
+	halted, hold, locked, position, connected   *prometheus.GaugeVec
+	lagRows, lagSeconds                         *prometheus.GaugeVec
+
+	mu    sync.Mutex
+	procs map[string]*procMetrics
+}
+
+// procMetrics are one process's series, resolved once, and its connection state.
+type procMetrics struct {
+	handled, failures, batches, read prometheus.Counter
+	duration                         prometheus.Observer
+	halted, hold, locked, position   prometheus.Gauge
+	connected                        prometheus.Gauge
+
+	// state is guarded by Metrics.mu.
+	state connState
+}
+
+type connState int
+
+const (
+	stateStarting     connState = iota // tracked, not connected yet
+	stateConnected                     // connected (owning the process or standing by)
+	stateReconnecting                  // lost its connection
+)
+
+var _ processor.Observer = (*Metrics)(nil)
+
+// NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
+// process collectors.
+func NewMetrics() *Metrics {
+	label := []string{"process"}
+	m := &Metrics{
+		reg:   prometheus.NewRegistry(),
+		procs: map[string]*procMetrics{},
+		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inorder_records_handled_total", Help: "Records the handler took successfully.",
+		}, label),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inorder_handler_failures_total", Help: "Handler calls (or async results) that failed.",
+		}, label),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "inorder_handler_duration_seconds",
+			Help:    "Time of each handler call, success or failure (for an async handler, the wait on its result).",
+			Buckets: DurationBuckets,
+		}, label),
+		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inorder_batches_total", Help: "Reads of the source table, one per batch, empty ones included.",
+		}, label),
+		read: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inorder_records_read_total", Help: "Records returned by reads of the source table.",
+		}, label),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_halted", Help: "1 while the stream is halted on a failing record, else 0.",
+		}, label),
+		hold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_horizon_hold_seconds",
+			Help: "How long the writer transaction holding the horizon back has been in flight; 0 when none.",
+		}, label),
+		locked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_cursor_locked", Help: "1 while this instance owns the process, else 0.",
+		}, label),
+		position: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_position_timestamp_seconds",
+			Help: "created_at of the position as last advanced by this instance, in Unix seconds; 0 until then.",
+		}, label),
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_connected",
+			Help: "1 while the processor has a working database connection, 0 while it is starting or reconnecting.",
+		}, label),
+		lagRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_lag_rows",
+			Help: "Committed source rows after the durable position, counted up to 1000000.",
+		}, label),
+		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_lag_seconds",
+			Help: "Age of the oldest source row after the durable position, by the database clock; 0 when none.",
+		}, label),
+		lagErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inorder_lag_errors_total", Help: "Lag measurements that failed.",
+		}, label),
+	}
+	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.hold, m.locked,
+		m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+// Registry returns the registry the series live on, for a program to add its own collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition format, for /metrics.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
+}
+
+// Track declares a process this program runs: its series are created at zero at once (so that, say, a
+// failure counter exists before the first failure), Health counts it as not ready until its processor
+// has connected, and WatchLag measures its lag. A process that reports without being tracked is tracked
+// from its first report. Tracking a process twice does nothing.
+func (m *Metrics) Track(process string) { m.proc(process) }
+
+// proc returns the series of process, creating them on first use.
+func (m *Metrics) proc(process string) *procMetrics {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if p, ok := m.procs[process]; ok {
+		return p
+	}
+	p := &procMetrics{
+		handled:   m.handled.WithLabelValues(process),
+		failures:  m.failures.WithLabelValues(process),
+		duration:  m.duration.WithLabelValues(process),
+		batches:   m.batches.WithLabelValues(process),
+		read:      m.read.WithLabelValues(process),
+		halted:    m.halted.WithLabelValues(process),
+		hold:      m.hold.WithLabelValues(process),
+		locked:    m.locked.WithLabelValues(process),
+		position:  m.position.WithLabelValues(process),
+		connected: m.connected.WithLabelValues(process),
+	}
+	m.lagErrors.WithLabelValues(process) // at zero, like the others
+	m.procs[process] = p
+	return p
+}
+
+// processes returns the tracked process names, sorted.
+func (m *Metrics) processes() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	names := make([]string, 0, len(m.procs))
+	for n := range m.procs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// Batch implements processor.Observer.
+func (m *Metrics) Batch(process string, n int) {
+	p := m.proc(process)
+	p.batches.Inc()
+	p.read.Add(float64(n))
+}
+
+// Handled implements processor.Observer.
+func (m *Metrics) Handled(process string, took time.Duration, err error) {
+	p := m.proc(process)
+	p.duration.Observe(took.Seconds())
+	if err != nil {
+		p.failures.Inc()
+	} else {
+		p.handled.Inc()
+	}
+}
+
+// Position implements processor.Observer.
+func (m *Metrics) Position(process string, createdAt time.Time) {
+	m.proc(process).position.Set(float64(createdAt.UnixNano()) / 1e9)
+}
+
+// Halted implements processor.Observer.
+func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
+
+// Locked implements processor.Observer.
+func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.Set(b2f(locked)) }
+
+// Hold implements processor.Observer.
+func (m *Metrics) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
+
+// Connected implements processor.Observer.
+func (m *Metrics) Connected(process string, ok bool) {
+	p := m.proc(process)
+	m.mu.Lock()
+	if ok {
+		p.state = stateConnected
+	} else {
+		p.state = stateReconnecting
+	}
+	// Set under the lock, so that the gauge and the state Health reads never disagree for long.
+	p.connected.Set(b2f(ok))
+	m.mu.Unlock()
+}
+
+// notConnected describes the tracked processes that are not connected, sorted by name, for Health:
+// "process booking_sms: reconnecting".
+func (m *Metrics) notConnected() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for name, p := range m.procs {
+		switch p.state {
+		case stateStarting:
+			out = append(out, fmt.Sprintf("process %s: starting (not connected yet)", name))
+		case stateReconnecting:
+			out = append(out, fmt.Sprintf("process %s: reconnecting", name))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// WatchLag returns an actor (for Group.Add) that measures the lag of every tracked process every interval
+// (zero means DefaultLagInterval) until its context is done, and then returns nil. Each measurement reads
+// the process's cursor row (cursor.List) and counts the source rows after its durable position
+// (processor.Behind, bounded by processor.LagCountCap) on one connection of pool. Rounds run one after the
+// other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
+// measurement counts in inorder_lag_errors_total and leaves the lag gauges at their last value. A process
+// without a cursor row yet, or whose processor has not yet recorded its source, is skipped and looked at
+// again after a second rather than a whole interval. Give it a small pool of its own (see NewOpsPool).
+func (m *Metrics) WatchLag(pool *pgxpool.Pool, interval time.Duration) func(ctx context.Context) error {
+	if interval <= 0 {
+		interval = DefaultLagInterval
+	}
+	return func(ctx context.Context) error {
+		timeout := min(max(interval, minLagTimeout), maxLagTimeout)
+		t := time.NewTimer(0)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-t.C:
+			}
+			start := time.Now()
+			rctx, cancel := context.WithTimeout(ctx, timeout)
+			pending := m.measureLag(rctx, pool, func() bool { return ctx.Err() != nil })
+			cancel()
+			next := interval
+			if pending {
+				// A processor starting up records its source within a poll or two: look again soon
+				// rather than show no lag for a whole interval.
+				next = min(interval, lagPendingRetry)
+			}
+			t.Reset(max(0, next-time.Since(start)))
+		}
+	}
+}
+
+// measureLag runs one round of lag measurements; a failure counts as an error unless the program is
+// stopping. It reports whether a process had nothing to measure against yet.
+func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping func() bool) (pending bool) {
+	names := m.processes()
+	if len(names) == 0 {
+		return false
+	}
+	fail := func(name string) {
+		if !stopping() {
+			m.lagErrors.WithLabelValues(name).Inc()
+		}
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		for _, n := range names {
+			fail(n)
+		}
+		return false
+	}
+	defer conn.Release()
+	for i, name := range names {
+		measured, err := m.measureOne(ctx, conn.Conn(), name)
+		if err != nil {
+			fail(name)
+			if ctx.Err() != nil { // out of time: the rest are cut off too
+				for _, n := range names[i+1:] {
+					fail(n)
+				}
+				return false
+			}
+		}
+		pending = pending || (err == nil && !measured)
+	}
+	return pending
+}
+
+// measureOne measures the lag of one process; it reports false when there is nothing to measure against
+// yet.
+func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
+	infos, err := cursor.List(ctx, conn, name)
+	if err != nil {
+		return false, err
+	}
+	if len(infos) == 0 || infos[0].SourceTable == "" {
+		return false, nil // not registered, or never locked: nothing to measure against yet
+	}
+	in := infos[0]
+	lag, err := processor.Behind(ctx, conn, processor.Source{
+		Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn,
+	}, in.Position)
+	if err != nil {
+		return false, err
+	}
+	age := 0.0
+	if !lag.Oldest.IsZero() {
+		age = max(0, lag.Now.Sub(lag.Oldest).Seconds())
+	}
+	m.lagRows.WithLabelValues(name).Set(float64(lag.Rows))
+	m.lagSeconds.WithLabelValues(name).Set(age)
+	return true, nil
+}
+
+// NewOpsPool returns a small, lazily connecting pool on the database cc names, for Health's ping and
+// WatchLag: at most two connections, named "inorder-ops" in pg_stat_activity (not "inorder:...", which
+// status counts as instances). It does not connect until first used, so a program starts while the
+// database is away. Close it when the group has stopped.
+func NewOpsPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
+	pc, err := pgxpool.ParseConfig("")
+	if err != nil {
+		return nil, fmt.Errorf("ops pool: %w", err)
+	}
+	pc.ConnConfig = cc.Copy()
+	if pc.ConnConfig.RuntimeParams == nil {
+		pc.ConnConfig.RuntimeParams = map[string]string{}
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = "inorder-ops"
+	pc.MaxConns = 2
+	pc.MinConns = 0
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("ops pool: %w", err)
+	}
+	return pool, nil
+}
