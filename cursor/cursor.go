@@ -533,10 +533,18 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 	return r.register(ctx)
 }
 
-// Release ends the open transaction (committing it), closes the connection and removes the repository
-// from its registry. Opening the name again afterwards makes a new repository.
+// Release ends the open transaction (committing it), gives up ownership, closes the connection and
+// removes the repository from its registry. Opening the name again afterwards makes a new repository.
 func (r *Repository) Release(ctx context.Context) error {
 	err := r.Unlock(ctx)
+	if r.owner && r.conn != nil && !r.conn.IsClosed() {
+		// Give up ownership now, so a standby takes over at once rather than when the server has noticed
+		// that the connection closed.
+		if _, uerr := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); uerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
+		}
+		r.owner = false
+	}
 	r.registry.mu.Lock()
 	if r.registry.repos[r.name] == r {
 		delete(r.registry.repos, r.name)

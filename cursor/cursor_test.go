@@ -86,7 +86,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	require.NoError(t, first.Release(ctx))
 	ok, err = second.TryLock(ctx)
 	require.NoError(t, err)
-	require.True(t, ok, "the standby takes over once the owner is gone")
+	require.True(t, ok, "the standby takes over as soon as the owner released the process")
 	moved := cursor.Position{CreatedAt: pos.CreatedAt.Add(time.Second), ID: "7"}
 	require.NoError(t, second.SetPosition(ctx, moved, 1))
 	require.NoError(t, second.Unlock(ctx))
