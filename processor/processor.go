@@ -93,6 +93,12 @@ type Config[T any] struct {
 
 	// Observer, when set, is told what the processor does (for metrics). Its methods must not block.
 	Observer Observer
+
+	// Listen keeps a connection listening for the insert notifications of the trigger that
+	// `inorder migrate --notify TABLE` creates, and wakes the processor at once when rows arrive instead of
+	// at its next poll. Polling remains the fallback, and the only mode where LISTEN is unavailable (behind
+	// a transaction-mode pooler); a notification never decides what is read. False means poll only.
+	Listen bool
 }
 
 func (c *Config[T]) withDefaults() {
@@ -160,6 +166,7 @@ type Processor[T any] struct {
 	holdPID     int
 	holdWarned  time.Time
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
+	wake        chan struct{}
 	paused      bool
 	halted      bool
 	lastPos     cursor.Position // the durable position after this instance's last batch
@@ -192,6 +199,7 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 		log:      cfg.Logger.With().Str("process", cfg.Process).Logger(),
 		tracker:  newWriterTracker(cfg.InsertLatency),
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
+		wake:     make(chan struct{}, 1),
 		obs:      cfg.Observer,
 	}
 	if p.obs == nil {
@@ -289,6 +297,14 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 	}()
 
+	if p.cfg.Listen {
+		listenCtx, stopListening := context.WithCancel(ctx)
+		listening := make(chan struct{})
+		go func() { defer close(listening); p.listen(listenCtx) }()
+		defer func() { stopListening(); <-listening }()
+	}
+
+	woken := false
 	for ctx.Err() == nil {
 		n, wait, err := p.tick(ctx, work)
 		if err != nil {
@@ -306,11 +322,18 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			p.log.Error().Err(err).Msg("batch failed; retrying")
 			wait = p.cfg.RetryMin
 		}
+		wakeable := false
 		if n == 0 && wait == 0 {
-			wait = p.cfg.PollInterval
+			wait, wakeable = p.cfg.PollInterval, true
+			if woken {
+				// A notification came, yet nothing was readable: the new rows may still lie within the
+				// insert-latency margin below now. Look again just after it.
+				wait = 2*p.cfg.InsertLatency + time.Millisecond
+			}
 		}
+		woken = false
 		if wait > 0 {
-			sleep(ctx, wait)
+			woken = p.idle(ctx, wait, wakeable)
 		}
 	}
 	return nil

@@ -346,3 +346,24 @@ func TestRunServesMetricsAndHealth(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Zero(t, p.wait(t), p.logs())
 }
+
+func TestMigrateNotifyAndRunListen(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	code, _, stderr := runBinary(t, b.env, "migrate", "--notify", "bookings")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stderr, "insert-notification trigger on bookings in place")
+	code, stdout, _ := runBinary(t, nil, "migrate", "--print", "--notify", "sales.bookings")
+	require.Zero(t, code)
+	require.Contains(t, stdout, `CREATE OR REPLACE TRIGGER "inorder_notify" AFTER INSERT ON "sales"."bookings" FOR EACH STATEMENT`)
+	code, _, stderr = runBinary(t, b.env, "migrate", "--notify", "nope")
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, `notify trigger: table "nope" does not exist`)
+
+	// With a poll interval of an hour, only the notification can deliver rows inserted after the start.
+	p := startBinary(t, b.env, "run", "--process", "booking_sms", "--table", "bookings", "--listen", "--poll-interval", "1h")
+	require.Eventually(t, func() bool { return strings.Contains(p.logs(), "listening for insert notifications") },
+		20*time.Second, 5*time.Millisecond, p.logs())
+	b.book(t, 3, "1")
+	require.Eventually(t, func() bool { return len(p.output()) == 3 }, 20*time.Second, 5*time.Millisecond, p.logs())
+}

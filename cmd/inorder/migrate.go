@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/inorder-dev/inorder/migrations"
 )
@@ -13,11 +14,17 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	fs := newFlagSet("migrate", stderr)
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to migrate (default $DATABASE_URL)")
 	print := fs.Bool("print", false, "print the SQL instead of applying it, for teams that use their own migration tool")
+	var notify tableList
+	fs.Var(&notify, "notify", "also create the insert-notification trigger on this source table, for run --listen (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if *print {
-		_, err := io.WriteString(stdout, migrations.Script())
+		script := migrations.Script()
+		for _, t := range notify {
+			script += "-- wake processors running with --listen on inserts into " + t + "\n" + migrations.NotifySQLFor(t) + "\n"
+		}
+		_, err := io.WriteString(stdout, script)
 		return err
 	}
 	conn, err := connect(ctx, *dbURL)
@@ -29,6 +36,12 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
+	for _, t := range notify {
+		if err := migrations.CreateNotifyTrigger(ctx, conn, t); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "inorder migrate: insert-notification trigger on %s in place\n", t)
+	}
 	if len(res.Versions) == 0 {
 		fmt.Fprintf(stderr, "inorder migrate: schema is current (version %d)\n", res.Current)
 	} else {
@@ -36,3 +49,9 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	}
 	return nil
 }
+
+// tableList collects a repeatable flag.
+type tableList []string
+
+func (l *tableList) String() string     { return strings.Join(*l, ",") }
+func (l *tableList) Set(v string) error { *l = append(*l, v); return nil }

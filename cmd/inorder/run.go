@@ -45,6 +45,7 @@ type runFlags struct {
 	holdWarnAfter   time.Duration
 	instance        string
 	metricsAddr     string
+	listen          bool
 
 	webhookURL       string
 	webhookSecretEnv string
@@ -79,6 +80,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retryMax, "retry-max", time.Minute, "longest wait between retries of a failing record")
 	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", time.Minute, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
+	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger of `inorder migrate --notify TABLE`); polling stays the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
@@ -281,6 +283,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		HoldWarnAfter:            f.holdWarnAfter,
 		Logger:                   log,
 		Instance:                 f.instance,
+		Listen:                   f.listen,
 	}
 	return cfg, nil
 }

@@ -1,0 +1,100 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/migrations"
+)
+
+// listen keeps a connection LISTENing for the insert trigger's notifications (see
+// migrations.CreateNotifyTrigger) and wakes the loop when its table is named. It never decides what is
+// read: a notification only makes the processor look sooner, and while the listener is down the loop
+// polls as it always does.
+func (p *Processor[T]) listen(ctx context.Context) {
+	warned := false
+	for attempt := 1; ctx.Err() == nil; attempt++ {
+		err := p.listenOnce(ctx, &warned, func() { attempt = 0 })
+		if ctx.Err() != nil {
+			return
+		}
+		p.log.Warn().Err(err).Dur("poll_interval", p.cfg.PollInterval).
+			Msg("wake-up listener lost; polling until it is back")
+		if !sleep(ctx, backoff(max(attempt, 1), 100*time.Millisecond, p.cfg.ReconnectMax)) {
+			return
+		}
+	}
+}
+
+func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected func()) error {
+	cc := p.cfg.ConnConfig.Copy()
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	// Not "inorder:…": status counts those as instances of the process.
+	cc.RuntimeParams["application_name"] = "inorder-listen:" + p.cfg.Process
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("connect listener: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{migrations.NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	if !*warned {
+		var exists bool
+		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
+			p.table.oid, migrations.NotifyTriggerName).Scan(&exists); err != nil {
+			return fmt.Errorf("look for the notify trigger: %w", err)
+		}
+		if !exists {
+			p.log.Warn().Str("table", p.table.qualified).Msgf("no insert-notification trigger on the table, so "+
+				"nothing will wake this processor before its poll interval; create it with: inorder migrate --notify %s",
+				p.table.qualified)
+		}
+		*warned = true
+	}
+	connected()
+	p.log.Info().Msg("listening for insert notifications")
+	p.wakeUp() // rows may have arrived while nobody listened
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		if n.Payload == p.table.qualified {
+			p.log.Debug().Msg("woken by a notification")
+			p.wakeUp()
+		}
+	}
+}
+
+// wakeUp asks the loop to look now. Wake-ups coalesce: many notifications during a batch make one more
+// look, not many.
+func (p *Processor[T]) wakeUp() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// idle waits d, or until ctx is done, or, when wakeable, until a notification wakes the loop. It reports
+// whether a notification ended the wait.
+func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool) bool {
+	var wake chan struct{}
+	if wakeable {
+		wake = p.wake
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	case <-wake:
+		return true
+	}
+	return false
+}
