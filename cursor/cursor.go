@@ -440,15 +440,28 @@ func (r *Repository) RecordFailure(ctx context.Context, pos Position, recordID s
 	return h, nil
 }
 
+// Source is what a process reads, as recorded in its cursor row for status and metrics.
+type Source struct {
+	Table, IDColumn, CreatedAtColumn, KeyColumn string
+	// Partition and Partitions place a partition's stream in its process (Partitions 0: not partitioned).
+	Partition, Partitions int
+}
+
 // SetSource records which table and columns the process reads, so status can measure what is behind.
-func (r *Repository) SetSource(ctx context.Context, table, idColumn, createdAtColumn string) error {
+func (r *Repository) SetSource(ctx context.Context, src Source) error {
 	if r.tx == nil {
 		return fmt.Errorf("set source of cursor %q: %w", r.name, ErrNotLocked)
 	}
+	var part, parts any
+	if src.Partitions > 0 {
+		part, parts = src.Partition, src.Partitions
+	}
 	_, err := r.tx.Exec(ctx, `
-		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4
-		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column)
-		      IS DISTINCT FROM ($2, $3, $4)`, r.name, table, idColumn, createdAtColumn)
+		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
+		       source_key_column = $5, source_partition = $6, source_partitions = $7
+		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column, source_key_column,
+		      source_partition, source_partitions) IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int)`,
+		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts)
 	if err != nil {
 		return fmt.Errorf("set source of cursor %q: %w", r.name, err)
 	}

@@ -228,3 +228,74 @@ func Audit(ctx context.Context, conn *pgx.Conn, name string, limit int) ([]Audit
 	}
 	return entries, nil
 }
+
+// ErrPartitionsChanged is returned by RegisterPartitioned when the process is already split another way.
+var ErrPartitionsChanged = errors.New("the process has another number of partitions")
+
+// RegisterPartitioned records that process name is split into n partitions, or checks that it is. A
+// different number, or a process that already ran as one stream, is refused: changing the split is an
+// explicit operation (drain, then Repartition), since positions do not carry over between splits.
+func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int) error {
+	if _, err := conn.Exec(ctx, `INSERT INTO inorder.cursor (process_name, partitions) VALUES ($1, $2)
+		ON CONFLICT (process_name) DO NOTHING`, name, n); err != nil {
+		return fmt.Errorf("register partitioned process: %w", err)
+	}
+	var have *int32
+	var ran bool
+	if err := conn.QueryRow(ctx, `SELECT partitions, source_table IS NOT NULL FROM inorder.cursor WHERE process_name = $1`,
+		name).Scan(&have, &ran); err != nil {
+		return fmt.Errorf("register partitioned process: %w", err)
+	}
+	switch {
+	case have == nil && ran:
+		return fmt.Errorf("%w: it runs as one stream; to split it, stop it and run: inorder repartition --process %s --partitions %d",
+			ErrPartitionsChanged, name, n)
+	case have == nil:
+		_, err := conn.Exec(ctx, "UPDATE inorder.cursor SET partitions = $2 WHERE process_name = $1 AND partitions IS NULL", name, n)
+		return err
+	case int(*have) != n:
+		return fmt.Errorf("%w: it has %d, asked for %d; drain it and run: inorder repartition --process %s --partitions %d",
+			ErrPartitionsChanged, *have, n, name, n)
+	}
+	return nil
+}
+
+// Repartition splits process name into n partitions anew, every one starting at at: it replaces the
+// cursor rows of the old partitions (or the single stream's position) in one transaction, audited. The
+// caller checks first that nothing is behind, halted or owned, and that no writer is in flight, so that
+// at (the last row of the source) is where every old stream stands; the old partition rows are locked
+// with NOWAIT, so a running processor makes it fail with ErrBusy rather than wait.
+func Repartition(ctx context.Context, conn *pgx.Conn, name string, n int, at Position, opts ActionOpts) (AuditEntry, error) {
+	if n < 1 {
+		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
+	}
+	return act(ctx, conn, name, "repartition", "", opts, func(tx pgx.Tx, st State) (*Position, error) {
+		rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')
+			FOR UPDATE NOWAIT`, name)
+		if err == nil {
+			_, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+			return nil, fmt.Errorf("repartition %q: %w: a processor is working a partition; stop every instance first", name, ErrBusy)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("repartition %q: %w", name, err)
+		}
+		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')`, name); err != nil {
+			return nil, fmt.Errorf("repartition %q: %w", name, err)
+		}
+		args := posArgs(at)
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
+			SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,
+			name, n, args[0], args[1]); err != nil {
+			return nil, fmt.Errorf("repartition %q: %w", name, err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE inorder.cursor SET partitions = $2, position_created_at = $3, position_id = $4
+			WHERE process_name = $1`, name, n, args[0], args[1]); err != nil {
+			return nil, fmt.Errorf("repartition %q: %w", name, err)
+		}
+		return &at, nil
+	})
+}

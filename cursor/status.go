@@ -15,9 +15,10 @@ import (
 type Info struct {
 	Process string
 	State
-	// SourceTable, SourceIDColumn and SourceCreatedAtColumn are what the process last ran against; empty
-	// until it first locked its cursor.
-	SourceTable, SourceIDColumn, SourceCreatedAtColumn string
+	// Source is what the process last ran against; its Table is empty until it first locked its cursor.
+	Source Source
+	// Partitions is set on the parent row of a partitioned process: how many partitions it has.
+	Partitions int
 	// Locked reports whether an instance owns the process now.
 	Locked bool
 	// Holder is the application_name of the owning instance ("inorder:<process>@<instance>") and
@@ -49,6 +50,8 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 		SELECT process_name, position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
 		       halted_first_failure_at, halted_last_failure_at,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
+		       coalesce(source_key_column, ''), coalesce(source_partition, 0), coalesce(source_partitions, 0),
+		       coalesce(partitions, 0),
 		       held_by_pid, held_since, updated_at, paused, records_handled,
 		       (records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8
@@ -67,7 +70,8 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 			heldPID                  pgtype.Int4
 		)
 		err := r.Scan(&in.Process, &posAt, &posID, &haltID, &haltErr, &attempts, &first, &last,
-			&in.SourceTable, &in.SourceIDColumn, &in.SourceCreatedAtColumn, &heldPID, &hsin, &in.UpdatedAt,
+			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
+			&in.Source.Partition, &in.Source.Partitions, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
 			&in.Paused, &in.RecordsHandled, &in.Throughput)
 		if posAt.Valid {
 			in.Position = Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}

@@ -364,13 +364,11 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (
 	if err != nil {
 		return false, err
 	}
-	if len(infos) == 0 || infos[0].SourceTable == "" {
+	if len(infos) == 0 || infos[0].Source.Table == "" {
 		return false, nil // not registered, or never locked: nothing to measure against yet
 	}
 	in := infos[0]
-	lag, err := processor.Behind(ctx, conn, processor.Source{
-		Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn,
-	}, in.Position)
+	lag, err := processor.Behind(ctx, conn, processor.RecordedSource(in.Source), in.Position)
 	if err != nil {
 		return false, err
 	}

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -41,6 +42,9 @@ func Behind(ctx context.Context, conn *pgx.Conn, src Source, pos cursor.Position
 	default:
 		where, args = fmt.Sprintf("(%s, %s) > ($1, $2::text::%s)", ca, id, t.idCast), []any{pos.CreatedAt, pos.ID}
 	}
+	if t.part != nil {
+		where += fmt.Sprintf(" AND %s = %d", t.partitionExpr(""), t.part.Index)
+	}
 	var lag Lag
 	var oldest *time.Time
 	q := fmt.Sprintf(`SELECT clock_timestamp(),
@@ -57,4 +61,63 @@ func Behind(ctx context.Context, conn *pgx.Conn, src Source, pos cursor.Position
 		lag.Oldest = oldest.UTC()
 	}
 	return lag, nil
+}
+
+// RecordedSource turns the source a cursor row records (what its process last ran against) into a Source,
+// partition included, for measuring lag or locating records from outside the process.
+func RecordedSource(s cursor.Source) Source {
+	src := Source{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, KeyColumn: s.KeyColumn}
+	if s.Partitions > 0 {
+		src.Partition = &Partition{Index: s.Partition, Count: s.Partitions}
+	}
+	return src
+}
+
+// Tail is the position of the last row of src now (the beginning when it is empty): where a stream that
+// has delivered everything stands.
+func Tail(ctx context.Context, conn *pgx.Conn, src Source) (cursor.Position, error) {
+	t, err := inspect(ctx, conn, Source{Table: src.Table, IDColumn: src.IDColumn, CreatedAtColumn: src.CreatedAtColumn,
+		KeyColumn: src.KeyColumn})
+	if err != nil {
+		return cursor.Position{}, err
+	}
+	ca, id := pgx.Identifier{t.src.CreatedAtColumn}.Sanitize(), pgx.Identifier{t.src.IDColumn}.Sanitize()
+	var at *time.Time
+	var last *string
+	q := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1", ca, id, t.ident)
+	if err := conn.QueryRow(ctx, q).Scan(&at, &last); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return cursor.Position{}, fmt.Errorf("find the last row of %s: %w", t.qualified, err)
+	}
+	if at == nil {
+		return cursor.Position{}, nil
+	}
+	return cursor.Position{CreatedAt: at.UTC(), ID: *last}, nil
+}
+
+// Writers lists the backends with a transaction open that wrote, or is writing, to src: the writers
+// whose rows are not visible yet (see the horizon).
+func Writers(ctx context.Context, conn *pgx.Conn, src Source) ([]int, error) {
+	t, err := inspect(ctx, conn, Source{Table: src.Table, IDColumn: src.IDColumn, CreatedAtColumn: src.CreatedAtColumn,
+		KeyColumn: src.KeyColumn})
+	if err != nil {
+		return nil, err
+	}
+	rows, err := conn.Query(ctx, horizonSQL, t.oid)
+	if err != nil {
+		return nil, fmt.Errorf("read writers of %s: %w", t.qualified, err)
+	}
+	defer rows.Close()
+	var pids []int
+	for rows.Next() {
+		var now time.Time
+		var vxid *string
+		var pid int32
+		if err := rows.Scan(&now, &vxid, &pid); err != nil {
+			return nil, err
+		}
+		if vxid != nil {
+			pids = append(pids, int(pid))
+		}
+	}
+	return pids, rows.Err()
 }

@@ -167,6 +167,7 @@ type Processor[T any] struct {
 	holdWarned  time.Time
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake        chan struct{}
+	slot        *slotHooks // set when the processor works one partition for a Partitioned runner
 	paused      bool
 	halted      bool
 	lastPos     cursor.Position // the durable position after this instance's last batch
@@ -307,6 +308,15 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	woken := false
 	for ctx.Err() == nil {
 		n, wait, err := p.tick(ctx, work)
+		if p.slot != nil && err == nil {
+			if !p.owned {
+				return errNotOwner // another instance works this partition: try another
+			}
+			if give, why := p.slot.yield(n == 0 && wait == 0); give {
+				p.log.Debug().Str("why", why).Msg("handing the partition over")
+				return errYield
+			}
+		}
 		if err != nil {
 			_ = p.cur.Abort(work)
 			if isFatal(err) { // reported once, by whoever called Run
@@ -458,6 +468,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.log.Info().Str("position", p.cur.State().Position.String()).Msg("cursor locked")
 		p.owned = true
 		p.obs.Locked(p.cfg.Process, true)
+		if p.slot != nil {
+			p.slot.owned()
+		}
 	}
 	defer func() {
 		if err == nil && p.cur.Locked() {
@@ -466,7 +479,12 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
 	}()
 	if !p.sourceSaved {
-		if err := p.cur.SetSource(work, p.table.qualified, p.table.src.IDColumn, p.table.src.CreatedAtColumn); err != nil {
+		src := cursor.Source{Table: p.table.qualified, IDColumn: p.table.src.IDColumn,
+			CreatedAtColumn: p.table.src.CreatedAtColumn, KeyColumn: p.table.src.KeyColumn}
+		if p.table.part != nil {
+			src.Partition, src.Partitions = p.table.part.Index, p.table.part.Count
+		}
+		if err := p.cur.SetSource(work, src); err != nil {
 			return 0, 0, err
 		}
 		p.sourceSaved = true

@@ -24,6 +24,10 @@ type Source struct {
 	// KeyColumn, when set, is passed to handlers as Record.Key (for example the aggregate id, used as the
 	// Pub/Sub ordering key). Empty means "aggregate_id" when the table has such a column, else none.
 	KeyColumn string
+	// Partition, when set, narrows the source to one partition of a partitioned process: the rows whose
+	// key column hashes to Partition.Index of Partition.Count (see PartitionExpr). NewPartitioned sets it
+	// for each partition; set it yourself only to read a single partition.
+	Partition *Partition
 	// Columns are the columns selected for each record, in this order. Empty means, for a struct record
 	// type scanned by name (no ScanFunc), the struct's columns (db tags, else field names); otherwise all
 	// of the table's columns, in table order. Either way a missing column is an error at start-up.
@@ -63,6 +67,7 @@ type table struct {
 	src       Source
 	columns   []column // selected columns, in order
 	idCast    string   // the type $2 is cast to in the keyset comparison
+	part      *Partition
 	warnings  []string
 }
 
@@ -73,6 +78,7 @@ var idTypes = map[string]string{
 // inspect resolves and checks the source against the catalog: the table exists and can be read, the
 // columns exist with usable types, and an index serves the keyset read.
 func inspect(ctx context.Context, conn *pgx.Conn, src Source) (*table, error) {
+	part := src.Partition
 	src = src.withDefaults()
 	if strings.TrimSpace(src.Table) == "" {
 		return nil, invalid("no source table given")
@@ -199,6 +205,25 @@ func inspect(ctx context.Context, conn *pgx.Conn, src Source) (*table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect indexes of %s: %w", t.qualified, err)
 	}
+	if part != nil {
+		t.part = part
+		if t.src.KeyColumn == "" {
+			return nil, invalid("a partitioned process splits %s by its key column; the table has no aggregate_id, so name one with the key column setting", t.qualified)
+		}
+		if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
+			return nil, invalid("partition %d of %d does not exist", part.Index, part.Count)
+		}
+		ok, err := hasPartitionIndex(ctx, conn, t, part.Count)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, invalid("no index serves the partitioned read on %s; create one (or run inorder migrate --partition-index %s:%s:%d): %s",
+				t.qualified, t.qualified, t.src.KeyColumn, part.Count,
+				PartitionIndexSQL(t.qualified, t.src.KeyColumn, cac.name, idc.name, part.Count))
+		}
+		return t, nil
+	}
 	if !indexed {
 		idx := pgx.Identifier{name + "_" + cac.name + "_" + idc.name + "_idx"}.Sanitize()
 		return nil, invalid("no index serves the keyset read on %s; create one: CREATE INDEX CONCURRENTLY %s ON %s (%s, %s)",
@@ -277,6 +302,9 @@ func (t *table) readSQL(generic bool, which int) string {
 		fmt.Fprintf(&b, "(%s, %s) > ($1, $2::text::%s) AND ", ca, id, t.idCast)
 	default:
 		b.WriteString("$1::timestamptz IS NULL AND $2::text IS NULL AND ")
+	}
+	if t.part != nil {
+		fmt.Fprintf(&b, "%s = %d AND ", t.partitionExpr("src."), t.part.Index)
 	}
 	fmt.Fprintf(&b, "%s < $3::timestamptz ORDER BY %s, %s LIMIT $4", ca, ca, id)
 	return b.String()

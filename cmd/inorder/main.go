@@ -32,6 +32,7 @@ Usage:
   inorder skip [flags]        move past the record a halted stream is stuck on (audited)
   inorder rewind [flags]      deliver again from a record or a time (audited)
   inorder pause | resume      stop a process at its next batch, or let it go on (audited)
+  inorder repartition [flags] change the number of partitions of a drained, stopped process (audited)
   inorder audit [flags]       list the operator actions
 
 Run 'inorder <command> --help' for the flags of a command.
@@ -69,6 +70,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = pauseCmd(true)(ctx, args[1:], stdout, stderr)
 	case "resume":
 		err = pauseCmd(false)(ctx, args[1:], stdout, stderr)
+	case "repartition":
+		err = repartitionCmd(ctx, args[1:], stdout, stderr)
 	case "audit":
 		err = auditCmd(ctx, args[1:], stdout, stderr)
 	default:

@@ -5,22 +5,37 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/inorder-dev/inorder/migrations"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", stderr)
 	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to migrate (default $DATABASE_URL)")
 	print := fs.Bool("print", false, "print the SQL instead of applying it, for teams that use their own migration tool")
-	var notify tableList
+	var notify, partitionIndexes tableList
 	fs.Var(&notify, "notify", "also create the insert-notification trigger on this source table, for run --listen (repeatable)")
+	fs.Var(&partitionIndexes, "partition-index", "also create the index for run --partitions N on TABLE:KEY_COLUMN:N (repeatable)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	var indexes []string
+	for _, spec := range partitionIndexes {
+		parts := strings.Split(spec, ":")
+		n, err := strconv.Atoi(parts[len(parts)-1])
+		if len(parts) != 3 || err != nil || n < 1 || parts[0] == "" || parts[1] == "" {
+			return usageErr("--partition-index %q: want TABLE:KEY_COLUMN:N, e.g. bookings:aggregate_id:4", spec)
+		}
+		indexes = append(indexes, processor.PartitionIndexSQL(parts[0], parts[1], "created_at", "id", n))
+	}
 	if *print {
 		script := migrations.Script()
+		for _, idx := range indexes {
+			script += "-- serves run --partitions; outside a transaction\n" + idx + ";\n"
+		}
 		for _, t := range notify {
 			script += "-- wake processors running with --listen on inserts into " + t + "\n" + migrations.NotifySQLFor(t) + "\n"
 		}
@@ -35,6 +50,12 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	res, err := migrations.Migrate(ctx, conn)
 	if err != nil {
 		return err
+	}
+	for _, idx := range indexes {
+		if _, err := conn.Exec(ctx, idx); err != nil {
+			return fmt.Errorf("partition index: %w", err)
+		}
+		fmt.Fprintf(stderr, "inorder migrate: %s\n", idx)
 	}
 	for _, t := range notify {
 		if err := migrations.CreateNotifyTrigger(ctx, conn, t); err != nil {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -67,10 +68,10 @@ func source(ctx context.Context, conn *pgx.Conn, name string) (cursor.Info, proc
 		return cursor.Info{}, processor.Source{}, fmt.Errorf("no process named %q", name)
 	}
 	in := infos[0]
-	if in.SourceTable == "" {
+	if in.Source.Table == "" {
 		return in, processor.Source{}, fmt.Errorf("process %q has never run, so its source is unknown", name)
 	}
-	return in, processor.Source{Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn}, nil
+	return in, processor.RecordedSource(in.Source), nil
 }
 
 func printEntry(w io.Writer, e cursor.AuditEntry) {
@@ -240,4 +241,89 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			e.Action, clip(e.Actor, 12), clip(e.Role, 12), clip(e.RecordID, 12), clip(e.Reason, 30))
 	}
 	return tw.Flush()
+}
+
+func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("repartition", stderr)
+	var o opFlags
+	o.register(fs, false)
+	n := fs.Int("partitions", 0, "the new number of partitions (required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := o.check(false); err != nil {
+		return err
+	}
+	if *n < 1 {
+		return usageErr("--partitions must be at least 1")
+	}
+	conn, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	infos, err := cursor.List(ctx, conn, "")
+	if err != nil {
+		return err
+	}
+	var parent *cursor.Info
+	var streams []cursor.Info
+	for i := range infos {
+		switch {
+		case infos[i].Process == o.process:
+			parent = &infos[i]
+		case strings.HasPrefix(infos[i].Process, o.process+"#"):
+			streams = append(streams, infos[i])
+		}
+	}
+	if parent == nil {
+		return fmt.Errorf("no process named %q", o.process)
+	}
+	if parent.Partitions == 0 {
+		streams = []cursor.Info{*parent} // a single stream becomes partitioned
+	} else if len(streams) < parent.Partitions {
+		return fmt.Errorf("repartition %q: only %d of its %d partitions ever ran; run them until they are drained first",
+			o.process, len(streams), parent.Partitions)
+	}
+	// Every old stream must have delivered everything: their positions differ, but once nothing is
+	// behind anywhere, the last row of the table is where all of them stand.
+	var src processor.Source
+	for _, s := range streams {
+		switch {
+		case s.Locked:
+			return fmt.Errorf("repartition %q: %s is running (owned by %s); stop every instance first", o.process, s.Process, s.Holder)
+		case s.Halt != nil:
+			return fmt.Errorf("repartition %q: %s is halted on record %s; resolve that first", o.process, s.Process, s.Halt.RecordID)
+		case s.Source.Table == "":
+			return fmt.Errorf("repartition %q: %s has never run; run it until it is drained first", o.process, s.Process)
+		}
+		src = processor.RecordedSource(s.Source)
+		lag, err := processor.Behind(ctx, conn, src, s.Position)
+		if err != nil {
+			return err
+		}
+		if lag.Rows > 0 {
+			return fmt.Errorf("repartition %q: %s is %d rows behind; let it drain, then stop it, then repartition",
+				o.process, s.Process, lag.Rows)
+		}
+	}
+	src.Partition = nil
+	if pids, err := processor.Writers(ctx, conn, src); err != nil {
+		return err
+	} else if len(pids) > 0 {
+		return fmt.Errorf("repartition %q: writers are in flight on %s (backends %v), and their rows would be "+
+			"behind the new partitions' start; try again when they are done", o.process, src.Table, pids)
+	}
+	at, err := processor.Tail(ctx, conn, src)
+	if err != nil {
+		return err
+	}
+	e, err := cursor.Repartition(ctx, conn, o.process, *n, at, o.opts())
+	if err != nil {
+		return err
+	}
+	printEntry(stdout, e)
+	fmt.Fprintf(stdout, "inorder: %s now has %d partitions, each starting at %s; create their index before running: "+
+		"inorder migrate --partition-index %s:%s:%d\n", o.process, *n, at, src.Table, src.KeyColumn, *n)
+	return nil
 }

@@ -46,6 +46,8 @@ type runFlags struct {
 	instance        string
 	metricsAddr     string
 	listen          bool
+	partitions      int
+	maxPartitions   int
 
 	webhookURL       string
 	webhookSecretEnv string
@@ -80,6 +82,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.retryMax, "retry-max", time.Minute, "longest wait between retries of a failing record")
 	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", time.Minute, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
+	fs.IntVar(&f.partitions, "partitions", 0, "split the process into N ordered streams by a hash of the key column (default: one stream)")
+	fs.IntVar(&f.maxPartitions, "max-partitions", 0, "partitions this instance works at once, one connection each (default all)")
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger of `inorder migrate --notify TABLE`); polling stays the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
 
@@ -123,7 +127,12 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		metrics = lifecycle.NewMetrics()
 		cfg.Observer = metrics
 	}
-	p, err := processor.New(cfg)
+	var p lifecycle.Runner
+	if f.partitions > 0 {
+		p, err = processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: f.partitions, Slots: f.maxPartitions})
+	} else {
+		p, err = processor.New(cfg)
+	}
 	if err != nil {
 		return usageErr("%v", err)
 	}
@@ -134,7 +143,11 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 			return err
 		}
 		defer pool.Close()
-		metrics.Track(p.Name())
+		if f.partitions == 0 {
+			// Readiness and lag follow the one stream. A partitioned run reports each partition it works
+			// under the partition's name; which ones those are changes as instances come and go.
+			metrics.Track(p.Name())
+		}
 		health := lifecycle.NewHealth(lifecycle.HealthConfig{Ping: pool.Ping, Metrics: metrics})
 		addr, err := g.AddHTTPServer("ops", f.metricsAddr, lifecycle.NewOpsHandler(metrics, health), 5*time.Second)
 		if err != nil {
@@ -221,6 +234,12 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	}
 	if f.batchSize < 1 {
 		return cfg, usageErr("--batch-size must be at least 1, got %d", f.batchSize)
+	}
+	if f.partitions < 0 || f.maxPartitions < 0 {
+		return cfg, usageErr("--partitions and --max-partitions must not be negative")
+	}
+	if f.maxPartitions > 0 && f.partitions == 0 {
+		return cfg, usageErr("--max-partitions needs --partitions")
 	}
 	if f.pollInterval <= 0 {
 		return cfg, usageErr("--poll-interval must be positive")

@@ -23,9 +23,11 @@ type statusReport struct {
 
 type processStatus struct {
 	Process string `json:"process"`
-	// State is running, idle, halted, held, paused or not running.
-	State  string `json:"state"`
-	Paused bool   `json:"paused"`
+	// State is running, idle, halted, held, paused or not running; "partitioned" on the parent row of a
+	// process split into partitions, each of which has a row of its own named "<process>#<i>/<n>".
+	State      string `json:"state"`
+	Partitions int    `json:"partitions,omitempty"`
+	Paused     bool   `json:"paused"`
 	// RecordsHandled counts advances since the process was registered; Throughput is records per
 	// second over about the last minute.
 	RecordsHandled int64        `json:"records_handled"`
@@ -49,9 +51,16 @@ type positionJSON struct {
 }
 
 type sourceJSON struct {
-	Table           string `json:"table"`
-	IDColumn        string `json:"id_column"`
-	CreatedAtColumn string `json:"created_at_column"`
+	Table           string         `json:"table"`
+	IDColumn        string         `json:"id_column"`
+	CreatedAtColumn string         `json:"created_at_column"`
+	KeyColumn       string         `json:"key_column,omitempty"`
+	Partition       *partitionJSON `json:"partition,omitempty"`
+}
+
+type partitionJSON struct {
+	Index int `json:"index"`
+	Count int `json:"count"`
 }
 
 type behindJSON struct {
@@ -113,7 +122,7 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 		ps := processStatus{
 			Process: in.Process, Locked: in.Locked, Holder: in.Holder, HolderPID: in.HolderPID,
 			Connected: in.Connected, UpdatedAt: in.UpdatedAt, Paused: in.Paused,
-			RecordsHandled: in.RecordsHandled, Throughput: in.Throughput,
+			RecordsHandled: in.RecordsHandled, Throughput: in.Throughput, Partitions: in.Partitions,
 		}
 		if !in.Position.IsBeginning() {
 			at := in.Position.CreatedAt
@@ -130,11 +139,13 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 		if in.HeldByPID != 0 {
 			ps.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}
 		}
-		if in.SourceTable != "" {
-			ps.Source = &sourceJSON{Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn}
-			lag, err := processor.Behind(ctx, conn, processor.Source{
-				Table: in.SourceTable, IDColumn: in.SourceIDColumn, CreatedAtColumn: in.SourceCreatedAtColumn,
-			}, in.Position)
+		if in.Source.Table != "" {
+			ps.Source = &sourceJSON{Table: in.Source.Table, IDColumn: in.Source.IDColumn,
+				CreatedAtColumn: in.Source.CreatedAtColumn, KeyColumn: in.Source.KeyColumn}
+			if in.Source.Partitions > 0 {
+				ps.Source.Partition = &partitionJSON{Index: in.Source.Partition, Count: in.Source.Partitions}
+			}
+			lag, err := processor.Behind(ctx, conn, processor.RecordedSource(in.Source), in.Position)
 			if err != nil {
 				ps.Error = err.Error()
 			} else {
@@ -154,6 +165,8 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 
 func stateOf(in cursor.Info, behind *behindJSON) string {
 	switch {
+	case in.Partitions > 0:
+		return "partitioned"
 	case in.Paused:
 		return "paused"
 	case in.Halt != nil:

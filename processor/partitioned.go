@@ -1,0 +1,354 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
+	"github.com/inorder-dev/inorder/cursor"
+)
+
+// PartitionOpts configures NewPartitioned.
+type PartitionOpts struct {
+	// Partitions is how many ordered streams the process is split into, by a stable hash of the key
+	// column (PartitionExpr); records of one key stay in one stream, in order. Required, at least 1.
+	// Changing it is an explicit operation: drain, then `inorder repartition`.
+	Partitions int
+	// Slots bounds how many partitions this instance works at once, and with it the cursor connections it
+	// holds (one each, plus one to coordinate). Zero means every partition.
+	Slots int
+}
+
+// PartitionName is the process name of partition index of count: "<process>#<index>/<count>". Each
+// partition has its own cursor row under that name.
+func PartitionName(process string, index, count int) string {
+	return fmt.Sprintf("%s#%d/%d", process, index, count)
+}
+
+var (
+	errNotOwner = errors.New("another instance works this partition")
+	errYield    = errors.New("partition handed over")
+)
+
+// slotHooks connect a partition's processor to its Partitioned runner.
+type slotHooks struct {
+	owned func()                         // the processor became the partition's owner
+	yield func(idle bool) (bool, string) // the processor should hand its partition over now, and why
+}
+
+// Partitioned runs one logical process as Partitions ordered streams, each with its own cursor row.
+// Any number of instances run it; they share the partitions through the same ownership as a single
+// stream, each working at most Slots of them at once. An instance that owns more than its share
+// (partitions divided by the instances running) hands one over now and then, so the work spreads out as
+// instances join; when one stops, the others take its partitions.
+type Partitioned[T any] struct {
+	cfg  Config[T]
+	opts PartitionOpts
+	log  zerolog.Logger
+
+	mu       sync.Mutex
+	working  map[int]bool // partitions a slot of this instance works or is trying
+	owned    int          // partitions this instance owns now
+	alive    int          // instances of the process seen at the last count
+	free     int          // partitions nobody owned at the last look
+	lastGive time.Time
+}
+
+// NewPartitioned checks cfg and opts and returns the runner. cfg.Process names the logical process;
+// cfg.Source must have a key column (the default aggregate_id, or Source.KeyColumn).
+func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], error) {
+	if opts.Partitions < 1 {
+		return nil, fmt.Errorf("processor %q: at least 1 partition, got %d", cfg.Process, opts.Partitions)
+	}
+	if opts.Slots <= 0 || opts.Slots > opts.Partitions {
+		opts.Slots = opts.Partitions
+	}
+	if cfg.Source.Partition != nil {
+		return nil, fmt.Errorf("processor %q: Source.Partition is set by NewPartitioned", cfg.Process)
+	}
+	probe := cfg
+	probe.Process = PartitionName(cfg.Process, 0, opts.Partitions)
+	if _, err := New(probe); err != nil { // the same checks as for one stream
+		return nil, err
+	}
+	cfg.withDefaults()
+	return &Partitioned[T]{cfg: cfg, opts: opts, working: map[int]bool{}, alive: 1,
+		log: cfg.Logger.With().Str("process", cfg.Process).Logger()}, nil
+}
+
+// Name returns the logical process name.
+func (p *Partitioned[T]) Name() string { return p.cfg.Process }
+
+// Run works partitions until ctx is done, then stops every partition cleanly (see Processor.Run). It
+// returns an error naming the partition when one fails in a way retrying cannot fix.
+func (p *Partitioned[T]) Run(ctx context.Context) error {
+	coord, err := p.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer coord.close()
+	if err := coord.do(ctx, func(c *pgx.Conn) error {
+		return cursor.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
+	}); err != nil {
+		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+	}
+	p.log.Info().Int("partitions", p.opts.Partitions).Int("slots", p.opts.Slots).Msg("working partitions")
+
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fatal := make(chan error, p.opts.Slots)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); p.countInstances(runCtx, coord) }()
+	for w := 0; w < p.opts.Slots; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			if err := p.slot(runCtx, coord, w); err != nil {
+				fatal <- err
+				cancel()
+			}
+		}(w)
+	}
+	wg.Wait()
+	select {
+	case err := <-fatal:
+		return err
+	default:
+		return nil
+	}
+}
+
+// slot works one partition at a time: it picks a partition no instance owns, works it for as long as it
+// keeps it, and picks again. With fewer slots than partitions nobody else works, slots take turns: one
+// whose partition is caught up hands it back and moves on to the next.
+func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) error {
+	next := w * p.opts.Partitions / p.opts.Slots
+	for ctx.Err() == nil {
+		i, ok, err := p.pick(ctx, coord, next)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			p.log.Warn().Err(err).Msg("could not look for free partitions; retrying")
+		}
+		if !ok {
+			sleep(ctx, p.cfg.PollInterval+time.Duration(rand.Int64N(int64(p.cfg.PollInterval)/2+1)))
+			continue
+		}
+		next = (i + 1) % p.opts.Partitions
+		err = p.work(ctx, i)
+		p.mu.Lock()
+		delete(p.working, i)
+		balancing := p.owned >= (p.opts.Partitions+p.alive-1)/max(p.alive, 1)
+		p.mu.Unlock()
+		switch {
+		case errors.Is(err, errYield) && balancing:
+			// Leave the partition free for long enough that another instance takes it.
+			sleep(ctx, 5*p.cfg.PollInterval+time.Second)
+		case errors.Is(err, errYield):
+		case errors.Is(err, errNotOwner), err == nil:
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// work runs a processor on partition i until it stops, loses the partition or hands it over.
+func (p *Partitioned[T]) work(ctx context.Context, i int) error {
+	cfg := p.cfg
+	cfg.Process = PartitionName(p.cfg.Process, i, p.opts.Partitions)
+	cfg.Source.Partition = &Partition{Index: i, Count: p.opts.Partitions}
+	proc, err := New(cfg)
+	if err != nil {
+		return err
+	}
+	counted := false
+	proc.slot = &slotHooks{
+		owned: func() {
+			p.mu.Lock()
+			p.owned++
+			counted = true
+			p.mu.Unlock()
+		},
+		yield: p.shouldYield,
+	}
+	err = proc.Run(ctx)
+	if counted {
+		p.mu.Lock()
+		p.owned--
+		p.mu.Unlock()
+	}
+	return err
+}
+
+// shouldYield tells a partition's processor to hand the partition over: when this instance owns more than
+// its share (at most one a second, so that partitions move one by one), or when the partition is caught
+// up and another has nobody working it.
+func (p *Partitioned[T]) shouldYield(idle bool) (bool, string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	share := (p.opts.Partitions + p.alive - 1) / max(p.alive, 1)
+	if p.owned > share && time.Since(p.lastGive) >= time.Second {
+		p.lastGive = time.Now()
+		return true, "balance the instances"
+	}
+	if idle && p.free > 0 {
+		p.free-- // one slot moves on per partition waiting
+		return true, "caught up while another partition waits"
+	}
+	return false, ""
+}
+
+// pick chooses a partition that no instance owns and no slot of this instance works, searching from
+// start on, and reserves it.
+func (p *Partitioned[T]) pick(ctx context.Context, coord *coordinator, start int) (int, bool, error) {
+	n := p.opts.Partitions
+	free, err := p.unowned(ctx, coord)
+	if err != nil {
+		return 0, false, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.noteFree(free)
+	for k := range n {
+		i := (start + k) % n
+		if p.working[i] {
+			continue
+		}
+		for _, f := range free {
+			if int(f) == i {
+				p.working[i] = true
+				p.free--
+				return i, true, nil
+			}
+		}
+	}
+	return 0, false, nil
+}
+
+// noteFree counts the partitions nobody works, from a look at pg_locks. Called with mu held.
+func (p *Partitioned[T]) noteFree(free []int32) {
+	p.free = 0
+	for _, f := range free {
+		if !p.working[int(f)] {
+			p.free++
+		}
+	}
+}
+
+// unowned lists the partitions whose advisory lock no session holds.
+func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int32, error) {
+	n := p.opts.Partitions
+	classids, objids := make([]int64, n), make([]int64, n)
+	for i := range n {
+		k := uint64(cursor.LockKey(PartitionName(p.cfg.Process, i, n)))
+		classids[i], objids[i] = int64(k>>32), int64(k&0xffffffff)
+	}
+	var free []int32
+	err := coord.do(ctx, func(c *pgx.Conn) error {
+		rows, err := c.Query(ctx, `
+			SELECT (k.i - 1)::int FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS k(classid, objid, i)
+			WHERE NOT EXISTS (
+				SELECT 1 FROM pg_locks l
+				WHERE l.locktype = 'advisory' AND l.objsubid = 1
+				  AND l.classid = k.classid::oid AND l.objid = k.objid::oid
+				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, classids, objids)
+		if err != nil {
+			return err
+		}
+		free, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+		return err
+	})
+	return free, err
+}
+
+// countInstances keeps count of the instances running the process, for the share each should own.
+func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator) {
+	for {
+		var alive int
+		err := coord.do(ctx, func(c *pgx.Conn) error {
+			return c.QueryRow(ctx, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
+				WHERE starts_with(application_name, $1)`, coord.appPrefix).Scan(&alive)
+		})
+		free, ferr := p.unowned(ctx, coord)
+		p.mu.Lock()
+		if err == nil {
+			p.alive = max(alive, 1)
+		}
+		if ferr == nil {
+			p.noteFree(free)
+		}
+		p.mu.Unlock()
+		if !sleep(ctx, 2*time.Second) {
+			return
+		}
+	}
+}
+
+// coordinator is the instance's one connection for choosing partitions, shared by its slots. Its
+// application_name tells other instances this one is running the process.
+type coordinator struct {
+	mu        sync.Mutex
+	cc        *pgx.ConnConfig
+	conn      *pgx.Conn
+	appPrefix string
+}
+
+func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
+	inst := p.cfg.Instance
+	if inst == "" {
+		host, _ := os.Hostname()
+		inst = host + ":" + strconv.Itoa(os.Getpid())
+	}
+	cc := p.cfg.ConnConfig.Copy()
+	if cc.RuntimeParams == nil {
+		cc.RuntimeParams = map[string]string{}
+	}
+	prefix := "inorder-partitions:" + p.cfg.Process + "@"
+	cc.RuntimeParams["application_name"] = prefix + inst
+	if len(prefix) > 40 { // application_name keeps 63 bytes: leave room to tell instances apart
+		prefix = prefix[:40]
+	}
+	c := &coordinator{cc: cc, appPrefix: prefix}
+	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
+		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
+	}
+	return c, nil
+}
+
+// do runs f on the connection, reconnecting first if it was lost.
+func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn == nil || c.conn.IsClosed() {
+		conn, err := pgx.ConnectConfig(ctx, c.cc)
+		if err != nil {
+			return fmt.Errorf("connect: %w", err)
+		}
+		c.conn = conn
+	}
+	err := f(c.conn)
+	if err != nil && cursor.IsConnectionError(err) {
+		_ = c.conn.Close(context.WithoutCancel(ctx))
+		c.conn = nil
+	}
+	return err
+}
+
+func (c *coordinator) close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.conn != nil {
+		_ = c.conn.Close(context.Background())
+	}
+}
