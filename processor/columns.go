@@ -43,15 +43,44 @@ type positionalScanner[T any] struct {
 	args   []any
 }
 
-func (s *positionalScanner[T]) scan(row pgx.CollectableRow) (T, error) {
-	var v T
-	rv := reflect.ValueOf(&v).Elem()
+func (s *positionalScanner[T]) scanInto(row pgx.CollectableRow, v *T) error {
+	rv := reflect.ValueOf(v).Elem()
 	s.args = s.args[:0]
 	for _, f := range s.fields {
 		s.args = append(s.args, rv.FieldByIndex(f.index).Addr().Interface())
 	}
-	err := row.Scan(s.args...)
-	return v, err
+	return row.Scan(s.args...)
+}
+
+// matchFields orders a struct's fields as the selected columns are, matching names as pgx does (exactly,
+// else case-insensitively without underscores). It reports false unless columns and fields pair up one to
+// one, in which case pgx.RowToStructByName stays the scanner, with its own error for what does not match.
+func matchFields(fields []structField, selected []column) ([]structField, bool) {
+	if len(fields) != len(selected) {
+		return nil, false
+	}
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	used := make([]bool, len(fields))
+	out := make([]structField, len(selected))
+	for i, c := range selected {
+		found := -1
+		for j, f := range fields {
+			if !used[j] && f.column == c.name {
+				found = j
+				break
+			}
+		}
+		for j, f := range fields {
+			if found < 0 && !used[j] && norm(f.column) == norm(c.name) {
+				found = j
+			}
+		}
+		if found < 0 {
+			return nil, false
+		}
+		used[found], out[i] = true, fields[found]
+	}
+	return out, true
 }
 
 // resolveColumns maps names derived from a struct to the table's columns the way pgx matches them: case

@@ -152,6 +152,7 @@ type Processor[T any] struct {
 	async   handlers.AsyncHandler[T]
 	// structCols are the columns of T when it is a struct scanned by name: the default Source.Columns.
 	structCols []structField
+	positional *positionalScanner[T] // set when the selection is structCols: scan by position
 	flusher    handlers.Flusher
 	obs        Observer
 
@@ -383,8 +384,6 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			_ = p.cur.Release(work)
 			return err
 		}
-		// The selection is the struct's fields in order: scan by position, not by name.
-		p.scan = (&positionalScanner[T]{fields: p.structCols}).scan
 	}
 	t, err := inspect(work, p.cur.Conn(), src)
 	if err != nil {
@@ -393,6 +392,13 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.table = t
+	if p.structCols != nil && p.cfg.ScanFunc == nil {
+		// When every selected column is one field of T and every field has its column, scanning by
+		// position gives what RowToStructByName gives, without matching names for each row.
+		if fields, ok := matchFields(p.structCols, t.columns); ok {
+			p.positional = &positionalScanner[T]{fields: fields}
+		}
+	}
 	p.obs.Connected(p.cfg.Process, true)
 	for _, w := range t.warnings {
 		p.log.Warn().Str("table", t.qualified).Msg(w)
@@ -573,13 +579,17 @@ func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon t
 			it.rec.Key = *key
 		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
-		v, err := p.scan(hr)
+		it.pos = cursor.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
+		items = append(items, it)
+		last := &items[len(items)-1]
+		if p.positional != nil {
+			err = p.positional.scanInto(hr, &last.rec.Value) // straight into the batch, no copy
+		} else {
+			last.rec.Value, err = p.scan(hr)
+		}
 		if err != nil {
 			return nil, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.qualified, err)}
 		}
-		it.rec.Value = v
-		it.pos = cursor.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
-		items = append(items, it)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
@@ -600,8 +610,8 @@ func (r *hiddenRow) FieldDescriptions() []pgconn.FieldDescription {
 }
 
 func (r *hiddenRow) Scan(dest ...any) error {
-	r.args = append(r.args[:0], nil, nil, nil) // nil skips a column without decoding it
-	return r.Rows.Scan(append(r.args, dest...)...)
+	r.args = append(append(r.args[:0], nil, nil, nil), dest...) // nil skips a column without decoding it
+	return r.Rows.Scan(r.args...)
 }
 
 func (r *hiddenRow) Values() ([]any, error) {
