@@ -367,3 +367,54 @@ func TestMigrateNotifyAndRunListen(t *testing.T) {
 	b.book(t, 3, "1")
 	require.Eventually(t, func() bool { return len(p.output()) == 3 }, 20*time.Second, 5*time.Millisecond, p.logs())
 }
+
+func TestHostileProcessNamesAndRefusedRolesAreHandled(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 3, "1")
+	name := `o'brien"; DROP TABLE bookings; --`
+	p := startBinary(t, b.env, "run", "--process", name, "--table", "bookings", "--poll-interval", "20ms")
+	require.Eventually(t, func() bool { return len(p.output()) == 3 }, 20*time.Second, 5*time.Millisecond, p.logs())
+	require.Contains(t, p.output()[0], `"process":"o'brien\"; DROP TABLE bookings; --"`)
+	code, stdout, stderr := runBinary(t, b.env, "status", "--json", "--process", name)
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, `"process": "o'brien\"; DROP TABLE bookings; --"`)
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM bookings").Scan(&n))
+	require.Equal(t, 3, n, "the table is intact")
+
+	url := strings.Replace(b.db.URL, "postgres://postgres@", "postgres://nosuchrole@", 1)
+	code, stdout, stderr = runBinary(t, []string{"DATABASE_URL=" + url}, "run", "--process", "p", "--table", "bookings")
+	require.Equal(t, 1, code)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, `role "nosuchrole" does not exist`)
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+}
+
+// TestALeastPrivilegedRoleRunsTheProcessor: the owner migrates; a role with only the documented grants
+// runs the processor, reads status and is refused what it was not granted.
+func TestALeastPrivilegedRoleRunsTheProcessor(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	role := b.db.Name + "_runner"
+	b.db.Exec(t, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE;
+		GRANT CONNECT ON DATABASE %[2]s TO %[1]s;
+		GRANT SELECT ON bookings TO %[1]s;
+		GRANT USAGE ON SCHEMA inorder TO %[1]s;
+		GRANT SELECT, INSERT, UPDATE ON inorder.cursor TO %[1]s`, role, b.db.Name))
+	env := []string{"DATABASE_URL=" + strings.Replace(b.db.URL, "postgres://postgres@", "postgres://"+role+"@", 1)}
+	b.book(t, 4, "1")
+	p := startBinary(t, env, runArgs()...)
+	require.Eventually(t, func() bool { return len(p.output()) == 4 }, 20*time.Second, 5*time.Millisecond, p.logs())
+	code, stdout, stderr := runBinary(t, env, "status", "--json")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, `"state": "idle"`)
+	code, _, stderr = runBinary(t, env, "pause", "--process", "booking_sms", "--actor", "x")
+	require.Equal(t, 1, code, "operator actions need the audit grants")
+	require.Contains(t, stderr, "permission denied")
+	code, _, stderr = runBinary(t, env, "migrate")
+	require.Equal(t, 1, code, "migrations are the owner's")
+	require.Contains(t, stderr, "permission denied")
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Zero(t, p.wait(t), p.logs())
+}

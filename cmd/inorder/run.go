@@ -58,6 +58,7 @@ type runFlags struct {
 	pubsubTopicTemplate string
 	pubsubMaxInFlight   int
 	pubsubPayloadColumn string
+	pubsubMaxBytes      int
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -95,6 +96,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubTopic, "pubsub-topic", "", "pubsub: topic ID or full name")
 	fs.StringVar(&f.pubsubTopicTemplate, "pubsub-topic-template", "", "pubsub: topic per event type, e.g. events-{type}")
 	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", 100, "pubsub: publishes awaiting acknowledgement at once")
+	fs.IntVar(&f.pubsubMaxBytes, "pubsub-max-message-bytes", pubsub.DefaultMaxMessageBytes, "pubsub: a larger record halts the stream as a poison record")
 	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", "payload", "pubsub: column sent as message data (whole record as JSON without it)")
 }
 
@@ -202,6 +204,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		if f.pubsubProject == "" || (f.pubsubTopic == "" && f.pubsubTopicTemplate == "") {
 			return nil, nothing, usageErr("--handler pubsub needs --pubsub-project and --pubsub-topic (or --pubsub-topic-template)")
 		}
+		if f.pubsubMaxBytes < 1 {
+			return nil, nothing, usageErr("--pubsub-max-message-bytes must be positive, got %d", f.pubsubMaxBytes)
+		}
 		if f.pubsubMaxInFlight < 1 {
 			return nil, nothing, usageErr("--pubsub-max-in-flight must be at least 1, got %d", f.pubsubMaxInFlight)
 		}
@@ -211,7 +216,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		}
 		h, err := pubsub.New(pubsub.Config{
 			Client: client, Topic: f.pubsubTopic, TopicTemplate: f.pubsubTopicTemplate,
-			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: f.pubsubPayloadColumn,
+			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: f.pubsubPayloadColumn, MaxMessageBytes: f.pubsubMaxBytes,
 		})
 		if err != nil {
 			client.Close()
