@@ -130,3 +130,42 @@ func (w *writerTracker) observe(now time.Time, present map[string]int) horizon {
 	w.lastPoll = now
 	return h
 }
+
+// holdReportAfter is how long a writer must have held the horizon before it is reported: shorter holds
+// are the ordinary life of writers.
+const holdReportAfter = time.Second
+
+func (p *Processor[T]) noteHold(work context.Context, h horizon) error {
+	var pid int
+	var since time.Time
+	if h.hold != nil && h.now.Sub(h.hold.Since) >= holdReportAfter {
+		pid, since = h.hold.PID, h.hold.Since
+	}
+	if h.hold != nil {
+		p.obs.Hold(p.cfg.Process, h.now.Sub(h.hold.Since))
+	} else {
+		p.obs.Hold(p.cfg.Process, 0)
+	}
+	if pid != p.holdPID {
+		if err := p.cur.SetHold(work, pid, since); err != nil {
+			return err
+		}
+		if pid != 0 {
+			p.log.Info().Int("writer_pid", pid).Time("since", since).
+				Msg("horizon held by an open writer transaction; records after it wait until it ends")
+		} else {
+			p.log.Info().Msg("horizon no longer held")
+		}
+		p.holdPID, p.holdWarned = pid, time.Time{}
+	}
+	if pid != 0 {
+		age := h.now.Sub(since)
+		if age >= p.cfg.HoldWarnAfter && time.Since(p.holdWarned) >= p.cfg.HoldWarnAfter {
+			p.holdWarned = time.Now()
+			p.log.Warn().Int("writer_pid", pid).Time("since", since).Dur("held_for", age).
+				Msg("a writer transaction has held the stream for long; if it is idle in transaction " +
+					"(see pg_stat_activity for this pid), end it or set idle_in_transaction_session_timeout for writers")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// deliverSync hands records to a Handler or TxHandler one at a time.
+func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
+	p.prepareGeneric(items)
+	last := st.Position
+	n := 0
+	for i := range items {
+		if ctx.Err() != nil {
+			break // stopping: the records not yet started stay ahead of the position
+		}
+		it := &items[i]
+		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		err := p.deliver(work, &it.rec)
+		if err != nil {
+			if ctx.Err() != nil && work.Err() != nil {
+				break // the shutdown timeout cut the handler off: not the record's fault
+			}
+			return n, p.fail(work, last, &it.rec, err), nil
+		}
+		last, n = it.pos, n+1
+		p.resumed(&it.rec)
+		if p.cfg.Checkpoint == CheckpointRecord {
+			if stillLocked, err := p.checkpoint(work, last); err != nil || !stillLocked {
+				return n, 0, err
+			}
+		}
+	}
+	return n, 0, p.finish(work, st.Position, last, n)
+}
+
+// deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
+func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
+	p.prepareGeneric(items)
+	type flight struct {
+		it  *item[T]
+		res handlers.Result
+	}
+	maxIn := max(1, p.async.MaxInFlight())
+	var window []flight
+	last := st.Position
+	n := 0
+	var failed *item[T]
+	var failErr error
+	settle := func(f flight) (bool, error) {
+		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		defer cancel()
+		start := time.Now()
+		err := f.res.Wait(wctx)
+		p.obs.Handled(p.cfg.Process, time.Since(start), err)
+		if err != nil {
+			failed, failErr = f.it, err
+			return false, nil
+		}
+		last, n = f.it.pos, n+1
+		p.resumed(&f.it.rec)
+		if p.cfg.Checkpoint == CheckpointRecord {
+			return p.checkpoint(work, last)
+		}
+		return true, nil
+	}
+	ok := true
+	var err error
+	for i := 0; i < len(items) && ok && ctx.Err() == nil; i++ {
+		it := &items[i]
+		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		res, serr := p.async.Send(sctx, &it.rec)
+		cancel()
+		if serr != nil {
+			// Earlier records settle first; this one failed only if they all succeed.
+			for len(window) > 0 && ok && failed == nil {
+				ok, err = settle(window[0])
+				window = window[1:]
+			}
+			if failed == nil && ok {
+				failed, failErr = it, serr
+			}
+			break
+		}
+		window = append(window, flight{it, res})
+		if len(window) >= maxIn {
+			ok, err = settle(window[0])
+			window = window[1:]
+			ok = ok && failed == nil
+		}
+	}
+	for len(window) > 0 && ok && failed == nil && err == nil {
+		ok, err = settle(window[0])
+		window = window[1:]
+	}
+	// Whatever is still in flight after a failure is waited out, not counted: it is delivered again.
+	for _, f := range window {
+		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		_ = f.res.Wait(wctx)
+		cancel()
+	}
+	if err != nil || !ok && failed == nil {
+		return n, 0, err // lost the lock, or a checkpoint failed
+	}
+	if failed != nil {
+		if ctx.Err() != nil && work.Err() != nil {
+			return n, 0, p.finish(work, st.Position, last, n)
+		}
+		return n, p.fail(work, last, &failed.rec, failErr), nil
+	}
+	return n, 0, p.finish(work, st.Position, last, n)
+}
+
+// resumed notes that a record which had failed before went through.
+func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
+	if rec.Attempt > 1 {
+		p.retryAt, p.halted = time.Time{}, false
+		p.obs.Halted(p.cfg.Process, false)
+		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg("stream resumed: the halted record went through")
+	}
+}
+
+func attemptOf(st cursor.State, id string) int {
+	if st.Halt != nil && st.Halt.RecordID == id {
+		return st.Halt.Attempts + 1
+	}
+	return 1
+}
+
+// deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
+// back its own writes only.
+func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (err error) {
+	hctx, done := p.deadline.start(work)
+	start := time.Now()
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+		err = explain(hctx, err)
+		done()
+		p.obs.Handled(p.cfg.Process, time.Since(start), err)
+	}()
+	if p.cfg.Handler != nil {
+		return p.cfg.Handler.Handle(hctx, rec)
+	}
+	sp, err := p.cur.Tx().Begin(hctx)
+	if err != nil {
+		return fmt.Errorf("savepoint: %w", err)
+	}
+	if err := p.cfg.TxHandler.HandleTx(hctx, sp, rec); err != nil {
+		if rbErr := sp.Rollback(work); rbErr != nil {
+			return fmt.Errorf("%w (and rolling back its writes failed: %v)", err, rbErr)
+		}
+		return err
+	}
+	return sp.Commit(hctx)
+}
+
+// checkpoint flushes the handler and makes pos durable, keeping the lock. It reports false when the lock
+// was lost to another instance in the instant between commit and relock.
+func (p *Processor[T]) checkpoint(work context.Context, pos cursor.Position) (bool, error) {
+	if err := p.flush(work); err != nil {
+		return false, err
+	}
+	ok, err := p.cur.Checkpoint(work, pos, 1)
+	if err == nil {
+		p.obs.Position(p.cfg.Process, pos.CreatedAt)
+	}
+	if err == nil && !ok {
+		p.log.Info().Msg("cursor taken by another instance between batches; standing by")
+		p.owned = false
+		p.obs.Locked(p.cfg.Process, false)
+	}
+	return ok, err
+}
+
+func (p *Processor[T]) flush(work context.Context) error {
+	if p.flusher == nil {
+		return nil
+	}
+	if err := p.flusher.Flush(work); err != nil {
+		return fmt.Errorf("flush handler: %w", err)
+	}
+	return nil
+}
+
+// finish ends a batch of per-batch checkpoints: the position, if it moved, is written into the
+// transaction that Unlock commits, with the count of records handled in the batch.
+func (p *Processor[T]) finish(work context.Context, from, to cursor.Position, handled int) error {
+	if to == from || !p.cur.Locked() || p.cfg.Checkpoint == CheckpointRecord {
+		return nil // with record checkpoints, every advance is durable already
+	}
+	if err := p.flush(work); err != nil {
+		return err
+	}
+	if err := p.cur.SetPosition(work, to, handled); err != nil {
+		return err
+	}
+	p.obs.Position(p.cfg.Process, to.CreatedAt)
+	return nil
+}
+
+// fail records a failing record's halt state with the position of the last success before it, and
+// returns how long to wait before trying it again.
+func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *handlers.Record[T], cause error) time.Duration {
+	if err := p.flush(work); err != nil {
+		// What the handler buffered is not safe: drop every advance since the last durable position.
+		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
+		_ = p.cur.Abort(work)
+		return p.retryDelay(1, nil)
+	}
+	h, err := p.cur.RecordFailure(work, last, rec.ID, cause)
+	if err != nil {
+		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
+		_ = p.cur.Abort(work)
+		return p.retryDelay(rec.Attempt, cause)
+	}
+	if err := p.cur.Unlock(work); err != nil {
+		p.log.Error().Err(err).Msg("could not commit the halt state")
+	}
+	wait := p.retryDelay(h.Attempts, cause)
+	p.retryAt, p.halted = time.Now().Add(wait), true
+	p.obs.Halted(p.cfg.Process, true)
+	ev := p.log.Warn()
+	if h.Attempts == 1 {
+		ev = p.log.Error()
+	}
+	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Err(cause).Dur("retry_in", wait).
+		Msg("handler failed; stream halted on this record")
+	return wait
+}
+
+func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {
+	if cause != nil && handlers.IsPermanent(cause) {
+		return p.cfg.RetryMax
+	}
+	d := backoff(attempts, p.cfg.RetryMin, p.cfg.RetryMax)
+	if after, ok := handlers.RetryAfterOf(cause); ok && after > d {
+		d = min(after, p.cfg.RetryMax)
+	}
+	return d
+}

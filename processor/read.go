@@ -1,0 +1,152 @@
+package processor
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// item is one record read from the source, with its position.
+type item[T any] struct {
+	rec handlers.Record[T]
+	pos cursor.Position
+}
+
+// read fetches the next batch: at most BatchSize records after pos and below the horizon, in
+// (created_at, id) order, each scanned with its position.
+func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon time.Time) ([]item[T], error) {
+	which := 2
+	var at, id any = pos.CreatedAt, pos.ID
+	switch {
+	case pos.IsBeginning():
+		which, at, id = 0, nil, nil
+	case pos.ID == "":
+		which, id = 1, nil
+	}
+	rows, err := p.cur.Tx().Query(work, p.table.readSQL(p.generic, which), at, id, horizon, p.cfg.BatchSize)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
+	}
+	defer rows.Close()
+	items := make([]item[T], 0, min(p.cfg.BatchSize, 1024))
+	hr := &hiddenRow{Rows: rows}
+	var posScan positionScanner
+	for rows.Next() {
+		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
+		var key *string
+		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
+			return nil, fmt.Errorf("read %s: position columns: %w", p.table.qualified, err)
+		}
+		if key != nil {
+			it.rec.Key = *key
+		}
+		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
+		it.pos = cursor.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
+		items = append(items, it)
+		last := &items[len(items)-1]
+		if p.positional != nil {
+			err = p.positional.scanInto(hr, &last.rec.Value) // straight into the batch, no copy
+		} else {
+			last.rec.Value, err = p.scan(hr)
+		}
+		if err != nil {
+			return nil, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.qualified, err)}
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
+	}
+	return items, nil
+}
+
+// hiddenRow shows a scan function the selected columns only, not the three position columns in front.
+type hiddenRow struct {
+	pgx.Rows
+	args []any // reused across rows: the position columns' placeholders, then the caller's destinations
+}
+
+const hidden = 3
+
+func (r *hiddenRow) FieldDescriptions() []pgconn.FieldDescription {
+	return r.Rows.FieldDescriptions()[hidden:]
+}
+
+func (r *hiddenRow) Scan(dest ...any) error {
+	r.args = append(append(r.args[:0], nil, nil, nil), dest...) // nil skips a column without decoding it
+	return r.Rows.Scan(r.args...)
+}
+
+func (r *hiddenRow) Values() ([]any, error) {
+	v, err := r.Rows.Values()
+	if err != nil {
+		return nil, err
+	}
+	return v[hidden:], nil
+}
+
+func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[hidden:] }
+
+// positionScanner decodes the three position columns in front of each row, leaving the rest to the scan
+// function. It plans each column's decoding once per read, not once per row.
+type positionScanner struct {
+	plans [hidden]pgtype.ScanPlan
+}
+
+func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {
+	fds := rows.FieldDescriptions()
+	raw := rows.RawValues()
+	for i, d := range dest {
+		if s.plans[i] == nil {
+			s.plans[i] = rows.Conn().TypeMap().PlanScan(fds[i].DataTypeOID, fds[i].Format, d)
+		}
+		if err := s.plans[i].Scan(raw[i], d); err != nil {
+			return fmt.Errorf("column %s: %w", fds[i].Name, err)
+		}
+	}
+	return nil
+}
+
+// scanRow is the default scan function for handlers.Row.
+func scanRow(row pgx.CollectableRow) (handlers.Row, error) {
+	fds := row.FieldDescriptions()
+	vals, err := row.Values()
+	if err != nil {
+		return handlers.Row{}, err
+	}
+	r := handlers.Row{Columns: make([]string, len(fds)), Values: vals}
+	for i, fd := range fds {
+		r.Columns[i] = fd.Name
+	}
+	return r, nil
+}
+
+func (p *Processor[T]) prepareGeneric(items []item[T]) {
+	if !p.generic {
+		return
+	}
+	raw := map[string]bool{}
+	for _, c := range p.table.columns {
+		if _, isRaw := genericExpr(c); isRaw {
+			raw[c.name] = true
+		}
+	}
+	if len(raw) == 0 {
+		return
+	}
+	for i := range items {
+		r := any(items[i].rec.Value).(handlers.Row)
+		for j, c := range r.Columns {
+			if s, ok := r.Values[j].(string); ok && raw[c] {
+				r.Values[j] = json.RawMessage(s)
+			}
+		}
+	}
+}
