@@ -73,8 +73,10 @@ type Flusher interface {
 // in order, such as publishing to Pub/Sub with ordering keys. The processor calls Send for records in
 // order, keeps at most MaxInFlight results outstanding, and waits on them in the order they were sent: the
 // position moves past a record only after its Wait returned nil and every earlier one did too. When a
-// Wait fails, the processor stops sending, waits out the results already in flight without counting
-// them, and delivers again from the failed record.
+// Send or a Wait fails, the processor sends nothing more, waits out the results already in flight
+// (within one handler timeout for all of them) without counting them, and delivers again from the failed
+// record: a handler may rely on that to know when it is safe to resume a paused ordering key. The context
+// given to Send ends when Send returns; Wait gets its own.
 type AsyncHandler[T any] interface {
 	// Send starts delivering rec. An error returned here counts as the record's failure.
 	Send(ctx context.Context, rec *Record[T]) (Result, error)

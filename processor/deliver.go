@@ -98,12 +98,14 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, 
 		ok, err = settle(window[0])
 		window = window[1:]
 	}
-	// Whatever is still in flight after a failure is waited out, not counted: it is delivered again.
+	// Whatever is still in flight after a failure is waited out, not counted: it is delivered again. One
+	// deadline for all of them, so that a sink that hangs cannot keep the cursor transaction idle for
+	// longer than one handler call.
+	drain, cancelDrain := context.WithTimeout(work, p.cfg.HandlerTimeout)
 	for _, f := range window {
-		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
-		_ = f.res.Wait(wctx)
-		cancel()
+		_ = f.res.Wait(drain)
 	}
+	cancelDrain()
 	if err != nil || !ok && failed == nil {
 		return n, 0, err // lost the lock, or a checkpoint failed
 	}
