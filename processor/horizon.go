@@ -22,11 +22,15 @@ import (
 // guard for clock steps. A writer already present at the first poll has no such instant; it holds the
 // horizon until it ends.
 //
-// pg_locks and clock_timestamp() are read in one statement and the records in a later one, so the
-// records' snapshot is taken after every writer that the poll saw as gone had committed or rolled back.
+// The poll is stamped with statement_timestamp(), the instant the statement arrived, which is before
+// pg_locks is read: a writer missing from pg_locks took its lock after that instant, so its rows are later.
+// (clock_timestamp() would be read after the scan of pg_locks, which takes tens of milliseconds when the
+// lock table is crowded; a writer that locked and inserted during the scan would then look absent at a
+// time later than its own rows.) The records are read in a later statement, so their snapshot is taken
+// after every writer that the poll saw as gone had committed or rolled back.
 
 const horizonSQL = `
-	SELECT clock_timestamp(), l.virtualtransaction, coalesce(l.pid, 0)
+	SELECT statement_timestamp(), l.virtualtransaction, coalesce(l.pid, 0)
 	FROM (SELECT 1) AS one
 	LEFT JOIN pg_locks AS l
 	  ON l.locktype = 'relation'

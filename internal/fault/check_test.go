@@ -1,0 +1,279 @@
+package fault
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+)
+
+// report is what the checks found for one stream.
+type report struct {
+	process     string
+	writes      int // committed rows
+	delivered   int // committed rows delivered at least once
+	lost        int // committed rows never delivered
+	phantoms    int // deliveries of rows that never committed
+	redelivered int // deliveries beyond the first of a record
+	reorders    int // first deliveries of an aggregate's record after one with a higher seq
+	orderBreaks int // first deliveries out of the global (created_at, id) order
+	crashes     int
+	deliveries  map[int64]int // record id -> deliveries
+	rank        map[int64]int // record id -> place in (created_at, id) order
+	problems    []string
+}
+
+func (r *report) problem(format string, args ...any) {
+	r.problems = append(r.problems, fmt.Sprintf(format, args...))
+}
+
+// line is the summary line of the stream.
+func (r *report) line(scenario string) string {
+	return fmt.Sprintf("faults: %-44s writes=%d delivered=%d lost=%d redelivered=%d reorders=%d crashes=%d",
+		scenario+"/"+r.process, r.writes, r.delivered, r.lost, r.redelivered, r.reorders, r.crashes)
+}
+
+// analyze checks one stream: order is every committed row in (created_at, id) order; log is every
+// delivery the receiver recorded, in arrival order (all streams); obs are the polled positions (all
+// streams); audit is every committed write of the cursor rows, in commit order (all streams).
+func analyze(process string, order []row, log []delivery, obs []posObs, audit []auditRow) *report {
+	r := &report{process: process, writes: len(order), deliveries: map[int64]int{}, rank: map[int64]int{}}
+	for i, row := range order {
+		r.rank[row.id] = i
+	}
+	const never = int(^uint(0) >> 1)
+	first := make([]int, len(order)) // arrival index of each row's first delivery
+	for i := range first {
+		first[i] = never
+	}
+	lastSeq := map[string]int{}
+	maxRank := -1
+	total := 0
+	for idx, d := range log {
+		if d.Process != process {
+			continue
+		}
+		total++
+		r.deliveries[d.ID]++
+		k, ok := r.rank[d.ID]
+		if !ok {
+			r.phantoms++
+			r.problem("record %d (%s seq %d) was delivered but never committed", d.ID, d.Agg, d.Seq)
+			continue
+		}
+		if r.deliveries[d.ID] > 1 {
+			continue
+		}
+		first[k] = idx
+		row := order[k]
+		if d.Agg != row.agg || d.Seq != row.seq {
+			r.problem("record %d was delivered as %s seq %d but is %s seq %d", d.ID, d.Agg, d.Seq, row.agg, row.seq)
+		}
+		if prev, ok := lastSeq[row.agg]; ok && row.seq < prev {
+			r.reorders++
+			r.problem("%s seq %d (record %d) first delivered after seq %d", row.agg, row.seq, row.id, prev)
+		}
+		lastSeq[row.agg] = max(lastSeq[row.agg], row.seq)
+		if k < maxRank {
+			r.orderBreaks++
+			r.problem("record %d first delivered after record %d, which comes after it in (created_at, id) order",
+				row.id, order[maxRank].id)
+		}
+		maxRank = max(maxRank, k)
+	}
+	for k, a := range first {
+		if a == never {
+			r.lost++
+			r.problem("record %d (%s seq %d) was never delivered", order[k].id, order[k].agg, order[k].seq)
+		} else {
+			r.delivered++
+		}
+	}
+	r.redelivered = total - r.phantoms - r.delivered
+
+	// The polled position: never back, never on a row that did not commit, never past a row that had not
+	// been delivered when it was read.
+	upTo := make([]int, len(order)) // latest first arrival among the rows up to each
+	for k := range first {
+		upTo[k] = first[k]
+		if k > 0 {
+			upTo[k] = max(upTo[k], upTo[k-1])
+		}
+	}
+	prev := -1
+	for _, o := range obs {
+		if o.process != process || o.id == -1 {
+			if o.process == process && prev >= 0 {
+				r.problem("position went back to the beginning from record %d", order[prev].id)
+			}
+			continue
+		}
+		k, ok := r.rank[o.id]
+		if !ok {
+			r.problem("position on record %d, which never committed", o.id)
+			continue
+		}
+		if k < prev {
+			r.problem("position went back from record %d to record %d", order[prev].id, o.id)
+		}
+		prev = max(prev, k)
+		if upTo[k] >= o.sinkLen {
+			r.problem("position reached record %d before every record up to it had been delivered", o.id)
+		}
+	}
+
+	// Every committed write of the cursor row: the position never goes back.
+	prev = -1
+	for _, a := range audit {
+		if a.process != process {
+			continue
+		}
+		if a.id == -1 {
+			if prev >= 0 {
+				r.problem("write %d by %s set the position back to the beginning", a.n, a.app)
+			}
+			continue
+		}
+		k, ok := r.rank[a.id]
+		if !ok {
+			r.problem("write %d by %s set the position on record %d, which never committed", a.n, a.app, a.id)
+			continue
+		}
+		if k < prev {
+			r.problem("write %d by %s set the position back from record %d to record %d", a.n, a.app,
+				order[prev].id, a.id)
+		}
+		prev = max(prev, k)
+	}
+	return r
+}
+
+// verdict checks a stream's report and prints its summary line.
+func (w *world) verdict(st stream, r *report, crashes int) {
+	w.t.Helper()
+	r.crashes = crashes
+	line := r.line(w.name)
+	w.t.Log(line)
+	if full {
+		fmt.Fprintln(os.Stdout, line)
+	}
+	if len(r.problems) > 0 {
+		shown := r.problems
+		if len(shown) > 20 {
+			shown = append(shown[:20:20], fmt.Sprintf("... and %d more", len(r.problems)-20))
+		}
+		w.t.Errorf("%s: %d problems:\n  %s", st.process, len(r.problems), strings.Join(shown, "\n  "))
+	}
+	if bound := crashes * st.perCrash(); r.redelivered > bound {
+		w.t.Errorf("%s: %d redeliveries for %d crashes with --checkpoint %s (at most %d); most redelivered: %s",
+			st.process, r.redelivered, crashes, st.checkpoint, bound, mostRedelivered(r))
+	}
+}
+
+func mostRedelivered(r *report) string {
+	type rc struct {
+		id int64
+		n  int
+	}
+	var all []rc
+	for id, n := range r.deliveries {
+		if n > 1 {
+			all = append(all, rc{id, n})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n || all[i].n == all[j].n && all[i].id < all[j].id })
+	var b strings.Builder
+	for i, x := range all {
+		if i == 10 {
+			break
+		}
+		fmt.Fprintf(&b, "%d×%d ", x.id, x.n)
+	}
+	return b.String()
+}
+
+// finish stops the writers, waits for every stream to drain and checks each; crashes counts the faults
+// injected per process. It returns the reports by process.
+func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report {
+	w.t.Helper()
+	w.writers.stop()
+	order := w.drain(sts)
+	committed, aborted, stats := w.writers.snapshot()
+	w.t.Logf("writers: %+v; %d rows committed, %d inserted and not committed", stats, len(committed), len(aborted))
+	inTable := map[int64]bool{}
+	for _, r := range order {
+		inTable[r.id] = true
+		if !committed[r.id] {
+			w.t.Errorf("record %d is in the table but the writers did not see it commit", r.id)
+		}
+	}
+	for id := range committed {
+		if !inTable[id] {
+			w.t.Errorf("record %d committed for the writers but is not in the table", id)
+		}
+	}
+	if bad := w.sink.rejected(); len(bad) > 0 {
+		w.t.Errorf("the receiver rejected %d requests, first: %s", len(bad), bad[0])
+	}
+	log, obs, audit := w.sink.deliveries(), w.mon.observations(), w.audit()
+	reports := map[string]*report{}
+	for _, st := range sts {
+		r := analyze(st.process, order, log, obs, audit)
+		for id := range aborted {
+			if r.deliveries[id] > 0 {
+				w.t.Errorf("%s: record %d, rolled back, was delivered", st.process, id)
+			}
+		}
+		w.verdict(st, r, crashes[st.process])
+		if r.lost > 0 {
+			w.explainLost(st, r, order)
+		}
+		reports[st.process] = r
+	}
+	return reports
+}
+
+// explainLost logs, for the first lost rows of a stream, when each was created and (where the cluster
+// tracks commit timestamps) committed, and the first committed write of the cursor row that moved the
+// position past it.
+func (w *world) explainLost(st stream, r *report, order []row) {
+	shown := 0
+	for _, row := range order {
+		if r.deliveries[row.id] > 0 {
+			continue
+		}
+		if shown++; shown > 5 {
+			break
+		}
+		var created, committed, passedAt, passedTo *string
+		var passedBy *string
+		err := w.pool.QueryRow(context.Background(), `
+			SELECT e.created_at::text,
+			       CASE WHEN current_setting('track_commit_timestamp') = 'on'
+			            THEN (pg_xact_commit_timestamp(e.xmin) - e.created_at)::text END,
+			       (w.at - e.created_at)::text, w.app,
+			       format('record %s created %s after it', p.id, p.created_at - e.created_at)
+			FROM events e
+			LEFT JOIN LATERAL (
+				SELECT f.* FROM fault_cursor_writes f JOIN events p2 ON p2.id = f.position_id::bigint
+				WHERE f.process = $2 AND (p2.created_at, p2.id) > (e.created_at, e.id)
+				ORDER BY f.n LIMIT 1) w ON true
+			LEFT JOIN events p ON p.id = w.position_id::bigint
+			WHERE e.id = $1`, row.id, st.process).Scan(&created, &committed, &passedAt, &passedBy, &passedTo)
+		if err != nil {
+			w.t.Logf("explain lost record %d: %v", row.id, err)
+			continue
+		}
+		w.t.Logf("%s: lost record %d (%s seq %d) created at %s, committed %s later; the position was moved past it "+
+			"%s after its creation by %s, to %s", st.process, row.id, row.agg, row.seq, deref(created),
+			deref(committed), deref(passedAt), deref(passedBy), deref(passedTo))
+	}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return "?"
+	}
+	return *s
+}

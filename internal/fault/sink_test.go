@@ -1,0 +1,173 @@
+package fault
+
+import (
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/inorder-dev/inorder/handlers/webhook"
+)
+
+// secretEnv names the environment variable that gives children the webhook secret.
+const secretEnv = "INORDER_FAULT_WEBHOOK_SECRET"
+
+var secret = []byte("fault-suite-secret")
+
+// delivery is one request the receiver got, in arrival order.
+type delivery struct {
+	Process string
+	ID      int64
+	Agg     string
+	Seq     int
+	Attempt int
+}
+
+// gate holds the next request of a process open until release is closed.
+type gate struct {
+	process string
+	started chan delivery
+	release chan struct{}
+	once    sync.Once
+}
+
+// open lets the held request answer 200.
+func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
+
+// sink is the webhook receiver: it verifies each request, records it (at arrival, before answering: what
+// the receiver acted on) and answers 200.
+type sink struct {
+	srv     *httptest.Server
+	closing chan struct{}
+
+	mu     sync.Mutex
+	log    []delivery
+	gates  []*gate
+	seen   map[string]int // process -> requests received
+	dropAt map[string]int // process -> number of the request to take but not record (to prove the checks)
+	bad    []string       // requests that were not what the webhook handler promises
+}
+
+func newSink(t *testing.T) *sink {
+	s := &sink{closing: make(chan struct{}), seen: map[string]int{}, dropAt: map[string]int{}}
+	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(func() {
+		close(s.closing)
+		s.srv.Close()
+	})
+	return s
+}
+
+func (s *sink) url() string { return s.srv.URL + "/hook" }
+
+func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	if err := webhook.VerifyRequest(secret, r, time.Minute); err != nil {
+		s.reject(w, "signature: %v", err)
+		return
+	}
+	var env struct {
+		Process string `json:"process"`
+		ID      string `json:"id"`
+		Key     string `json:"key"`
+		Attempt int    `json:"attempt"`
+		Record  struct {
+			ID          int64  `json:"id"`
+			AggregateID string `json:"aggregate_id"`
+			Seq         int    `json:"seq"`
+		} `json:"record"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&env); err != nil {
+		s.reject(w, "body: %v", err)
+		return
+	}
+	if key := r.Header.Get(webhook.IdempotencyKeyHeader); key != env.Process+":"+env.ID {
+		s.reject(w, "Idempotency-Key %q for process %q record %q", key, env.Process, env.ID)
+		return
+	}
+	if env.ID != strconv.FormatInt(env.Record.ID, 10) || env.Key != env.Record.AggregateID {
+		s.reject(w, "envelope id %q key %q do not match the record %+v", env.ID, env.Key, env.Record)
+		return
+	}
+	d := delivery{Process: env.Process, ID: env.Record.ID, Agg: env.Record.AggregateID, Seq: env.Record.Seq,
+		Attempt: env.Attempt}
+
+	s.mu.Lock()
+	s.seen[d.Process]++
+	if s.dropAt[d.Process] != s.seen[d.Process] {
+		s.log = append(s.log, d)
+	}
+	var g *gate
+	for i, gg := range s.gates {
+		if gg.process == d.Process {
+			g = gg
+			s.gates = append(s.gates[:i:i], s.gates[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+
+	if g != nil {
+		g.started <- d
+		select {
+		case <-g.release:
+		case <-r.Context().Done():
+		case <-s.closing:
+		}
+	}
+	// A receiver takes a moment to act: it widens the window in which a fault finds a request in flight.
+	time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+	w.WriteHeader(http.StatusOK)
+}
+
+func (s *sink) reject(w http.ResponseWriter, format string, args ...any) {
+	s.mu.Lock()
+	s.bad = append(s.bad, fmt.Sprintf(format, args...))
+	s.mu.Unlock()
+	http.Error(w, "bad request", http.StatusBadRequest)
+}
+
+// hold arms a gate on the next request of process.
+func (s *sink) hold(process string) *gate {
+	g := &gate{process: process, started: make(chan delivery, 1), release: make(chan struct{})}
+	s.mu.Lock()
+	s.gates = append(s.gates, g)
+	s.mu.Unlock()
+	return g
+}
+
+// drop makes the receiver take the nth request of process (1-based) without recording it.
+func (s *sink) drop(process string, n int) {
+	s.mu.Lock()
+	s.dropAt[process] = n
+	s.mu.Unlock()
+}
+
+func (s *sink) len() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.log)
+}
+
+func (s *sink) count(process string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[process]
+}
+
+func (s *sink) deliveries() []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]delivery(nil), s.log...)
+}
+
+func (s *sink) rejected() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.bad...)
+}

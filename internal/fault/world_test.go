@@ -1,0 +1,524 @@
+package fault
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/pgtest"
+)
+
+// schema is the source table, the aggregates the writers lock, and a trigger that logs every committed
+// write of the cursor row with the application_name of the session that made it.
+const schema = `
+	CREATE TABLE events (
+		id           bigserial PRIMARY KEY,
+		aggregate_id text NOT NULL,
+		seq          integer NOT NULL,
+		created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
+	);
+	CREATE INDEX events_created_at_id_idx ON events (created_at, id);
+	CREATE TABLE aggregates (id text PRIMARY KEY, seq integer NOT NULL DEFAULT 0);
+	INSERT INTO aggregates (id) SELECT 'agg-' || g FROM generate_series(0, %d) g;
+
+	CREATE TABLE fault_cursor_writes (
+		n           bigserial PRIMARY KEY,
+		at          timestamptz NOT NULL DEFAULT clock_timestamp(),
+		process     text NOT NULL,
+		app         text NOT NULL,
+		position_id text
+	);
+	CREATE FUNCTION fault_log_cursor_write() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO fault_cursor_writes (process, app, position_id)
+		VALUES (NEW.process_name, current_setting('application_name'), NEW.position_id);
+		RETURN NULL;
+	END
+	$$;
+	CREATE TRIGGER fault_log_cursor_write AFTER UPDATE ON inorder.cursor
+		FOR EACH ROW EXECUTE FUNCTION fault_log_cursor_write();`
+
+// stream is one process name worked by the children of a scenario.
+type stream struct {
+	process    string
+	checkpoint string // record or batch
+	batch      int    // --batch-size
+}
+
+// perCrash is how many redeliveries one injected crash may cause.
+func (s stream) perCrash() int {
+	if s.checkpoint == "batch" {
+		return s.batch
+	}
+	return 1
+}
+
+// streamsFor returns the streams of a scenario: in the short form one, with the given checkpoint mode;
+// in the full form one per mode.
+func streamsFor(scenario, short string) []stream {
+	rec := stream{process: scenario + "_record", checkpoint: "record", batch: 20}
+	bat := stream{process: scenario + "_batch", checkpoint: "batch", batch: 20}
+	switch {
+	case full:
+		return []stream{rec, bat}
+	case short == "batch":
+		return []stream{bat}
+	default:
+		return []stream{rec}
+	}
+}
+
+// world is one scenario: its database, writers, receiver, position monitor and children.
+type world struct {
+	t       *testing.T
+	name    string
+	url     string
+	pool    *pgxpool.Pool
+	sink    *sink
+	writers *writers
+	mon     *monitor
+	rng     *rand.Rand // the test goroutine's
+	seed    uint64
+
+	mu       sync.Mutex
+	children []*child
+	gen      int
+	dumps    []func() string // extra logs shown when the test fails
+}
+
+// sharedWorld makes a world in a fresh database of the package's shared cluster.
+func sharedWorld(t *testing.T, name string) *world {
+	db := pgtest.NewDB(t, pgtest.Options{Empty: true})
+	return newWorld(t, name, db.URL)
+}
+
+func newWorld(t *testing.T, name, url string) *world {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	w := &world{t: t, name: name, url: url, seed: seed, rng: rand.New(rand.NewPCG(seed, 0))}
+	if code, out := w.runBinary("migrate"); code != 0 {
+		t.Fatalf("inorder migrate: exit %d: %s", code, out)
+	}
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatalf("pool: %v", err)
+	}
+	t.Cleanup(pool.Close)
+	w.pool = pool
+	if _, err := pool.Exec(ctx, fmt.Sprintf(schema, aggregates-1)); err != nil {
+		t.Fatalf("schema: %v", err)
+	}
+	w.sink = newSink(t)
+	w.mon = startMonitor(t, pool, w.sink)
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, c := range w.children {
+			t.Logf("logs of %s (pid %d):\n%s", c.name, c.pid(), tail(c.logs(), 60))
+		}
+		for _, d := range w.dumps {
+			t.Log(d())
+		}
+	})
+	return w
+}
+
+// write starts the writers.
+func (w *world) write(n int) {
+	w.writers = startWriters(w.t, w.url, n, w.seed)
+}
+
+// sleep paces fault injection: a random wait between lo and hi.
+func (w *world) sleep(lo, hi time.Duration) {
+	time.Sleep(lo + time.Duration(w.rng.Int64N(int64(hi-lo)+1)))
+}
+
+func (w *world) env() []string {
+	return append(os.Environ(), "DATABASE_URL="+w.url, secretEnv+"="+string(secret))
+}
+
+// runBinary runs an inorder command to completion and returns its exit code and combined output.
+func (w *world) runBinary(args ...string) (int, string) {
+	cmd := exec.Command(binary, args...)
+	cmd.Env = w.env()
+	out, err := cmd.CombinedOutput()
+	if _, ok := err.(*exec.ExitError); err != nil && !ok {
+		w.t.Fatalf("run inorder %v: %v", args, err)
+	}
+	return cmd.ProcessState.ExitCode(), string(out)
+}
+
+// child is one `inorder run` process.
+type child struct {
+	name   string // its --instance
+	stream stream
+	cmd    *exec.Cmd
+	done   chan struct{}
+
+	mu     sync.Mutex
+	stderr bytes.Buffer
+}
+
+func (c *child) Write(b []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stderr.Write(b)
+}
+
+func (c *child) logs() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stderr.String()
+}
+
+// count counts the log lines with message msg.
+func (c *child) count(msg string) int {
+	return strings.Count(c.logs(), `"message":"`+msg+`"`)
+}
+
+func (c *child) pid() int { return c.cmd.Process.Pid }
+
+func (c *child) running() bool {
+	select {
+	case <-c.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (c *child) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	if err := c.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("signal %s to %s: %v", sig, c.name, err)
+	}
+}
+
+// wait waits for the child to exit and returns its exit code (-1 when a signal ended it).
+func (c *child) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-c.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %s", c.name, timeout)
+	}
+	return c.cmd.ProcessState.ExitCode()
+}
+
+// start starts an instance of st; the test's cleanup kills it.
+func (w *world) start(st stream, extra ...string) *child {
+	w.t.Helper()
+	w.mu.Lock()
+	w.gen++
+	name := fmt.Sprintf("%s-%d", st.process, w.gen)
+	w.mu.Unlock()
+	args := []string{"run", "--process", st.process, "--table", "events",
+		"--handler", "webhook", "--webhook-url", w.sink.url(), "--webhook-secret-env", secretEnv,
+		"--checkpoint", st.checkpoint, "--batch-size", strconv.Itoa(st.batch),
+		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "200ms", "--instance", name}
+	if len(extra) == 0 {
+		extra = []string{"--idle-timeout", "10s", "--webhook-timeout", "3s"}
+	}
+	c := &child{name: name, stream: st, done: make(chan struct{})}
+	c.cmd = exec.Command(binary, append(args, extra...)...)
+	c.cmd.Env = w.env()
+	c.cmd.Stderr = c
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := c.cmd.Start(); err != nil {
+		w.t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.done)
+	}()
+	w.t.Cleanup(func() {
+		_ = c.cmd.Process.Kill() // SIGKILL ends a stopped process too
+		<-c.done
+		if strings.Contains(c.logs(), "WARNING: DATA RACE") {
+			w.t.Errorf("data race in %s:\n%s", c.name, c.logs())
+		}
+	})
+	w.mu.Lock()
+	w.children = append(w.children, c)
+	w.mu.Unlock()
+	return c
+}
+
+// live returns the running children of st.
+func (w *world) live(st stream) []*child {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*child
+	for _, c := range w.children {
+		if c.stream.process == st.process && c.running() {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// owner returns the child that holds st's ownership lock (the session advisory lock), or nil.
+func (w *world) owner(st stream) *child {
+	key := uint64(cursor.LockKey(st.process))
+	var app string
+	err := w.pool.QueryRow(context.Background(), `
+		SELECT a.application_name
+		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		int64(key>>32), int64(key&0xffffffff)).Scan(&app)
+	if err != nil {
+		return nil
+	}
+	name := strings.TrimPrefix(app, "inorder:"+st.process+"@")
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, c := range w.children {
+		if c.name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// position returns st's durable position id, "" at the beginning.
+func (w *world) position(st stream) string {
+	var id *string
+	err := w.pool.QueryRow(context.Background(),
+		"SELECT position_id FROM inorder.cursor WHERE process_name = $1", st.process).Scan(&id)
+	if err != nil || id == nil {
+		return ""
+	}
+	return *id
+}
+
+// await polls cond until it holds, failing the test after timeout.
+func (w *world) await(what string, timeout time.Duration, cond func() bool) {
+	w.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			w.t.Fatalf("timed out after %s awaiting %s", timeout, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// row is a committed event.
+type row struct {
+	id  int64
+	agg string
+	seq int
+}
+
+// drain waits, after the writers stopped, for every stream's position to reach the last committed row,
+// and returns the committed rows in (created_at, id) order.
+func (w *world) drain(sts []stream) []row {
+	w.t.Helper()
+	ctx := context.Background()
+	var order []row
+	w.await("the committed rows", 30*time.Second, func() bool {
+		rows, err := w.pool.Query(ctx, "SELECT id, aggregate_id, seq FROM events ORDER BY created_at, id")
+		if err != nil {
+			return false
+		}
+		defer rows.Close()
+		order = order[:0]
+		for rows.Next() {
+			var r row
+			if rows.Scan(&r.id, &r.agg, &r.seq) != nil {
+				return false
+			}
+			order = append(order, r)
+		}
+		return rows.Err() == nil
+	})
+	if len(order) == 0 {
+		w.t.Fatal("the writers committed nothing")
+	}
+	last := strconv.FormatInt(order[len(order)-1].id, 10)
+	timeout := pick(60*time.Second, 3*time.Minute)
+	for _, st := range sts {
+		deadline := time.Now().Add(timeout)
+		for w.position(st) != last {
+			if time.Now().After(deadline) {
+				_, status := w.runBinary("status", "--process", st.process)
+				w.t.Fatalf("stuck: %s did not reach the last committed row %s within %s (position %q, "+
+					"%d of %d rows delivered); status:\n%s", st.process, last, timeout, w.position(st),
+					w.distinct(st), len(order), status)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return order
+}
+
+func (w *world) distinct(st stream) int {
+	seen := map[int64]bool{}
+	for _, d := range w.sink.deliveries() {
+		if d.Process == st.process {
+			seen[d.ID] = true
+		}
+	}
+	return len(seen)
+}
+
+// auditRow is one committed write of a cursor row, in commit order.
+type auditRow struct {
+	n       int64
+	process string
+	app     string
+	id      int64 // -1: no position
+}
+
+func (w *world) audit() []auditRow {
+	rows, err := w.pool.Query(context.Background(),
+		"SELECT n, process, app, position_id FROM fault_cursor_writes ORDER BY n")
+	if err != nil {
+		w.t.Fatalf("audit: %v", err)
+	}
+	defer rows.Close()
+	var out []auditRow
+	for rows.Next() {
+		var a auditRow
+		var pos *string
+		if err := rows.Scan(&a.n, &a.process, &a.app, &pos); err != nil {
+			w.t.Fatalf("audit: %v", err)
+		}
+		a.id = parseID(pos)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		w.t.Fatalf("audit: %v", err)
+	}
+	return out
+}
+
+func (w *world) auditMax() int64 {
+	var n int64
+	if err := w.pool.QueryRow(context.Background(), "SELECT coalesce(max(n), 0) FROM fault_cursor_writes").Scan(&n); err != nil {
+		w.t.Fatalf("audit: %v", err)
+	}
+	return n
+}
+
+func parseID(s *string) int64 {
+	if s == nil {
+		return -1
+	}
+	id, err := strconv.ParseInt(*s, 10, 64)
+	if err != nil {
+		return -2 // not a bigint: analyze reports it as a position on no committed row
+	}
+	return id
+}
+
+// posObs is one observation of a cursor row's position, with how many deliveries the receiver had
+// recorded once the position was read.
+type posObs struct {
+	process string
+	id      int64 // -1: beginning
+	sinkLen int
+}
+
+// monitor polls every cursor row's position and keeps each change.
+type monitor struct {
+	stopCh chan struct{}
+	done   chan struct{}
+	once   sync.Once
+
+	mu   sync.Mutex
+	obs  []posObs
+	errs int
+}
+
+func startMonitor(t *testing.T, pool *pgxpool.Pool, s *sink) *monitor {
+	m := &monitor{stopCh: make(chan struct{}), done: make(chan struct{})}
+	go m.run(pool, s)
+	t.Cleanup(m.stop)
+	return m
+}
+
+func (m *monitor) stop() {
+	m.once.Do(func() { close(m.stopCh) })
+	<-m.done
+}
+
+func (m *monitor) run(pool *pgxpool.Pool, s *sink) {
+	defer close(m.done)
+	last := map[string]int64{}
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-m.stopCh:
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		rows, err := pool.Query(ctx, "SELECT process_name, position_id FROM inorder.cursor")
+		var got []posObs
+		if err == nil {
+			for rows.Next() {
+				var o posObs
+				var pos *string
+				if err = rows.Scan(&o.process, &pos); err != nil {
+					break
+				}
+				o.id = parseID(pos)
+				got = append(got, o)
+			}
+			rows.Close()
+			if err == nil {
+				err = rows.Err()
+			}
+		}
+		cancel()
+		n := s.len() // after the read: every delivery the position covers arrived before it
+		m.mu.Lock()
+		if err != nil {
+			m.errs++ // the server is away (server_restart): go on
+		}
+		for _, o := range got {
+			if prev, ok := last[o.process]; !ok || prev != o.id {
+				last[o.process] = o.id
+				o.sinkLen = n
+				m.obs = append(m.obs, o)
+			}
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *monitor) observations() []posObs {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]posObs(nil), m.obs...)
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{fmt.Sprintf("... (%d lines before)", len(lines)-n)}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}
