@@ -27,6 +27,9 @@ func (r Row) Get(name string) (any, bool) {
 // MarshalJSON encodes the row as one JSON object with its columns in table order: ids, numbers, booleans
 // and timestamps as their natural JSON values and json columns embedded as JSON, not as strings.
 func (r Row) MarshalJSON() ([]byte, error) {
+	if len(r.Values) != len(r.Columns) {
+		return nil, fmt.Errorf("row has %d columns and %d values", len(r.Columns), len(r.Values))
+	}
 	var b bytes.Buffer
 	b.WriteByte('{')
 	for i, c := range r.Columns {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -36,13 +37,9 @@ func asksForHelp(args []string) bool {
 	return false
 }
 
-// knownFlagEcho reports whether msg is one of the flag package's errors that repeat an argument unquoted, so
-// that a line break in the argument breaks the message over lines ("flag provided but not defined: -a\nb",
-// "bad flag syntax: ---a\nb"). It is a known defect of parseFlags, reported to be fixed there (quote the
-// argument, e.g. by rewording those two errors); only these messages are exempt from the one-line rule.
-// Remove this exemption once parseFlags quotes them.
-func knownFlagEcho(msg string) bool {
-	return strings.HasPrefix(msg, "flag provided but not defined: ") || strings.HasPrefix(msg, "bad flag syntax: ")
+// oneLine reports whether msg is a single line.
+func oneLine(msg string) bool {
+	return !strings.ContainsAny(msg, "\n\r")
 }
 
 // FuzzRunFlags checks the argument handling of `inorder run` without ever touching a database: it parses
@@ -56,9 +53,10 @@ func knownFlagEcho(msg string) bool {
 //
 //   - It never panics.
 //   - Every error is a usage error (errors.Is(err, errUsage), exit code 2 in realMain), and its message as
-//     realMain prints it is one line: no line break (see knownFlagEcho for the one known exception).
+//     realMain prints it is one line: no line break.
 //   - While the marker's URL is the --database-url in effect, no error message contains the marker, unless
-//     the fuzzed arguments themselves contain it (then another flag's message may legitimately quote it).
+//     the fuzzed arguments, or the user, host and rest of the URL, contain it (then a message may
+//     legitimately quote another flag's value, a host or a port).
 //   - A configuration that passes has a process, a table, a parsed connection config and the checked bounds.
 func FuzzRunFlags(f *testing.F) {
 	seeds := []struct {
@@ -73,6 +71,9 @@ func FuzzRunFlags(f *testing.F) {
 		{"--process=p\x00--table=t", "u", "", "@x:1", "h", "/db", false},
 		{"--process=p\x00--table=t", "u", "'", "", "h", "port=x", true},
 		{"--process=p\x00--table=t", "u", "", "", "h", "port=x sslmode=verify-full sslrootcert=/nonexistent", true},
+		{"--process=p\x00--table=t", "u", "my ", "", "db", "sslmode=disable", true},         // once echoed a piece of the password
+		{"--process=p\x00--table=t", "app@srv", "", " x", "srv.example.com", "/db", false},  // once echoed a piece of the password
+		{"--process=p\x00--table=t", "app@srv", "", "%zz", "srv.example.com", "/db", false}, // once echoed a piece of the password
 		{"--process=p\x00--table=t", "u", "a: b", ": c", "[::1", "/db", false},
 		{"--process=p\x00--table=t\x00--database-url=", "u", "", "", "h", "/db", false},
 		{"--process=p\x00--table=t\x00--handler-timeout=1m\x00--idle-timeout=1m", "u", "", "", "h", "/db", false},
@@ -84,7 +85,13 @@ func FuzzRunFlags(f *testing.F) {
 		{"--process=p\x00--table=t\x00--", "u", "", "", "h", "/db", false},
 		{"--nope\x00x", "u", "", "", "h", "/db", false},
 		{"-process", "u", "", "", "h", "/db", false},
+		{"--pro\ncess=p", "u", "", "", "h", "/db", false},                                    // once broke the message over lines
+		{"---a\nb", "u", "", "", "h", "/db", false},                                          // once broke the message over lines
+		{"--process=p\x00--table=t", "u", "", "", "h", "/db?application_name=a\nb c", false}, // once echoed a piece of the password
 		{"--batch-size=99999999999999999999", "u", "", "", "h", "/db", false},
+		{"--process=p\x00--table=t\x00--partitions=-1", "u", "", "", "h", "/db", false},
+		{"--process=p\x00--table=t\x00--max-partitions=2", "u", "", "", "h", "/db", false},
+		{"--process=p\x00--table=t\x00--partitions=4\x00--max-partitions=2\x00--listen", "u", "", "", "h", "/db", false},
 	}
 	for _, s := range seeds {
 		f.Add(s.args, s.user, s.pre, s.post, s.host, s.rest, s.dsn)
@@ -114,7 +121,8 @@ func FuzzRunFlags(f *testing.F) {
 				case cfg.Process == "" || cfg.Source.Table == "" || cfg.ConnConfig == nil:
 					t.Fatalf("config passed without a process, table or connection: %+v", cfg)
 				case cfg.BatchSize < 1 || cfg.PollInterval <= 0 || cfg.InsertLatency < 0 || cfg.RetryMin <= 0 ||
-					cfg.RetryMax < cfg.RetryMin || (cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout):
+					cfg.RetryMax < cfg.RetryMin || (cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout) ||
+					rf.partitions < 0 || rf.maxPartitions < 0 || (rf.maxPartitions > 0 && rf.partitions == 0):
 					t.Fatalf("config passed with bounds out of range: %+v", cfg)
 				}
 				return
@@ -124,7 +132,7 @@ func FuzzRunFlags(f *testing.F) {
 			t.Fatalf("args %q: error %q is not a usage error", args, err)
 		}
 		msg := strings.TrimPrefix(err.Error(), "usage: ")
-		if strings.ContainsAny(msg, "\n\r") && !knownFlagEcho(msg) {
+		if !oneLine(msg) {
 			t.Fatalf("args %q: message is not one line: %q", args, msg)
 		}
 		if rf.databaseURL == url && !strings.Contains(fuzzed+user+host+rest, marker) && strings.Contains(msg, marker) {
@@ -134,7 +142,7 @@ func FuzzRunFlags(f *testing.F) {
 }
 
 // realMainCommands are the commands FuzzRealMain drives.
-var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "resume", "audit", "migrate"}
+var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "resume", "audit", "migrate", "repartition"}
 
 // FuzzRealMain drives realMain itself with a command and fuzzed arguments, followed by two invalid database
 // URLs that keep it away from any database:
@@ -149,16 +157,25 @@ var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "res
 //
 //   - It never panics, and the exit code is 2 (a usage error), or 0 for `migrate --print`. Never 1: that
 //     would mean the command got past its usage checks to the database.
-//   - On exit code 2 stderr is exactly one line, "inorder <command>: <message>\n" (see knownFlagEcho for the
-//     one known exception), and stdout is empty.
+//   - On exit code 2 stderr is exactly one line, "inorder <command>: <message>\n", and stdout is empty.
 //   - Nothing written contains the password of the URL in effect, unless the fuzzed arguments do.
 func FuzzRealMain(f *testing.F) {
-	for i, args := range []string{
-		"", "--process=p\x00--table=t", "--process=p\x00--json", "--process=p\x00--reason=r", "--process=p\x00--actor=",
-		"--process=p\x00--to-time=yesterday", "--process=p\x00--to-record=1\x00--to-time=2024-01-01T00:00:00Z",
-		"--limit=x", "--print\x00--notify=t", "--process", "--batch-size", "--", "stray", "-=x", "---x",
+	for _, seed := range []struct{ cmd, args string }{
+		{"run", ""}, {"run", "--process=p\x00--table=t"}, {"run", "--process=p\x00--table=t\x00--process"},
+		{"run", "--process=p\x00--table=t\x00--batch-size"}, {"run", "--process=p\x00--table=t\x00--"},
+		{"run", "-=x"}, {"run", "---x"}, {"run", "--process=p\x00--table=t\x00--database-url=postgres://h/db\x00--instance"},
+		{"status", "--process=p\x00--json"}, {"status", "stray"},
+		{"skip", "--process=p\x00--reason=r"}, {"skip", "--process=p\x00--reason=r\x00--record=1\x00--actor=a"},
+		{"rewind", "--process=p\x00--to-time=yesterday\x00--actor=a"},
+		{"rewind", "--process=p\x00--to-record=1\x00--to-time=2024-01-01T00:00:00Z\x00--actor=a"},
+		{"rewind", "--process=p\x00--to-time=2024-01-01T00:00:00Z\x00--actor=a"},
+		{"pause", "--process=p\x00--actor="}, {"resume", "--process=p\x00--actor=a\x00--wait=x"},
+		{"audit", "--limit=x"}, {"audit", "--json"},
+		{"migrate", "--print\x00--notify=t"}, {"migrate", "--print\x00--partition-index=bookings:aggregate_id:4"},
+		{"migrate", "--partition-index=a::0"}, {"migrate", ""},
+		{"repartition", "--process=p\x00--partitions=0\x00--actor=a"}, {"repartition", "--process=p\x00--partitions=3\x00--actor=a"},
 	} {
-		f.Add(uint8(i), args)
+		f.Add(uint8(slices.Index(realMainCommands, seed.cmd)), seed.args)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -188,7 +205,7 @@ func FuzzRealMain(f *testing.F) {
 				t.Fatalf("%q: exit code 2 with stdout %q, stderr %q", args, out, errOut)
 			}
 			msg = strings.TrimSuffix(msg, "\n")
-			if strings.ContainsAny(msg, "\n\r") && !knownFlagEcho(msg) {
+			if !oneLine(msg) {
 				t.Fatalf("%q: message is not one line: %q", args, errOut)
 			}
 		default:
@@ -196,6 +213,9 @@ func FuzzRealMain(f *testing.F) {
 		}
 	})
 }
+
+// maxWrapText bounds the texts FuzzWrap tries.
+const maxWrapText = 4096
 
 // FuzzWrap checks wrap, which lays out the detail lines of `inorder status` (halt errors come from handlers
 // and sinks, so any text), for any text, any indent of valid UTF-8 without a line break (the callers pass
@@ -212,6 +232,9 @@ func FuzzRealMain(f *testing.F) {
 //     in order, are exactly the words, with each long word replaced by its pieces.
 //   - Lines are filled greedily: the first word of each line but the first would not have fit, after a
 //     space, on the line before it.
+//
+// Texts are kept to maxWrapText bytes: the callers pass a clipped error (600 runes) or a sentence around a
+// process name and record id, and wrap's cost grows with the square of a long word's length over the width.
 func FuzzWrap(f *testing.F) {
 	f.Add("error: webhook POST https://example.com/hook: 503 Service Unavailable: upstream timed out", "  ", 100)
 	f.Add("", "", 1)
@@ -225,7 +248,7 @@ func FuzzWrap(f *testing.F) {
 	f.Add("nbsp\u00a0and\u2028line\u2029separators\u0085nel", " ", 8)
 	f.Add("x", "\t\u00a0", 3)
 	f.Fuzz(func(t *testing.T, text, indent string, width int) {
-		if !utf8.ValidString(indent) || strings.ContainsAny(indent, "\n") {
+		if !utf8.ValidString(indent) || strings.ContainsAny(indent, "\n") || len(text) > maxWrapText {
 			return
 		}
 		ind := utf8.RuneCountInString(indent)

@@ -19,6 +19,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 )
@@ -104,20 +105,32 @@ func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
 }
 
 func parseFlags(fs *flag.FlagSet, args []string) error {
+	out := fs.Output()
 	fs.SetOutput(io.Discard)
 	err := fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fs.SetOutput(os.Stderr)
+		fs.SetOutput(out)
 		fs.Usage()
 		return err
 	}
 	if err != nil {
-		return usageErr("%v", err)
+		// The flag package repeats the argument as given; keep the message on one line whatever it holds.
+		return usageErr("%s", oneLineText(err.Error()))
 	}
 	if fs.NArg() > 0 {
-		return usageErr("unexpected argument %q", fs.Arg(0))
+		return usageErr("unexpected argument %q", fs.Arg(0)) // %q escapes line breaks
 	}
 	return nil
+}
+
+// oneLineText escapes line breaks and other control characters, so that an error is one line.
+func oneLineText(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f || r == 0x2028 || r == 0x2029 {
+			return '?'
+		}
+		return r
+	}, s)
 }
 
 // connConfig parses the database URL, naming the flag in the error (never echoing a password).
@@ -146,12 +159,40 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 }
 
 func redactParseError(err error) string {
-	msg := err.Error()
-	// pgx quotes the string it could not parse; keep only its explanation.
-	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, "cannot parse") {
-		return "cannot parse it: " + msg[i+2:]
+	// pgx quotes the connection string (its password redacted only as far as it can be found) and, in
+	// its explanation, pieces of it. Keep only what quotes nothing of the input.
+	const fallback = "it is neither a postgres:// URL nor a key=value connection string"
+	var pce *pgconn.ParseConfigError
+	if !errors.As(err, &pce) {
+		return fallback
+	}
+	text := pce.Error()
+	if inner := pce.Unwrap(); inner != nil {
+		text = strings.TrimSuffix(text, " ("+inner.Error()+")")
+	}
+	i := strings.LastIndex(text, "`: ")
+	if i < 0 || !safePhrase(text[i+3:]) {
+		return fallback
+	}
+	msg := text[i+3:]
+	if inner := pce.Unwrap(); inner != nil && safePhrase(inner.Error()) {
+		msg += " (" + inner.Error() + ")"
 	}
 	return msg
+}
+
+// safePhrase reports whether s is plain words, such as pgx's own explanations, and so cannot be a piece of
+// the input.
+func safePhrase(s string) bool {
+	if s == "" || len(s) > 80 {
+		return false
+	}
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(" /_-", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 // newLogger logs JSON lines to stderr, or a readable console format when stderr is a terminal.

@@ -262,6 +262,9 @@ func clip(s string, n int) string {
 
 // wrap breaks text into lines of at most width runes, each starting with indent, at spaces where it can.
 func wrap(text, indent string, width int) string {
+	if width <= len([]rune(indent)) {
+		width = len([]rune(indent)) + 1 // room for one rune a line at least
+	}
 	var lines []string
 	line := indent
 	for _, word := range strings.Fields(text) {
