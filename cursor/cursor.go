@@ -131,6 +131,7 @@ type Repository struct {
 	mu       sync.Mutex // guards conn swaps against Close from another goroutine
 	conn     *pgx.Conn
 	owner    bool // this session holds the process's advisory lock
+	dirty    bool // the open transaction changed the cursor row
 	tx       pgx.Tx
 	state    State
 	claimed  bool
@@ -205,7 +206,7 @@ func (r *Repository) connect(ctx context.Context) error {
 		return fmt.Errorf("connect cursor %q: %w", r.name, err)
 	}
 	r.mu.Lock()
-	r.conn, r.tx, r.owner = conn, nil, false
+	r.conn, r.tx, r.owner, r.dirty = conn, nil, false, false
 	r.mu.Unlock()
 	return nil
 }
@@ -332,6 +333,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos Position, handled int)
 	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled); err != nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
+	r.dirty = true
 	r.state = State{Position: pos, Paused: r.state.Paused}
 	return nil
 }
@@ -343,6 +345,7 @@ const setPositionSQL = `
 	SET position_created_at = $2, position_id = $3,
 	    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
+	    updated_at = clock_timestamp(),
 	    records_handled = records_handled + $4,
 	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
 	                          THEN records_handled ELSE window_records END,
@@ -403,6 +406,7 @@ func (r *Repository) Checkpoint(ctx context.Context, pos Position, handled int) 
 		r.state = State{Position: pos}
 		return false, nil
 	}
+	r.dirty = false // committed; the new transaction holds only the lock
 	return true, nil
 }
 
@@ -437,6 +441,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos Position, recordID s
 	}
 	h.Attempts = int(attempts)
 	r.state = State{Position: pos, Halt: &h}
+	r.dirty = true
 	return h, nil
 }
 
@@ -456,7 +461,7 @@ func (r *Repository) SetSource(ctx context.Context, src Source) error {
 	if src.Partitions > 0 {
 		part, parts = src.Partition, src.Partitions
 	}
-	_, err := r.tx.Exec(ctx, `
+	tag, err := r.tx.Exec(ctx, `
 		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
 		       source_key_column = $5, source_partition = $6, source_partitions = $7
 		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column, source_key_column,
@@ -465,6 +470,7 @@ func (r *Repository) SetSource(ctx context.Context, src Source) error {
 	if err != nil {
 		return fmt.Errorf("set source of cursor %q: %w", r.name, err)
 	}
+	r.dirty = r.dirty || tag.RowsAffected() > 0
 	return nil
 }
 
@@ -477,23 +483,32 @@ func (r *Repository) SetHold(ctx context.Context, pid int, since time.Time) erro
 	if pid != 0 {
 		p, s = pid, since
 	}
-	_, err := r.tx.Exec(ctx, `
+	tag, err := r.tx.Exec(ctx, `
 		UPDATE inorder.cursor SET held_by_pid = $2, held_since = $3
 		WHERE process_name = $1 AND (held_by_pid, held_since) IS DISTINCT FROM ($2, $3)`, r.name, p, s)
 	if err != nil {
 		return fmt.Errorf("set hold of cursor %q: %w", r.name, err)
 	}
+	r.dirty = r.dirty || tag.RowsAffected() > 0
 	return nil
 }
 
 // Unlock commits the open transaction, which makes the position durable and releases the row for other
-// instances. It is a no-op when the cursor is not locked.
+// instances. It is a no-op when the cursor is not locked. A transaction that changed nothing (an empty
+// poll) is rolled back instead: the row lock gave it a transaction id, and committing it would wait for a
+// WAL flush, once per poll, for nothing.
 func (r *Repository) Unlock(ctx context.Context) error {
 	if r.tx == nil {
 		return nil
 	}
-	tx := r.tx
-	r.tx = nil
+	tx, dirty := r.tx, r.dirty
+	r.tx, r.dirty = nil, false
+	if !dirty {
+		if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+			return fmt.Errorf("unlock cursor %q: %w", r.name, err)
+		}
+		return nil
+	}
 	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
 	}
@@ -507,7 +522,7 @@ func (r *Repository) Abort(ctx context.Context) error {
 		return nil
 	}
 	tx := r.tx
-	r.tx = nil
+	r.tx, r.dirty = nil, false
 	if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("abort cursor %q: %w", r.name, err)
 	}
@@ -517,7 +532,7 @@ func (r *Repository) Abort(ctx context.Context) error {
 func (r *Repository) dropTx(ctx context.Context) {
 	if r.tx != nil {
 		_ = r.tx.Rollback(ctx)
-		r.tx = nil
+		r.tx, r.dirty = nil, false
 	}
 }
 

@@ -166,6 +166,7 @@ type Processor[T any] struct {
 	holdWarned  time.Time
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake        chan struct{}
+	lookSoon    bool       // the last poll found a writer just begun limiting the horizon
 	slot        *slotHooks // set when the processor works one partition for a Partitioned runner
 	paused      bool
 	halted      bool
@@ -334,9 +335,10 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		wakeable := false
 		if n == 0 && wait == 0 {
 			wait, wakeable = p.cfg.PollInterval, true
-			if woken {
-				// A notification came, yet nothing was readable: the new rows may still lie within the
-				// insert-latency margin below now. Look again just after it.
+			if woken || p.lookSoon {
+				// A notification came, or a writer had just begun, yet nothing was readable: the new rows
+				// may still lie within the insert-latency margin below now, or commit in a moment. Look
+				// again just after the margin.
 				wait = 2*p.cfg.InsertLatency + time.Millisecond
 			}
 		}
@@ -527,6 +529,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err := p.noteHold(work, h); err != nil {
 		return 0, 0, err
 	}
+	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
+	// whole poll interval, look again just after the guard.
+	p.lookSoon = h.hold != nil && !h.hold.Since.Before(h.now)
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil
 	}
