@@ -3,13 +3,14 @@ package bench
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -29,37 +30,208 @@ const (
 	// pubsubOneRows is smaller: with one message in flight each publish waits out the client's 10ms
 	// bundling delay, so 5000 rows would take a minute.
 	pubsubOneRows = 1000
+
+	catchUpRows   = 1_000_000 // backlog of the catch-up, checkpoint per batch
+	readCostSmall = 100_000   // rows of the table for the per-batch read cost ...
+	readCostLarge = 1_000_000 // ... and of the larger one
+	readCostReads = 200       // measured reads at each size
+
+	sleepN = 1000 // time.Sleep(1ms) calls of the handler limit
+	// partRowsPer is the backlog per partition of the partitioned runs: at about 900 records/s per stream
+	// every run takes a few seconds, however many partitions.
+	partRowsPer = 3000
+	partKeys    = 1024 // keys the partitioned backlog is spread over (see the notes)
+
+	latencyRate     = 1000 // rows/s inserted by the writer of the latency runs
+	latencyDuration = 5 * time.Second
+	latencyPoll     = 200 * time.Millisecond // the CLI default poll interval
+
+	rssTargetMiB = 64
 )
+
+// partitionCounts and instanceCounts are the partitioned runs: every count with every number of instances.
+var (
+	partitionCounts = []int{1, 4, 16}
+	instanceCounts  = []int{1, 2}
+)
+
+// Units of figures.
+const (
+	perSecond = "/s"
+	millis    = "ms"
+	micros    = "µs"
+	mebibytes = "MiB"
+)
+
+// figure is one number of the table: n things measured (rows, records, reads; 0 when not a count) and a
+// value in unit.
+type figure struct {
+	n     int
+	value float64
+	unit  string
+}
+
+// ms is f as a duration in milliseconds: a time as it is, a rate as the time of one operation.
+func (f figure) ms() (float64, bool) {
+	switch f.unit {
+	case millis:
+		return f.value, true
+	case micros:
+		return f.value / 1000, true
+	case perSecond:
+		if f.value > 0 {
+			return 1000 / f.value, true
+		}
+	}
+	return 0, false
+}
+
+// ratio is f over base: in their unit when they share it, else as times (a rate as the time of one).
+func ratio(f, base figure) (float64, bool) {
+	if f.unit == base.unit {
+		return f.value / base.value, base.value > 0
+	}
+	a, ok1 := f.ms()
+	b, ok2 := base.ms()
+	return a / b, ok1 && ok2 && b > 0
+}
+
+// target is what a line should meet: its ratio (or its value) at least or at most v.
+type target struct {
+	ofValue bool // compare the value, not the ratio
+	atMost  bool
+	v       float64
+}
+
+func (t *target) String() string {
+	op := "≥"
+	if t.atMost {
+		op = "≤"
+	}
+	return op + " " + strconv.FormatFloat(t.v, 'f', -1, 64)
+}
+
+func (t *target) met(value, ratio float64) bool {
+	x := ratio
+	if t.ofValue {
+		x = value
+	}
+	if t.atMost {
+		return x <= t.v
+	}
+	return x >= t.v
+}
 
 // A line of the table: a figure and what it is compared with.
 type line struct {
 	key, label string
-	ref        string // key of the line it is a ratio to; "" for a reference
+	limit      bool   // a limit the others are compared with: ratio 1.00
+	ref        string // key of the figure it is a ratio to; "" for none
 	refLabel   string
+	target     *target
 }
 
-var lines = []line{
-	{key: "commit", label: "postgres: single-row UPDATE+COMMIT"},
-	{key: "intx", label: "postgres: UPDATE inside one transaction", ref: "commit", refLabel: "single-row commit"},
-	{key: "keyset", label: "postgres: keyset read, 1000-row pages"},
-	{key: "record", label: "inorder noop, checkpoint record", ref: "commit", refLabel: "single-row commit"},
-	{key: "batch", label: "inorder noop, checkpoint batch", ref: "keyset", refLabel: "keyset read"},
-	{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
-	{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
+// References that are settings or targets rather than measures: never printed as lines.
+var fixed = map[string]figure{
+	"poll":      {value: float64(latencyPoll / time.Millisecond), unit: millis},
+	"rsstarget": {value: rssTargetMiB, unit: mebibytes},
+}
+
+func partKey(partitions, instances int) string {
+	return fmt.Sprintf("part%d_%d", partitions, instances)
+}
+
+func partLabel(partitions, instances int) string {
+	s := "s"
+	if partitions == 1 {
+		s = ""
+	}
+	in := "instance"
+	if instances > 1 {
+		in = "instances"
+	}
+	return fmt.Sprintf("inorder 1ms handler, %d partition%s, %d %s", partitions, s, instances, in)
+}
+
+func tableLines() []line {
+	ls := []line{
+		{key: "commit", label: "postgres: single-row UPDATE+COMMIT", limit: true},
+		{key: "intx", label: "postgres: UPDATE inside one transaction", ref: "commit", refLabel: "single-row commit"},
+		{key: "keyset", label: "postgres: keyset read, 1000-row pages", limit: true},
+		{key: "read100k", label: "postgres: one batch read, 100k-row table", limit: true},
+		{key: "read1m", label: "postgres: one batch read, 1M-row table", ref: "read100k",
+			refLabel: "batch read, 100k rows", target: &target{atMost: true, v: 1.2}},
+		{key: "sleep", label: "go: time.Sleep(1ms) loop", limit: true},
+		{key: "record", label: "inorder noop, checkpoint record", ref: "commit", refLabel: "single-row commit"},
+		{key: "batch", label: "inorder noop, checkpoint batch", ref: "keyset", refLabel: "keyset read"},
+		{key: "catchup", label: "inorder catch-up 1M, checkpoint batch", ref: "keyset", refLabel: "keyset read"},
+		{key: "rssgrowth", label: "inorder catch-up 1M: peak RSS growth"},
+		{key: "rsspeak", label: "inorder catch-up 1M: peak RSS (VmHWM)", ref: "rsstarget",
+			refLabel: "64 MiB", target: &target{ofValue: true, atMost: true, v: rssTargetMiB}},
+	}
+	for _, in := range instanceCounts {
+		for _, p := range partitionCounts {
+			l := line{key: partKey(p, in), label: partLabel(p, in), ref: partKey(1, 1), refLabel: "1 partition, 1 instance"}
+			switch {
+			case p == 1 && in == 1:
+				l.ref, l.refLabel = "sleep", "time.Sleep(1ms) loop"
+			case p == 4 && in == 1:
+				l.target = &target{v: 2.5}
+			}
+			ls = append(ls, l)
+		}
+	}
+	return append(ls,
+		line{key: "lat_poll_p50", label: "inorder latency, polling 200ms: p50", ref: "poll", refLabel: "poll interval"},
+		line{key: "lat_poll_p99", label: "inorder latency, polling 200ms: p99", ref: "poll", refLabel: "poll interval"},
+		line{key: "pg_notify_p50", label: "postgres: commit to NOTIFY receipt: p50", limit: true},
+		line{key: "pg_notify_p99", label: "postgres: commit to NOTIFY receipt: p99", limit: true},
+		line{key: "lat_notify_p50", label: "inorder latency, NOTIFY: p50", ref: "commit", refLabel: "single-row commit",
+			target: &target{ofValue: true, atMost: true, v: 10}},
+		line{key: "lat_notify_p99", label: "inorder latency, NOTIFY: p99", ref: "commit", refLabel: "single-row commit",
+			target: &target{ofValue: true, atMost: true, v: 50}},
+		line{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
+		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
+	)
+}
+
+// notes are details of the runs that the footnotes give.
+type notes struct {
+	partBound   map[int]float64  // partitions -> speedup the key spread allows: rows / rows of the largest
+	latency     map[bool]latency // listen -> the run
+	hwmBefore   float64          // VmHWM of the process before the catch-up, MiB
+	rssBefore   float64          // VmRSS at the start of the catch-up, MiB
+	hwmReset    bool             // VmHWM was reset at the start of the catch-up (clear_refs)
+	hwmSampled  float64          // the highest VmRSS sampled every 50ms during the catch-up, MiB
+	readCostPos map[int]string
 }
 
 var (
 	figuresMu sync.Mutex
-	figures   = map[string]result{}
+	figures   = map[string]figure{}
+	runNotes  = notes{partBound: map[int]float64{}, latency: map[bool]latency{}, readCostPos: map[int]string{}}
 )
 
+// record notes a rate.
 func record(b *testing.B, key string, r result) {
 	b.ReportMetric(0, "ns/op") // the whole call, setup included: not a figure
 	b.ReportMetric(r.rate(), "records/s")
 	b.ReportMetric(float64(r.n), "records")
+	keep(key, figure{n: r.n, value: r.rate(), unit: perSecond})
+}
+
+// recordFigure notes a figure that is not a rate.
+func recordFigure(b *testing.B, key string, f figure) {
+	b.ReportMetric(0, "ns/op")
+	unit := strings.ReplaceAll(f.unit, "µ", "u")
+	b.ReportMetric(f.value, key+"_"+unit)
+	keep(key, f)
+}
+
+func keep(key string, f figure) {
 	figuresMu.Lock()
 	defer figuresMu.Unlock()
-	figures[key] = r
+	figures[key] = f
 }
 
 func TestMain(m *testing.M) {
@@ -78,35 +250,166 @@ func TestMain(m *testing.M) {
 }
 
 func printTable(w io.Writer, total time.Duration) {
-	fsync := "fsync " + serverInfo.fsync
-	if serverInfo.syncCommit != "on" {
-		fsync += ", synchronous_commit " + serverInfo.syncCommit
-	}
-	fmt.Fprintf(w, "\ninorder bench (PostgreSQL %s, %s, loopback; %s/%s, %d CPUs)\n",
-		serverInfo.version, fsync, runtime.GOOS, runtime.GOARCH, runtime.NumCPU())
-	fmt.Fprintf(w, "%-41s %8s %11s %8s   %s\n", "measure", "n", "rate (/s)", "ratio", "reference")
-	for _, l := range lines {
-		r, ok := figures[l.key]
+	fmt.Fprintf(w, "\ninorder bench\nmachine:  %s\n", machine())
+	fmt.Fprintf(w, "postgres: PostgreSQL %s, fsync %s, synchronous_commit %s, a throwaway cluster on the same machine, "+
+		"over loopback\n\n", serverInfo.version, serverInfo.fsync, serverInfo.syncCommit)
+	const row = "%-44s %9s %14s %8s   %s\n"
+	fmt.Fprintf(w, row, "measure", "n", "value", "ratio", "reference")
+	var missed []string
+	for _, l := range tableLines() {
+		f, ok := figures[l.key]
 		if !ok {
 			continue
 		}
-		ratio, ref := "1.00", "-"
-		if l.ref != "" {
-			ref = l.refLabel
-			ratio = "n/a"
-			if base, ok := figures[l.ref]; ok && base.rate() > 0 {
-				ratio = formatRatio(r.rate() / base.rate())
+		r, ratioText, ref := math.NaN(), "-", "-"
+		switch {
+		case l.limit:
+			ratioText = "1.00"
+		case l.ref != "":
+			ref, ratioText = l.refLabel, "n/a"
+			base, ok := figures[l.ref]
+			if !ok {
+				base, ok = fixed[l.ref]
+			}
+			if ok {
+				if v, ok := ratio(f, base); ok {
+					r, ratioText = v, formatRatio(v)
+				}
 			}
 		}
-		fmt.Fprintf(w, "%-41s %8s %11s %8s   %s\n", l.label, thousands(float64(r.n)), thousands(r.rate()), ratio, ref)
+		if l.target != nil {
+			verdict := "met"
+			switch {
+			case !l.target.ofValue && math.IsNaN(r):
+				verdict = "not judged: no reference"
+			case !l.target.met(f.value, r):
+				verdict = "MISSED"
+				missed = append(missed, l.label)
+			}
+			what := "ratio"
+			if l.target.ofValue {
+				what = "value"
+			}
+			ref += fmt.Sprintf(" (target: %s %s%s, %s)", what, l.target, targetUnit(l, f), verdict)
+		}
+		n := "-"
+		if f.n > 0 {
+			n = thousands(float64(f.n))
+		}
+		fmt.Fprintf(w, row, l.label, n, formatValue(f), ratioText, ref)
 	}
-	fmt.Fprintf(w, "n: rows, records or messages measured; the keyset read makes %d passes over a %s-row table.\n"+
-		"inorder: BatchSize 1000, PollInterval 5ms, a fresh database each, timed from Run until the cursor row\n"+
-		"holds the last row. checkpoint record drains %s rows, not %s: one durable commit per record.\n"+
-		"pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling\n"+
-		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there). %s in all.\n",
-		keysetPasses, thousands(keysetRows), thousands(noopRecordRows), thousands(noopBatchRows),
-		thousands(pubsubOneRows), total.Round(time.Second))
+	printNotes(w)
+	if len(missed) > 0 {
+		fmt.Fprintf(w, "targets missed: %s.\n", strings.Join(missed, "; "))
+	}
+	fmt.Fprintf(w, "%s in all.\n", total.Round(time.Second))
+}
+
+func targetUnit(l line, f figure) string {
+	if l.target.ofValue {
+		return " " + f.unit
+	}
+	return ""
+}
+
+func printNotes(w io.Writer) {
+	note := func(format string, args ...any) { wrap(w, fmt.Sprintf(format, args...), noteWidth) }
+	fmt.Fprintln(w)
+	note("n: rows, records, messages or reads measured. ratio: the figure over its reference; a latency over a " +
+		"rate as times (a rate's time is that of one operation: a single-row commit takes 1/rate).")
+	note("postgres: the keyset read makes %d passes over a %s-row table. one batch read: the processor's query "+
+		"(WHERE (created_at, id) > ($1, $2) AND created_at < $3 ORDER BY created_at, id LIMIT 1000) from the "+
+		"middle of the table, scanned into Go values: the median of %d reads after 10 unmeasured, the reads of "+
+		"the two tables taking turns.", keysetPasses, thousands(keysetRows), readCostReads)
+	note("inorder noop and catch-up: BatchSize 1000, PollInterval 5ms, a fresh database each, timed from Run "+
+		"until the cursor row holds the last row. checkpoint record drains %s rows, not %s: one durable commit "+
+		"per record.", thousands(noopRecordRows), thousands(noopBatchRows))
+	if _, ok := figures["rsspeak"]; ok {
+		how := "the highest VmRSS sampled every 50ms (VmHWM could not be reset)"
+		if runNotes.hwmReset {
+			how = "VmHWM, reset at the start of the catch-up through /proc/self/clear_refs"
+		}
+		note("catch-up RSS: of the whole test process (Go runtime, pgx, the test's pools, the cluster client): "+
+			"%s; growth over VmRSS at the start (%.1f MiB, after a GC that returned free memory). The highest "+
+			"VmRSS sampled every 50ms was %.1f MiB; the process's VmHWM before the catch-up %.1f MiB.",
+			how, runNotes.rssBefore, runNotes.hwmSampled, runNotes.hwmBefore)
+	}
+	if len(runNotes.partBound) > 0 {
+		var bounds []string
+		for _, p := range partitionCounts {
+			if b, ok := runNotes.partBound[p]; ok && p > 1 {
+				bounds = append(bounds, fmt.Sprintf("%.2fx over %d", b, p))
+			}
+		}
+		note("partitions: a handler sleeping 1ms per record, %s rows per partition over %d keys, BatchSize 100, "+
+			"PollInterval 200ms, checkpoint batch; instances are runners in this process, each with its own "+
+			"registry, a slot for every partition. Timed from Run until every partition's cursor row holds its "+
+			"last row. Keys hash to partitions unevenly and the largest partition bounds the run: the speedup the "+
+			"spread allows is %s partitions. (With 64 keys, k0 to k63, the largest of 4 partitions gets 24 of "+
+			"them, which alone caps 4 partitions at 2.67x.)",
+			thousands(partRowsPer), partKeys, strings.Join(bounds, ", "))
+	}
+	if len(runNotes.latency) > 0 {
+		poll, notify := runNotes.latency[false], runNotes.latency[true]
+		note("latency: one writer inserting single rows (autocommit), one due every %s for %s (%s and %s rows/s "+
+			"achieved, polling and NOTIFY); each row's time from the writer's COMMIT returning to the handler "+
+			"being called, negative clamped to 0; checkpoint record, BatchSize 100. NOTIFY: the insert trigger "+
+			"and Listen, PollInterval 200ms as fallback. commit to NOTIFY receipt: the same run, a second listener "+
+			"of the test's own, the k-th notification against the k-th commit (0 when it comes before the writer "+
+			"has read its COMMIT's reply).",
+			time.Second/latencyRate, latencyDuration, thousands(poll.writeRate), thousands(notify.writeRate))
+		note("Split at the read that brought the row (p50/p99): polling %s/%s ms from commit to read, %s/%s ms "+
+			"from read to handler; NOTIFY %s/%s and %s/%s ms. The processor's checkpoints (handler return to "+
+			"position committed) took %s/%s ms polling, %s/%s ms NOTIFY. WAL flushes per row written "+
+			"(pg_stat_wal, writer and processor): %s polling, %s NOTIFY. The machine's CPUs were %.0f%% and "+
+			"%.0f%% busy meanwhile (every process on it), the test process using %.2f and %.2f CPUs. Polling: "+
+			"%d of the %d reads that followed an idle poll interval brought nothing.",
+			msText(poll.readP50), msText(poll.readP99), msText(poll.batchP50), msText(poll.batchP99),
+			msText(notify.readP50), msText(notify.readP99), msText(notify.batchP50), msText(notify.batchP99),
+			msText(poll.cpP50), msText(poll.cpP99), msText(notify.cpP50), msText(notify.cpP99),
+			perRow(poll.walSyncs), perRow(notify.walSyncs), 100*poll.cpuMachine, 100*notify.cpuMachine,
+			poll.cpuSelf, notify.cpuSelf, poll.idleEmpty, poll.idleReads)
+	}
+	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
+		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
+}
+
+// noteWidth is the width the notes under the table are wrapped to.
+const noteWidth = 104
+
+// wrap writes text in lines of at most width characters, broken at spaces.
+func wrap(w io.Writer, text string, width int) {
+	line := 0
+	for i, word := range strings.Fields(text) {
+		n := utf8.RuneCountInString(word)
+		switch {
+		case i == 0:
+		case line+1+n > width:
+			fmt.Fprintln(w)
+			line = 0
+		default:
+			fmt.Fprint(w, " ")
+			line++
+		}
+		fmt.Fprint(w, word)
+		line += n
+	}
+	fmt.Fprintln(w)
+}
+
+// formatValue shows a figure with its unit: rates as integers, times and sizes with a decimal or two.
+func formatValue(f figure) string {
+	switch f.unit {
+	case perSecond:
+		return thousands(f.value) + " /s"
+	case millis, micros:
+		if f.value < 10 {
+			return fmt.Sprintf("%.2f %s", f.value, f.unit)
+		}
+		return fmt.Sprintf("%s %s", thousandsFrac(f.value, 1), f.unit)
+	default:
+		return fmt.Sprintf("%.1f %s", f.value, f.unit)
+	}
 }
 
 // formatRatio shows two decimals, or two significant digits below 0.1.
@@ -130,9 +433,18 @@ func thousands(v float64) string {
 	return b.String()
 }
 
+// thousandsFrac formats v with decimals digits after the point and comma separators before it.
+func thousandsFrac(v float64, decimals int) string {
+	s := strconv.FormatFloat(v, 'f', decimals, 64)
+	whole, frac, _ := strings.Cut(s, ".")
+	n, _ := strconv.ParseFloat(whole, 64)
+	return thousands(n) + "." + frac
+}
+
 // The benchmarks run once each (make bench passes -benchtime 1x); b.N is ignored. Go runs them in this
 // order, which puts each inorder measure right after the limit it is compared with, so that the drift of
-// a shared machine between the two stays small. The table has its own order.
+// a shared machine between the two stays small. The table has its own order. The catch-up runs before
+// the partitioned runs and Pub/Sub, so that its peak RSS is not inherited from them.
 
 func BenchmarkPostgresCommit(b *testing.B) {
 	record(b, "commit", measureCommit(b, commitN, commitLimit))
@@ -154,6 +466,58 @@ func BenchmarkNoopBatch(b *testing.B) {
 	record(b, "batch", measureNoop(b, processor.CheckpointBatch, noopBatchRows))
 }
 
+func BenchmarkCatchUp(b *testing.B) {
+	c := measureCatchUp(b, catchUpRows)
+	record(b, "catchup", c.result)
+	recordFigure(b, "rssgrowth", figure{value: c.peak - c.rssBefore, unit: mebibytes})
+	recordFigure(b, "rsspeak", figure{value: c.peak, unit: mebibytes})
+	figuresMu.Lock()
+	defer figuresMu.Unlock()
+	runNotes.hwmBefore, runNotes.rssBefore, runNotes.hwmReset, runNotes.hwmSampled = c.hwmBefore, c.rssBefore, c.reset, c.sampled
+}
+
+func BenchmarkReadCost(b *testing.B) {
+	figs := measureReadCost(b, []int{readCostSmall, readCostLarge}, readCostReads)
+	recordFigure(b, "read100k", figs[0])
+	recordFigure(b, "read1m", figs[1])
+}
+
+func BenchmarkSleepLoop(b *testing.B) {
+	record(b, "sleep", measureSleep(sleepN))
+}
+
+func BenchmarkPartitions(b *testing.B) {
+	for _, in := range instanceCounts {
+		for _, p := range partitionCounts {
+			b.Run(fmt.Sprintf("partitions=%d/instances=%d", p, in), func(b *testing.B) {
+				r, bound := measurePartitions(b, p, in, p*partRowsPer, partKeys)
+				record(b, partKey(p, in), r)
+				figuresMu.Lock()
+				defer figuresMu.Unlock()
+				runNotes.partBound[p] = bound
+			})
+		}
+	}
+}
+
+func BenchmarkLatency(b *testing.B) {
+	for _, listen := range []bool{false, true} {
+		name := map[bool]string{false: "poll", true: "notify"}[listen]
+		b.Run(name, func(b *testing.B) {
+			l := measureLatency(b, listen, latencyRate, latencyDuration)
+			recordFigure(b, "lat_"+name+"_p50", figure{n: l.rows, value: ms(l.p50), unit: millis})
+			recordFigure(b, "lat_"+name+"_p99", figure{n: l.rows, value: ms(l.p99), unit: millis})
+			if listen {
+				recordFigure(b, "pg_notify_p50", figure{n: l.pgRows, value: ms(l.pgP50), unit: millis})
+				recordFigure(b, "pg_notify_p99", figure{n: l.pgRows, value: ms(l.pgP99), unit: millis})
+			}
+			figuresMu.Lock()
+			defer figuresMu.Unlock()
+			runNotes.latency[listen] = l
+		})
+	}
+}
+
 func BenchmarkPubsubInFlight100(b *testing.B) {
 	record(b, "pubsub100", measurePubsub(b, 100, pubsubRows))
 }
@@ -162,20 +526,45 @@ func BenchmarkPubsubInFlight1(b *testing.B) {
 	record(b, "pubsub1", measurePubsub(b, 1, pubsubOneRows))
 }
 
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+
+func perRow(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return strconv.FormatFloat(v, 'f', 2, 64)
+}
+
+func msText(d time.Duration) string { return strconv.FormatFloat(ms(d), 'f', 1, 64) }
+
 // TestMeasures runs every measure on a few rows, so that the benchmarks keep working. It records no
 // figures.
 func TestMeasures(t *testing.T) {
+	partitioned, _ := measurePartitions(t, 2, 2, 40, partKeys)
+	catchUp := measureCatchUp(t, 2500)
 	for name, r := range map[string]result{
-		"commit":    measureCommit(t, 20, time.Minute),
-		"intx":      measureUpdateInTx(t, 20),
-		"keyset":    measureKeyset(t, 2500, 1),
-		"record":    measureNoop(t, processor.CheckpointRecord, 300),
-		"batch":     measureNoop(t, processor.CheckpointBatch, 2500),
-		"pubsub1":   measurePubsub(t, 1, 20),
-		"pubsub100": measurePubsub(t, 100, 300),
+		"commit":      measureCommit(t, 20, time.Minute),
+		"intx":        measureUpdateInTx(t, 20),
+		"keyset":      measureKeyset(t, 2500, 1),
+		"record":      measureNoop(t, processor.CheckpointRecord, 300),
+		"batch":       measureNoop(t, processor.CheckpointBatch, 2500),
+		"catchup":     catchUp.result,
+		"sleep":       measureSleep(5),
+		"partitioned": partitioned,
+		"pubsub1":     measurePubsub(t, 1, 20),
+		"pubsub100":   measurePubsub(t, 100, 300),
 	} {
 		if r.n == 0 || r.rate() <= 0 {
 			t.Errorf("%s: %d in %s", name, r.n, r.elapsed)
 		}
+	}
+	if catchUp.peak <= 0 {
+		t.Errorf("catch-up: no peak RSS")
+	}
+	if f := measureReadCost(t, []int{2000, 3000}, 5); f[0].n != 5 || f[0].value <= 0 || f[1].value <= 0 {
+		t.Errorf("read cost: %+v", f)
+	}
+	if l := measureLatency(t, true, 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 || l.pgRows == 0 {
+		t.Errorf("latency: %+v", l)
 	}
 }

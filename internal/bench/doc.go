@@ -1,8 +1,9 @@
-// Package bench measures inorder's throughput beside the limits of the PostgreSQL server it runs on,
-// measured in the same run on the same throwaway cluster, and prints one table of figures and ratios.
+// Package bench measures inorder's throughput, latency and memory beside the limits of the PostgreSQL
+// server (and the Go runtime) it runs on, measured in the same run on the same throwaway cluster, and
+// prints one table of figures and ratios, headed by a description of the machine and the server.
 //
-// Run it with `make bench`. The figures drift with the machine; the ratios to the Postgres limits are
-// what to compare between runs and machines:
+// Run it with `make bench`. The figures drift with the machine; the ratios to the limits are what to
+// compare between runs and machines:
 //
 //   - postgres: single-row UPDATE+COMMIT: one connection, autocommit `UPDATE t SET v = v + 1 WHERE id = 1`
 //     repeated: the rate of durable commits (fsync on), which bounds a per-record checkpoint.
@@ -11,9 +12,29 @@
 //   - postgres: keyset read: 1000-row pages of a 100k-row table read by (created_at, id) through its
 //     index, each page after the last row of the one before, scanned into Go values: the rate at which a
 //     reader can walk the table, which bounds a per-batch checkpoint.
+//   - postgres: one batch read at 100k and at 1M rows: the processor's kind of query (after a position,
+//     below a horizon, 1000 rows) from the middle of the table, the median of 200 reads, the reads of the
+//     two tables taking turns; the 1M figure is a ratio to the 100k one (target ≤ 1.2: the read's cost
+//     must not grow with the table).
+//   - go: time.Sleep(1ms) loop: the most records a second one stream through the 1ms handler can move.
 //   - inorder noop: a processor with a handler that does nothing, over a backlog inserted before it
 //     starts, from Run until the cursor row's position is the backlog's last row, with a checkpoint per
 //     record and per batch.
+//   - inorder catch-up 1M: the same with a checkpoint per batch of 1000 over a backlog of a million rows,
+//     and the RSS of the test process meanwhile: VmHWM reset at its start (/proc/self/clear_refs) and
+//     read at its end, VmRSS sampled every 50ms besides; the peak (target ≤ 64 MiB) and its growth over
+//     the start.
+//   - inorder 1ms handler: NewPartitioned over a backlog spread over 1024 keys, with 1, 4 and 16
+//     partitions, in one instance and in two (two runners in this process, each its own registry and
+//     instance name), a handler sleeping 1ms per record, checkpoint per batch; ratios to one partition in
+//     one instance (target ≥ 2.5 with 4 partitions in one instance). The notes give the speedup the
+//     spread of the keys over the partitions allows.
+//   - inorder latency: while one writer inserts single rows at 1000 a second for 5s, the time from each
+//     row's COMMIT returning in the writer to the handler being called with it, p50 and p99, with a
+//     checkpoint per record, polling every 200ms, and with the insert trigger and Listen (targets: p50 ≤
+//     10ms, p99 ≤ 50ms). In the NOTIFY run a listener of the test's own gives Postgres' own delivery
+//     time. The notes split the latency at the read that brought the row and give the checkpoints'
+//     durations, the WAL flushes per row and how busy the machine was.
 //   - pubsub to pstest: the Pub/Sub handler publishing an outbox with ten ordering keys through the real
 //     client over gRPC to the in-process fake, with one and with 100 messages in flight.
 //

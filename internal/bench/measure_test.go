@@ -165,6 +165,17 @@ func insertEvents(tb testing.TB, db *pgtest.DB, n int) {
 	db.Exec(tb, "VACUUM ANALYZE events")
 }
 
+// insertedEvents is a fresh database whose events table holds n rows (see insertEvents).
+func insertedEvents(tb testing.TB, n int) *pgtest.DB {
+	tb.Helper()
+	db := pgtest.New(tb)
+	insertEvents(tb, db, n)
+	return db
+}
+
+// noopHandler does nothing.
+var noopHandler = handlers.HandlerFunc[event](func(context.Context, *handlers.Record[event]) error { return nil })
+
 const keysetSQL = `
 	SELECT id, aggregate_id, seq, created_at FROM events
 	WHERE (created_at, id) > ($1, $2) ORDER BY created_at, id LIMIT 1000`
@@ -326,7 +337,7 @@ func measureNoop(tb testing.TB, checkpoint processor.Checkpoint, n int) result {
 	return drain(tb, db, processor.Config[event]{
 		Process:    "bench_noop_" + string(checkpoint),
 		Source:     processor.Source{Table: "events", Columns: eventColumns},
-		Handler:    handlers.HandlerFunc[event](func(context.Context, *handlers.Record[event]) error { return nil }),
+		Handler:    noopHandler,
 		BatchSize:  1000,
 		Checkpoint: checkpoint,
 	}, n, lastID, lastAt, 3*time.Minute)
