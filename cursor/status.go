@@ -88,6 +88,16 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
+	// Instances standing by keep a cursor connection open too; count them by application_name, which is
+	// cut at 63 bytes, so compare on what survives.
+	rows, err = tx.Query(ctx, `SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'inorder:%'`)
+	if err != nil {
+		return nil, fmt.Errorf("count instances: %w", err)
+	}
+	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("count instances: %w", err)
+	}
 	for i := range infos {
 		in := &infos[i]
 		key := LockKey(in.Process)
@@ -111,16 +121,6 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 			if app != nil {
 				in.Holder = *app
 			}
-		}
-		// Instances standing by keep a cursor connection open too; count them by application_name, which
-		// is cut at 63 bytes, so compare on what survives.
-		rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'inorder:%'`)
-		if err != nil {
-			return nil, fmt.Errorf("count instances of cursor %q: %w", in.Process, err)
-		}
-		apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			return nil, fmt.Errorf("count instances of cursor %q: %w", in.Process, err)
 		}
 		want := "inorder:" + in.Process + "@"
 		for _, a := range apps {

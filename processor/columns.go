@@ -59,7 +59,6 @@ func matchFields(fields []structField, selected []column) ([]structField, bool) 
 	if len(fields) != len(selected) {
 		return nil, false
 	}
-	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
 	used := make([]bool, len(fields))
 	out := make([]structField, len(selected))
 	for i, c := range selected {
@@ -71,7 +70,7 @@ func matchFields(fields []structField, selected []column) ([]structField, bool) 
 			}
 		}
 		for j, f := range fields {
-			if found < 0 && !used[j] && norm(f.column) == norm(c.name) {
+			if found < 0 && !used[j] && sameName(f.column, c.name) {
 				found = j
 			}
 		}
@@ -86,7 +85,6 @@ func matchFields(fields []structField, selected []column) ([]structField, bool) 
 // resolveColumns maps names derived from a struct to the table's columns the way pgx matches them: case
 // insensitively, and ignoring underscores for names without a db tag.
 func resolveColumns(fields []structField, table []column) []string {
-	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
 	out := make([]string, len(fields))
 	for i, f := range fields {
 		out[i] = f.column
@@ -95,10 +93,16 @@ func resolveColumns(fields []structField, table []column) []string {
 				out[i] = c.name
 				break
 			}
-			if norm(c.name) == norm(f.column) {
+			if sameName(c.name, f.column) {
 				out[i] = c.name
 			}
 		}
 	}
 	return out
+}
+
+// sameName is pgx's loose match of a field name to a column name: case-insensitive, underscores ignored.
+func sameName(a, b string) bool {
+	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
+	return norm(a) == norm(b)
 }

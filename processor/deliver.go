@@ -11,7 +11,6 @@ import (
 
 // deliverSync hands records to a Handler or TxHandler one at a time.
 func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
-	p.prepareGeneric(items)
 	last := st.Position
 	n := 0
 	for i := range items {
@@ -40,7 +39,6 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, i
 
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
 func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
-	p.prepareGeneric(items)
 	type flight struct {
 		it  *item[T]
 		res handlers.Result
@@ -49,54 +47,60 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, 
 	var window []flight
 	last := st.Position
 	n := 0
-	var failed *item[T]
-	var failErr error
-	settle := func(f flight) (bool, error) {
+	var (
+		failed  *item[T] // the first record that failed; nothing after it counts
+		failErr error
+		lost    bool  // the cursor went to someone else between a checkpoint's commit and relock
+		err     error // a checkpoint failed
+	)
+	// settle waits for the oldest result and advances past it; it reports whether to go on.
+	settle := func() bool {
+		f := window[0]
+		window = window[1:]
 		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
 		defer cancel()
 		start := time.Now()
-		err := f.res.Wait(wctx)
-		p.obs.Handled(p.cfg.Process, time.Since(start), err)
-		if err != nil {
-			failed, failErr = f.it, err
-			return false, nil
+		werr := f.res.Wait(wctx)
+		p.obs.Handled(p.cfg.Process, time.Since(start), werr)
+		if werr != nil {
+			failed, failErr = f.it, werr
+			return false
 		}
 		last, n = f.it.pos, n+1
 		p.resumed(&f.it.rec)
 		if p.cfg.Checkpoint == CheckpointRecord {
-			return p.checkpoint(work, last)
+			var stillLocked bool
+			stillLocked, err = p.checkpoint(work, last)
+			lost = err == nil && !stillLocked
+			return err == nil && stillLocked
 		}
-		return true, nil
+		return true
 	}
-	ok := true
-	var err error
-	for i := 0; i < len(items) && ok && ctx.Err() == nil; i++ {
+	goOn := true
+	for i := 0; i < len(items) && goOn && ctx.Err() == nil; i++ {
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
 		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
 		res, serr := p.async.Send(sctx, &it.rec)
 		cancel()
 		if serr != nil {
-			// Earlier records settle first; this one failed only if they all succeed.
-			for len(window) > 0 && ok && failed == nil {
-				ok, err = settle(window[0])
-				window = window[1:]
+			// Earlier records settle first; this one is the failure only if they all succeed.
+			for len(window) > 0 && goOn {
+				goOn = settle()
 			}
-			if failed == nil && ok {
+			if goOn {
 				failed, failErr = it, serr
 			}
+			goOn = false
 			break
 		}
 		window = append(window, flight{it, res})
 		if len(window) >= maxIn {
-			ok, err = settle(window[0])
-			window = window[1:]
-			ok = ok && failed == nil
+			goOn = settle()
 		}
 	}
-	for len(window) > 0 && ok && failed == nil && err == nil {
-		ok, err = settle(window[0])
-		window = window[1:]
+	for len(window) > 0 && goOn {
+		goOn = settle()
 	}
 	// Whatever is still in flight after a failure is waited out, not counted: it is delivered again. One
 	// deadline for all of them, so that a sink that hangs cannot keep the cursor transaction idle for
@@ -106,16 +110,14 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, 
 		_ = f.res.Wait(drain)
 	}
 	cancelDrain()
-	if err != nil || !ok && failed == nil {
-		return n, 0, err // lost the lock, or a checkpoint failed
-	}
-	if failed != nil {
-		if ctx.Err() != nil && work.Err() != nil {
-			return n, 0, p.finish(work, st.Position, last, n)
-		}
+	switch {
+	case err != nil || lost:
+		return n, 0, err
+	case failed != nil && !(ctx.Err() != nil && work.Err() != nil): // not cut off by the shutdown timeout
 		return n, p.fail(work, last, &failed.rec, failErr), nil
+	default:
+		return n, 0, p.finish(work, st.Position, last, n)
 	}
-	return n, 0, p.finish(work, st.Position, last, n)
 }
 
 // resumed notes that a record which had failed before went through.

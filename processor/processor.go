@@ -212,7 +212,7 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 	case cfg.ScanFunc != nil:
 		p.scan = cfg.ScanFunc
 	case p.generic:
-		p.scan = any(scanRow).(func(pgx.CollectableRow) (T, error))
+		// Set in open, once the table's json columns are known.
 	case reflect.TypeOf(zero) != nil && reflect.TypeOf(zero).Kind() == reflect.Struct:
 		p.scan = pgx.RowToStructByName[T]
 		p.structCols = structColumns(reflect.TypeOf(zero), nil)
@@ -392,6 +392,15 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.table = t
+	if p.generic && p.cfg.ScanFunc == nil {
+		var raw []int
+		for i, c := range t.columns {
+			if _, isRaw := genericExpr(c); isRaw {
+				raw = append(raw, i)
+			}
+		}
+		p.scan = any(rowScanner(raw)).(func(pgx.CollectableRow) (T, error))
+	}
 	if p.structCols != nil && p.cfg.ScanFunc == nil {
 		// When every selected column is one field of T and every field has its column, scanning by
 		// position gives what RowToStructByName gives, without matching names for each row.

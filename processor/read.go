@@ -114,39 +114,24 @@ func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {
 	return nil
 }
 
-// scanRow is the default scan function for handlers.Row.
-func scanRow(row pgx.CollectableRow) (handlers.Row, error) {
-	fds := row.FieldDescriptions()
-	vals, err := row.Values()
-	if err != nil {
-		return handlers.Row{}, err
-	}
-	r := handlers.Row{Columns: make([]string, len(fds)), Values: vals}
-	for i, fd := range fds {
-		r.Columns[i] = fd.Name
-	}
-	return r, nil
-}
-
-func (p *Processor[T]) prepareGeneric(items []item[T]) {
-	if !p.generic {
-		return
-	}
-	raw := map[string]bool{}
-	for _, c := range p.table.columns {
-		if _, isRaw := genericExpr(c); isRaw {
-			raw[c.name] = true
+// rowScanner returns the scan function for handlers.Row: column names from the row, values as pgx
+// decodes them, and the json and jsonb columns (selected as text, at the indexes in raw) as raw JSON.
+func rowScanner(raw []int) func(pgx.CollectableRow) (handlers.Row, error) {
+	return func(row pgx.CollectableRow) (handlers.Row, error) {
+		fds := row.FieldDescriptions()
+		vals, err := row.Values()
+		if err != nil {
+			return handlers.Row{}, err
 		}
-	}
-	if len(raw) == 0 {
-		return
-	}
-	for i := range items {
-		r := any(items[i].rec.Value).(handlers.Row)
-		for j, c := range r.Columns {
-			if s, ok := r.Values[j].(string); ok && raw[c] {
-				r.Values[j] = json.RawMessage(s)
+		r := handlers.Row{Columns: make([]string, len(fds)), Values: vals}
+		for i, fd := range fds {
+			r.Columns[i] = fd.Name
+		}
+		for _, i := range raw {
+			if s, ok := vals[i].(string); ok {
+				vals[i] = json.RawMessage(s)
 			}
 		}
+		return r, nil
 	}
 }

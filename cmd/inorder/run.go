@@ -115,15 +115,12 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
-	h, closeHandler, err := f.newHandler(ctx, cfg)
+	h, closeHandler, err := f.newHandler(ctx, cfg, stdoutW)
 	if err != nil {
 		return err
 	}
 	defer closeHandler()
 	cfg.Handler = h
-	if f.handler == "stdout" {
-		cfg.Handler = stdout.New[handlers.Row](stdoutW)
-	}
 	var metrics *lifecycle.Metrics
 	if f.metricsAddr != "" {
 		metrics = lifecycle.NewMetrics()
@@ -163,7 +160,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 }
 
 // newHandler builds the sink named by --handler from its flags. The returned function releases it.
-func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers.Row]) (handlers.Handler[handlers.Row], func(), error) {
+func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers.Row], stdoutW io.Writer) (handlers.Handler[handlers.Row], func(), error) {
 	nothing := func() {}
 	webhookSet := f.webhookURL != "" || f.webhookSecretEnv != ""
 	pubsubSet := f.pubsubProject != "" || f.pubsubTopic != "" || f.pubsubTopicTemplate != ""
@@ -172,7 +169,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		if webhookSet || pubsubSet {
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags need --handler webhook or pubsub")
 		}
-		return nil, nothing, nil // built by the caller on its stdout
+		return stdout.New[handlers.Row](stdoutW), nothing, nil
 	case "webhook":
 		if pubsubSet {
 			return nil, nothing, usageErr("--pubsub-* flags contradict --handler webhook")
