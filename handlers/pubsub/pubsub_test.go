@@ -157,8 +157,13 @@ func TestResumeWaitsForQueuedMessages(t *testing.T) {
 	err2 := r2.Wait(ctx)
 	require.ErrorContains(t, err2, "injected failure for record 2")
 	require.False(t, handlers.IsPermanent(err2))
+	// Record 3 is refused either as queued behind the failed record (the usual case) or, when the client
+	// bundled both into one request on a busy machine, with it. Either way it must not be acknowledged
+	// before record 2, which the next lines check.
 	err3 := r3.Wait(ctx)
-	require.ErrorContains(t, err3, "not published because an earlier message with ordering key \"k\" failed")
+	require.Error(t, err3)
+	require.True(t, strings.Contains(err3.Error(), "not published because an earlier message with ordering key \"k\" failed") ||
+		strings.Contains(err3.Error(), "injected failure for record 2"), "record 3 refused for another reason: %v", err3)
 	require.Len(t, f.messages(topic), 1, "only record 1 may be acknowledged: %s", describe(f.messages(topic)))
 
 	// Delivered again, the failed record goes first and the key is open again.
