@@ -104,3 +104,27 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	require.Equal(t, "7", third.State().Position.ID, "an existing process keeps its position whatever StartFrom says")
 	require.NoError(t, third.Release(ctx))
 }
+
+// TestListCountsOnlyThisDatabasesInstances: a process of the same name in another database on the server
+// is another process; its instances are not connected to this one.
+func TestListCountsOnlyThisDatabasesInstances(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	here, cfg := setup(t)
+	_, other := setup(t)
+	cfg.Instance, other.Instance = "here", "elsewhere"
+	mine, err := (&cursor.Registry{}).Open(ctx, "same_name", cfg)
+	require.NoError(t, err)
+	defer mine.Release(ctx) //nolint:errcheck // cleanup
+	theirs, err := (&cursor.Registry{}).Open(ctx, "same_name", other)
+	require.NoError(t, err)
+	defer theirs.Release(ctx) //nolint:errcheck // cleanup
+
+	conn, err := here.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	infos, err := cursor.List(ctx, conn.Conn(), "same_name")
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, 1, infos[0].Connected, "only this database's instance")
+}

@@ -89,8 +89,10 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
 	// Instances standing by keep a cursor connection open too; count them by application_name, which is
-	// cut at 63 bytes, so compare on what survives.
-	rows, err = tx.Query(ctx, `SELECT application_name FROM pg_stat_activity WHERE application_name LIKE 'inorder:%'`)
+	// cut at 63 bytes, so compare on what survives. Only this database's sessions count: a process of the
+	// same name in another database on the server is another process.
+	rows, err = tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE application_name LIKE 'inorder:%' AND datname = current_database()`)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}

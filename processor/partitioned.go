@@ -278,7 +278,7 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 		var alive int
 		err := coord.do(ctx, func(c *pgx.Conn) error {
 			return c.QueryRow(ctx, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
-				WHERE starts_with(application_name, $1)`, coord.appPrefix).Scan(&alive)
+				WHERE starts_with(application_name, $1) AND datname = current_database()`, coord.appPrefix).Scan(&alive)
 		})
 		free, ferr := p.unowned(ctx, coord)
 		p.mu.Lock()
