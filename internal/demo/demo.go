@@ -19,6 +19,9 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/jackc/pgx/v5"
+	"google.golang.org/api/option"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pgcluster"
@@ -80,15 +83,19 @@ func run(ctx context.Context, opts options) (summary, error) {
 		return sum, fmt.Errorf("create bookings: %w", err)
 	}
 
+	// The client below and the inorder child both use the emulator. The fake's address goes to the child
+	// in its environment only: setting it in this process's would outlive the fake.
 	emulator := os.Getenv("PUBSUB_EMULATOR_HOST")
+	var clientOpts []option.ClientOption
 	if emulator == "" {
 		srv := pstest.NewServer()
 		defer srv.Close()
 		emulator = srv.Addr
+		clientOpts = append(clientOpts, option.WithEndpoint(emulator), option.WithoutAuthentication(),
+			option.WithGRPCDialOption(grpc.WithTransportCredentials(insecure.NewCredentials())))
 		fmt.Fprintf(out, "inorder demo: Pub/Sub fake (pstest) on %s; set PUBSUB_EMULATOR_HOST to use another\n", emulator)
 	}
-	os.Setenv("PUBSUB_EMULATOR_HOST", emulator) // the client below and the inorder child both use it
-	client, err := gpubsub.NewClient(ctx, project)
+	client, err := gpubsub.NewClient(ctx, project, clientOpts...)
 	if err != nil {
 		return sum, err
 	}
@@ -121,7 +128,7 @@ func run(ctx context.Context, opts options) (summary, error) {
 		"--pubsub-project", project, "--pubsub-topic", topic, "--checkpoint", "record", "--poll-interval", "100ms"}
 	fmt.Fprintf(out, "inorder demo: running  inorder %s\n\n", join(args))
 	child := exec.Command(bin, args...)
-	child.Env = append(os.Environ(), "DATABASE_URL="+dbURL)
+	child.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PUBSUB_EMULATOR_HOST="+emulator)
 	child.Stdout, child.Stderr = opts.Logs, opts.Logs
 	child.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches it through us, once
 	if err := child.Start(); err != nil {
