@@ -216,7 +216,8 @@ func TestRunPrintsJSONLinesInOrderAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	// The server drops the closed session from pg_stat_activity a moment after the client hung up.
 	require.Eventually(t, func() bool {
 		_, stdout, _ := runBinary(t, b.env, "status", "--json")
-		return json.Unmarshal([]byte(stdout), &rep) == nil && rep.Processes[0].State == "not running"
+		var rep statusReport
+		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 && rep.Processes[0].State == "not running"
 	}, 10*time.Second, 20*time.Millisecond)
 }
 

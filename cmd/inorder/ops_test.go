@@ -13,12 +13,27 @@ import (
 
 func statusOf(t *testing.T, b *bundle) processStatus {
 	t.Helper()
+	ps, err := tryStatus(t, b)
+	require.NoError(t, err)
+	return ps
+}
+
+// tryStatus is statusOf for polling: a process that has not registered itself yet is an error to wait out,
+// not a failure.
+func tryStatus(t *testing.T, b *bundle) (processStatus, error) {
+	t.Helper()
 	code, stdout, stderr := runBinary(t, b.env, "status", "--json", "--process", "booking_sms")
-	require.Zero(t, code, stderr)
+	if code != 0 {
+		return processStatus{}, fmt.Errorf("status exited %d: %s", code, stderr)
+	}
 	var rep statusReport
-	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
-	require.Len(t, rep.Processes, 1)
-	return rep.Processes[0]
+	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
+		return processStatus{}, err
+	}
+	if len(rep.Processes) != 1 {
+		return processStatus{}, fmt.Errorf("%d processes in %s", len(rep.Processes), stdout)
+	}
+	return rep.Processes[0], nil
 }
 
 func deliveredIDs(p *proc) []string {
@@ -46,8 +61,10 @@ func TestOperatorActionsOnARunningProcessor(t *testing.T) {
 	b.book(t, 1, "'NaN'") // record 3 cannot be encoded: a poison record
 	b.book(t, 2, "1")
 	p := startBinary(t, b.env, runArgs()...)
-	require.Eventually(t, func() bool { ps := statusOf(t, b); return ps.Halt != nil && ps.Halt.RecordID == "3" },
-		20*time.Second, 20*time.Millisecond, p.logs())
+	require.Eventually(t, func() bool {
+		ps, err := tryStatus(t, b)
+		return err == nil && ps.Halt != nil && ps.Halt.RecordID == "3"
+	}, 20*time.Second, 20*time.Millisecond, p.logs())
 
 	code, _, stderr := runBinary(t, b.env, "skip", "--process", "booking_sms", "--record", "4", "--reason", "wrong one", "--actor", "ops")
 	require.Equal(t, 1, code)
