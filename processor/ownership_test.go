@@ -43,11 +43,12 @@ func TestOneOfTwoInstancesWorksAndTheOtherTakesOver(t *testing.T) {
 	require.Equal(t, more, h2.ids())
 }
 
-// connected reports whether an instance has its cursor connection open.
+// connected reports whether an instance has its cursor connection open. Every test's process has the same
+// name, so only sessions on the test's own database count.
 func connected(t *testing.T, b *bundle, instance string) bool {
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1",
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
 		"inorder:"+b.cfg.Process+"@"+instance).Scan(&n))
 	return n > 0
 }
@@ -70,7 +71,7 @@ func TestConnectionKilledMidBatchRedeliversAtMostTheRecordInFlight(t *testing.T)
 	require.Equal(t, ids[13], <-b.h.start)
 	var killed bool
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1",
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
 		"inorder:"+b.cfg.Process+"@victim").Scan(&killed))
 	require.True(t, killed)
 	b.h.mu.Lock()
