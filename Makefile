@@ -19,6 +19,10 @@ test: ## Vet, check formatting and run every test with the race detector against
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m $(PKGS)
 
+.PHONY: flakes
+flakes: ## Run every test three times with the race detector; a test that fails one run in ten is a bug.
+	$(GO) test -race -count=3 -timeout 20m $(PKGS)
+
 .PHONY: faults
 faults: ## Run the fault suite in full (kills, cut connections, server restarts, frozen owners; minutes).
 	@out=$$(mktemp -t inorder-faults.XXXXXX); \
