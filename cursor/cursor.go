@@ -66,6 +66,11 @@ type Config struct {
 	// Instance names this instance in application_name, so that status can say who holds a cursor.
 	// Empty means "<hostname>:<pid>".
 	Instance string
+
+	// Transactional says that the cursor transaction also carries the handler's own writes (a
+	// transactional handler). The session is then named "inorder-tx:…" instead of "inorder:…", so that
+	// processors reading a table those writes may reach wait for its transactions (see the horizon).
+	Transactional bool
 }
 
 func (c *Config) idleTimeout() time.Duration {
@@ -164,15 +169,20 @@ func (r *Repository) Unclaim() {
 	r.mu.Unlock()
 }
 
-// ApplicationName is the application_name of the repository's connection: "inorder:<process>@<instance>".
-// Status looks it up in pg_stat_activity to say which instance holds a cursor.
+// ApplicationName is the application_name of the repository's connection: "inorder:<process>@<instance>",
+// or "inorder-tx:<process>@<instance>" when Config.Transactional is set. Status looks it up in
+// pg_stat_activity to say which instance holds a cursor.
 func (r *Repository) ApplicationName() string {
 	inst := r.cfg.Instance
 	if inst == "" {
 		host, _ := os.Hostname()
 		inst = host + ":" + strconv.Itoa(os.Getpid())
 	}
-	return "inorder:" + r.name + "@" + inst
+	prefix := "inorder:"
+	if r.cfg.Transactional {
+		prefix = "inorder-tx:"
+	}
+	return prefix + r.name + "@" + inst
 }
 
 func (r *Repository) connect(ctx context.Context) error {
@@ -471,13 +481,14 @@ func (r *Repository) SetSource(ctx context.Context, src Source) error {
 	return nil
 }
 
-// SetHold records which writer backend holds the stream's horizon back (pid 0 clears it).
+// SetHold records which open transaction holds the stream's horizon back, by its backend pid (0 for a
+// prepared transaction) and since when; a zero since clears it.
 func (r *Repository) SetHold(ctx context.Context, pid int, since time.Time) error {
 	if r.tx == nil {
 		return fmt.Errorf("set hold of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	var p, s any
-	if pid != 0 {
+	if !since.IsZero() {
 		p, s = pid, since
 	}
 	tag, err := r.tx.Exec(ctx, `

@@ -21,14 +21,16 @@ type Info struct {
 	Partitions int
 	// Locked reports whether an instance owns the process now.
 	Locked bool
-	// Holder is the application_name of the owning instance ("inorder:<process>@<instance>") and
+	// Holder is the application_name of the owning instance ("inorder:<process>@<instance>", or
+	// "inorder-tx:…" for a transactional handler) and
 	// HolderPID its cursor connection's backend.
 	Holder    string
 	HolderPID int
 	// Connected counts the instances with a cursor connection open for this process (the holder and the
 	// ones standing by).
 	Connected int
-	// HeldByPID and HeldSince name the writer backend holding the horizon back, when there is one.
+	// HeldSince, when not zero, is since when an open transaction has held the horizon back, and
+	// HeldByPID its backend (0 for a prepared transaction).
 	HeldByPID int
 	HeldSince time.Time
 	UpdatedAt time.Time
@@ -92,7 +94,8 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 	// cut at 63 bytes, so compare on what survives. Only this database's sessions count: a process of the
 	// same name in another database on the server is another process.
 	rows, err = tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE application_name LIKE 'inorder:%' AND datname = current_database()`)
+		WHERE (application_name LIKE 'inorder:%' OR application_name LIKE 'inorder-tx:%')
+		  AND datname = current_database()`)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
@@ -124,10 +127,11 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 				in.Holder = *app
 			}
 		}
-		want := "inorder:" + in.Process + "@"
 		for _, a := range apps {
-			if strings.HasPrefix(a, want) || (len(a) >= 63 && strings.HasPrefix(want, a)) {
-				in.Connected++
+			for _, want := range []string{"inorder:" + in.Process + "@", "inorder-tx:" + in.Process + "@"} {
+				if strings.HasPrefix(a, want) || (len(a) >= 63 && strings.HasPrefix(want, a)) {
+					in.Connected++
+				}
 			}
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -94,30 +95,30 @@ func Tail(ctx context.Context, conn *pgx.Conn, src Source) (cursor.Position, err
 	return cursor.Position{CreatedAt: at.UTC(), ID: *last}, nil
 }
 
-// Writers lists the backends with a transaction open that wrote, or is writing, to src: the writers
-// whose rows are not visible yet (see the horizon).
+// Writers lists the backends with a transaction open that could still commit rows of src dated before
+// now: for a source with the writers horizon, the transactions that wrote or are writing to it; for the
+// transactions horizon, every transaction of the database it watches (see the horizon). A prepared
+// transaction is listed as pid 0.
 func Writers(ctx context.Context, conn *pgx.Conn, src Source) ([]int, error) {
 	t, err := inspect(ctx, conn, Source{Table: src.Table, IDColumn: src.IDColumn, CreatedAtColumn: src.CreatedAtColumn,
-		KeyColumn: src.KeyColumn})
+		KeyColumn: src.KeyColumn, Horizon: src.Horizon})
 	if err != nil {
 		return nil, err
 	}
-	rows, err := conn.Query(ctx, horizonSQL, t.oid)
+	o, err := pollLocks(ctx, conn, t)
 	if err != nil {
 		return nil, fmt.Errorf("read writers of %s: %w", t.qualified, err)
 	}
-	defer rows.Close()
-	var pids []int
-	for rows.Next() {
-		var now time.Time
-		var vxid *string
-		var pid int32
-		if err := rows.Scan(&now, &vxid, &pid); err != nil {
-			return nil, err
-		}
-		if vxid != nil {
-			pids = append(pids, int(pid))
+	set := o.writers
+	if t.horizon == HorizonTransactions || !t.writersSafe(o.default_) {
+		for vxid, pid := range o.txs {
+			set[vxid] = pid
 		}
 	}
-	return pids, rows.Err()
+	pids := make([]int, 0, len(set))
+	for _, pid := range set {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	return pids, nil
 }

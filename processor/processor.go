@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -53,8 +54,9 @@ type Config[T any] struct {
 	// PollInterval is the wait when there is nothing to read or another instance holds the cursor.
 	// Zero means 200ms.
 	PollInterval time.Duration
-	// InsertLatency is a safety margin subtracted from the horizon for clock steps. It is not what keeps
-	// rows from being skipped (writer tracking is); keep it small. Zero means 5ms.
+	// InsertLatency is a safety margin subtracted from the horizon for clock steps (and, for transaction
+	// time, the microseconds between a statement's arrival and its transaction's lock). It is not what keeps
+	// rows from being skipped (tracking transactions is); keep it small. Zero means 5ms.
 	InsertLatency time.Duration
 	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
 	Checkpoint Checkpoint
@@ -155,14 +157,15 @@ type Processor[T any] struct {
 	obs        Observer
 
 	table    *table
-	tracker  *writerTracker
+	tracker  *tracker
+	kind     Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
 	cur      *cursor.Repository
 	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
 	owned       bool
 	sourceSaved bool
-	holdPID     int
+	hold        Hold // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake        chan struct{}
@@ -198,7 +201,7 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 	p := &Processor[T]{
 		cfg:      cfg,
 		log:      cfg.Logger.With().Str("process", cfg.Process).Logger(),
-		tracker:  newWriterTracker(cfg.InsertLatency),
+		tracker:  newTracker(cfg.InsertLatency),
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
 		wake:     make(chan struct{}, 1),
 		obs:      cfg.Observer,
@@ -230,6 +233,10 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 
 // Name returns the process name.
 func (p *Processor[T]) Name() string { return p.cfg.Process }
+
+// forcedWriters holds the names of processes that tests run with the writers horizon whatever their
+// source's default, to show what the transactions horizon prevents. Nothing else sets it.
+var forcedWriters sync.Map
 
 // fatalError marks an error that retrying cannot fix.
 type fatalError struct{ err error }
@@ -357,6 +364,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		IdleSessionTimeout:       max(2*p.cfg.IdleInTransactionTimeout, 2*p.cfg.RetryMax, 10*p.cfg.PollInterval),
 		StartFrom:                p.cfg.StartFrom,
 		Instance:                 p.cfg.Instance,
+		Transactional:            p.cfg.TxHandler != nil,
 	}
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cfg.Registry.Open(work, p.cfg.Process, ccfg)
@@ -391,7 +399,10 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		_ = p.cur.Release(work)
 		return err
 	}
-	p.table = t
+	if _, forced := forcedWriters.Load(p.cfg.Process); forced {
+		t.horizon = HorizonWriters
+	}
+	p.table, p.kind = t, t.horizon
 	if p.generic && p.cfg.ScanFunc == nil {
 		var raw []int
 		for i, c := range t.columns {
@@ -412,6 +423,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	for _, w := range t.warnings {
 		p.log.Warn().Str("table", t.qualified).Msg(w)
 	}
+	p.log.Info().Str("table", t.qualified).Str("horizon", string(t.horizon)).Msg("source checked")
 	return nil
 }
 
@@ -455,6 +467,38 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// horizon polls the transactions in flight and returns the horizon. When the created_at default has
+// changed so that the writers horizon no longer fits, it switches to the transactions horizon for good and
+// moves the position back to the earliest start of the transactions that were open across the change:
+// they may write rows dated before the position. That redelivers what lies between; it skips nothing.
+func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
+	o, err := pollLocks(work, p.cur.Tx(), p.table)
+	if err != nil {
+		return horizon{}, err
+	}
+	if p.kind == HorizonWriters && !p.table.writersSafe(o.default_) {
+		p.kind = HorizonTransactions
+		at, unknown := p.tracker.earliestStart()
+		pos := p.cur.State().Position
+		ev := p.log.Warn().Str("table", p.table.qualified).Str("default", o.default_).Str("horizon", string(p.kind))
+		if !at.IsZero() && at.Before(pos.CreatedAt) {
+			back := cursor.Position{CreatedAt: at.UTC()}
+			if err := p.cur.SetPosition(work, back, 0); err != nil {
+				return horizon{}, err
+			}
+			ev = ev.Str("from", pos.String()).Str("to", back.String())
+		}
+		ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
+			"delivering again from the earliest start of the transactions open across the change")
+		if len(unknown) > 0 {
+			p.log.Error().Ints("pids", unknown).Time("watched_since", p.tracker.firstPoll).
+				Msg("transactions open since before this instance began watching may write rows dated earlier than " +
+					"it can see; once they end, if they wrote to the source, rewind to before their start")
+		}
+	}
+	return p.tracker.observe(o, p.kind), nil
 }
 
 // tick runs one batch: lock, read below the horizon, deliver in order, advance, unlock. It returns how
@@ -531,16 +575,17 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 			return 0, w, nil
 		}
 	}
-	h, err := p.tracker.poll(work, p.cur.Tx(), p.table.oid)
+	h, err := p.horizon(work)
 	if err != nil {
 		return 0, 0, err
 	}
+	st = p.cur.State() // a changed default may have moved the position back
 	if err := p.noteHold(work, h); err != nil {
 		return 0, 0, err
 	}
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
-	// whole poll interval, look again just after the guard.
-	p.lookSoon = h.hold != nil && !h.hold.Since.Before(h.now)
+	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
+	p.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil
 	}

@@ -21,6 +21,11 @@ type Source struct {
 	// CreatedAtColumn orders the table; timestamptz (recommended) or timestamp, best with DEFAULT
 	// clock_timestamp(). Empty means "created_at".
 	CreatedAtColumn string
+	// Horizon says which transactions a processor waits for before it reads past a time, from what
+	// CreatedAtColumn holds. Empty (HorizonAuto) decides from the column's default at start-up:
+	// HorizonWriters for clock_timestamp(), HorizonTransactions for anything else. Set it for an
+	// application that writes created_at itself.
+	Horizon Horizon
 	// KeyColumn, when set, is passed to handlers as Record.Key (for example the aggregate id, used as the
 	// Pub/Sub ordering key). Empty means "aggregate_id" when the table has such a column, else none.
 	KeyColumn string
@@ -32,6 +37,37 @@ type Source struct {
 	// type scanned by name (no ScanFunc), the struct's columns (db tags, else field names); otherwise all
 	// of the table's columns, in table order. Either way a missing column is an error at start-up.
 	Columns []string
+}
+
+// Horizon says which transactions a processor waits for before it reads past a time: the ones that could
+// still commit rows dated before it. See the package documentation, "The horizon".
+type Horizon string
+
+const (
+	// HorizonAuto decides at start-up from the created_at column's default: HorizonWriters for
+	// clock_timestamp(), HorizonTransactions for any other default, for none, and for an expression it does
+	// not know.
+	HorizonAuto Horizon = ""
+	// HorizonWriters is for a created_at that is the time of the insert itself (clock_timestamp()): the
+	// processor waits only for the transactions that write to the source table. Refused for a column
+	// whose default is a transaction-time function, since rows taking that default would be skipped.
+	HorizonWriters Horizon = "writers"
+	// HorizonTransactions is for a created_at that may be as early as the start of its transaction or
+	// statement (now(), current_timestamp, transaction_timestamp(), statement_timestamp()): the processor
+	// waits for every transaction of the database that could still insert. Safe for any created_at set by
+	// the database; the price is that any long transaction in the database holds the stream.
+	HorizonTransactions Horizon = "transactions"
+)
+
+// ParseHorizon reads "auto", "writers" or "transactions".
+func ParseHorizon(s string) (Horizon, error) {
+	switch Horizon(s) {
+	case "auto", HorizonAuto:
+		return HorizonAuto, nil
+	case HorizonWriters, HorizonTransactions:
+		return Horizon(s), nil
+	}
+	return "", fmt.Errorf("horizon %q is none of auto, writers and transactions", s)
 }
 
 func (s Source) withDefaults() Source {
@@ -54,6 +90,7 @@ func invalid(format string, args ...any) error {
 
 type column struct {
 	name     string
+	num      int16
 	typ      string // format_type, e.g. "bigint", "timestamp with time zone"
 	typname  string // pg_type.typname, e.g. "int8", "jsonb"
 	default_ string
@@ -69,6 +106,10 @@ type table struct {
 	idCast    string   // the type $2 is cast to in the keyset comparison
 	part      *Partition
 	warnings  []string
+
+	createdAtNum int16  // attnum of the created_at column, to watch its default
+	default_     string // the created_at column's default at start-up
+	horizon      Horizon
 }
 
 var idTypes = map[string]string{
@@ -112,7 +153,7 @@ func inspect(ctx context.Context, conn *pgx.Conn, src Source) (*table, error) {
 	}
 
 	rows, err := conn.Query(ctx, `
-		SELECT a.attname, format_type(a.atttypid, a.atttypmod), t.typname,
+		SELECT a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), t.typname,
 		       coalesce(pg_get_expr(d.adbin, d.adrelid), '')
 		FROM pg_attribute a
 		JOIN pg_type t ON t.oid = a.atttypid
@@ -124,7 +165,7 @@ func inspect(ctx context.Context, conn *pgx.Conn, src Source) (*table, error) {
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (column, error) {
 		var c column
-		err := r.Scan(&c.name, &c.typ, &c.typname, &c.default_)
+		err := r.Scan(&c.name, &c.num, &c.typ, &c.typname, &c.default_)
 		return c, err
 	})
 	if err != nil {
@@ -165,8 +206,9 @@ func inspect(ctx context.Context, conn *pgx.Conn, src Source) (*table, error) {
 	default:
 		return nil, invalid("created_at column %s.%s is %s; it must be timestamptz or timestamp", t.qualified, cac.name, cac.typ)
 	}
-	if w := defaultWarning(t.qualified, cac); w != "" {
-		t.warnings = append(t.warnings, w)
+	t.createdAtNum, t.default_ = cac.num, cac.default_
+	if err := t.chooseHorizon(src.Horizon, cac); err != nil {
+		return nil, err
 	}
 
 	if src.KeyColumn == "" {
@@ -232,24 +274,106 @@ func inspect(ctx context.Context, conn *pgx.Conn, src Source) (*table, error) {
 	return t, nil
 }
 
-// defaultWarning explains what is wrong with a created_at column's default, or returns "".
-func defaultWarning(table string, c column) string {
-	d := strings.ToLower(c.default_)
-	fix := fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT clock_timestamp()", table, pgx.Identifier{c.name}.Sanitize())
-	switch {
-	case strings.Contains(d, "clock_timestamp()"):
-		return ""
-	case strings.Contains(d, "now()"), strings.Contains(d, "current_timestamp"), strings.Contains(d, "transaction_timestamp()"):
-		return fmt.Sprintf("%s.%s defaults to the transaction start time (%s): rows of one transaction tie, and a "+
-			"writer that waited for another on a row lock can get an earlier time than it, breaking causal order; "+
-			"prefer: %s", table, c.name, c.default_, fix)
-	case d == "":
-		return fmt.Sprintf("%s.%s has no default: if the application sets it from its own clock, no horizon can "+
-			"tell when all earlier rows are visible and rows can be skipped; set it in the database: %s", table, c.name, fix)
-	default:
-		return fmt.Sprintf("%s.%s defaults to %s, not the database clock: rows can be skipped; set: %s",
-			table, c.name, c.default_, fix)
+// timestampKind is what a created_at default expression gives a row.
+type timestampKind int
+
+const (
+	kindNone        timestampKind = iota // no default: the application writes the column
+	kindInsert                           // the time of the insert itself
+	kindTransaction                      // the start of the transaction or statement
+	kindOther                            // an expression this code does not know
+)
+
+// classify tells what a default expression, as pg_get_expr prints it, gives a row.
+func classify(expr string) timestampKind {
+	d := strings.ToLower(strings.TrimSpace(expr))
+	if d == "" {
+		return kindNone
 	}
+	// A timestamp column's default may carry a cast of the function's result.
+	for _, cast := range []string{"::timestamp without time zone", "::timestamp with time zone"} {
+		if strings.HasPrefix(d, "(") && strings.HasSuffix(d, ")"+cast) {
+			d = strings.TrimSuffix(strings.TrimPrefix(d, "("), ")"+cast)
+		}
+	}
+	switch d {
+	case "clock_timestamp()":
+		return kindInsert
+	case "now()", "current_timestamp", "transaction_timestamp()", "statement_timestamp()", "localtimestamp":
+		return kindTransaction
+	}
+	return kindOther
+}
+
+// clockFix is the statement that makes created_at the time of the insert.
+func (t *table) clockFix() string {
+	return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT clock_timestamp() (no rewrite; existing rows keep their values)",
+		t.ident, pgx.Identifier{t.src.CreatedAtColumn}.Sanitize())
+}
+
+// chooseHorizon settles which horizon the source gets, from the setting and the created_at column's
+// default, and says what the choice costs.
+func (t *table) chooseHorizon(set Horizon, c column) error {
+	kind := classify(c.default_)
+	col := t.qualified + "." + c.name
+	switch set {
+	case HorizonAuto:
+		if kind == kindInsert {
+			t.horizon = HorizonWriters
+			return nil
+		}
+		t.horizon = HorizonTransactions
+	case HorizonWriters:
+		if kind == kindTransaction || kind == kindOther {
+			return invalid("%s defaults to %s, and rows that take this default would be skipped by the writers horizon, "+
+				"which is only for a created_at set at the insert; use the transactions horizon, or: %s",
+				col, c.default_, t.clockFix())
+		}
+		t.horizon = HorizonWriters
+		if kind == kindNone {
+			t.warnings = append(t.warnings, fmt.Sprintf("%s has no default; the writers horizon is right only if every "+
+				"writer sets it to clock_timestamp() (a transaction-time value such as now() can be skipped); prefer: %s",
+				col, t.clockFix()))
+		}
+		return nil
+	case HorizonTransactions:
+		t.horizon = HorizonTransactions
+	default:
+		return invalid("horizon %q is none of auto, writers and transactions", set)
+	}
+	switch kind {
+	case kindInsert:
+	case kindTransaction:
+		t.warnings = append(t.warnings, fmt.Sprintf("%s defaults to %s, the start of the transaction: no row is "+
+			"skipped, but the stream waits for every transaction open in the database (a report, pg_dump, a session "+
+			"idle in transaction holds it), and rows of one key are delivered out of causal order where writers of "+
+			"that key overlap; prefer: %s", col, c.default_, t.clockFix()))
+	case kindNone:
+		t.warnings = append(t.warnings, fmt.Sprintf("%s has no default, so the application writes it: inorder waits "+
+			"for every transaction open in the database, which is right for now(); if writers set clock_timestamp(), "+
+			"the writers horizon waits only for them; a value from the application's own clock can be skipped "+
+			"whatever the horizon; prefer: %s", col, t.clockFix()))
+	default:
+		t.warnings = append(t.warnings, fmt.Sprintf("%s defaults to %s, which is not the database clock at insert: "+
+			"inorder waits for every transaction open in the database, which covers any transaction-time value; "+
+			"a value from outside the database can be skipped; prefer: %s", col, c.default_, t.clockFix()))
+	}
+	return nil
+}
+
+// writersSafe reports whether the writers horizon still fits a created_at column whose default is now
+// def: a default changed while a processor runs must never make it skip rows.
+func (t *table) writersSafe(def string) bool {
+	if def == t.default_ {
+		return true
+	}
+	switch classify(def) {
+	case kindInsert:
+		return true
+	case kindNone:
+		return t.src.Horizon == HorizonWriters // the application said it writes clock_timestamp() itself
+	}
+	return false
 }
 
 func names(cs []column) string {

@@ -28,6 +28,7 @@ type runFlags struct {
 	table           string
 	idColumn        string
 	createdAtColumn string
+	horizon         string
 	keyColumn       string
 	columns         string
 	batchSize       int
@@ -67,6 +68,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.table, "table", "", "source table, optionally schema-qualified (required)")
 	fs.StringVar(&f.idColumn, "id-column", "id", "column that breaks ties on the created-at column")
 	fs.StringVar(&f.createdAtColumn, "created-at-column", "created_at", "column that orders the table")
+	fs.StringVar(&f.horizon, "horizon", "auto", "what to wait for before reading past a time: writers (created_at set at insert, clock_timestamp()), "+
+		"transactions (created_at may be a transaction's start, now()), or auto (from the column default)")
 	fs.StringVar(&f.keyColumn, "key-column", "", "column passed to handlers as the record key (default aggregate_id if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
 	fs.IntVar(&f.batchSize, "batch-size", 100, "records read per batch")
@@ -274,6 +277,10 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	default:
 		return cfg, usageErr("--start-from must be beginning or now, got %q", f.startFrom)
 	}
+	horizon, err := processor.ParseHorizon(f.horizon)
+	if err != nil {
+		return cfg, usageErr("--horizon: %v", err)
+	}
 	cc, err := connConfig(f.databaseURL)
 	if err != nil {
 		return cfg, err
@@ -289,7 +296,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		ConnConfig: cc,
 		Source: processor.Source{
 			Table: f.table, IDColumn: f.idColumn, CreatedAtColumn: f.createdAtColumn,
-			KeyColumn: f.keyColumn, Columns: cols,
+			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon,
 		},
 		BatchSize:                f.batchSize,
 		PollInterval:             f.pollInterval,

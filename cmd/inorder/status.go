@@ -136,7 +136,7 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 			ps.Halt = &haltJSON{RecordID: in.Halt.RecordID, Error: in.Halt.Error, Attempts: in.Halt.Attempts,
 				FirstFailureAt: in.Halt.FirstFailureAt.UTC(), LastFailureAt: in.Halt.LastFailureAt.UTC()}
 		}
-		if in.HeldByPID != 0 {
+		if !in.HeldSince.IsZero() {
 			ps.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}
 		}
 		if in.Source.Table != "" {
@@ -173,7 +173,7 @@ func stateOf(in cursor.Info, behind *behindJSON) string {
 		return "halted"
 	case in.Connected == 0 && !in.Locked:
 		return "not running"
-	case in.HeldByPID != 0 && behind != nil && behind.Rows > 0:
+	case !in.HeldSince.IsZero() && behind != nil && behind.Rows > 0:
 		return "held"
 	case behind != nil && behind.Rows > 0:
 		return "running"
@@ -210,7 +210,8 @@ func printStatus(w io.Writer, rep statusReport) {
 		}
 		holder := "-"
 		if ps.HolderPID != 0 {
-			holder = fmt.Sprintf("%s (pid %d)", strings.TrimPrefix(ps.Holder, "inorder:"+ps.Process+"@"), ps.HolderPID)
+			inst := strings.TrimPrefix(strings.TrimPrefix(ps.Holder, "inorder:"+ps.Process+"@"), "inorder-tx:"+ps.Process+"@")
+			holder = fmt.Sprintf("%s (pid %d)", inst, ps.HolderPID)
 		} else if ps.Locked {
 			holder = "locked"
 		}
@@ -228,15 +229,29 @@ func printStatus(w io.Writer, rep statusReport) {
 				ps.Process, ps.Halt.RecordID), "  ", 100))
 		}
 		if ps.Hold != nil {
-			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s held by writer backend pid %d, in flight since %s (%s): "+
-				"records after its rows wait until it commits or rolls back; an idle-in-transaction writer is the usual cause.",
-				ps.Process, ps.Hold.WriterPID, ps.Hold.Since.Format(time.RFC3339), humanAge(time.Since(ps.Hold.Since).Seconds())), "", 100),
-				wrap(fmt.Sprintf("Look: SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d", ps.Hold.WriterPID), "  ", 100))
+			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s held by %s, in flight since %s (%s): records after its start "+
+				"wait until it commits or rolls back; a session idle in transaction is the usual cause.",
+				ps.Process, holdName(ps.Hold.WriterPID), ps.Hold.Since.Format(time.RFC3339),
+				humanAge(time.Since(ps.Hold.Since).Seconds())), "", 100))
+			if ps.Hold.WriterPID != 0 {
+				fmt.Fprintln(w, wrap(fmt.Sprintf("Look: SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d",
+					ps.Hold.WriterPID), "  ", 100))
+			} else {
+				fmt.Fprintln(w, wrap("Look: SELECT gid, prepared, owner FROM pg_prepared_xacts; end it with COMMIT PREPARED or ROLLBACK PREPARED", "  ", 100))
+			}
 		}
 		if ps.Error != "" {
 			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.Error)
 		}
 	}
+}
+
+// holdName names the transaction holding a stream: a backend by pid, or a prepared transaction (pid 0).
+func holdName(pid int) string {
+	if pid == 0 {
+		return "a prepared transaction"
+	}
+	return fmt.Sprintf("the open transaction of backend pid %d", pid)
 }
 
 func humanAge(sec float64) string {

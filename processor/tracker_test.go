@@ -1,0 +1,174 @@
+package processor
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTracker folds sequences of polls into the tracker and checks the horizon after each, for both
+// kinds. Each poll lists the transactions present: "w:" marks a writer of the source, "p:" a prepared
+// writer (no pid), anything else a transaction that has not written to it.
+func TestTracker(t *testing.T) {
+	t.Parallel()
+	const guard = 5 * time.Millisecond
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	less := func(ms int) time.Time { return at(ms).Add(-guard) }
+	type poll struct {
+		ms      int
+		present []string
+		// want is the horizon for each kind: the instant (ms, less the guard) or -1 for blocked.
+		writers, transactions int
+		holdPID               int // the pid named by the transactions horizon's hold, 0 for none
+	}
+	pids := map[string]int{"a": 101, "b": 102, "c": 103, "w:a": 101, "w:b": 102, "w:c": 103, "p:a": 0}
+	for _, tc := range []struct {
+		name  string
+		polls []poll
+	}{
+		{name: "nothing in flight: now less the guard", polls: []poll{
+			{ms: 0, writers: 0, transactions: 0},
+			{ms: 100, writers: 100, transactions: 100},
+		}},
+		{name: "present at the first poll: unknown start blocks until it ends", polls: []poll{
+			{ms: 0, present: []string{"a"}, writers: 0, transactions: -1, holdPID: 101},
+			{ms: 100, present: []string{"a"}, writers: 100, transactions: -1, holdPID: 101},
+			{ms: 200, writers: 200, transactions: 200},
+		}},
+		{name: "a transaction appearing is held at the last poll it was absent", polls: []poll{
+			{ms: 0, writers: 0, transactions: 0},
+			{ms: 100, present: []string{"a"}, writers: 100, transactions: 0, holdPID: 101},
+			{ms: 200, present: []string{"a"}, writers: 200, transactions: 0, holdPID: 101},
+			{ms: 300, present: []string{"w:a"}, writers: 200, transactions: 0, holdPID: 101},
+			{ms: 400, present: []string{"w:a"}, writers: 200, transactions: 0, holdPID: 101},
+			{ms: 500, writers: 500, transactions: 500},
+		}},
+		{name: "the earliest of several holds", polls: []poll{
+			{ms: 0},
+			{ms: 100, present: []string{"b"}, writers: 100, transactions: 0, holdPID: 102},
+			{ms: 200, present: []string{"a", "b"}, writers: 200, transactions: 0, holdPID: 102},
+			{ms: 300, present: []string{"w:a"}, writers: 200, transactions: 100, holdPID: 101},
+			{ms: 400, present: []string{"w:a", "w:c"}, writers: 200, transactions: 100, holdPID: 101},
+			{ms: 500, present: []string{"w:c"}, writers: 300, transactions: 300, holdPID: 103},
+		}},
+		{name: "a writer present at the first poll blocks both", polls: []poll{
+			{ms: 0, present: []string{"w:a"}, writers: -1, transactions: -1, holdPID: 101},
+			{ms: 100, present: []string{"w:a", "b"}, writers: -1, transactions: -1, holdPID: 101},
+			{ms: 200, present: []string{"b"}, writers: 200, transactions: 0, holdPID: 102},
+			{ms: 300, writers: 300, transactions: 300},
+		}},
+		{name: "a prepared transaction keeps its history across PREPARE", polls: []poll{
+			{ms: 0},
+			{ms: 100, present: []string{"a"}, writers: 100, transactions: 0, holdPID: 101},
+			{ms: 200, present: []string{"w:a"}, writers: 100, transactions: 0, holdPID: 101},
+			{ms: 300, present: []string{"p:a"}, writers: 100, transactions: 0, holdPID: 0},
+			{ms: 900, present: []string{"p:a"}, writers: 100, transactions: 0, holdPID: 0},
+			{ms: 1000, writers: 1000, transactions: 1000},
+		}},
+		{name: "a prepared transaction present at the first poll blocks both until resolved", polls: []poll{
+			{ms: 0, present: []string{"p:a"}, writers: -1, transactions: -1, holdPID: 0},
+			{ms: 100, present: []string{"p:a", "b"}, writers: -1, transactions: -1, holdPID: 0},
+			{ms: 200, present: []string{"b"}, writers: 200, transactions: 0, holdPID: 102},
+		}},
+		{name: "a transaction id seen again after it was gone is a new one", polls: []poll{
+			{ms: 0},
+			{ms: 100, present: []string{"a"}, writers: 100, transactions: 0, holdPID: 101},
+			{ms: 200, writers: 200, transactions: 200},
+			{ms: 300, present: []string{"a"}, writers: 300, transactions: 200, holdPID: 101},
+		}},
+		{name: "writers alone do not move the transactions horizon earlier than their start", polls: []poll{
+			{ms: 0},
+			{ms: 100, present: []string{"w:a"}, writers: 0, transactions: 0, holdPID: 101},
+			{ms: 200, present: []string{"w:a", "b"}, writers: 0, transactions: 0, holdPID: 101},
+			{ms: 300, present: []string{"b"}, writers: 300, transactions: 100, holdPID: 102},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			byKind := map[Horizon]*tracker{HorizonWriters: newTracker(guard), HorizonTransactions: newTracker(guard)}
+			for _, p := range tc.polls {
+				o := observation{now: at(p.ms), writers: map[string]int{}, txs: map[string]int{}}
+				for _, name := range p.present {
+					switch {
+					case len(name) > 2 && name[1] == ':':
+						o.writers["1/"+name[2:]] = pids[name]
+						// A live writer also holds its virtual transaction id; a prepared one does not.
+						if name[0] == 'w' {
+							o.txs["1/"+name[2:]] = pids[name]
+						}
+					default:
+						o.txs["1/"+name] = pids[name]
+					}
+				}
+				for kind, want := range map[Horizon]int{HorizonWriters: p.writers, HorizonTransactions: p.transactions} {
+					h := byKind[kind].observe(o, kind)
+					if want < 0 {
+						require.True(t, h.at.IsZero(), "%s at %dms: want blocked, got %s", kind, p.ms, h.at)
+						require.NotNil(t, h.hold, "%s at %dms: a blocked horizon names its holder", kind, p.ms)
+					} else {
+						require.Equal(t, less(want), h.at, "%s at %dms", kind, p.ms)
+					}
+					if kind == HorizonTransactions {
+						if p.holdPID != 0 || (h.hold != nil && h.hold.PID == 0) {
+							require.NotNil(t, h.hold, "at %dms", p.ms)
+							require.Equal(t, p.holdPID, h.hold.PID, "at %dms", p.ms)
+						}
+						if h.hold == nil {
+							require.Equal(t, less(p.ms), h.at, "at %dms: no hold, so now less the guard", p.ms)
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestTrackerEarliestStart(t *testing.T) {
+	t.Parallel()
+	const guard = 5 * time.Millisecond
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	tr := newTracker(guard)
+	obs := func(ms int, txs ...string) {
+		o := observation{now: t0.Add(time.Duration(ms) * time.Millisecond), writers: map[string]int{}, txs: map[string]int{}}
+		for i, x := range txs {
+			o.txs[x] = 100 + i
+		}
+		tr.observe(o, HorizonWriters)
+	}
+	obs(0, "1/1")
+	at, unknown := tr.earliestStart()
+	require.Equal(t, t0.Add(-guard), at, "unknown start: bounded by the first poll")
+	require.Equal(t, []int{100}, unknown)
+
+	obs(100, "1/1", "1/2")
+	obs(200, "1/2", "1/3")
+	at, unknown = tr.earliestStart()
+	require.Equal(t, t0.Add(-guard), at, "1/2 was absent at the first poll")
+	require.Empty(t, unknown)
+
+	obs(300, "1/3")
+	at, unknown = tr.earliestStart()
+	require.Equal(t, t0.Add(100*time.Millisecond-guard), at)
+	require.Empty(t, unknown)
+}
+
+func TestClassify(t *testing.T) {
+	t.Parallel()
+	for expr, want := range map[string]timestampKind{
+		"":                  kindNone,
+		"clock_timestamp()": kindInsert,
+		"(clock_timestamp())::timestamp without time zone": kindInsert,
+		"now()":                                   kindTransaction,
+		"CURRENT_TIMESTAMP":                       kindTransaction,
+		"transaction_timestamp()":                 kindTransaction,
+		"statement_timestamp()":                   kindTransaction,
+		"LOCALTIMESTAMP":                          kindTransaction,
+		"(now() + '00:00:01'::interval)":          kindOther,
+		"(clock_timestamp() - '1 day'::interval)": kindOther,
+		"'2020-01-01 00:00:00+00'::timestamp with time zone": kindOther,
+	} {
+		require.Equal(t, want, classify(expr), "%q", expr)
+	}
+}
