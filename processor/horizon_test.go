@@ -145,9 +145,28 @@ func guardOnlyReader(ctx context.Context, t *testing.T, url string, delivered fu
 	}
 }
 
+// TestNoRowIsSkippedUnderAdversarialWriters runs with both horizons: the writers horizon that a
+// clock_timestamp() default gets, and the transactions horizon, which must be just as exact.
 func TestNoRowIsSkippedUnderAdversarialWriters(t *testing.T) {
 	t.Parallel()
+	for _, horizon := range []processor.Horizon{processor.HorizonAuto, processor.HorizonTransactions} {
+		t.Run(horizonName(horizon), func(t *testing.T) {
+			t.Parallel()
+			noRowIsSkippedUnderAdversarialWriters(t, horizon)
+		})
+	}
+}
+
+func horizonName(h processor.Horizon) string {
+	if h == processor.HorizonAuto {
+		return "auto"
+	}
+	return string(h)
+}
+
+func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon processor.Horizon) {
 	b := setup(t)
+	b.cfg.Source.Horizon = horizon
 	const aggregates = 12
 	b.db.Exec(t, `CREATE TABLE aggregates (id int PRIMARY KEY, seq int NOT NULL);
 		INSERT INTO aggregates SELECT g, 0 FROM generate_series(0, 11) g;
@@ -209,8 +228,8 @@ func TestNoRowIsSkippedUnderAdversarialWriters(t *testing.T) {
 		}
 	}
 	controlMu.Unlock()
-	t.Logf("writes committed %d (late %d, rolled back rows %d); inorder delivered %d, lost 0; guard-only control lost %d (%.1f%%)",
-		len(adv.committed), adv.late, len(adv.rolledBack), len(seen), lost, 100*float64(lost)/float64(len(adv.committed)))
+	t.Logf("horizon %s: writes committed %d (late %d, rolled back rows %d); inorder delivered %d, lost 0; guard-only control lost %d (%.1f%%)",
+		horizonName(horizon), len(adv.committed), adv.late, len(adv.rolledBack), len(seen), lost, 100*float64(lost)/float64(len(adv.committed)))
 	require.Greater(t, lost, 0, "the guard-only control should lose rows on this workload")
 }
 

@@ -46,7 +46,17 @@ func (d *deliveries) count(instance string) int {
 
 func TestPartitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T) {
 	t.Parallel()
+	for _, horizon := range []processor.Horizon{processor.HorizonAuto, processor.HorizonTransactions} {
+		t.Run(horizonName(horizon), func(t *testing.T) {
+			t.Parallel()
+			partitionsSpreadOverInstancesAndKeepOrderPerKey(t, horizon)
+		})
+	}
+}
+
+func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon processor.Horizon) {
 	b := setup(t)
+	b.cfg.Source.Horizon = horizon
 	b.db.Exec(t, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
 	d := &deliveries{by: map[string]int{}, seen: map[int64]int{}}
 	instance := func(name string) processor.Config[event] {

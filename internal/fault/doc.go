@@ -34,7 +34,11 @@
 //
 //	faults: sigkill/sigkill_record writes=1534 delivered=1534 lost=0 redelivered=7 reorders=0 crashes=8
 //
-// `make test` runs the short form (one checkpoint mode per scenario, a few faults each). `make faults`
-// sets INORDER_FAULTS=full: more faults, longer writers, both checkpoint modes in every scenario, and the
-// binary built with the race detector.
+// Streams run with the writers horizon (the table's created_at defaults to clock_timestamp()) or with
+// `--horizon transactions`, which waits for every transaction of the database instead.
+//
+// `make test` runs the short form (one stream per scenario, a few faults each; sigkill and
+// crowded_lock_table on the transactions horizon). `make faults` sets INORDER_FAULTS=full: more faults,
+// longer writers, both checkpoint modes and both horizons in every scenario, and the binary built with the
+// race detector.
 package fault

@@ -76,7 +76,7 @@ func (w *world) stopCleanly(kids ...*child) {
 // new instance each time; a second instance always stands by, so every kill is a takeover.
 func sigkill(t *testing.T) {
 	w := sharedWorld(t, "sigkill")
-	sts := streamsFor("sigkill", "record")
+	sts := streamsFor("sigkill", "txn")
 	w.write(writerCount)
 	for _, st := range sts {
 		w.start(st)
@@ -275,7 +275,7 @@ func crowdedLockTable(t *testing.T) {
 		LEFT JOIN pg_locks AS l ON l.locktype = 'relation' AND l.relation = 'events'::regclass`).Scan(&took))
 	t.Logf("a statement reading pg_locks evaluates clock_timestamp() %s after it starts", took.Round(time.Microsecond))
 
-	sts := streamsFor("crowded_lock_table", "record")
+	sts := streamsFor("crowded_lock_table", "txn")
 	w.write(writerCount)
 	for _, st := range sts {
 		w.start(st)

@@ -55,6 +55,7 @@ type stream struct {
 	process    string
 	checkpoint string // record or batch
 	batch      int    // --batch-size
+	horizon    string // --horizon: auto (writers, for the events table's clock_timestamp()) or transactions
 }
 
 // perCrash is how many redeliveries one injected crash may cause.
@@ -68,13 +69,17 @@ func (s stream) perCrash() int {
 // streamsFor returns the streams of a scenario: in the short form one, with the given checkpoint mode;
 // in the full form one per mode.
 func streamsFor(scenario, short string) []stream {
-	rec := stream{process: scenario + "_record", checkpoint: "record", batch: 20}
-	bat := stream{process: scenario + "_batch", checkpoint: "batch", batch: 20}
+	rec := stream{process: scenario + "_record", checkpoint: "record", batch: 20, horizon: "auto"}
+	bat := stream{process: scenario + "_batch", checkpoint: "batch", batch: 20, horizon: "auto"}
+	// The transactions horizon, which waits for every transaction of the database, not only the writers.
+	txn := stream{process: scenario + "_txn", checkpoint: "record", batch: 20, horizon: "transactions"}
 	switch {
 	case full:
-		return []stream{rec, bat}
+		return []stream{rec, bat, txn}
 	case short == "batch":
 		return []stream{bat}
+	case short == "txn":
+		return []stream{txn}
 	default:
 		return []stream{rec}
 	}
@@ -231,7 +236,7 @@ func (w *world) start(st stream, extra ...string) *child {
 	w.mu.Unlock()
 	args := []string{"run", "--process", st.process, "--table", "events",
 		"--handler", "webhook", "--webhook-url", w.sink.url(), "--webhook-secret-env", secretEnv,
-		"--checkpoint", st.checkpoint, "--batch-size", strconv.Itoa(st.batch),
+		"--checkpoint", st.checkpoint, "--batch-size", strconv.Itoa(st.batch), "--horizon", st.horizon,
 		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "200ms", "--instance", name}
 	if len(extra) == 0 {
 		extra = []string{"--idle-timeout", "10s", "--webhook-timeout", "3s"}
