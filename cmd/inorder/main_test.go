@@ -278,6 +278,8 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.book(t, 1, "1")
+	b.db.Exec(t, `CREATE TABLE nbookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now());
+		CREATE INDEX ON nbookings (created_at, id)`)
 	for _, tc := range []struct {
 		name string
 		env  []string
@@ -290,6 +292,9 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 		{"unknown column", b.env, []string{"run", "--process", "p2", "--table", "bookings", "--columns", "id,colour"}, 1,
 			`selected column "colour" does not exist in public.bookings`},
 		{"bad checkpoint", b.env, runArgs("--checkpoint", "sometimes"), 2, `--checkpoint must be record or batch, got "sometimes"`},
+		{"bad horizon", b.env, runArgs("--horizon", "soon"), 2, `--horizon: horizon "soon" is none of auto, writers and transactions`},
+		{"writers horizon on a now() default", b.env, []string{"run", "--process", "p3", "--table", "nbookings", "--horizon", "writers"}, 1,
+			`public.nbookings.created_at defaults to now(), and rows that take this default would be skipped by the writers horizon`},
 		{"invalid database url", []string{"DATABASE_URL=postgres://u:hunter2@host:notaport/db"}, []string{"run", "--process", "p", "--table", "t"}, 2,
 			"invalid --database-url"},
 		{"no database", []string{"DATABASE_URL="}, []string{"status"}, 2, "no database: set --database-url or DATABASE_URL"},
