@@ -14,7 +14,7 @@ package lifecycle
 //	inorder_records_read_total           counter    records those reads returned (records delivered again
 //	                                                 after a failure are counted again)
 //	inorder_halted                       gauge      1 while the stream is halted on a failing record, else 0
-//	inorder_horizon_hold_seconds         gauge      how long the writer transaction holding the horizon back
+//	inorder_horizon_hold_seconds         gauge      how long the transaction holding the horizon back
 //	                                                 has been in flight; 0 when none
 //	inorder_cursor_locked                gauge      1 while this instance owns the process, 0 while it
 //	                                                 stands by (another instance owns it) or is stopped
@@ -132,7 +132,7 @@ func NewMetrics() *Metrics {
 		}, label),
 		hold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_horizon_hold_seconds",
-			Help: "How long the writer transaction holding the horizon back has been in flight; 0 when none.",
+			Help: "How long the transaction holding the horizon back has been in flight; 0 when none.",
 		}, label),
 		locked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_cursor_locked", Help: "1 while this instance owns the process, else 0.",

@@ -10,12 +10,17 @@
 //
 // # The horizon
 //
-// A row becomes visible when its transaction commits, but its created_at is when it was inserted, so a
-// reader that trusts created_at alone skips the rows of slow transactions. The processor reads only below
-// a horizon under which every row that will ever commit is already visible. It finds it by watching the
-// writers of the source table in pg_locks (readable by any role): a writer absent at some poll can only
-// create rows after that poll. A writer that stays open stalls the stream until it ends; the processor
-// records it in the cursor row (status shows it) and logs it, warning after HoldWarnAfter.
+// A row becomes visible when its transaction commits, but its created_at is set earlier, so a reader that
+// trusts created_at alone skips the rows of slow transactions. The processor reads only below a horizon
+// under which every row that will ever commit is already visible. It finds it by watching transactions in
+// pg_locks (readable by any role): a transaction absent at some poll can only create rows dated after that
+// poll. Which transactions it watches depends on what created_at holds (Source.Horizon): for
+// clock_timestamp(), the time of the insert, the writers of the source table (HorizonWriters); for now()
+// and the other transaction-time functions, every transaction of the database that could still insert
+// (HorizonTransactions). HorizonAuto, the default, decides from the column's default at start-up and
+// switches to HorizonTransactions for good when the default changes while running. A transaction that
+// stays open stalls the stream until it ends; the processor records it in the cursor row (status shows
+// it) and logs it, warning after HoldWarnAfter.
 //
 // # Checkpoints
 //

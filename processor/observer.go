@@ -15,7 +15,7 @@ type Observer interface {
 	Halted(process string, halted bool)
 	// Locked reports whether this instance holds the cursor.
 	Locked(process string, locked bool)
-	// Hold reports how long the writer limiting the horizon has been in flight (0 for none).
+	// Hold reports how long the transaction limiting the horizon has been in flight (0 for none).
 	Hold(process string, held time.Duration)
 	// Connected reports whether the processor has a working database connection: false when it lost it
 	// and is reconnecting, true once it is back (and after start-up).
