@@ -216,6 +216,7 @@ func (tr *tracker) observe(o observation, kind Horizon) horizon {
 
 	h := horizon{now: o.now, at: o.now.Add(-tr.guard)}
 	var limit *txn
+	var limitFrom time.Time
 	for _, e := range tr.seen {
 		from := e.lastAbsent
 		if kind == HorizonWriters {
@@ -224,16 +225,17 @@ func (tr *tracker) observe(o observation, kind Horizon) horizon {
 			}
 			from = e.lastNotWriter
 		}
-		if from.IsZero() {
-			if limit == nil || !h.at.IsZero() || e.firstSeen.Before(limit.firstSeen) {
-				limit = e
-			}
-			h.at = time.Time{}
-			continue
+		if limit == nil || holdsLonger(e, from, limit, limitFrom) {
+			limit, limitFrom = e, from
 		}
-		if at := from.Add(-tr.guard); !h.at.IsZero() && at.Before(h.at) {
+	}
+	if limit != nil {
+		if limitFrom.IsZero() {
+			h.at = time.Time{}
+		} else if at := limitFrom.Add(-tr.guard); at.Before(h.at) {
 			h.at = at
-			limit = e
+		} else {
+			limit = nil // began after now less the guard: it limits nothing
 		}
 	}
 	if limit != nil {
@@ -244,6 +246,21 @@ func (tr *tracker) observe(o observation, kind Horizon) horizon {
 	}
 	tr.lastPoll = o.now
 	return h
+}
+
+// holdsLonger reports whether a, known absent last at aFrom (zero: unknown), limits the horizon more than
+// b: an unknown start first, then the earlier instant. Ties go to the one seen first, then the lower pid,
+// so that the hold named in status does not flap between equals from poll to poll.
+func holdsLonger(a *txn, aFrom time.Time, b *txn, bFrom time.Time) bool {
+	switch {
+	case aFrom.IsZero() != bFrom.IsZero():
+		return aFrom.IsZero()
+	case !aFrom.Equal(bFrom):
+		return aFrom.Before(bFrom)
+	case !a.firstSeen.Equal(b.firstSeen):
+		return a.firstSeen.Before(b.firstSeen)
+	}
+	return a.pid < b.pid
 }
 
 // earliestStart bounds the start of the transactions in flight at the last poll: the earliest instant at

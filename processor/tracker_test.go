@@ -172,3 +172,22 @@ func TestClassify(t *testing.T) {
 		require.Equal(t, want, classify(expr), "%q", expr)
 	}
 }
+
+// TestTrackerHoldDoesNotFlap has two transactions of equal standing hold the horizon over many polls: the
+// hold must name the same one every time, or status and the logs would flap between them.
+func TestTrackerHoldDoesNotFlap(t *testing.T) {
+	t.Parallel()
+	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
+	for _, kind := range []Horizon{HorizonWriters, HorizonTransactions} {
+		tr := newTracker(5 * time.Millisecond)
+		tr.observe(observation{now: t0, writers: map[string]int{}, txs: map[string]int{}}, kind)
+		for i := 1; i <= 50; i++ {
+			o := observation{now: t0.Add(time.Duration(i) * 100 * time.Millisecond),
+				writers: map[string]int{"7/1": 107, "3/1": 103, "5/1": 105},
+				txs:     map[string]int{"7/1": 107, "3/1": 103, "5/1": 105}}
+			h := tr.observe(o, kind)
+			require.NotNil(t, h.hold)
+			require.Equal(t, 103, h.hold.PID, "%s, poll %d", kind, i)
+		}
+	}
+}
