@@ -37,7 +37,8 @@ const (
 )
 
 type options struct {
-	// Duration stops the demo by itself this long after the relay started; zero runs until ctx is done.
+	// Duration stops the bookings this long after the relay started; the demo then lets the relay catch
+	// up and stops by itself. Zero runs until ctx is done.
 	Duration    time.Duration
 	InsertEvery time.Duration
 	Out, Logs   io.Writer
@@ -136,10 +137,11 @@ func run(ctx context.Context, opts options) (summary, error) {
 	}
 	childDone := make(chan error, 1)
 	go func() { childDone <- child.Wait() }()
+	var timeUp <-chan time.Time
 	if opts.Duration > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, opts.Duration)
-		defer cancel()
+		timer := time.NewTimer(opts.Duration)
+		defer timer.Stop()
+		timeUp = timer.C
 	}
 
 	var mu sync.Mutex
@@ -181,6 +183,13 @@ loop:
 		select {
 		case <-ctx.Done():
 			break loop
+		case <-timeUp:
+			// Time is up: no more bookings; let the relay deliver the last ones before stopping it, so
+			// that the summary shows what it left behind, not what it had no time to read.
+			if !awaitCaughtUp(ctx, conn, 30*time.Second) && ctx.Err() == nil {
+				fmt.Fprintln(out, "\ninorder demo: the relay did not catch up within 30s")
+			}
+			break loop
 		case err := <-childDone:
 			stopRecv()
 			return sum, fmt.Errorf("inorder run exited early: %v", err)
@@ -211,7 +220,7 @@ loop:
 		return sum, errors.New("inorder run did not stop within 30s")
 	}
 	// Let the subscriber drain what was published before the stop.
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // only a subscriber that lost messages waits it out
 	for time.Now().Before(deadline) {
 		mu.Lock()
 		done := received >= sum.Inserted
@@ -226,13 +235,16 @@ loop:
 	mu.Lock()
 	sum.Received = received
 	mu.Unlock()
-	b, _ := behind(context.Background(), conn)
+	left := "?" // not measured
+	if b, err := behind(context.Background(), conn); err == nil {
+		left = fmt.Sprint(b)
+	}
 	verdict := "every key in order"
 	if !sum.InOrder {
 		verdict = "ORDER BROKEN"
 	}
-	fmt.Fprintf(out, "inorder demo: %d bookings inserted, %d messages received, %d behind; %s\n",
-		sum.Inserted, sum.Received, b, verdict)
+	fmt.Fprintf(out, "inorder demo: %d bookings inserted, %d messages received, %s behind; %s\n",
+		sum.Inserted, sum.Received, left, verdict)
 	return sum, nil
 }
 
@@ -245,6 +257,25 @@ func book(ctx context.Context, conn *pgx.Conn, customer string) error {
 		return fmt.Errorf("insert booking: %w", err)
 	}
 	return nil
+}
+
+// awaitCaughtUp waits until nothing is behind the relay's position, at most timeout, and reports whether
+// it got there.
+func awaitCaughtUp(ctx context.Context, conn *pgx.Conn, timeout time.Duration) bool {
+	deadline := time.Now().Add(timeout)
+	for {
+		if n, err := behind(ctx, conn); err == nil && n == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
 
 // behind measures the rows after the relay's position, as `inorder status` does.
