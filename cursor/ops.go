@@ -260,16 +260,30 @@ func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int
 	return nil
 }
 
+// InstancesLockKey is the key of the advisory lock that every running instance of partitioned process
+// name holds shared on its coordinating connection, from before it checks the partition count until it
+// stops. Repartition takes it exclusively: an instance between two partitions owns none of their locks,
+// but holds this one.
+func InstancesLockKey(name string) int64 { return LockKey(name + "#instances") }
+
 // Repartition splits process name into n partitions anew, every one starting at at: it replaces the
 // cursor rows of the old partitions (or the single stream's position) in one transaction, audited. The
 // caller checks first that nothing is behind, halted or owned, and that no writer is in flight, so that
-// at (the last row of the source) is where every old stream stands; the old partition rows are locked
-// with NOWAIT, so a running processor makes it fail with ErrBusy rather than wait.
+// at (the last row of the source) is where every old stream stands. A running instance makes it fail
+// with ErrBusy rather than wait: it holds the process's instances lock (see InstancesLockKey), and a
+// processor in a batch holds its partition's row, which is locked with NOWAIT.
 func Repartition(ctx context.Context, conn *pgx.Conn, name string, n int, at Position, opts ActionOpts) (AuditEntry, error) {
 	if n < 1 {
 		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
 	}
 	return act(ctx, conn, name, "repartition", "", opts, func(tx pgx.Tx, st State) (*Position, error) {
+		var idle bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", InstancesLockKey(name)).Scan(&idle); err != nil {
+			return nil, fmt.Errorf("repartition %q: %w", name, err)
+		}
+		if !idle {
+			return nil, fmt.Errorf("repartition %q: %w: an instance is running it; stop every instance first", name, ErrBusy)
+		}
 		rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')
 			FOR UPDATE NOWAIT`, name)
 		if err == nil {

@@ -296,12 +296,14 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 }
 
 // coordinator is the instance's one connection for choosing partitions, shared by its slots. Its
-// application_name tells other instances this one is running the process.
+// application_name tells other instances this one is running the process, and the process's instances
+// lock, which it holds shared, tells `inorder repartition` (see cursor.InstancesLockKey).
 type coordinator struct {
 	mu        sync.Mutex
 	cc        *pgx.ConnConfig
 	conn      *pgx.Conn
 	appPrefix string
+	lockKey   int64
 }
 
 func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
@@ -319,7 +321,7 @@ func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
 	if len(prefix) > 40 { // application_name keeps 63 bytes: leave room to tell instances apart
 		prefix = prefix[:40]
 	}
-	c := &coordinator{cc: cc, appPrefix: prefix}
+	c := &coordinator{cc: cc, appPrefix: prefix, lockKey: cursor.InstancesLockKey(p.cfg.Process)}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -335,6 +337,11 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 		if err != nil {
 			return fmt.Errorf("connect: %w", err)
 		}
+		// Waits only while a repartition commits; the partition count is checked after it.
+		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", c.lockKey); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return fmt.Errorf("lock the process's instances lock: %w", err)
+		}
 		c.conn = conn
 	}
 	err := f(c.conn)
@@ -349,6 +356,10 @@ func (c *coordinator) close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn != nil {
-		_ = c.conn.Close(context.Background())
+		// Unlocked before the connection closes, so that a repartition right after the stop sees it free.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, _ = c.conn.Exec(ctx, "SELECT pg_advisory_unlock_shared($1)", c.lockKey)
+		_ = c.conn.Close(ctx)
 	}
 }

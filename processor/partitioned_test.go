@@ -141,3 +141,32 @@ func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	require.Contains(t, err.Error(), `no index serves the partitioned read on public.events; create one`)
 	require.Contains(t, err.Error(), `CREATE INDEX CONCURRENTLY IF NOT EXISTS "events_aggregate_id_p4_idx" ON "public"."events" (((hashtextextended(coalesce("aggregate_id"::text, ''), 0) & 2147483647) % 4), "created_at", "id")`)
 }
+
+// TestRepartitionIsRefusedWhileAnInstanceRuns: a running instance does not always own a partition (it
+// hands them over and picks them again), and owning one is not what it takes to be running; repartition
+// must refuse while any instance runs, and go through once it stopped.
+func TestRepartitionIsRefusedWhileAnInstanceRuns(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 2))
+	cfg := b.cfg
+	cfg.Process = "busy"
+	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})
+	require.NoError(t, err)
+	stop := testrun.Start(t, p.Run)
+	b.insert(t, 3)
+	waitFor(t, "the rows", func() bool { return b.h.count() == 3 })
+
+	ctx := context.Background()
+	conn, err := b.db.Pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	opts := cursor.ActionOpts{Actor: "test"}
+	_, err = cursor.Repartition(ctx, conn.Conn(), "busy", 3, cursor.Position{}, opts)
+	require.ErrorIs(t, err, cursor.ErrBusy)
+	require.Contains(t, err.Error(), "an instance is running it; stop every instance first")
+
+	require.NoError(t, stop())
+	_, err = cursor.Repartition(ctx, conn.Conn(), "busy", 3, cursor.Position{}, opts)
+	require.NoError(t, err, "the stopped instance let go of the process at once")
+}
