@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -17,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -143,6 +146,22 @@ func (b *bundle) book(t *testing.T, n int, amount string) {
 		SELECT 'customer-' || (g %% 3), %s, jsonb_build_object('seats', g) FROM generate_series(1, %d) g`, amount, n))
 }
 
+// position returns booking_sms's durable position id, "" before it has one.
+func (b *bundle) position(t *testing.T) string {
+	t.Helper()
+	var id *string
+	err := b.db.Pool.QueryRow(context.Background(),
+		"SELECT position_id FROM inorder.cursor WHERE process_name = 'booking_sms'").Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "" // not registered yet
+	}
+	require.NoError(t, err)
+	if id == nil {
+		return "" // at the beginning
+	}
+	return *id
+}
+
 func runArgs(extra ...string) []string {
 	return append([]string{"run", "--process", "booking_sms", "--table", "bookings", "--poll-interval", "20ms",
 		"--retry-min", "20ms", "--retry-max", "100ms"}, extra...)
@@ -227,6 +246,9 @@ func TestAKilledInstanceIsTakenOverByTheStandby(t *testing.T) {
 	b.book(t, 4, "1")
 	first := startBinary(t, b.env, runArgs("--instance", "first")...)
 	require.Eventually(t, func() bool { return len(first.output()) == 4 }, 20*time.Second, 5*time.Millisecond, first.logs())
+	// A record is printed before its position commits; killed in between, the first would leave record 4
+	// to be delivered again, as it should. Here the kill comes once the position is durable.
+	require.Eventually(t, func() bool { return b.position(t) == "4" }, 20*time.Second, 5*time.Millisecond, first.logs())
 	second := startBinary(t, b.env, runArgs("--instance", "second")...)
 	require.Eventually(t, func() bool {
 		_, stdout, _ := runBinary(t, b.env, "status", "--json")
@@ -416,10 +438,13 @@ func TestALeastPrivilegedRoleRunsTheProcessor(t *testing.T) {
 	b.book(t, 4, "1")
 	p := startBinary(t, env, runArgs()...)
 	require.Eventually(t, func() bool { return len(p.output()) == 4 }, 20*time.Second, 5*time.Millisecond, p.logs())
-	code, stdout, stderr := runBinary(t, env, "status", "--json")
-	require.Zero(t, code, stderr)
-	require.Contains(t, stdout, `"state": "idle"`)
-	code, _, stderr = runBinary(t, env, "pause", "--process", "booking_sms", "--actor", "x")
+	// A record is printed before its position commits: idle once the last one's has.
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		code, stdout, stderr := runBinary(t, env, "status", "--json")
+		assert.Zero(c, code, stderr)
+		assert.Contains(c, stdout, `"state": "idle"`)
+	}, 20*time.Second, 20*time.Millisecond)
+	code, _, stderr := runBinary(t, env, "pause", "--process", "booking_sms", "--actor", "x")
 	require.Equal(t, 1, code, "operator actions need the audit grants")
 	require.Contains(t, stderr, "permission denied")
 	code, _, stderr = runBinary(t, env, "migrate")
