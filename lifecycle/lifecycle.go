@@ -16,27 +16,42 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Config configures a Group.
+// Config configures a Group. Its zero value is a working configuration, the one a zero Group uses.
 type Config struct {
 	// Logger receives the group's own lines (signals, which actor stopped the group). The zero value logs
 	// nothing.
 	Logger zerolog.Logger
-	// Signals stop the group. Nil means SIGINT and SIGTERM.
+	// Signals stop the group. Nil or empty means SIGINT and SIGTERM: an empty list must not mean every
+	// signal, as it would to signal.Notify.
 	Signals []os.Signal
 	// ExitFunc ends the program when a second signal arrives during shutdown. Nil means os.Exit.
 	ExitFunc func(code int)
 }
 
-// SignalError is what Run returns, wrapped, when a signal stopped the group; IsSignal tells it apart.
-type SignalError struct{ Signal os.Signal }
+// defaultSignals stop a group whose Config.Signals is empty.
+var defaultSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
 
-func (e *SignalError) Error() string { return "received " + e.Signal.String() }
-
-// IsSignal reports whether err says the group stopped because of a signal: a clean stop.
-func IsSignal(err error) bool {
-	var s *SignalError
-	return errors.As(err, &s)
+// signals returns the signals that stop the group, defaulted.
+func (c *Config) signals() []os.Signal {
+	if len(c.Signals) == 0 {
+		return defaultSignals
+	}
+	return c.Signals
 }
+
+// exit ends the program with code, through ExitFunc or else os.Exit.
+func (c *Config) exit(code int) {
+	if c.ExitFunc == nil {
+		os.Exit(code)
+	}
+	c.ExitFunc(code)
+}
+
+// signalError is what the signal actor returns when a signal stopped the group, for Run to tell a clean
+// stop from an actor's failure.
+type signalError struct{ signal os.Signal }
+
+func (e *signalError) Error() string { return "received " + e.signal.String() }
 
 // Runner is anything with a name that runs until its context is done: a processor.
 type Runner interface {
@@ -46,21 +61,17 @@ type Runner interface {
 
 // Group runs actors together: when one returns, every other is interrupted, and Run returns once all
 // have. It is built on github.com/oklog/run.
+//
+// The zero Group is ready to use, configured as by the zero Config: it stops on SIGINT or SIGTERM and
+// exits with os.Exit on a second signal.
 type Group struct {
 	cfg Config
-	log zerolog.Logger
 	g   run.Group
 }
 
-// New returns an empty group.
+// New returns an empty group configured by cfg.
 func New(cfg Config) *Group {
-	if cfg.Signals == nil {
-		cfg.Signals = []os.Signal{syscall.SIGINT, syscall.SIGTERM}
-	}
-	if cfg.ExitFunc == nil {
-		cfg.ExitFunc = os.Exit
-	}
-	return &Group{cfg: cfg, log: cfg.Logger}
+	return &Group{cfg: cfg}
 }
 
 // Add adds an actor that runs until its context is cancelled. An error it returns stops the group and is
@@ -109,7 +120,7 @@ func (g *Group) AddHTTPServer(name, addr string, h http.Handler, shutdownTimeout
 // signal, else the error of the actor that stopped the group.
 func (g *Group) Run() error {
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, g.cfg.Signals...)
+	signal.Notify(sigs, g.cfg.signals()...)
 	defer signal.Stop(sigs)
 	stop := make(chan struct{})     // the signal actor is interrupted
 	finished := make(chan struct{}) // every actor has returned
@@ -117,24 +128,25 @@ func (g *Group) Run() error {
 	g.g.Add(func() error {
 		select {
 		case s := <-sigs:
-			g.log.Info().Str("signal", s.String()).Msg("stopping: finishing the records in flight")
+			g.cfg.Logger.Info().Str("signal", s.String()).Msg("stopping: finishing the records in flight")
 			go func() {
 				select {
 				case s := <-sigs:
-					g.log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
-					g.cfg.ExitFunc(130)
+					g.cfg.Logger.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+					g.cfg.exit(130)
 				case <-finished:
 				}
 			}()
-			return &SignalError{Signal: s}
+			return &signalError{signal: s}
 		case <-stop:
 			return nil
 		}
 	}, func(error) { once.Do(func() { close(stop) }) })
 	err := g.g.Run()
 	close(finished)
-	if IsSignal(err) {
-		return nil
+	var sigErr *signalError
+	if errors.As(err, &sigErr) {
+		return nil // a clean stop
 	}
 	return err
 }

@@ -3,6 +3,8 @@ package lifecycle_test
 import (
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"sync"
 	"syscall"
 	"testing"
@@ -146,4 +148,94 @@ func TestAFatalProcessorErrorStopsTheGroupNamingTheProcess(t *testing.T) {
 	require.True(t, errors.Is(err, processor.ErrInvalidSource))
 	require.Contains(t, err.Error(), `process jobs: process "jobs": invalid source: table "missing_table" does not exist`)
 	<-other // every other actor was interrupted
+}
+
+func TestZeroGroupReturnsWhatStoppedIt(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	for _, tt := range []struct {
+		name    string
+		result  error // what the actor "first" returns
+		wantErr string
+	}{
+		{name: "an actor's error, prefixed with its name", result: boom, wantErr: "first: boom"},
+		{name: "nil, when an actor returns nil", result: nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			var g lifecycle.Group
+			interrupted := make(chan struct{})
+			g.Add("first", func(context.Context) error { return tt.result })
+			g.Add("bystander", func(ctx context.Context) error { <-ctx.Done(); close(interrupted); return nil })
+			err := g.Run()
+			<-interrupted // every other actor was interrupted
+			if tt.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tt.wantErr)
+			require.ErrorIs(t, err, tt.result)
+		})
+	}
+}
+
+// TestZeroGroupStopsCleanlyOnSIGTERM signals the test binary, so it does not run in parallel: parallel
+// tests run once every sequential one has returned, and no other group listens meanwhile.
+func TestZeroGroupStopsCleanlyOnSIGTERM(t *testing.T) {
+	signalMu.Lock()
+	defer signalMu.Unlock()
+	var g lifecycle.Group
+	started := make(chan struct{})
+	stopped := make(chan struct{})
+	g.Add("worker", func(ctx context.Context) error {
+		close(started) // Run listens for signals before any actor starts
+		<-ctx.Done()
+		close(stopped)
+		return nil
+	})
+	result := make(chan error, 1)
+	go func() { result <- g.Run() }()
+	<-started
+	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+	select {
+	case err := <-result:
+		require.NoError(t, err, "a signal is a clean stop")
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGTERM did not stop a zero Group")
+	}
+	<-stopped
+}
+
+// zeroGroupChildEnv marks the copy of the test binary that TestZeroGroupExitsWithOSExitOnASecondSignal
+// starts.
+const zeroGroupChildEnv = "INORDER_LIFECYCLE_ZERO_GROUP_CHILD"
+
+// TestZeroGroupExitsWithOSExitOnASecondSignal runs a zero Group in a copy of the test binary, whose
+// shutdown hangs after a first SIGTERM; a second SIGTERM must end that process with code 130 through
+// os.Exit, the zero Group's ExitFunc.
+func TestZeroGroupExitsWithOSExitOnASecondSignal(t *testing.T) {
+	if os.Getenv(zeroGroupChildEnv) == "1" {
+		var g lifecycle.Group
+		g.Add("stuck", func(ctx context.Context) error {
+			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+				return err
+			}
+			<-ctx.Done() // the first signal began the shutdown
+			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+				return err
+			}
+			select {} // a shutdown that hangs
+		})
+		err := g.Run()
+		t.Fatalf("Run returned (%v) instead of exiting", err)
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestZeroGroupExitsWithOSExitOnASecondSignal$", "-test.count=1")
+	cmd.Env = append(os.Environ(), zeroGroupChildEnv+"=1")
+	out, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	require.ErrorAs(t, err, &exitErr, "the child exited: %s", out)
+	require.Equal(t, 130, exitErr.ExitCode(), "the child's output: %s", out)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers/stdout"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/lifecycle"
+	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -124,9 +125,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	}
 	defer closeHandler()
 	cfg.Handler = h
-	var metrics *lifecycle.Metrics
+	var metrics *ops.Metrics
 	if f.metricsAddr != "" {
-		metrics = lifecycle.NewMetrics()
+		metrics = ops.NewMetrics()
 		cfg.Observer = metrics
 	}
 	var p lifecycle.Runner
@@ -140,7 +141,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log})
 	if metrics != nil {
-		pool, err := lifecycle.NewOpsPool(ctx, cfg.ConnConfig)
+		pool, err := ops.NewPool(ctx, cfg.ConnConfig)
 		if err != nil {
 			return err
 		}
@@ -150,8 +151,8 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 			// under the partition's name; which ones those are changes as instances come and go.
 			metrics.Track(p.Name())
 		}
-		health := lifecycle.NewHealth(lifecycle.HealthConfig{Ping: pool.Ping, Metrics: metrics})
-		addr, err := g.AddHTTPServer("ops", f.metricsAddr, lifecycle.NewOpsHandler(metrics, health), 5*time.Second)
+		health := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, Metrics: metrics})
+		addr, err := g.AddHTTPServer("ops", f.metricsAddr, ops.NewHandler(metrics, health), 5*time.Second)
 		if err != nil {
 			return usageErr("--metrics-addr: %v", err)
 		}

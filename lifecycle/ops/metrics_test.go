@@ -1,4 +1,4 @@
-package lifecycle_test
+package ops_test
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/lifecycle"
+	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -130,10 +130,10 @@ func TestMetricsDescribeAKnownRun(t *testing.T) {
 		}
 		return nil
 	})
-	m := lifecycle.NewMetrics()
+	m := ops.NewMetrics()
 	m.Track("jobs")
 	cfg.Observer = m
-	srv := httptest.NewServer(lifecycle.NewOpsHandler(m, nil))
+	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 	url := srv.URL + "/metrics"
 
@@ -212,7 +212,7 @@ func TestLagErrorsAreCountedAndTheGaugesKept(t *testing.T) {
 	t.Parallel()
 	db, cfg := setup(t)
 	cfg.Handler = handlers.HandlerFunc[row](func(context.Context, *handlers.Record[row]) error { return nil })
-	m := lifecycle.NewMetrics()
+	m := ops.NewMetrics()
 	cfg.Observer = m
 	p, err := processor.New(cfg)
 	require.NoError(t, err)

@@ -1,4 +1,4 @@
-package lifecycle
+package ops
 
 import (
 	"context"
@@ -13,7 +13,7 @@ const DefaultPingTimeout = 2 * time.Second
 
 // HealthConfig configures a Health.
 type HealthConfig struct {
-	// Ping checks that the database answers; (*pgxpool.Pool).Ping fits (see NewOpsPool). Nil skips the
+	// Ping checks that the database answers; (*pgxpool.Pool).Ping fits (see NewPool). Nil skips the
 	// check.
 	Ping func(ctx context.Context) error
 	// PingTimeout bounds one check. Zero means DefaultPingTimeout.
@@ -84,9 +84,9 @@ func (h *Health) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
-// NewOpsHandler serves /metrics from m and /healthz and /readyz from h on one listener, for
-// Group.AddHTTPServer. Either may be nil, leaving its paths out (404).
-func NewOpsHandler(m *Metrics, h *Health) http.Handler {
+// NewHandler serves /metrics from m and /healthz and /readyz from h on one listener, for
+// lifecycle.Group.AddHTTPServer. Either may be nil, leaving its paths out (404).
+func NewHandler(m *Metrics, h *Health) http.Handler {
 	mux := http.NewServeMux()
 	if m != nil {
 		mux.Handle("/metrics", m.Handler())

@@ -1,37 +1,4 @@
-package lifecycle
-
-// Metrics
-//
-// Metrics serves these series, every one labelled by process (the process name), on its own registry
-// beside the Go runtime's go_* and process_* series:
-//
-//	inorder_records_handled_total        counter    records the handler took successfully
-//	inorder_handler_failures_total       counter    handler calls (or async results) that failed; a record
-//	                                                 that fails twice and then goes through counts 2
-//	inorder_handler_duration_seconds     histogram  time of every handler call, success or failure (for an
-//	                                                 async handler: the wait on its result); buckets 1ms..30s
-//	inorder_batches_total                counter    reads of the source (one per batch, empty ones included)
-//	inorder_records_read_total           counter    records those reads returned (records delivered again
-//	                                                 after a failure are counted again)
-//	inorder_halted                       gauge      1 while the stream is halted on a failing record, else 0
-//	inorder_horizon_hold_seconds         gauge      how long the transaction holding the horizon back
-//	                                                 has been in flight; 0 when none
-//	inorder_cursor_locked                gauge      1 while this instance owns the process, 0 while it
-//	                                                 stands by (another instance owns it) or is stopped
-//	inorder_position_timestamp_seconds   gauge      created_at of the position, as Unix seconds, as last
-//	                                                 advanced by this instance; 0 until it advances
-//	inorder_connected                    gauge      1 while the processor has a working database
-//	                                                 connection, 0 while it is reconnecting or starting
-//	inorder_lag_rows                     gauge      committed source rows after the durable position,
-//	                                                 counted up to 1,000,000 (processor.LagCountCap)
-//	inorder_lag_seconds                  gauge      age of the oldest of those rows (database clock); 0 when
-//	                                                 none
-//	inorder_lag_errors_total             counter    lag measurements that failed (the lag gauges keep their
-//	                                                 last value meanwhile)
-//
-// The lag series are measured only by WatchLag, from the cursor row and the source table, so every
-// instance reports them, owner or not; they appear after the first measurement. The other series come from
-// the processor through the processor.Observer that Metrics implements.
+package ops
 
 import (
 	"context"
@@ -68,7 +35,7 @@ const (
 
 // Metrics is a processor.Observer that keeps Prometheus series about the processors reporting to it, on a
 // registry of its own. Set it as processor.Config.Observer of every processor of the program (one Metrics
-// serves any number of processes), serve Handler (or NewOpsHandler), and run WatchLag for the lag series.
+// serves any number of processes), serve Handler (or NewHandler), and run WatchLag for the lag series.
 // It also remembers whether each processor is connected, for Health.
 type Metrics struct {
 	reg *prometheus.Registry
@@ -284,14 +251,14 @@ func b2f(b bool) float64 {
 	return 0
 }
 
-// WatchLag returns an actor (for Group.Add) that measures the lag of every tracked process every interval
+// WatchLag returns an actor (for lifecycle.Group.Add) that measures the lag of every tracked process every interval
 // (zero means DefaultLagInterval) until its context is done, and then returns nil. Each measurement reads
 // the process's cursor row (cursor.List) and counts the source rows after its durable position
 // (processor.Behind, bounded by processor.LagCountCap) on one connection of pool. Rounds run one after the
 // other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
 // measurement counts in inorder_lag_errors_total and leaves the lag gauges at their last value. A process
 // without a cursor row yet, or whose processor has not yet recorded its source, is skipped and looked at
-// again after a second rather than a whole interval. Give it a small pool of its own (see NewOpsPool).
+// again after a second rather than a whole interval. Give it a small pool of its own (see NewPool).
 func (m *Metrics) WatchLag(pool *pgxpool.Pool, interval time.Duration) func(ctx context.Context) error {
 	if interval <= 0 {
 		interval = DefaultLagInterval
@@ -381,11 +348,11 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (
 	return true, nil
 }
 
-// NewOpsPool returns a small, lazily connecting pool on the database cc names, for Health's ping and
+// NewPool returns a small, lazily connecting pool on the database cc names, for Health's ping and
 // WatchLag: at most two connections, named "inorder-ops" in pg_stat_activity (not "inorder:...", which
 // status counts as instances). It does not connect until first used, so a program starts while the
 // database is away. Close it when the group has stopped.
-func NewOpsPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
+func NewPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, fmt.Errorf("ops pool: %w", err)

@@ -1,13 +1,11 @@
-package lifecycle_test
+package ops_test
 
 import (
 	"context"
 	"errors"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -17,6 +15,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/lifecycle"
+	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -54,7 +53,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	}
 	restore := func() { db.Exec(t, "ALTER ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN") }
 
-	pool, err := lifecycle.NewOpsPool(ctx, cc)
+	pool, err := ops.NewPool(ctx, cc)
 	require.NoError(t, err)
 	t.Cleanup(pool.Close)
 	cfg.ConnConfig = cc
@@ -64,17 +63,16 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 		handled <- rec.Value.ID
 		return nil
 	})
-	m := lifecycle.NewMetrics()
+	m := ops.NewMetrics()
 	cfg.Observer = m
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 
-	// The wiring of `inorder run --metrics-addr`. The group listens for a signal nobody sends, so that
-	// the tests signalling the test binary cannot stop it.
-	g := lifecycle.New(lifecycle.Config{Signals: []os.Signal{syscall.SIGUSR2}})
+	// The wiring of `inorder run --metrics-addr`.
+	g := lifecycle.New(lifecycle.Config{})
 	m.Track(p.Name())
-	h := lifecycle.NewHealth(lifecycle.HealthConfig{Ping: pool.Ping, PingTimeout: time.Second, Metrics: m})
-	addr, err := g.AddHTTPServer("ops", "127.0.0.1:0", lifecycle.NewOpsHandler(m, h), 5*time.Second)
+	h := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, PingTimeout: time.Second, Metrics: m})
+	addr, err := g.AddHTTPServer("ops", "127.0.0.1:0", ops.NewHandler(m, h), 5*time.Second)
 	require.NoError(t, err)
 	g.Add("lag", m.WatchLag(pool, 50*time.Millisecond))
 	g.AddRunner(p)
@@ -140,7 +138,7 @@ func TestReadyzWithoutProcessorsChecksTheDatabaseOnly(t *testing.T) {
 	t.Parallel()
 	var pingErr atomic.Pointer[error]
 	var unbounded atomic.Bool
-	h := lifecycle.NewHealth(lifecycle.HealthConfig{Ping: func(ctx context.Context) error {
+	h := ops.NewHealth(ops.HealthConfig{Ping: func(ctx context.Context) error {
 		if _, ok := ctx.Deadline(); !ok {
 			unbounded.Store(true)
 		}
@@ -149,7 +147,7 @@ func TestReadyzWithoutProcessorsChecksTheDatabaseOnly(t *testing.T) {
 		}
 		return nil
 	}})
-	srv := httptest.NewServer(lifecycle.NewOpsHandler(nil, h))
+	srv := httptest.NewServer(ops.NewHandler(nil, h))
 	t.Cleanup(srv.Close)
 	code, body := get(t, srv.URL+"/readyz")
 	require.Equal(t, http.StatusOK, code)

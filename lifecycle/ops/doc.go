@@ -1,0 +1,61 @@
+// Package ops serves what operators watch of a running inorder program: Prometheus metrics, the lag of
+// every process, and liveness and readiness probes. `inorder run --metrics-addr` wires it as below; a Go
+// service embedding processors wires it the same way. It lives apart from package lifecycle so that a
+// program running processors without it pulls in neither Prometheus nor a connection pool.
+//
+// # Wiring
+//
+//	m := ops.NewMetrics()
+//	cfg.Observer = m // processor.Config of every processor of the program
+//	pool, err := ops.NewPool(ctx, cfg.ConnConfig)
+//	if err != nil {
+//		return err
+//	}
+//	defer pool.Close()
+//	m.Track(cfg.Process)
+//	h := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, Metrics: m})
+//	g := lifecycle.New(lifecycle.Config{})
+//	if _, err := g.AddHTTPServer("ops", ":9187", ops.NewHandler(m, h), 5*time.Second); err != nil {
+//		return err
+//	}
+//	g.Add("lag", m.WatchLag(pool, 0))
+//
+// # Metrics
+//
+// Metrics serves these series, every one labelled by process (the process name), on its own registry
+// beside the Go runtime's go_* and process_* series:
+//
+//	inorder_records_handled_total        counter    records the handler took successfully
+//	inorder_handler_failures_total       counter    handler calls (or async results) that failed; a record
+//	                                                 that fails twice and then goes through counts 2
+//	inorder_handler_duration_seconds     histogram  time of every handler call, success or failure (for an
+//	                                                 async handler: the wait on its result); buckets 1ms..30s
+//	inorder_batches_total                counter    reads of the source (one per batch, empty ones included)
+//	inorder_records_read_total           counter    records those reads returned (records delivered again
+//	                                                 after a failure are counted again)
+//	inorder_halted                       gauge      1 while the stream is halted on a failing record, else 0
+//	inorder_horizon_hold_seconds         gauge      how long the transaction holding the horizon back
+//	                                                 has been in flight; 0 when none
+//	inorder_cursor_locked                gauge      1 while this instance owns the process, 0 while it
+//	                                                 stands by (another instance owns it) or is stopped
+//	inorder_position_timestamp_seconds   gauge      created_at of the position, as Unix seconds, as last
+//	                                                 advanced by this instance; 0 until it advances
+//	inorder_connected                    gauge      1 while the processor has a working database
+//	                                                 connection, 0 while it is reconnecting or starting
+//	inorder_lag_rows                     gauge      committed source rows after the durable position,
+//	                                                 counted up to 1,000,000 (processor.LagCountCap)
+//	inorder_lag_seconds                  gauge      age of the oldest of those rows (database clock); 0 when
+//	                                                 none
+//	inorder_lag_errors_total             counter    lag measurements that failed (the lag gauges keep their
+//	                                                 last value meanwhile)
+//
+// The lag series are measured only by Metrics.WatchLag, from the cursor row and the source table, so every
+// instance reports them, owner or not; they appear after the first measurement. The other series come from
+// the processor through the processor.Observer that Metrics implements.
+//
+// # Health
+//
+// Health answers GET /healthz (200 while the program runs) and GET /readyz (200 when the database answers
+// a ping and every tracked processor is connected, 503 with one line per problem otherwise). NewHandler
+// serves /metrics, /healthz and /readyz on one listener.
+package ops
