@@ -16,6 +16,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // ErrNotLocked is returned by operations that need the cursor row lock when the repository does not hold
@@ -302,6 +304,15 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 }
 
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
+	st, ok, err := scanState(row)
+	if ok {
+		r.state = st
+	}
+	return ok, err
+}
+
+// scanState reads the state columns of a cursor row (as lockSQL selects them), then extra.
+func scanState(row pgx.Row, extra ...any) (State, bool, error) {
 	var (
 		posAt         pgtype.Timestamptz
 		posID, haltID pgtype.Text
@@ -310,12 +321,12 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 		first, last   pgtype.Timestamptz
 		paused        bool
 	)
-	err := row.Scan(&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused)
+	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return State{}, false, nil
 	}
 	if err != nil {
-		return false, err
+		return State{}, false, err
 	}
 	st := State{Paused: paused}
 	if posAt.Valid {
@@ -325,8 +336,7 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 		st.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
 			FirstFailureAt: first.Time, LastFailureAt: last.Time}
 	}
-	r.state = st
-	return true, nil
+	return st, true, nil
 }
 
 // SetPosition moves the position inside the open transaction, counting handled records; it becomes
@@ -452,11 +462,20 @@ func (r *Repository) RecordFailure(ctx context.Context, pos Position, recordID s
 	return h, nil
 }
 
-// Source is what a process reads, as recorded in its cursor row for status and metrics.
+// Source is what a process reads, as recorded in its cursor row for status, lag and operator actions.
 type Source struct {
 	Table, IDColumn, CreatedAtColumn, KeyColumn string
 	// Partition and Partitions place a partition's stream in its process (Partitions 0: not partitioned).
 	Partition, Partitions int
+}
+
+// spec is the recorded source as the machinery takes it.
+func (s Source) spec() source.Spec {
+	sp := source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, KeyColumn: s.KeyColumn}
+	if s.Partitions > 0 {
+		sp.Partition = &source.Partition{Index: s.Partition, Count: s.Partitions}
+	}
+	return sp
 }
 
 // SetSource records which table and columns the process reads, so status can measure what is behind.

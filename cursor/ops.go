@@ -6,13 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
-// Sentinel errors of operator actions, for callers that branch on them.
+// Sentinel errors of operator actions, for callers that branch on them. Every action error wraps one of
+// them, or a database error.
 var (
 	// ErrUnknownProcess: no cursor row has the name.
 	ErrUnknownProcess = errors.New("no such process")
@@ -20,9 +24,29 @@ var (
 	ErrNotHalted = errors.New("the stream is not halted")
 	// ErrWrongRecord: Skip was asked for a record other than the one the stream is halted on.
 	ErrWrongRecord = errors.New("the stream is halted on another record")
-	// ErrBusy: the cursor row stayed locked by a running batch for longer than the action would wait.
+	// ErrNoRecord: the source has no record with the id.
+	ErrNoRecord = source.ErrNoRecord
+	// ErrForward: Rewind was asked for a place ahead of the position; moving there would skip the records
+	// in between.
+	ErrForward = errors.New("it is ahead of the position")
+	// ErrNeverRan: the process has never run, so its source is unknown.
+	ErrNeverRan = errors.New("the process has never run")
+	// ErrBusy: the cursor row stayed locked by a running batch for longer than the action would wait, or
+	// (for Repartition) an instance is running the process.
 	ErrBusy = errors.New("the cursor is busy")
+	// ErrNotDrained: Repartition was asked while a stream of the process is halted or has records behind
+	// its position.
+	ErrNotDrained = errors.New("the process is not drained")
+	// ErrInFlight: Repartition was asked while transactions that could still add rows before the new
+	// partitions' start are open.
+	ErrInFlight = errors.New("transactions are in flight on the source")
 )
+
+// DB is what operator actions and status run on: a *pgx.Conn, a *pgxpool.Pool or a pgx.Tx. Each action
+// runs in one transaction of its own (a savepoint inside a pgx.Tx).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
 
 // ActionOpts says who asks for an operator action and why; both go to the audit table with the
 // database role.
@@ -85,49 +109,93 @@ func (p *Position) UnmarshalJSON(b []byte) error {
 }
 
 // Skip moves the position past the record the stream is halted on, and only that record: it refuses when
-// the stream is not halted (ErrNotHalted) or is halted on another record (ErrWrongRecord). record is the
-// halted record's own position, which the caller looks up in the source (processor.Locate). The running
-// processor goes on after it at its next batch.
-func Skip(ctx context.Context, conn *pgx.Conn, name string, record Position, opts ActionOpts) (AuditEntry, error) {
+// the stream is not halted (ErrNotHalted) or is halted on another record (ErrWrongRecord). It is the only
+// action that moves a position past an undelivered record, and it needs a reason. The running processor
+// goes on after it at its next batch.
+func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (AuditEntry, error) {
 	if opts.Reason == "" {
 		return AuditEntry{}, fmt.Errorf("skip on %q: a reason is required", name)
 	}
-	return act(ctx, conn, name, "skip", record.ID, opts, func(tx pgx.Tx, st State) (*Position, error) {
+	return act(ctx, db, name, "skip", recordID, opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+		st := row.state
 		if st.Halt == nil {
-			return nil, fmt.Errorf("skip record %s on %q: %w; skip only moves past a halted record", record.ID, name, ErrNotHalted)
+			return nil, fmt.Errorf("skip record %s on %q: %w; skip only moves past a halted record", recordID, name, ErrNotHalted)
 		}
-		if st.Halt.RecordID != record.ID {
-			return nil, fmt.Errorf("skip record %s on %q: %w (%s)", record.ID, name, ErrWrongRecord, st.Halt.RecordID)
+		if st.Halt.RecordID != recordID {
+			return nil, fmt.Errorf("skip record %s on %q: %w (%s)", recordID, name, ErrWrongRecord, st.Halt.RecordID)
 		}
-		return &record, setOperatorPosition(ctx, tx, name, record)
-	})
-}
-
-// Rewind moves the position back to to, so that the records after it are delivered again, in order. It
-// clears any halt state. The caller checks that to is not ahead of the position (processor.Locate),
-// since moving forward would skip records. recordID, when not empty, is recorded in the audit entry.
-func Rewind(ctx context.Context, conn *pgx.Conn, name string, to Position, recordID string, opts ActionOpts) (AuditEntry, error) {
-	return act(ctx, conn, name, "rewind", recordID, opts, func(tx pgx.Tx, st State) (*Position, error) {
+		t, err := row.table(ctx, tx, name)
+		if err != nil {
+			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+		}
+		loc, err := t.Locate(ctx, tx, recordID, source.Position(st.Position))
+		if err != nil {
+			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+		}
+		to := Position(loc.Record)
 		return &to, setOperatorPosition(ctx, tx, name, to)
 	})
 }
 
+// RewindTarget says where Rewind moves a position back to: set exactly one field.
+type RewindTarget struct {
+	// RecordID delivers again from this record, inclusive.
+	RecordID string
+	// Time delivers again from the first record created at or after it.
+	Time time.Time
+}
+
+// Rewind moves the position back so that the records from the target on are delivered again, in order.
+// It refuses a target ahead of the position (ErrForward): moving forward would skip the records in
+// between, which only Skip may do, one halted record at a time. It clears any halt state.
+func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts ActionOpts) (AuditEntry, error) {
+	if (to.RecordID == "") == to.Time.IsZero() {
+		return AuditEntry{}, fmt.Errorf("rewind %q: give exactly one of a record id and a time", name)
+	}
+	return act(ctx, db, name, "rewind", to.RecordID, opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+		cur := row.state.Position
+		if to.Time.IsZero() {
+			t, err := row.table(ctx, tx, name)
+			if err != nil {
+				return nil, fmt.Errorf("rewind %q: %w", name, err)
+			}
+			loc, err := t.Locate(ctx, tx, to.RecordID, source.Position(cur))
+			if err != nil {
+				return nil, fmt.Errorf("rewind %q: %w", name, err)
+			}
+			if loc.Ahead {
+				return nil, fmt.Errorf("rewind %q to record %s: %w, and moving there would skip the records in between; "+
+					"rewind only moves back", name, to.RecordID, ErrForward)
+			}
+			back := Position(loc.Before)
+			return &back, setOperatorPosition(ctx, tx, name, back)
+		}
+		// The position just before the time: every record created at or after it is delivered again.
+		back := Position{CreatedAt: to.Time.UTC().Add(-time.Microsecond)}
+		if cur.IsBeginning() || !back.CreatedAt.Before(cur.CreatedAt) {
+			return nil, fmt.Errorf("rewind %q to %s: %w (%s); rewind only moves back", name,
+				to.Time.UTC().Format(time.RFC3339Nano), ErrForward, cur)
+		}
+		return &back, setOperatorPosition(ctx, tx, name, back)
+	})
+}
+
 // Pause stops the process at its next batch (within one poll interval when idle) until Resume.
-func Pause(ctx context.Context, conn *pgx.Conn, name string, opts ActionOpts) (AuditEntry, error) {
-	return setPaused(ctx, conn, name, true, opts)
+func Pause(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
+	return setPaused(ctx, db, name, true, opts)
 }
 
 // Resume lets a paused process go on.
-func Resume(ctx context.Context, conn *pgx.Conn, name string, opts ActionOpts) (AuditEntry, error) {
-	return setPaused(ctx, conn, name, false, opts)
+func Resume(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
+	return setPaused(ctx, db, name, false, opts)
 }
 
-func setPaused(ctx context.Context, conn *pgx.Conn, name string, paused bool, opts ActionOpts) (AuditEntry, error) {
+func setPaused(ctx context.Context, db DB, name string, paused bool, opts ActionOpts) (AuditEntry, error) {
 	action := "resume"
 	if paused {
 		action = "pause"
 	}
-	return act(ctx, conn, name, action, "", opts, func(tx pgx.Tx, st State) (*Position, error) {
+	return act(ctx, db, name, action, "", opts, func(tx pgx.Tx, _ cursorRow) (*Position, error) {
 		_, err := tx.Exec(ctx, "UPDATE inorder.cursor SET paused = $2 WHERE process_name = $1", name, paused)
 		return nil, err
 	})
@@ -144,10 +212,24 @@ func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Positi
 	return err
 }
 
+// cursorRow is a cursor row as an action reads it, locked: its state and the source it last ran against.
+type cursorRow struct {
+	state State
+	src   Source
+}
+
+// table resolves the row's source in the catalog.
+func (r cursorRow) table(ctx context.Context, q source.Querier, name string) (*source.Table, error) {
+	if r.src.Table == "" {
+		return nil, fmt.Errorf("%w, so its source is unknown", ErrNeverRan)
+	}
+	return source.Inspect(ctx, q, r.src.spec())
+}
+
 // act runs an operator action: it locks the cursor row (waiting at most opts.Wait for a running batch to
-// end), applies change, and writes the audit entry, all in one transaction.
-func act(ctx context.Context, conn *pgx.Conn, name, action, recordID string, opts ActionOpts,
-	change func(tx pgx.Tx, st State) (*Position, error)) (AuditEntry, error) {
+// end), checks and applies change, and writes the audit entry, all in one transaction.
+func act(ctx context.Context, db DB, name, action, recordID string, opts ActionOpts,
+	change func(tx pgx.Tx, row cursorRow) (*Position, error)) (AuditEntry, error) {
 	if opts.Actor == "" {
 		return AuditEntry{}, fmt.Errorf("%s on %q: an actor is required", action, name)
 	}
@@ -155,7 +237,7 @@ func act(ctx context.Context, conn *pgx.Conn, name, action, recordID string, opt
 	if wait <= 0 {
 		wait = 10 * time.Second
 	}
-	tx, err := conn.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, err)
 	}
@@ -163,11 +245,15 @@ func act(ctx context.Context, conn *pgx.Conn, name, action, recordID string, opt
 	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
 		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, err)
 	}
-	r := &Repository{name: name}
-	ok, err := r.scanLock(tx.QueryRow(ctx, `
+	var row cursorRow
+	var part, parts *int32
+	st, ok, err := scanState(tx.QueryRow(ctx, `
 		SELECT position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
-		       halted_first_failure_at, halted_last_failure_at, paused
-		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name))
+		       halted_first_failure_at, halted_last_failure_at, paused,
+		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
+		       coalesce(source_key_column, ''), source_partition, source_partitions
+		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),
+		&row.src.Table, &row.src.IDColumn, &row.src.CreatedAtColumn, &row.src.KeyColumn, &part, &parts)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
 		return AuditEntry{}, fmt.Errorf("%s on %q: %w: a batch held the cursor row for over %s; try again or wait longer",
@@ -179,8 +265,12 @@ func act(ctx context.Context, conn *pgx.Conn, name, action, recordID string, opt
 	if !ok {
 		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
 	}
-	before := r.state.Position
-	after, err := change(tx, r.state)
+	row.state = st
+	if parts != nil && part != nil {
+		row.src.Partition, row.src.Partitions = int(*part), int(*parts)
+	}
+	before := row.state.Position
+	after, err := change(tx, row)
 	if err != nil {
 		return AuditEntry{}, err
 	}
@@ -207,13 +297,29 @@ func act(ctx context.Context, conn *pgx.Conn, name, action, recordID string, opt
 	return e, nil
 }
 
-// Audit lists the audit entries of process name (all processes when empty), newest first, at most limit.
-func Audit(ctx context.Context, conn *pgx.Conn, name string, limit int) ([]AuditEntry, error) {
-	rows, err := conn.Query(ctx, `
+// AuditOpts selects audit entries.
+type AuditOpts struct {
+	// Process shows only this process's entries. Empty means every process.
+	Process string
+	// Limit bounds the entries, newest first. Zero means 50.
+	Limit int
+}
+
+// Audit lists the audit entries, newest first.
+func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
+	if opts.Limit <= 0 {
+		opts.Limit = 50
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read audit: %w", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	rows, err := tx.Query(ctx, `
 		SELECT id, at, process_name, action, db_role, actor, reason, coalesce(record_id, ''),
 		       position_before, position_after
 		FROM inorder.audit WHERE $1 = '' OR process_name = $1
-		ORDER BY id DESC LIMIT $2`, name, limit)
+		ORDER BY id DESC LIMIT $2`, opts.Process, opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read audit: %w", err)
 	}
@@ -266,23 +372,25 @@ func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int
 // but holds this one.
 func InstancesLockKey(name string) int64 { return LockKey(name + "#instances") }
 
-// Repartition splits process name into n partitions anew, every one starting at at: it replaces the
-// cursor rows of the old partitions (or the single stream's position) in one transaction, audited. The
-// caller checks first that nothing is behind, halted or owned, and that no writer is in flight, so that
-// at (the last row of the source) is where every old stream stands. A running instance makes it fail
-// with ErrBusy rather than wait: it holds the process's instances lock (see InstancesLockKey), and a
-// processor in a batch holds its partition's row, which is locked with NOWAIT.
-func Repartition(ctx context.Context, conn *pgx.Conn, name string, n int, at Position, opts ActionOpts) (AuditEntry, error) {
+// Repartition splits process name into n partitions anew (n = 1 included), every one starting after the
+// last row of the source, in one transaction, audited. Positions do not carry over between splits, so it
+// refuses unless that start skips nothing: an instance running the process (ErrBusy), a stream that never
+// ran (ErrNeverRan), is halted or has records behind its position (ErrNotDrained), or a transaction in
+// flight that could still add rows before the start (ErrInFlight).
+func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts) (AuditEntry, error) {
 	if n < 1 {
 		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
 	}
-	return act(ctx, conn, name, "repartition", "", opts, func(tx pgx.Tx, st State) (*Position, error) {
+	return act(ctx, db, name, "repartition", "", opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+		fail := func(format string, args ...any) (*Position, error) {
+			return nil, fmt.Errorf("repartition %q: "+format, append([]any{name}, args...)...)
+		}
 		var idle bool
 		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", InstancesLockKey(name)).Scan(&idle); err != nil {
-			return nil, fmt.Errorf("repartition %q: %w", name, err)
+			return fail("%w", err)
 		}
 		if !idle {
-			return nil, fmt.Errorf("repartition %q: %w: an instance is running it; stop every instance first", name, ErrBusy)
+			return fail("%w: an instance is running it; stop every instance first", ErrBusy)
 		}
 		rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')
 			FOR UPDATE NOWAIT`, name)
@@ -291,24 +399,87 @@ func Repartition(ctx context.Context, conn *pgx.Conn, name string, n int, at Pos
 		}
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-			return nil, fmt.Errorf("repartition %q: %w: a processor is working a partition; stop every instance first", name, ErrBusy)
+			return fail("%w: a processor is working a partition; stop every instance first", ErrBusy)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("repartition %q: %w", name, err)
+			return fail("%w", err)
 		}
+		infos, err := List(ctx, tx, "")
+		if err != nil {
+			return fail("%w", err)
+		}
+		var parent *Info
+		var streams []Info
+		for i := range infos {
+			switch {
+			case infos[i].Process == name:
+				parent = &infos[i]
+			case strings.HasPrefix(infos[i].Process, name+"#"):
+				streams = append(streams, infos[i])
+			}
+		}
+		if parent == nil {
+			return fail("%w", ErrUnknownProcess)
+		}
+		if parent.Partitions == 0 {
+			streams = []Info{*parent} // a single stream becomes partitioned
+		} else if len(streams) < parent.Partitions {
+			return fail("%w: only %d of its %d partitions ever ran; run them until they are drained first",
+				ErrNeverRan, len(streams), parent.Partitions)
+		}
+		// Every old stream must have delivered everything: their positions differ, but once nothing is
+		// behind anywhere, the last row of the table is where all of them stand.
+		var t *source.Table
+		for _, s := range streams {
+			switch {
+			case s.Locked:
+				return fail("%w: %s is running (owned by %s); stop every instance first", ErrBusy, s.Process, s.Holder)
+			case s.Halt != nil:
+				return fail("%w: %s is halted on record %s; resolve that first", ErrNotDrained, s.Process, s.Halt.RecordID)
+			case s.Source.Table == "":
+				return fail("%w: %s has never run; run it until it is drained first", ErrNeverRan, s.Process)
+			}
+			if t, err = source.Inspect(ctx, tx, s.Source.spec()); err != nil {
+				return fail("%w", err)
+			}
+			lag, err := t.Behind(ctx, tx, source.Position(s.Position))
+			if err != nil {
+				return fail("%w", err)
+			}
+			if lag.Rows > 0 {
+				return fail("%w: %s is %d rows behind; let it drain, then stop it, then repartition",
+					ErrNotDrained, s.Process, lag.Rows)
+			}
+		}
+		whole := streams[0].Source
+		whole.Partition, whole.Partitions = 0, 0
+		if t, err = source.Inspect(ctx, tx, whole.spec()); err != nil {
+			return fail("%w", err)
+		}
+		if pids, err := t.Writers(ctx, tx); err != nil {
+			return fail("%w", err)
+		} else if len(pids) > 0 {
+			return fail("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
+				"try again when they are done", ErrInFlight, t.Qualified, pids)
+		}
+		tail, err := t.Tail(ctx, tx)
+		if err != nil {
+			return fail("%w", err)
+		}
+		at := Position(tail)
 		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')`, name); err != nil {
-			return nil, fmt.Errorf("repartition %q: %w", name, err)
+			return fail("%w", err)
 		}
 		args := posArgs(at)
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
 			SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,
 			name, n, args[0], args[1]); err != nil {
-			return nil, fmt.Errorf("repartition %q: %w", name, err)
+			return fail("%w", err)
 		}
 		if _, err := tx.Exec(ctx, `UPDATE inorder.cursor SET partitions = $2, position_created_at = $3, position_id = $4
 			WHERE process_name = $1`, name, n, args[0], args[1]); err != nil {
-			return nil, fmt.Errorf("repartition %q: %w", name, err)
+			return fail("%w", err)
 		}
 		return &at, nil
 	})

@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // Info is what the database says about one process, read without disturbing it.
@@ -42,8 +44,8 @@ type Info struct {
 
 // List reads every process's cursor row, or only the named one when name is not empty, and which instance
 // owns each. It takes no lock and does not disturb running processors.
-func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
-	tx, err := conn.Begin(ctx)
+func List(ctx context.Context, db DB, name string) ([]Info, error) {
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
@@ -136,4 +138,37 @@ func List(ctx context.Context, conn *pgx.Conn, name string) ([]Info, error) {
 		}
 	}
 	return infos, nil
+}
+
+// Lag is how far a process is behind its source.
+type Lag struct {
+	// Rows counts the rows after the position, up to LagCountCap; Capped says the count stopped there.
+	Rows   int64
+	Capped bool
+	// Oldest is the created_at of the first row after the position; zero when there is none.
+	Oldest time.Time
+	// Now is the database's clock when Lag was measured, to age Oldest against.
+	Now time.Time
+}
+
+// LagCountCap bounds the rows Behind counts, so that status stays cheap on a stream far behind.
+const LagCountCap = source.LagCountCap
+
+// Behind measures the rows of the process's source after its position (committed rows, horizon or not).
+// It fails with ErrNeverRan for a process that has not run yet.
+func Behind(ctx context.Context, db DB, in Info) (Lag, error) {
+	if in.Source.Table == "" {
+		return Lag{}, fmt.Errorf("measure lag of %q: %w, so its source is unknown", in.Process, ErrNeverRan)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return Lag{}, fmt.Errorf("measure lag of %q: %w", in.Process, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // read-only
+	t, err := source.Inspect(ctx, tx, in.Source.spec())
+	if err != nil {
+		return Lag{}, err
+	}
+	lag, err := t.Behind(ctx, tx, source.Position(in.Position))
+	return Lag(lag), err
 }

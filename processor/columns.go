@@ -5,6 +5,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // structField is a column a struct type scans with pgx.RowToStructByName, and where in the struct it goes.
@@ -55,7 +57,7 @@ func (s *positionalScanner[T]) scanInto(row pgx.CollectableRow, v *T) error {
 // matchFields orders a struct's fields as the selected columns are, matching names as pgx does (exactly,
 // else case-insensitively without underscores). It reports false unless columns and fields pair up one to
 // one, in which case pgx.RowToStructByName stays the scanner, with its own error for what does not match.
-func matchFields(fields []structField, selected []column) ([]structField, bool) {
+func matchFields(fields []structField, selected []source.Column) ([]structField, bool) {
 	if len(fields) != len(selected) {
 		return nil, false
 	}
@@ -64,13 +66,13 @@ func matchFields(fields []structField, selected []column) ([]structField, bool) 
 	for i, c := range selected {
 		found := -1
 		for j, f := range fields {
-			if !used[j] && f.column == c.name {
+			if !used[j] && f.column == c.Name {
 				found = j
 				break
 			}
 		}
 		for j, f := range fields {
-			if found < 0 && !used[j] && sameName(f.column, c.name) {
+			if found < 0 && !used[j] && sameName(f.column, c.Name) {
 				found = j
 			}
 		}
@@ -84,17 +86,17 @@ func matchFields(fields []structField, selected []column) ([]structField, bool) 
 
 // resolveColumns maps names derived from a struct to the table's columns the way pgx matches them: case
 // insensitively, and ignoring underscores for names without a db tag.
-func resolveColumns(fields []structField, table []column) []string {
+func resolveColumns(fields []structField, table []source.Column) []string {
 	out := make([]string, len(fields))
 	for i, f := range fields {
 		out[i] = f.column
 		for _, c := range table {
-			if c.name == f.column {
-				out[i] = c.name
+			if c.Name == f.column {
+				out[i] = c.Name
 				break
 			}
-			if sameName(c.name, f.column) {
-				out[i] = c.name
+			if sameName(c.Name, f.column) {
+				out[i] = c.Name
 			}
 		}
 	}

@@ -47,13 +47,13 @@ func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected f
 	if !*warned {
 		var exists bool
 		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
-			p.table.oid, migrations.NotifyTriggerName).Scan(&exists); err != nil {
+			p.table.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
 			return fmt.Errorf("look for the notify trigger: %w", err)
 		}
 		if !exists {
-			p.log.Warn().Str("table", p.table.qualified).Msgf("no insert-notification trigger on the table, so "+
+			p.log.Warn().Str("table", p.table.Qualified).Msgf("no insert-notification trigger on the table, so "+
 				"nothing will wake this processor before its poll interval; create it with: inorder migrate --notify %s",
-				p.table.qualified)
+				p.table.Qualified)
 		}
 		*warned = true
 	}
@@ -65,7 +65,7 @@ func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected f
 		if err != nil {
 			return err
 		}
-		if n.Payload == p.table.qualified {
+		if n.Payload == p.table.Qualified {
 			p.log.Debug().Msg("woken by a notification")
 			p.wakeUp()
 		}

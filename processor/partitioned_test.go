@@ -158,15 +158,12 @@ func TestRepartitionIsRefusedWhileAnInstanceRuns(t *testing.T) {
 	waitFor(t, "the rows", func() bool { return b.h.count() == 3 })
 
 	ctx := context.Background()
-	conn, err := b.db.Pool.Acquire(ctx)
-	require.NoError(t, err)
-	defer conn.Release()
 	opts := cursor.ActionOpts{Actor: "test"}
-	_, err = cursor.Repartition(ctx, conn.Conn(), "busy", 3, cursor.Position{}, opts)
+	_, err = cursor.Repartition(ctx, b.db.Pool, "busy", 3, opts)
 	require.ErrorIs(t, err, cursor.ErrBusy)
 	require.Contains(t, err.Error(), "an instance is running it; stop every instance first")
 
 	require.NoError(t, stop())
-	_, err = cursor.Repartition(ctx, conn.Conn(), "busy", 3, cursor.Position{}, opts)
+	_, err = cursor.Repartition(ctx, b.db.Pool, "busy", 3, opts)
 	require.NoError(t, err, "the stopped instance let go of the process at once")
 }

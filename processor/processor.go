@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/handlers"
 )
 
@@ -156,7 +157,7 @@ type Processor[T any] struct {
 	flusher    handlers.Flusher
 	obs        Observer
 
-	table    *table
+	table    *source.Table
 	tracker  *tracker
 	kind     Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
 	cur      *cursor.Repository
@@ -393,20 +394,20 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			return err
 		}
 	}
-	t, err := inspect(work, p.cur.Conn(), src)
+	t, err := source.Inspect(work, p.cur.Conn(), src.spec())
 	if err != nil {
 		p.cur.Unclaim()
 		_ = p.cur.Release(work)
 		return err
 	}
 	if _, forced := forcedWriters.Load(p.cfg.Process); forced {
-		t.horizon = HorizonWriters
+		t.Horizon = HorizonWriters
 	}
-	p.table, p.kind = t, t.horizon
+	p.table, p.kind = t, t.Horizon
 	if p.generic && p.cfg.ScanFunc == nil {
 		var raw []int
-		for i, c := range t.columns {
-			if _, isRaw := genericExpr(c); isRaw {
+		for i, c := range t.Columns {
+			if _, isRaw := source.GenericExpr(c); isRaw {
 				raw = append(raw, i)
 			}
 		}
@@ -415,27 +416,27 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	if p.structCols != nil && p.cfg.ScanFunc == nil {
 		// When every selected column is one field of T and every field has its column, scanning by
 		// position gives what RowToStructByName gives, without matching names for each row.
-		if fields, ok := matchFields(p.structCols, t.columns); ok {
+		if fields, ok := matchFields(p.structCols, t.Columns); ok {
 			p.positional = &positionalScanner[T]{fields: fields}
 		}
 	}
 	p.obs.Connected(p.cfg.Process, true)
-	for _, w := range t.warnings {
-		p.log.Warn().Str("table", t.qualified).Msg(w)
+	for _, w := range t.Warnings {
+		p.log.Warn().Str("table", t.Qualified).Msg(w)
 	}
-	p.log.Info().Str("table", t.qualified).Str("horizon", string(t.horizon)).Msg("source checked")
+	p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon)).Msg("source checked")
 	return nil
 }
 
 // columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just
 // what RowToStructByName fills, and a field without a column is reported at start, naming both.
 func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
-	t, err := inspect(ctx, p.cur.Conn(), Source{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
+	t, err := source.Inspect(ctx, p.cur.Conn(), source.Spec{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
 		CreatedAtColumn: p.cfg.Source.CreatedAtColumn, KeyColumn: p.cfg.Source.KeyColumn})
 	if err != nil {
 		return nil, err
 	}
-	return resolveColumns(p.structCols, t.columns), nil
+	return resolveColumns(p.structCols, t.Columns), nil
 }
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
@@ -474,15 +475,15 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // moves the position back to the earliest start of the transactions that were open across the change:
 // they may write rows dated before the position. That redelivers what lies between; it skips nothing.
 func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
-	o, err := pollLocks(work, p.cur.Tx(), p.table)
+	o, err := p.table.PollLocks(work, p.cur.Tx())
 	if err != nil {
 		return horizon{}, err
 	}
-	if p.kind == HorizonWriters && !p.table.writersSafe(o.default_) {
+	if p.kind == HorizonWriters && !p.table.WritersSafe(o.Default) {
 		p.kind = HorizonTransactions
 		at, unknown := p.tracker.earliestStart()
 		pos := p.cur.State().Position
-		ev := p.log.Warn().Str("table", p.table.qualified).Str("default", o.default_).Str("horizon", string(p.kind))
+		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(p.kind))
 		if !at.IsZero() && at.Before(pos.CreatedAt) {
 			back := cursor.Position{CreatedAt: at.UTC()}
 			if err := p.cur.SetPosition(work, back, 0); err != nil {
@@ -532,10 +533,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
 	}()
 	if !p.sourceSaved {
-		src := cursor.Source{Table: p.table.qualified, IDColumn: p.table.src.IDColumn,
-			CreatedAtColumn: p.table.src.CreatedAtColumn, KeyColumn: p.table.src.KeyColumn}
-		if p.table.part != nil {
-			src.Partition, src.Partitions = p.table.part.Index, p.table.part.Count
+		src := cursor.Source{Table: p.table.Qualified, IDColumn: p.table.Spec.IDColumn,
+			CreatedAtColumn: p.table.Spec.CreatedAtColumn, KeyColumn: p.table.Spec.KeyColumn}
+		if p.table.Part != nil {
+			src.Partition, src.Partitions = p.table.Part.Index, p.table.Part.Count
 		}
 		if err := p.cur.SetSource(work, src); err != nil {
 			return 0, 0, err

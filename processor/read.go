@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/handlers"
 )
 
@@ -23,17 +24,10 @@ type item[T any] struct {
 // read fetches the next batch: at most BatchSize records after pos and below the horizon, in
 // (created_at, id) order, each scanned with its position.
 func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon time.Time) ([]item[T], error) {
-	which := 2
-	var at, id any = pos.CreatedAt, pos.ID
-	switch {
-	case pos.IsBeginning():
-		which, at, id = 0, nil, nil
-	case pos.ID == "":
-		which, id = 1, nil
-	}
-	rows, err := p.cur.Tx().Query(work, p.table.readSQL(p.generic, which), at, id, horizon, p.cfg.BatchSize)
+	sql, args := p.table.ReadSQL(p.generic, source.Position(pos), horizon, p.cfg.BatchSize)
+	rows, err := p.cur.Tx().Query(work, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
+		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
 	defer rows.Close()
 	items := make([]item[T], 0, min(p.cfg.BatchSize, 1024))
@@ -43,7 +37,7 @@ func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon t
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
 		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
-			return nil, fmt.Errorf("read %s: position columns: %w", p.table.qualified, err)
+			return nil, fmt.Errorf("read %s: position columns: %w", p.table.Qualified, err)
 		}
 		if key != nil {
 			it.rec.Key = *key
@@ -58,11 +52,11 @@ func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon t
 			last.rec.Value, err = p.scan(hr)
 		}
 		if err != nil {
-			return nil, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.qualified, err)}
+			return nil, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.Qualified, err)}
 		}
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", p.table.qualified, err)
+		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
 	return items, nil
 }

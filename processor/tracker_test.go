@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // TestTracker folds sequences of polls into the tracker and checks the horizon after each, for both
@@ -89,17 +91,17 @@ func TestTracker(t *testing.T) {
 			t.Parallel()
 			byKind := map[Horizon]*tracker{HorizonWriters: newTracker(guard), HorizonTransactions: newTracker(guard)}
 			for _, p := range tc.polls {
-				o := observation{now: at(p.ms), writers: map[string]int{}, txs: map[string]int{}}
+				o := source.Observation{Now: at(p.ms), Writers: map[string]int{}, Txs: map[string]int{}}
 				for _, name := range p.present {
 					switch {
 					case len(name) > 2 && name[1] == ':':
-						o.writers["1/"+name[2:]] = pids[name]
+						o.Writers["1/"+name[2:]] = pids[name]
 						// A live writer also holds its virtual transaction id; a prepared one does not.
 						if name[0] == 'w' {
-							o.txs["1/"+name[2:]] = pids[name]
+							o.Txs["1/"+name[2:]] = pids[name]
 						}
 					default:
-						o.txs["1/"+name] = pids[name]
+						o.Txs["1/"+name] = pids[name]
 					}
 				}
 				for kind, want := range map[Horizon]int{HorizonWriters: p.writers, HorizonTransactions: p.transactions} {
@@ -131,9 +133,9 @@ func TestTrackerEarliestStart(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	tr := newTracker(guard)
 	obs := func(ms int, txs ...string) {
-		o := observation{now: t0.Add(time.Duration(ms) * time.Millisecond), writers: map[string]int{}, txs: map[string]int{}}
+		o := source.Observation{Now: t0.Add(time.Duration(ms) * time.Millisecond), Writers: map[string]int{}, Txs: map[string]int{}}
 		for i, x := range txs {
-			o.txs[x] = 100 + i
+			o.Txs[x] = 100 + i
 		}
 		tr.observe(o, HorizonWriters)
 	}
@@ -154,25 +156,6 @@ func TestTrackerEarliestStart(t *testing.T) {
 	require.Empty(t, unknown)
 }
 
-func TestClassify(t *testing.T) {
-	t.Parallel()
-	for expr, want := range map[string]timestampKind{
-		"":                  kindNone,
-		"clock_timestamp()": kindInsert,
-		"(clock_timestamp())::timestamp without time zone": kindInsert,
-		"now()":                                   kindTransaction,
-		"CURRENT_TIMESTAMP":                       kindTransaction,
-		"transaction_timestamp()":                 kindTransaction,
-		"statement_timestamp()":                   kindTransaction,
-		"LOCALTIMESTAMP":                          kindTransaction,
-		"(now() + '00:00:01'::interval)":          kindOther,
-		"(clock_timestamp() - '1 day'::interval)": kindOther,
-		"'2020-01-01 00:00:00+00'::timestamp with time zone": kindOther,
-	} {
-		require.Equal(t, want, classify(expr), "%q", expr)
-	}
-}
-
 // TestTrackerHoldDoesNotFlap has two transactions of equal standing hold the horizon over many polls: the
 // hold must name the same one every time, or status and the logs would flap between them.
 func TestTrackerHoldDoesNotFlap(t *testing.T) {
@@ -180,11 +163,11 @@ func TestTrackerHoldDoesNotFlap(t *testing.T) {
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
 	for _, kind := range []Horizon{HorizonWriters, HorizonTransactions} {
 		tr := newTracker(5 * time.Millisecond)
-		tr.observe(observation{now: t0, writers: map[string]int{}, txs: map[string]int{}}, kind)
+		tr.observe(source.Observation{Now: t0, Writers: map[string]int{}, Txs: map[string]int{}}, kind)
 		for i := 1; i <= 50; i++ {
-			o := observation{now: t0.Add(time.Duration(i) * 100 * time.Millisecond),
-				writers: map[string]int{"7/1": 107, "3/1": 103, "5/1": 105},
-				txs:     map[string]int{"7/1": 107, "3/1": 103, "5/1": 105}}
+			o := source.Observation{Now: t0.Add(time.Duration(i) * 100 * time.Millisecond),
+				Writers: map[string]int{"7/1": 107, "3/1": 103, "5/1": 105},
+				Txs:     map[string]int{"7/1": 107, "3/1": 103, "5/1": 105}}
 			h := tr.observe(o, kind)
 			require.NotNil(t, h.hold)
 			require.Equal(t, 103, h.hold.PID, "%s, poll %d", kind, i)

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/processor"
 )
 
 // opFlags are the flags every operator action shares.
@@ -58,20 +57,12 @@ func (o *opFlags) opts() cursor.ActionOpts {
 
 func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, o.databaseURL) }
 
-// source returns the process's cursor state and the source it last ran against.
-func source(ctx context.Context, conn *pgx.Conn, name string) (cursor.Info, processor.Source, error) {
-	infos, err := cursor.List(ctx, conn, name)
-	if err != nil {
-		return cursor.Info{}, processor.Source{}, err
+// actionErr says "no process named" for an unknown process, as every command does.
+func actionErr(err error, name string) error {
+	if errors.Is(err, cursor.ErrUnknownProcess) {
+		return fmt.Errorf("no process named %q", name)
 	}
-	if len(infos) == 0 {
-		return cursor.Info{}, processor.Source{}, fmt.Errorf("no process named %q", name)
-	}
-	in := infos[0]
-	if in.Source.Table == "" {
-		return in, processor.Source{}, fmt.Errorf("process %q has never run, so its source is unknown", name)
-	}
-	return in, processor.RecordedSource(in.Source), nil
+	return err
 }
 
 func printEntry(w io.Writer, e cursor.AuditEntry) {
@@ -98,20 +89,9 @@ func skipCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return err
 	}
 	defer conn.Close(ctx)
-	in, src, err := source(ctx, conn, o.process)
+	e, err := cursor.Skip(ctx, conn, o.process, *record, o.opts())
 	if err != nil {
-		return err
-	}
-	if in.Halt == nil {
-		return fmt.Errorf("skip record %s on %q: %w; skip only moves past a halted record", *record, o.process, cursor.ErrNotHalted)
-	}
-	loc, err := processor.Locate(ctx, conn, src, *record, in.Position)
-	if err != nil {
-		return err
-	}
-	e, err := cursor.Skip(ctx, conn, o.process, loc.Record, o.opts())
-	if err != nil {
-		return err
+		return actionErr(err, o.process)
 	}
 	printEntry(stdout, e)
 	return nil
@@ -144,32 +124,9 @@ func rewindCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer conn.Close(ctx)
-	in, src, err := source(ctx, conn, o.process)
+	e, err := cursor.Rewind(ctx, conn, o.process, cursor.RewindTarget{RecordID: *toRecord, Time: at}, o.opts())
 	if err != nil {
-		return err
-	}
-	var to cursor.Position
-	if *toRecord != "" {
-		loc, err := processor.Locate(ctx, conn, src, *toRecord, in.Position)
-		if err != nil {
-			return err
-		}
-		if loc.Ahead {
-			return fmt.Errorf("rewind %q to record %s: it is ahead of the position, and moving there would skip "+
-				"the records in between; rewind only moves back", o.process, *toRecord)
-		}
-		to = loc.Before
-	} else {
-		// The position just before the time: every record created at or after it is delivered again.
-		to = cursor.Position{CreatedAt: at.UTC().Add(-time.Microsecond)}
-		if in.Position.IsBeginning() || !to.CreatedAt.Before(in.Position.CreatedAt) {
-			return fmt.Errorf("rewind %q to %s: that is not before the position (%s); rewind only moves back",
-				o.process, *toTime, in.Position)
-		}
-	}
-	e, err := cursor.Rewind(ctx, conn, o.process, to, *toRecord, o.opts())
-	if err != nil {
-		return err
+		return actionErr(err, o.process)
 	}
 	printEntry(stdout, e)
 	return nil
@@ -200,11 +157,8 @@ func pauseCmd(pause bool) func(ctx context.Context, args []string, stdout, stder
 			act = cursor.Pause
 		}
 		e, err := act(ctx, conn, o.process, o.opts())
-		if errors.Is(err, cursor.ErrUnknownProcess) {
-			return fmt.Errorf("no process named %q", o.process)
-		}
 		if err != nil {
-			return err
+			return actionErr(err, o.process)
 		}
 		printEntry(stdout, e)
 		return nil
@@ -225,7 +179,7 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer conn.Close(ctx)
-	entries, err := cursor.Audit(ctx, conn, *process, *limit)
+	entries, err := cursor.Audit(ctx, conn, cursor.AuditOpts{Process: *process, Limit: *limit})
 	if err != nil {
 		return err
 	}
@@ -262,66 +216,22 @@ func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 		return err
 	}
 	defer conn.Close(ctx)
+	// The source, for the index hint: the single stream's, or any partition's (gone after the split).
 	infos, err := cursor.List(ctx, conn, "")
 	if err != nil {
 		return err
 	}
-	var parent *cursor.Info
-	var streams []cursor.Info
-	for i := range infos {
-		switch {
-		case infos[i].Process == o.process:
-			parent = &infos[i]
-		case strings.HasPrefix(infos[i].Process, o.process+"#"):
-			streams = append(streams, infos[i])
+	var src cursor.Source
+	for _, in := range infos {
+		if (in.Process == o.process || strings.HasPrefix(in.Process, o.process+"#")) && in.Source.Table != "" {
+			src = in.Source
 		}
 	}
-	if parent == nil {
-		return fmt.Errorf("no process named %q", o.process)
-	}
-	if parent.Partitions == 0 {
-		streams = []cursor.Info{*parent} // a single stream becomes partitioned
-	} else if len(streams) < parent.Partitions {
-		return fmt.Errorf("repartition %q: only %d of its %d partitions ever ran; run them until they are drained first",
-			o.process, len(streams), parent.Partitions)
-	}
-	// Every old stream must have delivered everything: their positions differ, but once nothing is
-	// behind anywhere, the last row of the table is where all of them stand.
-	var src processor.Source
-	for _, s := range streams {
-		switch {
-		case s.Locked:
-			return fmt.Errorf("repartition %q: %s is running (owned by %s); stop every instance first", o.process, s.Process, s.Holder)
-		case s.Halt != nil:
-			return fmt.Errorf("repartition %q: %s is halted on record %s; resolve that first", o.process, s.Process, s.Halt.RecordID)
-		case s.Source.Table == "":
-			return fmt.Errorf("repartition %q: %s has never run; run it until it is drained first", o.process, s.Process)
-		}
-		src = processor.RecordedSource(s.Source)
-		lag, err := processor.Behind(ctx, conn, src, s.Position)
-		if err != nil {
-			return err
-		}
-		if lag.Rows > 0 {
-			return fmt.Errorf("repartition %q: %s is %d rows behind; let it drain, then stop it, then repartition",
-				o.process, s.Process, lag.Rows)
-		}
-	}
-	src.Partition = nil
-	if pids, err := processor.Writers(ctx, conn, src); err != nil {
-		return err
-	} else if len(pids) > 0 {
-		return fmt.Errorf("repartition %q: writers are in flight on %s (backends %v), and their rows would be "+
-			"behind the new partitions' start; try again when they are done", o.process, src.Table, pids)
-	}
-	at, err := processor.Tail(ctx, conn, src)
+	e, err := cursor.Repartition(ctx, conn, o.process, *n, o.opts())
 	if err != nil {
-		return err
+		return actionErr(err, o.process)
 	}
-	e, err := cursor.Repartition(ctx, conn, o.process, *n, at, o.opts())
-	if err != nil {
-		return err
-	}
+	at := *e.PositionAfter
 	printEntry(stdout, e)
 	fmt.Fprintf(stdout, "inorder: %s now has %d partitions, each starting at %s; create their index before running: "+
 		"inorder migrate --partition-index %s:%s:%d\n", o.process, *n, at, src.Table, src.KeyColumn, *n)

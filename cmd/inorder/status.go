@@ -13,7 +13,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/processor"
 )
 
 // statusReport is the documented JSON form of `inorder status --json`. Fields are only ever added.
@@ -145,7 +144,7 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 			if in.Source.Partitions > 0 {
 				ps.Source.Partition = &partitionJSON{Index: in.Source.Partition, Count: in.Source.Partitions}
 			}
-			lag, err := processor.Behind(ctx, conn, processor.RecordedSource(in.Source), in.Position)
+			lag, err := cursor.Behind(ctx, conn, in)
 			if err != nil {
 				ps.Error = err.Error()
 			} else {

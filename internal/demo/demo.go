@@ -26,7 +26,6 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pgcluster"
 	"github.com/inorder-dev/inorder/migrations"
-	"github.com/inorder-dev/inorder/processor"
 )
 
 const (
@@ -281,10 +280,10 @@ func awaitCaughtUp(ctx context.Context, conn *pgx.Conn, timeout time.Duration) b
 // behind measures the rows after the relay's position, as `inorder status` does.
 func behind(ctx context.Context, conn *pgx.Conn) (int64, error) {
 	infos, err := cursor.List(ctx, conn, process)
-	if err != nil || len(infos) == 0 {
+	if err != nil || len(infos) == 0 || infos[0].Source.Table == "" {
 		return 0, errors.New("no cursor yet")
 	}
-	lag, err := processor.Behind(ctx, conn, processor.Source{Table: "bookings"}, infos[0].Position)
+	lag, err := cursor.Behind(ctx, conn, infos[0])
 	return lag.Rows, err
 }
 

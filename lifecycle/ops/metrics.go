@@ -335,7 +335,7 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (
 		return false, nil // not registered, or never locked: nothing to measure against yet
 	}
 	in := infos[0]
-	lag, err := processor.Behind(ctx, conn, processor.RecordedSource(in.Source), in.Position)
+	lag, err := cursor.Behind(ctx, conn, in)
 	if err != nil {
 		return false, err
 	}

@@ -1,4 +1,4 @@
-package processor
+package source
 
 import (
 	"context"
@@ -8,15 +8,15 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Partition is one of Count streams a partitioned process is split into.
+// Partition is one of Count streams a partitioned process is split into; processor.Partition documents it.
 type Partition struct {
 	Index, Count int
 }
 
-// partitionExpr is PartitionExpr for the table's key column, its column reference prefixed (an alias).
-func (t *table) partitionExpr(prefix string) string {
+// PartExpr is PartitionExpr for the table's key column, its column reference prefixed (an alias).
+func (t *Table) PartExpr(prefix string) string {
 	return fmt.Sprintf("((hashtextextended(coalesce(%s%s::text, ''), 0) & 2147483647) %% %d)",
-		prefix, pgx.Identifier{t.src.KeyColumn}.Sanitize(), t.part.Count)
+		prefix, pgx.Identifier{t.Spec.KeyColumn}.Sanitize(), t.Part.Count)
 }
 
 // PartitionExpr is the SQL expression that puts a row in one of n partitions by its key column: a stable
@@ -40,23 +40,23 @@ func PartitionIndexSQL(table, keyColumn, createdAtColumn, idColumn string, n int
 // hasPartitionIndex looks for an index whose first column is the partition expression for n and whose
 // next are the keyset columns. Postgres prints stored expressions in a normal form that depends on the
 // key's type, so the expression is recognised by its parts.
-func hasPartitionIndex(ctx context.Context, conn *pgx.Conn, t *table, n int) (bool, error) {
+func hasPartitionIndex(ctx context.Context, conn Querier, t *Table, n int) (bool, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT pg_get_indexdef(i.indexrelid, 1, true)
 		FROM pg_index i
 		WHERE i.indrelid = $1 AND i.indpred IS NULL AND i.indnkeyatts >= 3 AND i.indkey[0] = 0
 		  AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $2)
 		  AND i.indkey[2] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $3)`,
-		t.oid, t.src.CreatedAtColumn, t.src.IDColumn)
+		t.OID, t.Spec.CreatedAtColumn, t.Spec.IDColumn)
 	if err != nil {
-		return false, fmt.Errorf("inspect indexes of %s: %w", t.qualified, err)
+		return false, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
 	}
 	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	if err != nil {
-		return false, fmt.Errorf("inspect indexes of %s: %w", t.qualified, err)
+		return false, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
 	}
 	for _, d := range defs {
-		if strings.HasPrefix(d, "((hashtextextended(COALESCE(") && strings.Contains(d, t.src.KeyColumn) &&
+		if strings.HasPrefix(d, "((hashtextextended(COALESCE(") && strings.Contains(d, t.Spec.KeyColumn) &&
 			strings.Contains(d, "2147483647") && strings.HasSuffix(d, fmt.Sprintf("%% %d::bigint)", n)) {
 			return true, nil
 		}

@@ -1,0 +1,97 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Querier runs queries: a connection, a pool or a transaction.
+type Querier interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Lag is how far a position is behind its source.
+type Lag struct {
+	// Rows counts the rows after the position, up to LagCountCap; Capped says the count stopped there.
+	Rows   int64
+	Capped bool
+	// Oldest is the created_at of the first row after the position; zero when there is none.
+	Oldest time.Time
+	// Now is the database's clock when Lag was measured, to age Oldest against.
+	Now time.Time
+}
+
+// LagCountCap bounds the rows Behind counts, so that status stays cheap on a stream far behind.
+const LagCountCap = 1_000_000
+
+// Behind measures the rows of t after pos. It reads the committed rows now, horizon or not.
+func (t *Table) Behind(ctx context.Context, q Querier, pos Position) (Lag, error) {
+	where, args := t.After(pos, "", 1)
+	if t.Part != nil {
+		where += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
+	}
+	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	var lag Lag
+	var oldest *time.Time
+	sql := fmt.Sprintf(`SELECT clock_timestamp(),
+		(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE %[2]s LIMIT %[3]d) AS s),
+		(SELECT %[4]s::timestamptz FROM %[1]s WHERE %[2]s ORDER BY %[4]s, %[5]s LIMIT 1)`,
+		t.Ident, where, LagCountCap+1, ca, id)
+	if err := q.QueryRow(ctx, sql, args...).Scan(&lag.Now, &lag.Rows, &oldest); err != nil {
+		return Lag{}, fmt.Errorf("measure lag of %s: %w", t.Qualified, err)
+	}
+	if lag.Rows > LagCountCap {
+		lag.Rows, lag.Capped = LagCountCap, true
+	}
+	if oldest != nil {
+		lag.Oldest = oldest.UTC()
+	}
+	return lag, nil
+}
+
+// Tail is the position of the last row of t now, whatever its partition (the beginning when the table is
+// empty): where a stream that has delivered everything stands.
+func (t *Table) Tail(ctx context.Context, q Querier) (Position, error) {
+	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	var at *time.Time
+	var last *string
+	sql := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1", ca, id, t.Ident)
+	if err := q.QueryRow(ctx, sql).Scan(&at, &last); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, fmt.Errorf("find the last row of %s: %w", t.Qualified, err)
+	}
+	if at == nil {
+		return Position{}, nil
+	}
+	return Position{CreatedAt: at.UTC(), ID: *last}, nil
+}
+
+// Writers lists the backends with a transaction open that could still commit rows of t dated before now:
+// for a source with the writers horizon, the transactions that wrote or are writing to it; for the
+// transactions horizon, every transaction of the database it watches (see the horizon). A prepared
+// transaction is listed as pid 0.
+func (t *Table) Writers(ctx context.Context, q Querier) ([]int, error) {
+	o, err := t.PollLocks(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("read writers of %s: %w", t.Qualified, err)
+	}
+	set := o.Writers
+	if t.Horizon == HorizonTransactions || !t.WritersSafe(o.Default) {
+		for vxid, pid := range o.Txs {
+			set[vxid] = pid
+		}
+	}
+	pids := make([]int, 0, len(set))
+	for _, pid := range set {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	return pids, nil
+}
+
+func quote(name string) string { return pgx.Identifier{name}.Sanitize() }

@@ -1,0 +1,410 @@
+// Package source is the machinery that reads a source table: it checks the table against the catalog,
+// builds the keyset read, watches the transactions in flight for the horizon, and answers the questions
+// operator actions ask (where is a record, how far behind is a position, where does the table end).
+// Processors and the cursor's actions share it; nothing in it is public API.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Spec names the table a process reads and the columns that order it; processor.Source is its public
+// form, with the same fields in the same order (documented there), so that one converts to the other.
+type Spec struct {
+	Table           string
+	IDColumn        string
+	CreatedAtColumn string
+	Horizon         Horizon
+	KeyColumn       string
+	Partition       *Partition
+	Columns         []string
+}
+
+// Horizon says which transactions a processor waits for before it reads past a time; processor.Horizon
+// documents the values.
+type Horizon string
+
+// The horizons.
+const (
+	HorizonAuto         Horizon = ""
+	HorizonWriters      Horizon = "writers"
+	HorizonTransactions Horizon = "transactions"
+)
+
+// ParseHorizon reads "auto", "writers" or "transactions".
+func ParseHorizon(s string) (Horizon, error) {
+	switch Horizon(s) {
+	case "auto", HorizonAuto:
+		return HorizonAuto, nil
+	case HorizonWriters, HorizonTransactions:
+		return Horizon(s), nil
+	}
+	return "", fmt.Errorf("horizon %q is none of auto, writers and transactions", s)
+}
+
+func (s Spec) withDefaults() Spec {
+	if s.IDColumn == "" {
+		s.IDColumn = "id"
+	}
+	if s.CreatedAtColumn == "" {
+		s.CreatedAtColumn = "created_at"
+	}
+	return s
+}
+
+// ErrInvalidSource is wrapped by every error about a source that cannot be read as configured: a missing
+// table, column or index, or a column of the wrong type. Retrying does not help; fix the configuration.
+var ErrInvalidSource = errors.New("invalid source")
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidSource, fmt.Sprintf(format, args...))
+}
+
+// Column is one column of a source table as the catalog describes it.
+type Column struct {
+	Name    string
+	Num     int16
+	Type    string // format_type, e.g. "bigint", "timestamp with time zone"
+	TypName string // pg_type.typname, e.g. "int8", "jsonb"
+	Default string
+}
+
+// Table is a validated source: resolved names, column types and the SQL that reads it.
+type Table struct {
+	OID       uint32
+	Qualified string // schema.table, for messages and status
+	Ident     string // sanitized identifier for SQL
+	Spec      Spec     // the spec with defaults filled in (KeyColumn resolved)
+	Columns   []Column // selected columns, in order
+	IDCast    string   // the type $2 is cast to in the keyset comparison
+	Part      *Partition
+	Warnings  []string // what is wrong but readable, for the start-up log
+
+	CreatedAtNum int16   // attnum of the created_at column, to watch its default
+	Default      string  // the created_at column's default at start-up
+	Horizon      Horizon // the horizon the source gets
+}
+
+var idTypes = map[string]string{
+	"int2": "smallint", "int4": "integer", "int8": "bigint", "uuid": "uuid", "text": "text", "varchar": "text",
+}
+
+// Inspect resolves and checks the source against the catalog: the table exists and can be read, the
+// columns exist with usable types, and an index serves the keyset read.
+func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
+	part := src.Partition
+	src = src.withDefaults()
+	if strings.TrimSpace(src.Table) == "" {
+		return nil, invalid("no source table given")
+	}
+	var (
+		oid          uint32
+		schema, name string
+		kind         string
+		canSelect    bool
+	)
+	err := conn.QueryRow(ctx, `
+		SELECT c.oid, n.nspname, c.relname, c.relkind::text, has_table_privilege(c.oid, 'SELECT')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = to_regclass($1)`, src.Table).Scan(&oid, &schema, &name, &kind, &canSelect)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, invalid("table %q does not exist (or is not on the search_path)", src.Table)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42602" || pgErr.Code == "3F000" || pgErr.Code == "42601") {
+		return nil, invalid("table %q: %s", src.Table, pgErr.Message)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("inspect table %q: %w", src.Table, err)
+	}
+	t := &Table{OID: oid, Qualified: schema + "." + name, Ident: pgx.Identifier{schema, name}.Sanitize(), Spec: src}
+	if kind != "r" && kind != "p" {
+		return nil, invalid("%s is not a table (relkind %q); inorder reads plain or partitioned tables", t.Qualified, kind)
+	}
+	if !canSelect {
+		return nil, invalid("the role cannot read %s: GRANT SELECT ON %s TO <role>", t.Qualified, t.Ident)
+	}
+
+	rows, err := conn.Query(ctx, `
+		SELECT a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), t.typname,
+		       coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		FROM pg_attribute a
+		JOIN pg_type t ON t.OID = a.atttypid
+		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
+		ORDER BY a.attnum`, oid)
+	if err != nil {
+		return nil, fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Column, error) {
+		var c Column
+		err := r.Scan(&c.Name, &c.Num, &c.Type, &c.TypName, &c.Default)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
+	}
+	byName := map[string]Column{}
+	for _, c := range all {
+		byName[c.Name] = c
+	}
+	find := func(role, name string) (Column, error) {
+		c, ok := byName[name]
+		if !ok {
+			return c, invalid("%s column %q does not exist in %s (columns: %s)", role, name, t.Qualified, names(all))
+		}
+		return c, nil
+	}
+
+	idc, err := find("id", src.IDColumn)
+	if err != nil {
+		return nil, err
+	}
+	cast, ok := idTypes[idc.TypName]
+	if !ok {
+		return nil, invalid("id column %s.%s is %s; it must be smallint, integer, bigint, uuid, text or varchar",
+			t.Qualified, idc.Name, idc.Type)
+	}
+	t.IDCast = cast
+
+	cac, err := find("created_at", src.CreatedAtColumn)
+	if err != nil {
+		return nil, err
+	}
+	switch cac.TypName {
+	case "timestamptz":
+	case "timestamp":
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s.%s is timestamp without time zone: writers in sessions "+
+			"with different TimeZone settings store incomparable values; prefer timestamptz", t.Qualified, cac.Name))
+	default:
+		return nil, invalid("created_at column %s.%s is %s; it must be timestamptz or timestamp", t.Qualified, cac.Name, cac.Type)
+	}
+	t.CreatedAtNum, t.Default = cac.Num, cac.Default
+	if err := t.chooseHorizon(src.Horizon, cac); err != nil {
+		return nil, err
+	}
+
+	if src.KeyColumn == "" {
+		if _, ok := byName["aggregate_id"]; ok {
+			t.Spec.KeyColumn = "aggregate_id"
+		}
+	} else if _, err := find("key", src.KeyColumn); err != nil {
+		return nil, err
+	}
+
+	if len(src.Columns) == 0 {
+		t.Columns = all
+	} else {
+		seen := map[string]bool{}
+		for _, n := range src.Columns {
+			c, err := find("selected", n)
+			if err != nil {
+				return nil, err
+			}
+			if seen[n] {
+				return nil, invalid("column %q is selected twice", n)
+			}
+			seen[n] = true
+			t.Columns = append(t.Columns, c)
+		}
+	}
+
+	var indexed bool
+	err = conn.QueryRow(ctx, `
+		SELECT EXISTS (
+			SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+			WHERE i.indrelid = $1 AND am.amname = 'btree' AND i.indpred IS NULL AND i.indnkeyatts >= 2
+			  AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $2)
+			  AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $3)
+			  AND i.indoption[0] & 1 = i.indoption[1] & 1)`, oid, cac.Name, idc.Name).Scan(&indexed)
+	if err != nil {
+		return nil, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
+	}
+	if part != nil {
+		t.Part = part
+		if t.Spec.KeyColumn == "" {
+			return nil, invalid("a partitioned process splits %s by its key column; the table has no aggregate_id, so name one with the key column setting", t.Qualified)
+		}
+		if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
+			return nil, invalid("partition %d of %d does not exist", part.Index, part.Count)
+		}
+		ok, err := hasPartitionIndex(ctx, conn, t, part.Count)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, invalid("no index serves the partitioned read on %s; create one (or run inorder migrate --partition-index %s:%s:%d): %s",
+				t.Qualified, t.Qualified, t.Spec.KeyColumn, part.Count,
+				PartitionIndexSQL(t.Qualified, t.Spec.KeyColumn, cac.Name, idc.Name, part.Count))
+		}
+		return t, nil
+	}
+	if !indexed {
+		idx := pgx.Identifier{name + "_" + cac.Name + "_" + idc.Name + "_idx"}.Sanitize()
+		return nil, invalid("no index serves the keyset read on %s; create one: CREATE INDEX CONCURRENTLY %s ON %s (%s, %s)",
+			t.Qualified, idx, t.Ident, pgx.Identifier{cac.Name}.Sanitize(), pgx.Identifier{idc.Name}.Sanitize())
+	}
+	return t, nil
+}
+
+// timestampKind is what a created_at default expression gives a row.
+type timestampKind int
+
+const (
+	kindNone        timestampKind = iota // no default: the application writes the column
+	kindInsert                           // the time of the insert itself
+	kindTransaction                      // the start of the transaction or statement
+	kindOther                            // an expression this code does not know
+)
+
+// classify tells what a default expression, as pg_get_expr prints it, gives a row.
+func classify(expr string) timestampKind {
+	d := strings.ToLower(strings.TrimSpace(expr))
+	if d == "" {
+		return kindNone
+	}
+	// A timestamp column's default may carry a cast of the function's result.
+	for _, cast := range []string{"::timestamp without time zone", "::timestamp with time zone"} {
+		if strings.HasPrefix(d, "(") && strings.HasSuffix(d, ")"+cast) {
+			d = strings.TrimSuffix(strings.TrimPrefix(d, "("), ")"+cast)
+		}
+	}
+	switch d {
+	case "clock_timestamp()":
+		return kindInsert
+	case "now()", "current_timestamp", "transaction_timestamp()", "statement_timestamp()", "localtimestamp":
+		return kindTransaction
+	}
+	return kindOther
+}
+
+// ClockFix is the statement that makes created_at the time of the insert.
+func (t *Table) ClockFix() string {
+	return fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT clock_timestamp() (no rewrite; existing rows keep their values)",
+		t.Ident, pgx.Identifier{t.Spec.CreatedAtColumn}.Sanitize())
+}
+
+// chooseHorizon settles which horizon the source gets, from the setting and the created_at column's
+// default, and says what the choice costs.
+func (t *Table) chooseHorizon(set Horizon, c Column) error {
+	kind := classify(c.Default)
+	col := t.Qualified + "." + c.Name
+	switch set {
+	case HorizonAuto:
+		if kind == kindInsert {
+			t.Horizon = HorizonWriters
+			return nil
+		}
+		t.Horizon = HorizonTransactions
+	case HorizonWriters:
+		if kind == kindTransaction || kind == kindOther {
+			return invalid("%s defaults to %s, and rows that take this default would be skipped by the writers horizon, "+
+				"which is only for a created_at set at the insert; use the transactions horizon, or: %s",
+				col, c.Default, t.ClockFix())
+		}
+		t.Horizon = HorizonWriters
+		if kind == kindNone {
+			t.Warnings = append(t.Warnings, fmt.Sprintf("%s has no default; the writers horizon is right only if every "+
+				"writer sets it to clock_timestamp() (a transaction-time value such as now() can be skipped); prefer: %s",
+				col, t.ClockFix()))
+		}
+		return nil
+	case HorizonTransactions:
+		t.Horizon = HorizonTransactions
+	default:
+		return invalid("horizon %q is none of auto, writers and transactions", set)
+	}
+	switch kind {
+	case kindInsert:
+	case kindTransaction:
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s defaults to %s, the start of the transaction: no row is "+
+			"skipped, but the stream waits for every transaction open in the database (a report, pg_dump, a session "+
+			"idle in transaction holds it), and rows of one key are delivered out of causal order where writers of "+
+			"that key overlap; prefer: %s", col, c.Default, t.ClockFix()))
+	case kindNone:
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s has no default, so the application writes it: inorder waits "+
+			"for every transaction open in the database, which is right for now(); if writers set clock_timestamp(), "+
+			"the writers horizon waits only for them; a value from the application's own clock can be skipped "+
+			"whatever the horizon; prefer: %s", col, t.ClockFix()))
+	default:
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s defaults to %s, which is not the database clock at insert: "+
+			"inorder waits for every transaction open in the database, which covers any transaction-time value; "+
+			"a value from outside the database can be skipped; prefer: %s", col, c.Default, t.ClockFix()))
+	}
+	return nil
+}
+
+// WritersSafe reports whether the writers horizon still fits a created_at column whose default is now
+// def: a default changed while a processor runs must never make it skip rows.
+func (t *Table) WritersSafe(def string) bool {
+	if def == t.Default {
+		return true
+	}
+	switch classify(def) {
+	case kindInsert:
+		return true
+	case kindNone:
+		return t.Spec.Horizon == HorizonWriters // the application said it writes clock_timestamp() itself
+	}
+	return false
+}
+
+func names(cs []Column) string {
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.Name
+	}
+	return strings.Join(out, ", ")
+}
+
+// GenericExpr reports how a column is selected for a handlers.Row: natural types as they are, json as raw
+// JSON text, everything else as text.
+func GenericExpr(c Column) (expr string, raw bool) {
+	id := pgx.Identifier{c.Name}.Sanitize()
+	switch c.TypName {
+	case "int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar", "bpchar", "timestamptz", "timestamp", "bytea":
+		return id, false
+	case "json", "jsonb":
+		return id + "::text", true
+	default:
+		return id + "::text", false
+	}
+}
+
+// ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
+// order, and its arguments. Every row starts with the three position columns (created_at, the id as text,
+// the key as text), then the selected columns.
+func (t *Table) ReadSQL(generic bool, pos Position, horizon time.Time, limit int) (string, []any) {
+	// Every column reference is qualified with the alias src: selected columns may be named like the
+	// position columns, and ORDER BY would otherwise resolve to an output column.
+	ca := "src." + quote(t.Spec.CreatedAtColumn)
+	id := "src." + quote(t.Spec.IDColumn)
+	key := "NULL::text"
+	if t.Spec.KeyColumn != "" {
+		key = "src." + quote(t.Spec.KeyColumn) + "::text"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
+	for _, c := range t.Columns {
+		expr := quote(c.Name)
+		if generic {
+			expr, _ = GenericExpr(c)
+		}
+		fmt.Fprintf(&b, ", src.%s AS %s", expr, quote(c.Name))
+	}
+	after, args := t.After(pos, "src.", 1)
+	fmt.Fprintf(&b, " FROM %s AS src WHERE %s AND ", t.Ident, after)
+	if t.Part != nil {
+		fmt.Fprintf(&b, "%s = %d AND ", t.PartExpr("src."), t.Part.Index)
+	}
+	n := len(args) + 1
+	fmt.Fprintf(&b, "%s < $%d::timestamptz ORDER BY %s, %s LIMIT $%d", ca, n, ca, id, n+1)
+	return b.String(), append(args, horizon, limit)
+}
