@@ -13,7 +13,6 @@ import (
 // The horizon: see internal/source, where the transactions in flight are read. The tracker below folds
 // the polls into the history of each transaction and computes the horizon from it.
 
-
 // txn is what the tracker knows of one transaction in flight.
 type txn struct {
 	pid       int // 0 once prepared

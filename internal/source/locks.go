@@ -130,4 +130,3 @@ func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
 	}
 	return o, nil
 }
-

@@ -79,8 +79,8 @@ type Column struct {
 // Table is a validated source: resolved names, column types and the SQL that reads it.
 type Table struct {
 	OID       uint32
-	Qualified string // schema.table, for messages and status
-	Ident     string // sanitized identifier for SQL
+	Qualified string   // schema.table, for messages and status
+	Ident     string   // sanitized identifier for SQL
 	Spec      Spec     // the spec with defaults filled in (KeyColumn resolved)
 	Columns   []Column // selected columns, in order
 	IDCast    string   // the type $2 is cast to in the keyset comparison
