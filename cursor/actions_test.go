@@ -1,0 +1,126 @@
+package cursor_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/testrun"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+type booking struct {
+	ID int64 `db:"id"`
+}
+
+// recorder keeps the ids it was handed, refusing one on demand.
+type recorder struct {
+	mu     sync.Mutex
+	ids    []int64
+	refuse int64
+}
+
+func (r *recorder) Handle(_ context.Context, rec *handlers.Record[booking]) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rec.Value.ID == r.refuse {
+		return handlers.Permanent(errors.New("refused"))
+	}
+	r.ids = append(r.ids, rec.Value.ID)
+	return nil
+}
+
+func (r *recorder) got() []int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]int64(nil), r.ids...)
+}
+
+func await(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, "waiting for %s", what)
+}
+
+// TestActionsKeepTheirRulesThroughTheLibrary drives every rule that keeps an operator action from skipping
+// a record through the library API alone, against a running processor, as a service's admin endpoint
+// would: skip refuses any record but the halted one, rewind refuses to move forward (by record and by
+// time), repartition refuses while an instance runs and while anything is behind.
+func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
+	t.Parallel()
+	db, _ := setup(t)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE INDEX ON bookings (created_at, id);
+		INSERT INTO bookings SELECT FROM generate_series(1, 5)`)
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	h := &recorder{refuse: 3}
+	p, err := processor.New(processor.Config[booking]{
+		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
+	})
+	require.NoError(t, err)
+	stop := testrun.Start(t, p.Run)
+	status := func() cursor.Info {
+		infos, err := cursor.List(ctx, db.Pool, "billing")
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		return infos[0]
+	}
+	await(t, "the halt on record 3", func() bool {
+		infos, err := cursor.List(ctx, db.Pool, "billing")
+		return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == "3"
+	})
+	opts := cursor.ActionOpts{Actor: "admin-endpoint", Reason: "test"}
+
+	_, err = cursor.Skip(ctx, db.Pool, "billing", "4", opts)
+	require.ErrorIs(t, err, cursor.ErrWrongRecord, "skip of another record than the halted one")
+	_, err = cursor.Skip(ctx, db.Pool, "billing", "3", cursor.ActionOpts{Actor: "admin-endpoint"})
+	require.Error(t, err, "skip without a reason")
+	_, err = cursor.Skip(ctx, db.Pool, "nobody", "3", opts)
+	require.ErrorIs(t, err, cursor.ErrUnknownProcess)
+
+	_, err = cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{RecordID: "5"}, opts)
+	require.ErrorIs(t, err, cursor.ErrForward, "rewind to a record ahead of the position")
+	_, err = cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{Time: time.Now().Add(time.Hour)}, opts)
+	require.ErrorIs(t, err, cursor.ErrForward, "rewind to a time ahead of the position")
+	_, err = cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{RecordID: "42"}, opts)
+	require.ErrorIs(t, err, cursor.ErrNoRecord)
+
+	_, err = cursor.Repartition(ctx, db.Pool, "billing", 2, opts)
+	require.ErrorIs(t, err, cursor.ErrBusy, "repartition while an instance runs")
+	require.Equal(t, []int64{1, 2}, h.got(), "no refused action moved the position")
+	require.Equal(t, "3", status().Halt.RecordID)
+
+	e, err := cursor.Skip(ctx, db.Pool, "billing", "3", opts)
+	require.NoError(t, err)
+	require.Equal(t, "3", e.RecordID)
+	await(t, "the records after the skipped one", func() bool { return len(h.got()) == 4 })
+	require.Equal(t, []int64{1, 2, 4, 5}, h.got())
+
+	_, err = cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{RecordID: "4"}, opts)
+	require.NoError(t, err, "rewind backwards")
+	await(t, "the rewound records", func() bool { return len(h.got()) == 6 })
+	require.Equal(t, []int64{1, 2, 4, 5, 4, 5}, h.got())
+
+	require.NoError(t, stop())
+	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, "INSERT INTO bookings SELECT FROM generate_series(1, 2)")
+		return err
+	}))
+	_, err = cursor.Repartition(ctx, db.Pool, "billing", 2, opts)
+	require.ErrorIs(t, err, cursor.ErrNotDrained, "repartition while records are behind")
+
+	entries, err := cursor.Audit(ctx, db.Pool, cursor.AuditOpts{Process: "billing"})
+	require.NoError(t, err)
+	require.Len(t, entries, 2, "only the actions that happened are audited")
+	require.Equal(t, "rewind", entries[0].Action)
+	require.Equal(t, "skip", entries[1].Action)
+}
