@@ -1,5 +1,14 @@
 // Package pgcluster starts and stops a throwaway PostgreSQL cluster from the server binaries installed on
-// the machine. The test harness and the demo use it; nothing in it is meant for production.
+// the machine. The test harnesses and the demo use it; nothing in it is meant for production.
+//
+// # Exiting without Stop
+//
+// A cluster does not outlive the Go process that started it, even when that process never calls Stop (a
+// test binary without a TestMain, one killed by a timeout or a signal). Two things see to it. The server
+// is started with a parent-death signal, so it begins a fast shutdown as soon as the process exits. And a
+// small reaper, a shell started beside it in a process group of its own, waits on a pipe that only the
+// process holds open: when the process exits, however it exits, the pipe closes, and the reaper stops the
+// server if it still runs and removes the cluster's directory.
 package pgcluster
 
 import (
@@ -11,6 +20,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,6 +56,8 @@ type Cluster struct {
 	cmd     *exec.Cmd
 	exited  chan struct{}
 	stopped bool
+	// reaper is the write end of the reaper's pipe; closing it (or exiting) sets the reaper off.
+	reaper *os.File
 }
 
 // FindBinDir returns the directory holding initdb and postgres.
@@ -110,11 +122,47 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	if err := c.start(ctx); err != nil {
+	if err := c.startReaper(); err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
+	if err := c.start(ctx); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
 	return c, nil
+}
+
+// reaperScript waits until its standard input, a pipe whose only writer is the Go process, closes; then
+// it stops the server if it still runs (SIGINT, fast shutdown, waiting up to 30s) and removes the
+// cluster's directory, $1.
+const reaperScript = `read _ignored
+pid=$(head -n 1 "$1/data/postmaster.pid" 2>/dev/null)
+if [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null; then
+	i=0
+	while kill -0 "$pid" 2>/dev/null && [ "$i" -lt 300 ]; do sleep 0.1; i=$((i+1)); done
+fi
+rm -rf "$1"`
+
+// startReaper starts the shell that removes the cluster when the Go process exits without Stop (see the
+// package documentation). It runs in a process group of its own, so that a Ctrl-C meant for the tests does
+// not kill it before it has done its work, and with no output, so that `go test` does not wait for it.
+func (c *Cluster) startReaper() error {
+	r, w, err := os.Pipe() // close-on-exec: no other child inherits the write end
+	if err != nil {
+		return fmt.Errorf("start the cluster's reaper: %w", err)
+	}
+	defer r.Close()
+	cmd := exec.Command("/bin/sh", "-c", reaperScript, "inorder-pg-reaper", c.dir)
+	cmd.Stdin = r
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		return fmt.Errorf("start the cluster's reaper: %w", err)
+	}
+	go func() { _ = cmd.Wait() }() // it exits after Stop, or outlives the process
+	c.reaper = w
+	return nil
 }
 
 func (c *Cluster) dataDir() string { return filepath.Join(c.dir, "data") }
@@ -169,11 +217,25 @@ func (c *Cluster) start(ctx context.Context) error {
 		w := &lineWriter{fn: c.cfg.LogFunc}
 		cmd.Stdout, cmd.Stderr = w, w
 	}
-	if err := cmd.Start(); err != nil {
+	// The parent-death signal comes when the thread that started the server exits, not the process. The
+	// goroutine that starts the server keeps its thread locked until the server exits, so that the thread
+	// lives as long as the server (a Go thread exits only when a goroutine locked to it ends).
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
-	exited := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(exited) }()
 	c.mu.Lock()
 	c.cmd, c.exited = cmd, exited
 	c.mu.Unlock()
@@ -249,6 +311,9 @@ func (c *Cluster) Stop() error {
 	err := c.stopServer()
 	if rmErr := os.RemoveAll(c.dir); err == nil {
 		err = rmErr
+	}
+	if c.reaper != nil {
+		c.reaper.Close() // the reaper finds nothing left to do and exits
 	}
 	return err
 }
