@@ -1,0 +1,71 @@
+// Package processortest helps test code that uses inorder: a handler, a processor's configuration, a
+// service that embeds a processor. It is meant to be imported from a _test.go file and gives each test a
+// real PostgreSQL database, a way to run a processor in the background, conditions to wait on, and a
+// handler that records what it receives.
+//
+//	func TestBookingSMS(t *testing.T) {
+//		t.Parallel()
+//		db := processortest.NewDB(t, nil)
+//		db.Exec(t, bookingsDDL)
+//		db.Exec(t, "INSERT INTO bookings (customer, seats) VALUES ('ada', 2), ('grace', 1)")
+//
+//		rec := &processortest.Recorder[Booking]{}
+//		p, err := processor.New(processor.Config[Booking]{
+//			Process:    "booking_sms",
+//			ConnConfig: db.ConnConfig(t),
+//			Source:     processor.Source{Table: "bookings"},
+//			Handler:    rec,
+//		})
+//		require.NoError(t, err)
+//		processortest.Start(t, p, nil)
+//		processortest.WaitCaughtUp(t, db, "booking_sms", nil)
+//		require.Equal(t, []string{"1", "2"}, rec.IDs())
+//	}
+//
+// # Databases
+//
+// NewDB returns a fresh database with inorder's migrations applied, dropped or discarded when the test
+// ends, so tests may run in parallel without seeing each other's rows or cursors. When $DATABASE_URL is
+// set, the databases are created on that server (its user must be allowed to create databases). Otherwise
+// the first NewDB of a test binary starts a throwaway PostgreSQL cluster from the server binaries installed
+// on the machine (`pg_config --bindir`, /usr/lib/postgresql/*/bin or PATH; Debian's package is
+// postgresql), on a free loopback port in a temporary directory, and every test of the binary gets a
+// database on it.
+//
+// # Stopping the cluster
+//
+// Nothing needs to be done to stop the cluster: when the test binary exits, however it exits, the server
+// shuts down and its directory is removed. A package with a TestMain of its own may call Main instead of
+// m.Run, which stops the cluster as soon as the tests end rather than just after the binary exits, and
+// lets the databases on a $DATABASE_URL server be copied from one template (which it drops at the end)
+// rather than migrated one by one:
+//
+//	func TestMain(m *testing.M) { processortest.Main(m) }
+//
+// # Running processors
+//
+// Start runs a processor (anything with a Run method: a *processor.Processor, a *processor.Partitioned,
+// or a function through RunFunc) in the background until the test ends, and fails the test if Run returns
+// an error. Running.Stop ends it early, to restart it or to check what it left behind. Within one test
+// binary, give each processor its own cursor.Registry (Config.Registry), since the default registry hands
+// out one cursor per process name, whatever the database.
+//
+// # Waiting
+//
+// WaitCaughtUp waits until a process's durable position has reached the last row of its source: every
+// record committed so far has been handled. WaitHalted waits until the process is halted on a failing
+// record and returns the halt. Both poll the cursor row, never sleep a fixed time, and fail the test after
+// WaitOpts.Timeout (10s by default) with a message that names the process and where it stands. They must
+// be called from the test's goroutine.
+//
+// # Recording records
+//
+// Recorder is a handler that keeps the records it accepted, in order, for the test to compare with what
+// it expects, and fails the records it is told to fail, to test halts and recoveries.
+//
+// # Cursor rows
+//
+// A process's cursor row stays in its database after the processor stops. On the databases NewDB gives
+// out that is harmless; a test that runs processors on a database shared by several tests can remove
+// them with ForgetOnCleanup.
+package processortest

@@ -1,0 +1,174 @@
+package processortest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// WaitOpts configures WaitCaughtUp and WaitHalted. The zero value, like a nil *WaitOpts, uses the
+// defaults given on each field.
+type WaitOpts struct {
+	// Timeout bounds the wait; past it the test fails. Zero means 10s.
+	Timeout time.Duration
+}
+
+func (o *WaitOpts) timeout() time.Duration {
+	if o == nil || o.Timeout <= 0 {
+		return 10 * time.Second
+	}
+	return o.Timeout
+}
+
+// pollEvery is how often a wait reads the cursor rows again.
+const pollEvery = 10 * time.Millisecond
+
+// WaitCaughtUp waits until the durable position of process has reached the last row of its source: every
+// row committed before the call, and any committed while it waits, has been handled and its position
+// committed. For a partitioned process (processor.NewPartitioned) it waits until every partition has.
+// It reads the cursor rows and the source from db and takes no lock, so it does not disturb the processor.
+//
+// It fails the test after opts.Timeout, saying where the process stands (its position and how many rows
+// are left, the record it is halted on, or that it has not run yet). Call it from the test's goroutine.
+//
+// A row whose transaction is still open when WaitCaughtUp returns is not counted; neither is a row the
+// processor has not yet read because an open transaction holds its horizon back: WaitCaughtUp waits for
+// the processor to read it, like the processor waits for the transaction.
+func WaitCaughtUp(t testing.TB, db *DB, process string, opts *WaitOpts) {
+	t.Helper()
+	wait(t, db, process, "catch up", opts, func(ctx context.Context, streams []cursor.Info) (bool, string, error) {
+		var states []string
+		caughtUp := true
+		for _, in := range streams {
+			if in.Source.Table == "" {
+				caughtUp = false
+				states = append(states, name(in, process)+"has not run yet")
+				continue
+			}
+			lag, err := cursor.Behind(ctx, db.Pool, in)
+			if err != nil {
+				return false, "", err
+			}
+			if lag.Rows > 0 || in.Halt != nil {
+				caughtUp = false
+				states = append(states, name(in, process)+describe(in, lag))
+			}
+		}
+		return caughtUp, strings.Join(states, "; "), nil
+	})
+}
+
+// WaitHalted waits until process is halted on a failing record and returns the halt: the record, the
+// handler's last error and how many attempts failed so far. For a partitioned process it returns the halt
+// of the first partition found halted. It fails the test after opts.Timeout, saying where the process
+// stands. Call it from the test's goroutine.
+func WaitHalted(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
+	t.Helper()
+	var halt cursor.Halt
+	wait(t, db, process, "halt", opts, func(ctx context.Context, streams []cursor.Info) (bool, string, error) {
+		var states []string
+		for _, in := range streams {
+			if in.Halt != nil {
+				halt = *in.Halt
+				return true, "", nil
+			}
+			states = append(states, name(in, process)+"position "+in.Position.String())
+		}
+		return false, strings.Join(states, "; "), nil
+	})
+	return halt
+}
+
+// wait polls the cursor rows of process until done says so, and fails the test after the timeout with
+// what done last said about the process, or the last error.
+func wait(t testing.TB, db *DB, process, what string, opts *WaitOpts,
+	done func(ctx context.Context, streams []cursor.Info) (bool, string, error)) {
+	t.Helper()
+	timeout := opts.timeout()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	tick := time.NewTicker(pollEvery)
+	defer tick.Stop()
+	state := "it has no cursor row: it never started"
+	for {
+		streams, err := streamsOf(ctx, db, process)
+		var ok bool
+		var now string
+		if err == nil && len(streams) > 0 {
+			ok, now, err = done(ctx, streams)
+		}
+		switch {
+		case ctx.Err() != nil: // the deadline cut the poll short: keep what the last full one said
+		case err != nil:
+			state = "last error: " + err.Error()
+		case ok:
+			return
+		case len(streams) > 0:
+			state = now
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("processortest: process %q did not %s within %s: %s", process, what, timeout, state)
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// streamsOf returns the cursor rows of process's streams: its own, or for a partitioned process those of
+// its partitions (fewer than it has when some are not registered yet). None means no cursor row yet.
+func streamsOf(ctx context.Context, db *DB, process string) ([]cursor.Info, error) {
+	infos, err := cursor.List(ctx, db.Pool, process)
+	if err != nil || len(infos) == 0 || infos[0].Partitions == 0 {
+		return infos, err
+	}
+	n := infos[0].Partitions
+	all, err := cursor.List(ctx, db.Pool, "")
+	if err != nil {
+		return nil, err
+	}
+	want := map[string]bool{}
+	for i := range n {
+		want[processor.PartitionName(process, i, n)] = true
+	}
+	var parts []cursor.Info
+	for _, in := range all {
+		if want[in.Process] {
+			parts = append(parts, in)
+		}
+	}
+	if len(parts) < n {
+		// A partition without a row yet has not run: the process cannot be caught up, nor halted there.
+		parts = append(parts, cursor.Info{Process: fmt.Sprintf("%s (%d of %d partitions registered)",
+			process, len(parts), n)})
+	}
+	return parts, nil
+}
+
+// name prefixes a state with the stream's name when it is a partition of process.
+func name(in cursor.Info, process string) string {
+	if in.Process == process {
+		return ""
+	}
+	return in.Process + ": "
+}
+
+// describe says where a stream stands for a failure message.
+func describe(in cursor.Info, lag cursor.Lag) string {
+	s := fmt.Sprintf("position %s, %d rows behind", in.Position, lag.Rows)
+	if lag.Capped {
+		s = fmt.Sprintf("position %s, at least %d rows behind", in.Position, lag.Rows)
+	}
+	if h := in.Halt; h != nil {
+		s += fmt.Sprintf(", halted on record %s after %d attempts: %s", h.RecordID, h.Attempts, h.Error)
+	}
+	if in.Paused {
+		s += ", paused"
+	}
+	return s
+}
