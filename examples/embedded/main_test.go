@@ -21,10 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/processor/processortest"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // syncBuffer collects a child process's output while the test reads it.
 type syncBuffer struct {
@@ -97,7 +95,7 @@ var listening = regexp.MustCompile(`listening on (\S+)`)
 func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
+	db := processortest.NewDB(t, nil)
 	bin := build(t)
 
 	cmd := exec.Command(bin, "-addr", "127.0.0.1:0")
@@ -157,13 +155,11 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 	wg.Wait()
 	require.Len(t, ids, 20)
 
-	var last string
+	processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 30 * time.Second})
+	var last, pos string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM orders ORDER BY created_at DESC, id DESC LIMIT 1").Scan(&last))
-	require.Eventually(t, func() bool {
-		var pos *string
-		err := db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.cursor WHERE process_name = $1", process).Scan(&pos)
-		return err == nil && pos != nil && *pos == last
-	}, 30*time.Second, 10*time.Millisecond, "waiting for the position to reach order %s", last)
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.cursor WHERE process_name = $1", process).Scan(&pos))
+	require.Equal(t, last, pos, "the position is the last order")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	select {

@@ -16,12 +16,9 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
-	"github.com/inorder-dev/inorder/internal/pgtest"
-	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
+	"github.com/inorder-dev/inorder/processor/processortest"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // fast shortens the processor's timings for tests.
 func fast(cfg *processor.Config[handlers.Row]) {
@@ -31,14 +28,16 @@ func fast(cfg *processor.Config[handlers.Row]) {
 	cfg.RetryMax = 200 * time.Millisecond
 }
 
-// start runs the example until the test ends; stop ends it early and returns what run returned.
-func start(t *testing.T, databaseURL string, psp *paymentProcessor, log zerolog.Logger) (stop func() error) {
+// start runs the example until the test ends; Stop ends it early and returns what run returned.
+func start(t *testing.T, databaseURL string, psp *paymentProcessor, log zerolog.Logger) *processortest.Running {
 	t.Helper()
-	return testrun.Start(t, func(ctx context.Context) error { return run(ctx, databaseURL, psp, log, fast) })
+	return processortest.Start(t, processortest.RunFunc(func(ctx context.Context) error {
+		return run(ctx, databaseURL, psp, log, fast)
+	}), nil)
 }
 
 // newPSP returns a payment processor on db, closed when the test ends.
-func newPSP(t *testing.T, db *pgtest.DB, secret []byte) *paymentProcessor {
+func newPSP(t *testing.T, db *processortest.DB, secret []byte) *paymentProcessor {
 	t.Helper()
 	psp, err := newPaymentProcessor(context.Background(), db.URL, secret, zerolog.New(zerolog.NewTestWriter(t)))
 	require.NoError(t, err)
@@ -59,7 +58,7 @@ func chargesMade(t *testing.T, psp *paymentProcessor) []charge {
 func TestChargesEveryEventOnceInOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
+	db := processortest.NewDB(t, nil)
 	require.NoError(t, setup(ctx, db.URL))
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	psp := newPSP(t, db, []byte("test-secret"))
@@ -81,7 +80,7 @@ func TestChargesEveryEventOnceInOrder(t *testing.T) {
 	// answers 500, as if the response had been lost.
 	psp.loseFirstResponse("cus_b", 5)
 
-	stop := start(t, db.URL, psp, log)
+	example := start(t, db.URL, psp, log)
 
 	// Every customer records five more events concurrently with the delivery, two writers each.
 	var mu sync.Mutex
@@ -105,7 +104,7 @@ func TestChargesEveryEventOnceInOrder(t *testing.T) {
 
 	require.Eventually(t, func() bool { return len(chargesMade(t, psp)) >= total }, 30*time.Second, 10*time.Millisecond,
 		"waiting for %d charges", total)
-	require.NoError(t, stop())
+	require.NoError(t, example.Stop())
 
 	charges := chargesMade(t, psp)
 	require.Len(t, charges, total, "every event is charged exactly once")
@@ -158,7 +157,7 @@ func TestPaymentProcessorRefusesWhatItMust(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	secret := []byte("test-secret")
-	psp := newPSP(t, pgtest.New(t), secret)
+	psp := newPSP(t, processortest.NewDB(t, nil), secret)
 	url, stopPSP, err := psp.start()
 	require.NoError(t, err)
 	t.Cleanup(stopPSP)
@@ -196,7 +195,7 @@ func TestPaymentProcessorRefusesWhatItMust(t *testing.T) {
 func TestRestartGoesOnWhereItStopped(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	db := pgtest.New(t)
+	db := processortest.NewDB(t, nil)
 	require.NoError(t, setup(ctx, db.URL))
 	log := zerolog.New(zerolog.NewTestWriter(t))
 	secret := []byte("test-secret")
@@ -211,16 +210,16 @@ func TestRestartGoesOnWhereItStopped(t *testing.T) {
 
 	first := newPSP(t, db, secret)
 	record(4)
-	stop := start(t, db.URL, first, log)
+	example := start(t, db.URL, first, log)
 	require.Eventually(t, func() bool { return len(chargesMade(t, first)) == 8 }, 30*time.Second, 10*time.Millisecond)
-	require.NoError(t, stop())
+	require.NoError(t, example.Stop())
 
 	record(3)
 	second := newPSP(t, db, secret)
-	stop = start(t, db.URL, second, log)
+	example = start(t, db.URL, second, log)
 	record(3)
 	require.Eventually(t, func() bool { return len(chargesMade(t, second)) == 20 }, 30*time.Second, 10*time.Millisecond)
-	require.NoError(t, stop())
+	require.NoError(t, example.Stop())
 
 	require.Empty(t, first.refusals())
 	require.Empty(t, second.refusals(), "the restarted payment processor saw every sequence go on")

@@ -17,12 +17,9 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
-	"github.com/inorder-dev/inorder/internal/pgtest"
-	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
+	"github.com/inorder-dev/inorder/processor/processortest"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // fast shortens the processor's timings for tests.
 func fast(cfg *processor.Config[handlers.Row]) {
@@ -32,11 +29,13 @@ func fast(cfg *processor.Config[handlers.Row]) {
 	cfg.RetryMax = 200 * time.Millisecond
 }
 
-// start runs the relay until the test ends; stop ends it early and returns what run returned.
-func start(t *testing.T, databaseURL string, client *gpubsub.Client) (stop func() error) {
+// start runs the relay until the test ends; Stop ends it early and returns what run returned.
+func start(t *testing.T, databaseURL string, client *gpubsub.Client) *processortest.Running {
 	t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(t))
-	return testrun.Start(t, func(ctx context.Context) error { return run(ctx, databaseURL, client, log, fast) })
+	return processortest.Start(t, processortest.RunFunc(func(ctx context.Context) error {
+		return run(ctx, databaseURL, client, log, fast)
+	}), nil)
 }
 
 // outboxRow is one row of the outbox, as the test checks it against the messages.
@@ -48,7 +47,7 @@ type outboxRow struct {
 }
 
 // outboxInOrder returns the outbox in (created_at, id) order.
-func outboxInOrder(t *testing.T, db *pgtest.DB) []outboxRow {
+func outboxInOrder(t *testing.T, db *processortest.DB) []outboxRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
 		"SELECT id, aggregate_id, type, payload::text FROM outbox ORDER BY created_at, id")
@@ -59,7 +58,7 @@ func outboxInOrder(t *testing.T, db *pgtest.DB) []outboxRow {
 }
 
 // appendLives appends n events for each aggregate, one writer per aggregate, the writers concurrent.
-func appendLives(t *testing.T, db *pgtest.DB, aggregates []string, from, n int) {
+func appendLives(t *testing.T, db *processortest.DB, aggregates []string, from, n int) {
 	t.Helper()
 	var wg sync.WaitGroup
 	for _, agg := range aggregates {
@@ -98,21 +97,21 @@ func TestRelaysOutboxInOrderPerAggregate(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, fake, "without an emulator, connect starts the in-process fake")
 	t.Cleanup(closeClient)
-	db := pgtest.New(t)
+	db := processortest.NewDB(t, nil)
 	require.NoError(t, setup(ctx, db.URL))
 	aggregates := []string{"order-1", "order-2", "order-3", "order-4", "order-5"}
 
 	appendLives(t, db, aggregates, 0, 10)
-	stop := start(t, db.URL, client)
+	relay := start(t, db.URL, client)
 	appendLives(t, db, aggregates, 10, 30)
 	require.Eventually(t, func() bool { return len(published(fake)) >= len(aggregates)*40 }, 30*time.Second, 10*time.Millisecond)
-	require.NoError(t, stop())
+	require.NoError(t, relay.Stop())
 
 	appendLives(t, db, aggregates, 40, 10)
-	stop = start(t, db.URL, client)
+	relay = start(t, db.URL, client)
 	appendLives(t, db, aggregates, 50, 10)
 	require.Eventually(t, func() bool { return len(published(fake)) >= len(aggregates)*60 }, 30*time.Second, 10*time.Millisecond)
-	require.NoError(t, stop())
+	require.NoError(t, relay.Stop())
 
 	rows := outboxInOrder(t, db)
 	require.Len(t, rows, len(aggregates)*60)

@@ -11,12 +11,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/pgtest"
-	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
+	"github.com/inorder-dev/inorder/processor/processortest"
 )
-
-func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // fast shortens the processor's timings for tests, and keeps batches small so that a stop often lands in
 // the middle of one.
@@ -28,15 +25,17 @@ func fast(cfg *processor.Config[accountEvent]) {
 	cfg.BatchSize = 25
 }
 
-// start runs the example until the test ends; stop ends it early and returns what run returned.
-func start(t *testing.T, db *pgtest.DB, checkpoint processor.Checkpoint) (stop func() error) {
+// start runs the example until the test ends; Stop ends it early and returns what run returned.
+func start(t *testing.T, db *processortest.DB, checkpoint processor.Checkpoint) *processortest.Running {
 	t.Helper()
 	log := zerolog.New(zerolog.NewTestWriter(t))
-	return testrun.Start(t, func(ctx context.Context) error { return run(ctx, db.URL, checkpoint, log, fast) })
+	return processortest.Start(t, processortest.RunFunc(func(ctx context.Context) error {
+		return run(ctx, db.URL, checkpoint, log, fast)
+	}), nil)
 }
 
 // appendEvents appends n events spread over seven accounts, every third one a withdrawal, in one statement.
-func appendEvents(t *testing.T, db *pgtest.DB, n int) {
+func appendEvents(t *testing.T, db *processortest.DB, n int) {
 	t.Helper()
 	db.Exec(t, `
 		INSERT INTO account_events (account_id, type, amount)
@@ -53,7 +52,7 @@ type balance struct {
 	Events    int64
 }
 
-func balances(t *testing.T, db *pgtest.DB) []balance {
+func balances(t *testing.T, db *processortest.DB) []balance {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), "SELECT account_id, balance, events FROM balances ORDER BY account_id")
 	require.NoError(t, err)
@@ -64,7 +63,7 @@ func balances(t *testing.T, db *pgtest.DB) []balance {
 
 // expected computes the balances from the events up to the durable position, straight from the source:
 // what the read model must hold at any moment the processor is stopped.
-func expected(t *testing.T, db *pgtest.DB) []balance {
+func expected(t *testing.T, db *processortest.DB) []balance {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(), `
 		SELECT e.account_id,
@@ -81,18 +80,7 @@ func expected(t *testing.T, db *pgtest.DB) []balance {
 	return out
 }
 
-// caughtUp reports whether the position is the last event.
-func caughtUp(t *testing.T, db *pgtest.DB) bool {
-	t.Helper()
-	var ok bool
-	require.NoError(t, db.Pool.QueryRow(context.Background(), `
-		SELECT coalesce((SELECT position_id FROM inorder.cursor WHERE process_name = $1) =
-		                (SELECT id::text FROM account_events ORDER BY created_at DESC, id DESC LIMIT 1), false)`,
-		process).Scan(&ok))
-	return ok
-}
-
-func projected(t *testing.T, db *pgtest.DB) int64 {
+func projected(t *testing.T, db *processortest.DB) int64 {
 	t.Helper()
 	var n int64
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT coalesce(sum(events), 0)::bigint FROM balances").Scan(&n))
@@ -109,14 +97,14 @@ func TestBalancesExactlyOnce(t *testing.T) {
 		t.Run(string(checkpoint), func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			db := pgtest.New(t)
+			db := processortest.NewDB(t, nil)
 			require.NoError(t, setup(ctx, db.URL))
 			appendEvents(t, db, 5000)
 
 			// First run: stopped as soon as part of the stream is projected, often in the middle of a batch.
-			stop := start(t, db, checkpoint)
+			example := start(t, db, checkpoint)
 			require.Eventually(t, func() bool { return projected(t, db) >= 100 }, 30*time.Second, time.Millisecond)
-			require.NoError(t, stop())
+			require.NoError(t, example.Stop())
 			require.Equal(t, expected(t, db), balances(t, db), "after the first stop")
 			n := projected(t, db)
 			t.Logf("the first run projected %d of 5000 events", n)
@@ -124,7 +112,7 @@ func TestBalancesExactlyOnce(t *testing.T) {
 
 			// Second run: events appended while stopped and, by concurrent writers, while running.
 			appendEvents(t, db, 300)
-			stop = start(t, db, checkpoint)
+			example = start(t, db, checkpoint)
 			var wg sync.WaitGroup
 			for range 4 {
 				wg.Go(func() {
@@ -139,16 +127,16 @@ func TestBalancesExactlyOnce(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			require.Eventually(t, func() bool { return caughtUp(t, db) }, 30*time.Second, 10*time.Millisecond)
-			require.NoError(t, stop())
+			processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 30 * time.Second})
+			require.NoError(t, example.Stop())
 			require.Equal(t, expected(t, db), balances(t, db), "after the second stop")
 			require.EqualValues(t, 5000+300+100, projected(t, db), "every event projected once")
 
 			// Third run: nothing is projected again on restart; one new event is, once.
-			stop = start(t, db, checkpoint)
+			example = start(t, db, checkpoint)
 			appendEvents(t, db, 1)
-			require.Eventually(t, func() bool { return caughtUp(t, db) }, 30*time.Second, 10*time.Millisecond)
-			require.NoError(t, stop())
+			processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 30 * time.Second})
+			require.NoError(t, example.Stop())
 			require.Equal(t, expected(t, db), balances(t, db), "after the third stop")
 			require.EqualValues(t, 5000+300+100+1, projected(t, db), "every event projected once")
 
