@@ -2,7 +2,7 @@ package cursor_test
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -31,11 +31,17 @@ func (r *recorder) Handle(_ context.Context, rec *handlers.Record[booking]) erro
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if rec.Value.ID == r.refuse {
-		return handlers.Permanent(errors.New("refused"))
+		return handlers.Permanent(fmt.Errorf("billing API: %w", refusal{}))
 	}
 	r.ids = append(r.ids, rec.Value.ID)
 	return nil
 }
+
+// refusal is a sink's error that carries its status code, as a webhook's does.
+type refusal struct{}
+
+func (refusal) Error() string   { return "400 Bad Request" }
+func (refusal) SinkStatus() int { return 400 }
 
 func (r *recorder) got() []int64 {
 	r.mu.Lock()
@@ -79,6 +85,11 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 		return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == "3"
 	})
 	opts := cursor.ActionOpts{Actor: "admin-endpoint", Reason: "test"}
+	halt := status().Halt
+	require.True(t, halt.Permanent, "a refusal is permanent")
+	require.Equal(t, 400, halt.Status, "the sink's status is kept")
+	require.Contains(t, halt.Error, "billing API: 400 Bad Request")
+	require.True(t, halt.NextAttemptAt.After(halt.LastFailureAt), "the next attempt is due after the last")
 
 	_, err = cursor.Skip(ctx, db.Pool, "billing", "4", opts)
 	require.ErrorIs(t, err, cursor.ErrWrongRecord, "skip of another record than the halted one")

@@ -257,9 +257,12 @@ func (r *Repository) Locked() bool { return r.tx != nil }
 // repository.
 func (r *Repository) State() State { return r.state }
 
+// stateColumns are the columns of a cursor row that scanState reads, in its order.
+const stateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
+	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at`
+
 const lockSQL = `
-	SELECT position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
-	       halted_first_failure_at, halted_last_failure_at, paused
+	SELECT ` + stateColumns + `
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`
@@ -311,17 +314,19 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	return ok, err
 }
 
-// scanState reads the state columns of a cursor row (as lockSQL selects them), then extra.
+// scanState reads the stateColumns of a cursor row, then extra.
 func scanState(row pgx.Row, extra ...any) (State, bool, error) {
 	var (
-		posAt         pgtype.Timestamptz
-		posID, haltID pgtype.Text
-		haltErr       pgtype.Text
-		attempts      int32
-		first, last   pgtype.Timestamptz
-		paused        bool
+		posAt             pgtype.Timestamptz
+		posID, haltID     pgtype.Text
+		haltErr           pgtype.Text
+		attempts          int32
+		first, last, next pgtype.Timestamptz
+		paused, permanent bool
+		status            pgtype.Int4
 	)
-	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused}, extra...)...)
+	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused,
+		&permanent, &status, &next}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return State{}, false, nil
 	}
@@ -334,7 +339,8 @@ func scanState(row pgx.Row, extra ...any) (State, bool, error) {
 	}
 	if haltID.Valid {
 		st.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
-			FirstFailureAt: first.Time, LastFailureAt: last.Time}
+			FirstFailureAt: first.Time, LastFailureAt: last.Time, Permanent: permanent, Status: int(status.Int32),
+			NextAttemptAt: next.Time}
 	}
 	return st, true, nil
 }
@@ -362,6 +368,7 @@ const setPositionSQL = `
 	SET position_created_at = $2, position_id = $3,
 	    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
+	    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL,
 	    updated_at = clock_timestamp(),
 	    records_handled = records_handled + $4,
 	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
@@ -427,36 +434,62 @@ func (r *Repository) Checkpoint(ctx context.Context, pos Position, handled int) 
 	return true, nil
 }
 
+// Failure is a failed delivery, as RecordFailure stores it.
+type Failure struct {
+	// RecordID is the id of the record that failed.
+	RecordID string
+	// Err is what the handler returned.
+	Err error
+	// Permanent and Status are as in Halt.
+	Permanent bool
+	Status    int
+	// RetryIn says how long to wait before the next attempt, given the failed attempts so far (this one
+	// included).
+	RetryIn func(attempts int) time.Duration
+}
+
 // RecordFailure stores the halt state of a failing record in the open transaction, together with the
 // position of the last record that succeeded. Attempts count on from the stored state when the same
 // record failed before. Unlock makes it durable.
-func (r *Repository) RecordFailure(ctx context.Context, pos Position, recordID string, cause error) (Halt, error) {
+func (r *Repository) RecordFailure(ctx context.Context, pos Position, f Failure) (Halt, error) {
 	if r.tx == nil {
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := posArgs(pos)
-	msg := cause.Error()
+	msg := f.Err.Error()
 	if len(msg) > 4000 {
 		msg = msg[:4000] + "…"
 	}
+	attempts := 1 // the row is locked, so the state read with the lock is the stored one
+	if h := r.state.Halt; h != nil && h.RecordID == f.RecordID {
+		attempts = h.Attempts + 1
+	}
+	var status any
+	if f.Status != 0 {
+		status = f.Status
+	}
 	var h Halt
-	var attempts int32
+	var stored pgtype.Int4
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
 		SET position_created_at = $2, position_id = $3,
-		    halted_attempts = CASE WHEN halted_record_id = $4 THEN halted_attempts + 1 ELSE 1 END,
+		    halted_attempts = $6,
 		    halted_first_failure_at = CASE WHEN halted_record_id = $4 THEN halted_first_failure_at
 		                                   ELSE clock_timestamp() END,
 		    halted_last_failure_at = clock_timestamp(),
+		    halted_next_attempt_at = clock_timestamp() + $7::interval,
 		    halted_record_id = $4,
-		    halted_error = $5
+		    halted_error = $5,
+		    halted_permanent = $8,
+		    halted_status = $9
 		WHERE process_name = $1
-		RETURNING halted_record_id, halted_error, halted_attempts, halted_first_failure_at, halted_last_failure_at`,
-		r.name, args[0], args[1], recordID, msg).Scan(&h.RecordID, &h.Error, &attempts, &h.FirstFailureAt, &h.LastFailureAt)
+		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status`,
+		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status).
+		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored)
 	if err != nil {
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
 	}
-	h.Attempts = int(attempts)
+	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
 	r.state = State{Position: pos, Halt: &h}
 	r.dirty = true
 	return h, nil

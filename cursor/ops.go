@@ -207,7 +207,8 @@ func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Positi
 		UPDATE inorder.cursor
 		SET position_created_at = $2, position_id = $3,
 		    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
-		    halted_first_failure_at = NULL, halted_last_failure_at = NULL
+		    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
+		    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL
 		WHERE process_name = $1`, name, args[0], args[1])
 	return err
 }
@@ -248,8 +249,7 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 	var row cursorRow
 	var part, parts *int32
 	st, ok, err := scanState(tx.QueryRow(ctx, `
-		SELECT position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
-		       halted_first_failure_at, halted_last_failure_at, paused,
+		SELECT `+stateColumns+`,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), source_partition, source_partitions
 		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),

@@ -39,11 +39,20 @@ type Halt struct {
 	RecordID string
 	// Error is the last error the handler returned for it.
 	Error string
+	// Permanent reports that the sink refused the record itself (handlers.Permanent: an HTTP 4xx, an
+	// oversized message): retrying soon will not help, so an operator should fix the sink or the record,
+	// or skip it. False means the failure may pass (a 5xx, a timeout, a network error).
+	Permanent bool
+	// Status is the sink's own status code for the last failure, where it has one (the HTTP status of a
+	// webhook); 0 otherwise.
+	Status int
 	// Attempts counts the failed deliveries of the record.
 	Attempts int
 	// FirstFailureAt and LastFailureAt bound the time the stream has been halted.
 	FirstFailureAt time.Time
 	LastFailureAt  time.Time
+	// NextAttemptAt is when the record is tried again.
+	NextAttemptAt time.Time
 }
 
 // State is what a locked cursor row holds.

@@ -51,12 +51,11 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	rows, err := tx.Query(ctx, `
-		SELECT process_name, position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
-		       halted_first_failure_at, halted_last_failure_at,
+		SELECT `+stateColumns+`, process_name,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), coalesce(source_partition, 0), coalesce(source_partitions, 0),
 		       coalesce(partitions, 0),
-		       held_by_pid, held_since, updated_at, paused, records_handled,
+		       held_by_pid, held_since, updated_at, records_handled,
 		       (records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8
 		FROM inorder.cursor
@@ -67,23 +66,15 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	}
 	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
 		var (
-			in                       Info
-			posAt, first, last, hsin pgtype.Timestamptz
-			posID, haltID, haltErr   pgtype.Text
-			attempts                 int32
-			heldPID                  pgtype.Int4
+			in      Info
+			hsin    pgtype.Timestamptz
+			heldPID pgtype.Int4
 		)
-		err := r.Scan(&in.Process, &posAt, &posID, &haltID, &haltErr, &attempts, &first, &last,
+		st, _, err := scanState(r, &in.Process,
 			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
 			&in.Source.Partition, &in.Source.Partitions, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
-			&in.Paused, &in.RecordsHandled, &in.Throughput)
-		if posAt.Valid {
-			in.Position = Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
-		}
-		if haltID.Valid {
-			in.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
-				FirstFailureAt: first.Time, LastFailureAt: last.Time}
-		}
+			&in.RecordsHandled, &in.Throughput)
+		in.State = st
 		if heldPID.Valid {
 			in.HeldByPID, in.HeldSince = int(heldPID.Int32), hsin.Time
 		}

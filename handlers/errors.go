@@ -56,3 +56,14 @@ func RetryAfterOf(err error) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// StatusOf returns the sink's own status code carried by err (the HTTP status of a webhook response),
+// found by an error in its chain with a SinkStatus method, as handlers/webhook's StatusError has. The
+// processor stores it in the halt state.
+func StatusOf(err error) (int, bool) {
+	var s interface{ SinkStatus() int }
+	if errors.As(err, &s) {
+		return s.SinkStatus(), true
+	}
+	return 0, false
+}

@@ -218,7 +218,10 @@ func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *han
 		_ = p.cur.Abort(work)
 		return p.retryDelay(1, nil)
 	}
-	h, err := p.cur.RecordFailure(work, last, rec.ID, cause)
+	status, _ := handlers.StatusOf(cause)
+	h, err := p.cur.RecordFailure(work, last, cursor.Failure{RecordID: rec.ID, Err: cause,
+		Permanent: handlers.IsPermanent(cause), Status: status,
+		RetryIn: func(attempts int) time.Duration { return p.retryDelay(attempts, cause) }})
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		_ = p.cur.Abort(work)
@@ -227,15 +230,22 @@ func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *han
 	if err := p.cur.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
-	wait := p.retryDelay(h.Attempts, cause)
+	wait := time.Until(h.NextAttemptAt)
 	p.retryAt, p.halted = time.Now().Add(wait), true
 	p.obs.Halted(p.cfg.Process, true)
-	ev := p.log.Warn()
-	if h.Attempts == 1 {
-		ev = p.log.Error()
+	// One line per change of state: the first failure of a record, and a failure turning permanent. Every
+	// attempt in between is a debug line.
+	ev := p.log.Debug()
+	msg := "handler failed again; retrying the record"
+	switch {
+	case h.Permanent && (h.Attempts == 1 || !p.haltPermanent):
+		ev, msg = p.log.Error(), "the sink refused the record; the stream waits on it until it goes through or an operator skips it"
+	case h.Attempts == 1:
+		ev, msg = p.log.Warn(), "handler failed; retrying the record with backoff (the stream waits on it)"
 	}
-	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Err(cause).Dur("retry_in", wait).
-		Msg("handler failed; stream halted on this record")
+	p.haltPermanent = h.Permanent
+	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
+		Err(cause).Dur("retry_in", wait).Msg(msg)
 	return wait
 }
 

@@ -81,7 +81,7 @@ func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], 
 	}
 	cfg.withDefaults()
 	return &Partitioned[T]{cfg: cfg, opts: opts, working: map[int]bool{}, alive: 1,
-		log: cfg.Logger.With().Str("process", cfg.Process).Logger()}, nil
+		log: defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger()}, nil
 }
 
 // Name returns the logical process name.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"reflect"
 	"sync"
 	"time"
@@ -83,8 +84,10 @@ type Config[T any] struct {
 	// means 30s.
 	ReconnectMax time.Duration
 
-	// Logger receives the processor's logs; every line carries the process name. The zero value logs
-	// nothing.
+	// Logger receives the processor's logs: one line per change of state (locked, released, held,
+	// retrying, halted, resumed, moved by an operator), never one per record; every line carries the
+	// process name. The zero value logs at info level as JSON lines to standard error; zerolog.Nop()
+	// silences it.
 	Logger zerolog.Logger
 	// Registry is where the cursor repository comes from. Nil means cursor.DefaultRegistry; tests playing
 	// several instances in one Go process give each its own.
@@ -164,18 +167,19 @@ type Processor[T any] struct {
 	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
-	owned       bool
-	sourceSaved bool
-	hold        Hold // the hold last recorded in the cursor row (zero: none)
-	holdWarned  time.Time
-	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
-	wake        chan struct{}
-	lookSoon    bool       // the last poll found a writer just begun limiting the horizon
-	slot        *slotHooks // set when the processor works one partition for a Partitioned runner
-	paused      bool
-	halted      bool
-	lastPos     cursor.Position // the durable position after this instance's last batch
-	knownPos    bool            // lastPos is known (false before the first batch and after errors)
+	owned         bool
+	sourceSaved   bool
+	hold          Hold // the hold last recorded in the cursor row (zero: none)
+	holdWarned    time.Time
+	retryAt       time.Time // earliest next attempt at the halted record, from this instance's own backoff
+	wake          chan struct{}
+	lookSoon      bool       // the last poll found a writer just begun limiting the horizon
+	slot          *slotHooks // set when the processor works one partition for a Partitioned runner
+	paused        bool
+	halted        bool
+	haltPermanent bool            // the last failure recorded by this instance was permanent
+	lastPos       cursor.Position // the durable position after this instance's last batch
+	knownPos      bool            // lastPos is known (false before the first batch and after errors)
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -201,7 +205,7 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 	}
 	p := &Processor[T]{
 		cfg:      cfg,
-		log:      cfg.Logger.With().Str("process", cfg.Process).Logger(),
+		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
 		tracker:  newTracker(cfg.InsertLatency),
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
 		wake:     make(chan struct{}, 1),
@@ -234,6 +238,15 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 
 // Name returns the process name.
 func (p *Processor[T]) Name() string { return p.cfg.Process }
+
+// defaultLogger is l, or for the zero Logger one that writes JSON lines to standard error at info level:
+// a library user sees what the processor does without configuring anything.
+func defaultLogger(l zerolog.Logger) zerolog.Logger {
+	if reflect.ValueOf(l).IsZero() {
+		return zerolog.New(os.Stderr).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	}
+	return l
+}
 
 // forcedWriters holds the names of processes that tests run with the writers horizon whatever their
 // source's default, to show what the transactions horizon prevents. Nothing else sets it.
@@ -568,7 +581,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.obs.Halted(p.cfg.Process, true)
 	}
 	if st.Halt != nil {
-		due := st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
+		due := st.Halt.NextAttemptAt
+		if due.IsZero() { // recorded before next attempts were
+			due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
+		}
 		if p.retryAt.After(due) {
 			due = p.retryAt
 		}

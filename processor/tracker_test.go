@@ -1,9 +1,11 @@
 package processor
 
 import (
+	"io"
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/source"
@@ -173,4 +175,12 @@ func TestTrackerHoldDoesNotFlap(t *testing.T) {
 			require.Equal(t, 103, h.hold.PID, "%s, poll %d", kind, i)
 		}
 	}
+}
+
+func TestDefaultLogger(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, zerolog.InfoLevel, defaultLogger(zerolog.Logger{}).GetLevel(), "the zero Logger logs at info")
+	require.Equal(t, zerolog.Disabled, defaultLogger(zerolog.Nop()).GetLevel(), "zerolog.Nop() stays silent")
+	custom := zerolog.New(io.Discard).Level(zerolog.WarnLevel)
+	require.Equal(t, zerolog.WarnLevel, defaultLogger(custom).GetLevel(), "a given logger is used as is")
 }

@@ -70,11 +70,14 @@ type behindJSON struct {
 }
 
 type haltJSON struct {
-	RecordID       string    `json:"record_id"`
-	Error          string    `json:"error"`
-	Attempts       int       `json:"attempts"`
-	FirstFailureAt time.Time `json:"first_failure_at"`
-	LastFailureAt  time.Time `json:"last_failure_at"`
+	RecordID       string     `json:"record_id"`
+	Error          string     `json:"error"`
+	Permanent      bool       `json:"permanent"`
+	Status         *int       `json:"status"`
+	Attempts       int        `json:"attempts"`
+	FirstFailureAt time.Time  `json:"first_failure_at"`
+	LastFailureAt  time.Time  `json:"last_failure_at"`
+	NextAttemptAt  *time.Time `json:"next_attempt_at"`
 }
 
 type holdJSON struct {
@@ -133,7 +136,16 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 		}
 		if in.Halt != nil {
 			ps.Halt = &haltJSON{RecordID: in.Halt.RecordID, Error: in.Halt.Error, Attempts: in.Halt.Attempts,
-				FirstFailureAt: in.Halt.FirstFailureAt.UTC(), LastFailureAt: in.Halt.LastFailureAt.UTC()}
+				Permanent: in.Halt.Permanent, FirstFailureAt: in.Halt.FirstFailureAt.UTC(),
+				LastFailureAt: in.Halt.LastFailureAt.UTC()}
+			if in.Halt.Status != 0 {
+				code := in.Halt.Status
+				ps.Halt.Status = &code
+			}
+			if !in.Halt.NextAttemptAt.IsZero() {
+				next := in.Halt.NextAttemptAt.UTC()
+				ps.Halt.NextAttemptAt = &next
+			}
 		}
 		if !in.HeldSince.IsZero() {
 			ps.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}
@@ -220,10 +232,23 @@ func printStatus(w io.Writer, rep statusReport) {
 	tw.Flush()
 	for _, ps := range rep.Processes {
 		if ps.Halt != nil {
-			fmt.Fprintf(w, "\n%s halted on record %s: %d attempts since %s (last %s)\n%s\n"+
+			kind := "retryable"
+			if ps.Halt.Permanent {
+				kind = "refused by the sink"
+			}
+			if ps.Halt.Status != nil {
+				kind += fmt.Sprintf(", status %d", *ps.Halt.Status)
+			}
+			next := ""
+			if ps.Halt.NextAttemptAt != nil {
+				next = ", next " + ps.Halt.NextAttemptAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "\n%s\n%s\n"+
 				"  fix the sink or the record; the stream resumes by itself once the record goes through\n",
-				ps.Process, ps.Halt.RecordID, ps.Halt.Attempts, ps.Halt.FirstFailureAt.Format(time.RFC3339),
-				ps.Halt.LastFailureAt.Format(time.RFC3339), wrap("error: "+clip(ps.Halt.Error, 600), "  ", 100))
+				wrap(fmt.Sprintf("%s halted on record %s (%s): %s since %s (last %s%s)", ps.Process, ps.Halt.RecordID,
+					kind, plural(ps.Halt.Attempts, "attempt"), ps.Halt.FirstFailureAt.Format(time.RFC3339),
+					ps.Halt.LastFailureAt.Format(time.RFC3339), next), "", 100),
+				wrap("error: "+clip(ps.Halt.Error, 600), "  ", 100))
 			fmt.Fprintln(w, wrap(fmt.Sprintf("or, once the record is known to be unwanted: inorder skip --process %s --record %s --reason '...'",
 				ps.Process, ps.Halt.RecordID), "  ", 100))
 		}
@@ -243,6 +268,14 @@ func printStatus(w io.Writer, rep statusReport) {
 			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.Error)
 		}
 	}
+}
+
+// plural says "1 attempt", "2 attempts".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
 }
 
 // holdName names the transaction holding a stream: a backend by pid, or a prepared transaction (pid 0).

@@ -226,6 +226,9 @@ type StatusError struct {
 }
 
 // Error returns "webhook POST <url>: <code> <reason>[ to <location>][: <body excerpt>]".
+// SinkStatus returns the status code, for the halt state (see handlers.StatusOf).
+func (e *StatusError) SinkStatus() int { return e.StatusCode }
+
 func (e *StatusError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhook POST %s: %d", e.URL, e.StatusCode)
