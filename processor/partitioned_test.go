@@ -156,8 +156,16 @@ func TestRepartitionIsRefusedWhileAnInstanceRuns(t *testing.T) {
 	stop := testrun.Start(t, p.Run)
 	b.insert(t, 3)
 	waitFor(t, "the rows", func() bool { return b.h.count() == 3 })
-
+	// Repartition also refuses a partition that never ran: let both run once, so that after the stop
+	// nothing but a running instance could refuse it.
 	ctx := context.Background()
+	waitFor(t, "both partitions to run", func() bool {
+		var ran int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM inorder.cursor
+			WHERE starts_with(process_name, 'busy#') AND source_table IS NOT NULL`).Scan(&ran))
+		return ran == 2
+	})
+
 	opts := cursor.ActionOpts{Actor: "test"}
 	_, err = cursor.Repartition(ctx, b.db.Pool, "busy", 3, opts)
 	require.ErrorIs(t, err, cursor.ErrBusy)
