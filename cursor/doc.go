@@ -1,24 +1,25 @@
-// Package cursor owns the position of one named process in its source table: which instance works the
-// process, where it stands, and why it stopped if it did.
+// Package cursor is a process's cursor as users and operators see it: where the process stands in its
+// source table (Position), whether it is halted on a failing record and why (Halt), who works it, and the
+// operator actions that change it, with their safety rules inside them.
 //
-// # Ownership
+// # Status
 //
-// Any number of instances may run a process; one works it at a time. An instance becomes the owner by
-// taking a session-level advisory lock keyed by the process name, and keeps it between batches, so the
-// work does not hop between instances while they idle. Each batch then locks the process's row in
-// inorder.cursor with SELECT ... FOR UPDATE SKIP LOCKED in a short transaction; position updates happen
-// in that transaction, so an instance that lost its session can never record a position. The connection
-// sets idle_in_transaction_session_timeout, idle_session_timeout and TCP keepalives, so a frozen or
-// vanished owner loses the process and a standby takes over.
-//
-// # One repository per name
-//
-// A Registry hands out one Repository per process name: asking twice gives the same instance, and no
-// method takes a name, so a repository can only touch its own row.
+// List reads every process's cursor row without disturbing running processors: position, halt and hold
+// state, pause, the instance that owns it and how many are connected. Behind measures how many records
+// lie after a position.
 //
 // # Operator actions
 //
-// Skip, Rewind, Pause and Resume change a cursor row on behalf of an operator. They lock the same row
-// (waiting for a running batch to finish, within a bound), and write an audit entry in the same
-// transaction. List reads every process's state for status without disturbing anyone.
+// Skip, Rewind, Pause, Resume and Repartition change a cursor row on behalf of an operator, from the CLI
+// or from a service's own admin endpoint, on a connection, a pool or a transaction (DB). Each locks the
+// process's row (waiting for a running batch to finish, within ActionOpts.Wait), checks its rules, makes
+// the change and writes an audit entry, all in one transaction, and returns the entry or an error that
+// wraps a sentinel (ErrNotHalted, ErrWrongRecord, ErrForward, ErrNotDrained, ...). No action moves a
+// position past a record that was not delivered, except Skip, which moves past exactly the record the
+// stream is halted on, with a reason. Audit lists the entries.
+//
+// # Ownership
+//
+// Which instance works a process, and how the row is locked batch by batch, is the processor's business
+// (see package processor); status shows its result.
 package cursor

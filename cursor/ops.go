@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -202,7 +203,7 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 }
 
 func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Position) error {
-	args := posArgs(pos)
+	args := source.Position(pos).Args()
 	_, err := tx.Exec(ctx, `
 		UPDATE inorder.cursor
 		SET position_created_at = $2, position_id = $3,
@@ -248,8 +249,8 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 	}
 	var row cursorRow
 	var part, parts *int32
-	st, ok, err := scanState(tx.QueryRow(ctx, `
-		SELECT `+stateColumns+`,
+	st, ok, err := cursorlock.ScanState(tx.QueryRow(ctx, `
+		SELECT `+cursorlock.StateColumns+`,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), source_partition, source_partitions
 		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),
@@ -265,7 +266,7 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 	if !ok {
 		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
 	}
-	row.state = st
+	row.state = fromLock(st)
 	if parts != nil && part != nil {
 		row.src.Partition, row.src.Partitions = int(*part), int(*parts)
 	}
@@ -335,43 +336,6 @@ func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
 	return entries, nil
 }
 
-// ErrPartitionsChanged is returned by RegisterPartitioned when the process is already split another way.
-var ErrPartitionsChanged = errors.New("the process has another number of partitions")
-
-// RegisterPartitioned records that process name is split into n partitions, or checks that it is. A
-// different number, or a process that already ran as one stream, is refused: changing the split is an
-// explicit operation (drain, then Repartition), since positions do not carry over between splits.
-func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int) error {
-	if _, err := conn.Exec(ctx, `INSERT INTO inorder.cursor (process_name, partitions) VALUES ($1, $2)
-		ON CONFLICT (process_name) DO NOTHING`, name, n); err != nil {
-		return fmt.Errorf("register partitioned process: %w", err)
-	}
-	var have *int32
-	var ran bool
-	if err := conn.QueryRow(ctx, `SELECT partitions, source_table IS NOT NULL FROM inorder.cursor WHERE process_name = $1`,
-		name).Scan(&have, &ran); err != nil {
-		return fmt.Errorf("register partitioned process: %w", err)
-	}
-	switch {
-	case have == nil && ran:
-		return fmt.Errorf("%w: it runs as one stream; to split it, stop it and run: inorder repartition --process %s --partitions %d",
-			ErrPartitionsChanged, name, n)
-	case have == nil:
-		_, err := conn.Exec(ctx, "UPDATE inorder.cursor SET partitions = $2 WHERE process_name = $1 AND partitions IS NULL", name, n)
-		return err
-	case int(*have) != n:
-		return fmt.Errorf("%w: it has %d, asked for %d; drain it and run: inorder repartition --process %s --partitions %d",
-			ErrPartitionsChanged, *have, n, name, n)
-	}
-	return nil
-}
-
-// InstancesLockKey is the key of the advisory lock that every running instance of partitioned process
-// name holds shared on its coordinating connection, from before it checks the partition count until it
-// stops. Repartition takes it exclusively: an instance between two partitions owns none of their locks,
-// but holds this one.
-func InstancesLockKey(name string) int64 { return LockKey(name + "#instances") }
-
 // Repartition splits process name into n partitions anew (n = 1 included), every one starting after the
 // last row of the source, in one transaction, audited. Positions do not carry over between splits, so it
 // refuses unless that start skips nothing: an instance running the process (ErrBusy), a stream that never
@@ -386,7 +350,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 			return nil, fmt.Errorf("repartition %q: "+format, append([]any{name}, args...)...)
 		}
 		var idle bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", InstancesLockKey(name)).Scan(&idle); err != nil {
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", cursorlock.InstancesLockKey(name)).Scan(&idle); err != nil {
 			return fail("%w", err)
 		}
 		if !idle {
@@ -470,7 +434,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')`, name); err != nil {
 			return fail("%w", err)
 		}
-		args := posArgs(at)
+		args := source.Position(at).Args()
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
 			SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,

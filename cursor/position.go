@@ -1,8 +1,10 @@
 package cursor
 
 import (
-	"fmt"
 	"time"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // Position is where a process stands in its source: the (created_at, id) pair of the last record it
@@ -21,16 +23,7 @@ type Position struct {
 func (p Position) IsBeginning() bool { return p.CreatedAt.IsZero() }
 
 // String formats the position for logs and status.
-func (p Position) String() string {
-	switch {
-	case p.IsBeginning():
-		return "beginning"
-	case p.ID == "":
-		return "after " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
-	default:
-		return fmt.Sprintf("%s/%s", p.CreatedAt.UTC().Format(time.RFC3339Nano), p.ID)
-	}
-}
+func (p Position) String() string { return source.Position(p).String() }
 
 // Halt is the state of a stream stopped on a failing record. It is kept in the cursor row, so an operator
 // sees it with `inorder status` without reading logs, and retries keep counting across instances.
@@ -62,4 +55,14 @@ type State struct {
 	Halt *Halt
 	// Paused is set by an operator (Pause) and stops the process at its next batch until Resume.
 	Paused bool
+}
+
+// fromLock is the public form of a state as the locking machinery reads it.
+func fromLock(st cursorlock.State) State {
+	out := State{Position: Position(st.Position), Paused: st.Paused}
+	if st.Halt != nil {
+		h := Halt(*st.Halt)
+		out.Halt = &h
+	}
+	return out
 }

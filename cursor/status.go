@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -51,7 +52,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	rows, err := tx.Query(ctx, `
-		SELECT `+stateColumns+`, process_name,
+		SELECT `+cursorlock.StateColumns+`, process_name,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), coalesce(source_partition, 0), coalesce(source_partitions, 0),
 		       coalesce(partitions, 0),
@@ -70,11 +71,11 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 			hsin    pgtype.Timestamptz
 			heldPID pgtype.Int4
 		)
-		st, _, err := scanState(r, &in.Process,
+		st, _, err := cursorlock.ScanState(r, &in.Process,
 			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
 			&in.Source.Partition, &in.Source.Partitions, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
 			&in.RecordsHandled, &in.Throughput)
-		in.State = st
+		in.State = fromLock(st)
 		if heldPID.Valid {
 			in.HeldByPID, in.HeldSince = int(heldPID.Int32), hsin.Time
 		}
@@ -98,7 +99,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	}
 	for i := range infos {
 		in := &infos[i]
-		key := LockKey(in.Process)
+		key := cursorlock.LockKey(in.Process)
 		// The owner holds the process's advisory lock (see TryLock); pg_locks shows it to every role.
 		var pid *int32
 		var app *string

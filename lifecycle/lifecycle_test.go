@@ -40,7 +40,7 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	require.NoError(t, err)
 	return db, processor.Config[row]{
 		Process: "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
-		PollInterval: 20 * time.Millisecond, Registry: &cursor.Registry{},
+		PollInterval: 20 * time.Millisecond,
 	}
 }
 

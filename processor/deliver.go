@@ -5,12 +5,13 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // deliverSync hands records to a Handler or TxHandler one at a time.
-func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
+func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.State, items []item[T]) (int, time.Duration, error) {
 	last := st.Position
 	n := 0
 	for i := range items {
@@ -38,7 +39,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursor.State, i
 }
 
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
-func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursor.State, items []item[T]) (int, time.Duration, error) {
+func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.State, items []item[T]) (int, time.Duration, error) {
 	type flight struct {
 		it  *item[T]
 		res handlers.Result
@@ -129,7 +130,7 @@ func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	}
 }
 
-func attemptOf(st cursor.State, id string) int {
+func attemptOf(st cursorlock.State, id string) int {
 	if st.Halt != nil && st.Halt.RecordID == id {
 		return st.Halt.Attempts + 1
 	}
@@ -167,7 +168,7 @@ func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (e
 
 // checkpoint flushes the handler and makes pos durable, keeping the lock. It reports false when the lock
 // was lost to another instance in the instant between commit and relock.
-func (p *Processor[T]) checkpoint(work context.Context, pos cursor.Position) (bool, error) {
+func (p *Processor[T]) checkpoint(work context.Context, pos source.Position) (bool, error) {
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
@@ -195,7 +196,7 @@ func (p *Processor[T]) flush(work context.Context) error {
 
 // finish ends a batch of per-batch checkpoints: the position, if it moved, is written into the
 // transaction that Unlock commits, with the count of records handled in the batch.
-func (p *Processor[T]) finish(work context.Context, from, to cursor.Position, handled int) error {
+func (p *Processor[T]) finish(work context.Context, from, to source.Position, handled int) error {
 	if to == from || !p.cur.Locked() || p.cfg.Checkpoint == CheckpointRecord {
 		return nil // with record checkpoints, every advance is durable already
 	}
@@ -211,7 +212,7 @@ func (p *Processor[T]) finish(work context.Context, from, to cursor.Position, ha
 
 // fail records a failing record's halt state with the position of the last success before it, and
 // returns how long to wait before trying it again.
-func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *handlers.Record[T], cause error) time.Duration {
+func (p *Processor[T]) fail(work context.Context, last source.Position, rec *handlers.Record[T], cause error) time.Duration {
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
@@ -219,7 +220,7 @@ func (p *Processor[T]) fail(work context.Context, last cursor.Position, rec *han
 		return p.retryDelay(1, nil)
 	}
 	status, _ := handlers.StatusOf(cause)
-	h, err := p.cur.RecordFailure(work, last, cursor.Failure{RecordID: rec.ID, Err: cause,
+	h, err := p.cur.RecordFailure(work, last, cursorlock.Failure{RecordID: rec.ID, Err: cause,
 		Permanent: handlers.IsPermanent(cause), Status: status,
 		RetryIn: func(attempts int) time.Duration { return p.retryDelay(attempts, cause) }})
 	if err != nil {

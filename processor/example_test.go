@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -51,7 +50,6 @@ func Example() {
 			return nil // the position moves past the record only now
 		}),
 		PollInterval: 50 * time.Millisecond,
-		Registry:     &cursor.Registry{},
 	})
 	if err != nil {
 		panic(err)

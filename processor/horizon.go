@@ -25,8 +25,8 @@ type txn struct {
 	writer        bool
 }
 
-// Hold names the transaction whose being open limits the horizon.
-type Hold struct {
+// holder names the transaction whose being open limits the horizon.
+type holder struct {
 	// PID is its backend process id (look it up in pg_stat_activity); 0 for a prepared transaction (see
 	// pg_prepared_xacts).
 	PID int
@@ -42,7 +42,7 @@ type horizon struct {
 	// at is the time below which every row is visible; zero when a transaction of unknown start blocks all.
 	at time.Time
 	// hold is the transaction that limits at, if any.
-	hold *Hold
+	hold *holder
 }
 
 // tracker keeps the history of the transactions in flight across polls. It tracks both the writers and
@@ -116,7 +116,7 @@ func (tr *tracker) observe(o source.Observation, kind Horizon) horizon {
 		}
 	}
 	if limit != nil {
-		h.hold = &Hold{PID: limit.pid, Since: limit.firstSeen, Writer: limit.writer}
+		h.hold = &holder{PID: limit.pid, Since: limit.firstSeen, Writer: limit.writer}
 	}
 	if tr.firstPoll.IsZero() {
 		tr.firstPoll = o.Now
@@ -163,7 +163,7 @@ func (tr *tracker) earliestStart() (at time.Time, unknown []int) {
 const holdReportAfter = time.Second
 
 func (p *Processor[T]) noteHold(work context.Context, h horizon) error {
-	var hold Hold
+	var hold holder
 	if h.hold != nil && h.now.Sub(h.hold.Since) >= holdReportAfter {
 		hold = *h.hold
 	}
@@ -195,7 +195,7 @@ func (p *Processor[T]) noteHold(work context.Context, h horizon) error {
 	return nil
 }
 
-func holderName(h Hold) string {
+func holderName(h holder) string {
 	switch {
 	case h.PID == 0:
 		return "a prepared transaction"
@@ -207,7 +207,7 @@ func holderName(h Hold) string {
 }
 
 // holdAdvice says what to do about a long hold.
-func (p *Processor[T]) holdAdvice(h Hold) string {
+func (p *Processor[T]) holdAdvice(h holder) string {
 	var b strings.Builder
 	b.WriteString(holderName(h) + " has held the stream for long; ")
 	if h.PID == 0 {

@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -23,7 +22,7 @@ func TestOneOfTwoInstancesWorksAndTheOtherTakesOver(t *testing.T) {
 
 	second := b.cfg
 	second.Instance = "second"
-	second.Registry = &cursor.Registry{} // another Go process, as far as cursors go
+	second.Instance = "second" // another instance, as another program would be
 	h2 := newCollector()
 	second.Handler = h2
 	start(t, second)

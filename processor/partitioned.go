@@ -10,10 +10,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
-
-	"github.com/inorder-dev/inorder/cursor"
 )
 
 // PartitionOpts configures NewPartitioned.
@@ -96,7 +95,7 @@ func (p *Partitioned[T]) Run(ctx context.Context) error {
 	}
 	defer coord.close()
 	if err := coord.do(ctx, func(c *pgx.Conn) error {
-		return cursor.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
+		return cursorlock.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
 	}); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -251,7 +250,7 @@ func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int
 	n := p.opts.Partitions
 	classids, objids := make([]int64, n), make([]int64, n)
 	for i := range n {
-		k := uint64(cursor.LockKey(PartitionName(p.cfg.Process, i, n)))
+		k := uint64(cursorlock.LockKey(PartitionName(p.cfg.Process, i, n)))
 		classids[i], objids[i] = int64(k>>32), int64(k&0xffffffff)
 	}
 	var free []int32
@@ -297,7 +296,7 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 
 // coordinator is the instance's one connection for choosing partitions, shared by its slots. Its
 // application_name tells other instances this one is running the process, and the process's instances
-// lock, which it holds shared, tells `inorder repartition` (see cursor.InstancesLockKey).
+// lock, which it holds shared, tells `inorder repartition` (see cursorlock.InstancesLockKey).
 type coordinator struct {
 	mu        sync.Mutex
 	cc        *pgx.ConnConfig
@@ -321,7 +320,7 @@ func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
 	if len(prefix) > 40 { // application_name keeps 63 bytes: leave room to tell instances apart
 		prefix = prefix[:40]
 	}
-	c := &coordinator{cc: cc, appPrefix: prefix, lockKey: cursor.InstancesLockKey(p.cfg.Process)}
+	c := &coordinator{cc: cc, appPrefix: prefix, lockKey: cursorlock.InstancesLockKey(p.cfg.Process)}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -345,7 +344,7 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 		c.conn = conn
 	}
 	err := f(c.conn)
-	if err != nil && cursor.IsConnectionError(err) {
+	if err != nil && cursorlock.IsConnectionError(err) {
 		_ = c.conn.Close(context.WithoutCancel(ctx))
 		c.conn = nil
 	}

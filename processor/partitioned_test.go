@@ -63,7 +63,6 @@ func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon proce
 		cfg := b.cfg
 		cfg.Process = "partitioned"
 		cfg.Instance = name
-		cfg.Registry = &cursor.Registry{}
 		cfg.Handler = d.handler(name)
 		return cfg
 	}
@@ -128,7 +127,7 @@ func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	other, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 8})
 	require.NoError(t, err)
 	err = other.Run(context.Background())
-	require.ErrorIs(t, err, cursor.ErrPartitionsChanged)
+	require.ErrorIs(t, err, processor.ErrPartitionsChanged)
 	require.Contains(t, err.Error(), "it has 4, asked for 8; drain it and run: inorder repartition --process split --partitions 8")
 
 	b.db.Exec(t, "DROP INDEX events_aggregate_id_p4_idx")

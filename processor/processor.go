@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -89,9 +90,6 @@ type Config[T any] struct {
 	// process name. The zero value logs at info level as JSON lines to standard error; zerolog.Nop()
 	// silences it.
 	Logger zerolog.Logger
-	// Registry is where the cursor repository comes from. Nil means cursor.DefaultRegistry; tests playing
-	// several instances in one Go process give each its own.
-	Registry *cursor.Registry
 	// Instance names this instance in the cursor connection's application_name. Empty means host:pid.
 	Instance string
 
@@ -142,9 +140,6 @@ func (c *Config[T]) withDefaults() {
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = 30 * time.Second
 	}
-	if c.Registry == nil {
-		c.Registry = cursor.DefaultRegistry
-	}
 }
 
 // Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
@@ -163,13 +158,13 @@ type Processor[T any] struct {
 	table    *source.Table
 	tracker  *tracker
 	kind     Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
-	cur      *cursor.Repository
+	cur      *cursorlock.Repository
 	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
 	owned         bool
 	sourceSaved   bool
-	hold          Hold // the hold last recorded in the cursor row (zero: none)
+	hold          holder // the hold last recorded in the cursor row (zero: none)
 	holdWarned    time.Time
 	retryAt       time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake          chan struct{}
@@ -178,7 +173,7 @@ type Processor[T any] struct {
 	paused        bool
 	halted        bool
 	haltPermanent bool            // the last failure recorded by this instance was permanent
-	lastPos       cursor.Position // the durable position after this instance's last batch
+	lastPos       source.Position // the durable position after this instance's last batch
 	knownPos      bool            // lastPos is known (false before the first batch and after errors)
 }
 
@@ -239,6 +234,11 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 // Name returns the process name.
 func (p *Processor[T]) Name() string { return p.cfg.Process }
 
+// ErrPartitionsChanged is returned by a Partitioned runner when the process is already split another
+// way (or ran as one stream): changing the split is an explicit operation (drain, then
+// cursor.Repartition), since positions do not carry over between splits.
+var ErrPartitionsChanged = cursorlock.ErrPartitionsChanged
+
 // defaultLogger is l, or for the zero Logger one that writes JSON lines to standard error at info level:
 // a library user sees what the processor does without configuring anything.
 func defaultLogger(l zerolog.Logger) zerolog.Logger {
@@ -260,7 +260,7 @@ func (e fatalError) Unwrap() error { return e.err }
 
 func isFatal(err error) bool {
 	var f fatalError
-	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, cursor.ErrInUse) {
+	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, cursorlock.ErrInUse) {
 		return true
 	}
 	var pgErr *pgconn.PgError
@@ -372,21 +372,21 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
-	ccfg := cursor.Config{
+	ccfg := cursorlock.Config{
 		ConnConfig:               p.cfg.ConnConfig,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		IdleSessionTimeout:       max(2*p.cfg.IdleInTransactionTimeout, 2*p.cfg.RetryMax, 10*p.cfg.PollInterval),
-		StartFrom:                p.cfg.StartFrom,
+		StartFromNow:             p.cfg.StartFrom == cursor.StartFromNow,
 		Instance:                 p.cfg.Instance,
 		Transactional:            p.cfg.TxHandler != nil,
 	}
 	for attempt := 1; ; attempt++ {
-		cur, err := p.cfg.Registry.Open(work, p.cfg.Process, ccfg)
+		cur, err := cursorlock.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
 			p.cur = cur
 			break
 		}
-		if isFatal(err) || !cursor.IsConnectionError(err) {
+		if isFatal(err) || !cursorlock.IsConnectionError(err) {
 			return err
 		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
@@ -498,7 +498,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		pos := p.cur.State().Position
 		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(p.kind))
 		if !at.IsZero() && at.Before(pos.CreatedAt) {
-			back := cursor.Position{CreatedAt: at.UTC()}
+			back := source.Position{CreatedAt: at.UTC()}
 			if err := p.cur.SetPosition(work, back, 0); err != nil {
 				return horizon{}, err
 			}
@@ -546,11 +546,8 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
 	}()
 	if !p.sourceSaved {
-		src := cursor.Source{Table: p.table.Qualified, IDColumn: p.table.Spec.IDColumn,
-			CreatedAtColumn: p.table.Spec.CreatedAtColumn, KeyColumn: p.table.Spec.KeyColumn}
-		if p.table.Part != nil {
-			src.Partition, src.Partitions = p.table.Part.Index, p.table.Part.Count
-		}
+		src := p.table.Spec
+		src.Table = p.table.Qualified
 		if err := p.cur.SetSource(work, src); err != nil {
 			return 0, 0, err
 		}

@@ -7,7 +7,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -83,8 +82,7 @@ func TestStructColumnsAreTheDefaultSelection(t *testing.T) {
 	}
 	p, err := processor.New(processor.Config[extra]{
 		Process: "extra", ConnConfig: b.cfg.ConnConfig, Source: processor.Source{Table: "events"},
-		Handler:  handlers.HandlerFunc[extra](func(context.Context, *handlers.Record[extra]) error { return nil }),
-		Registry: &cursor.Registry{},
+		Handler: handlers.HandlerFunc[extra](func(context.Context, *handlers.Record[extra]) error { return nil }),
 	})
 	require.NoError(t, err)
 	err = p.Run(context.Background())

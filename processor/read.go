@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/source"
 )
@@ -18,12 +17,12 @@ import (
 // item is one record read from the source, with its position.
 type item[T any] struct {
 	rec handlers.Record[T]
-	pos cursor.Position
+	pos source.Position
 }
 
 // read fetches the next batch: at most BatchSize records after pos and below the horizon, in
 // (created_at, id) order, each scanned with its position.
-func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon time.Time) ([]item[T], error) {
+func (p *Processor[T]) read(work context.Context, pos source.Position, horizon time.Time) ([]item[T], error) {
 	sql, args := p.table.ReadSQL(p.generic, source.Position(pos), horizon, p.cfg.BatchSize)
 	rows, err := p.cur.Tx().Query(work, sql, args...)
 	if err != nil {
@@ -43,7 +42,7 @@ func (p *Processor[T]) read(work context.Context, pos cursor.Position, horizon t
 			it.rec.Key = *key
 		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
-		it.pos = cursor.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
+		it.pos = source.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
 		items = append(items, it)
 		last := &items[len(items)-1]
 		if p.positional != nil {

@@ -12,7 +12,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/internal/testrun"
@@ -128,7 +127,6 @@ func setup(t *testing.T) *bundle {
 		PollInterval: 20 * time.Millisecond,
 		RetryMin:     20 * time.Millisecond,
 		RetryMax:     100 * time.Millisecond,
-		Registry:     &cursor.Registry{},
 		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel),
 	}}
 }

@@ -141,7 +141,7 @@ func TestNoRowIsSkippedWithTransactionTimeCreatedAt(t *testing.T) {
 
 			control := newCollector()
 			ccfg := b.cfg
-			ccfg.Process, ccfg.Handler, ccfg.Registry = "control", control, &cursor.Registry{}
+			ccfg.Process, ccfg.Handler = "control", control
 			if tc.horizon == processor.HorizonAuto {
 				processor.ForceWritersHorizon(b.db.Name + "/control")
 				ccfg.Process = b.db.Name + "/control"
@@ -287,7 +287,7 @@ func TestAnOpenTransactionElsewhereHoldsATransactionTimeStream(t *testing.T) {
 		CREATE INDEX ON nevents (created_at, id)`)
 	clock := newCollector()
 	ccfg := b.cfg
-	ccfg.Process, ccfg.Handler, ccfg.Registry = "clock", clock, &cursor.Registry{}
+	ccfg.Process, ccfg.Handler = "clock", clock
 	ncfg := b.cfg
 	ncfg.Source.Table = "nevents"
 	ncfg.HoldWarnAfter = time.Second

@@ -188,12 +188,9 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 			WHERE application_name LIKE 'inorder:%' AND datname = current_database()`).Scan(&n)
 		return err == nil && n == 0
 	}, 10*time.Second, 10*time.Millisecond, "waiting for the inorder session to end")
-	conn, err := db.Pool.Acquire(ctx)
+	infos, err := cursor.List(ctx, db.Pool, process)
 	require.NoError(t, err)
-	defer conn.Release()
-	var free bool
-	require.NoError(t, conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", cursor.LockKey(process)).Scan(&free))
-	require.True(t, free, "the cursor's ownership lock is free")
-	_, err = conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", cursor.LockKey(process))
-	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.False(t, infos[0].Locked, "no instance owns the process: its ownership lock is free")
+	require.Zero(t, infos[0].Connected, "no instance is connected")
 }

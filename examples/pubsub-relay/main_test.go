@@ -14,7 +14,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/processor"
@@ -23,7 +22,6 @@ import (
 
 // fast shortens the processor's timings for tests.
 func fast(cfg *processor.Config[handlers.Row]) {
-	cfg.Registry = &cursor.Registry{}
 	cfg.PollInterval = 20 * time.Millisecond
 	cfg.RetryMin = 20 * time.Millisecond
 	cfg.RetryMax = 200 * time.Millisecond

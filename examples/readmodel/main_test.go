@@ -10,7 +10,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -18,7 +17,6 @@ import (
 // fast shortens the processor's timings for tests, and keeps batches small so that a stop often lands in
 // the middle of one.
 func fast(cfg *processor.Config[accountEvent]) {
-	cfg.Registry = &cursor.Registry{}
 	cfg.PollInterval = 20 * time.Millisecond
 	cfg.RetryMin = 20 * time.Millisecond
 	cfg.RetryMax = 200 * time.Millisecond

@@ -22,7 +22,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -208,7 +207,6 @@ func run(t *testing.T, d db, process, table string, h handlers.Handler[handlers.
 		PollInterval: 20 * time.Millisecond,
 		RetryMin:     20 * time.Millisecond,
 		RetryMax:     200 * time.Millisecond,
-		Registry:     &cursor.Registry{},
 		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	})
 	require.NoError(t, err)

@@ -17,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -619,7 +618,6 @@ func (e *e2e) run(t *testing.T, h handlers.Handler[handlers.Row]) (stop func()) 
 		PollInterval: 20 * time.Millisecond,
 		RetryMin:     20 * time.Millisecond,
 		RetryMax:     200 * time.Millisecond,
-		Registry:     &cursor.Registry{},
 		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	})
 	require.NoError(t, err)

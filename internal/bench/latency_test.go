@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
@@ -160,7 +159,6 @@ func measureLatency(tb testing.TB, listen bool, rate int, d time.Duration) laten
 		PollInterval: latencyPoll,
 		Checkpoint:   processor.CheckpointRecord,
 		Listen:       listen,
-		Registry:     &cursor.Registry{},
 		Observer:     obs,
 	})
 	if err != nil {

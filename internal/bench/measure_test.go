@@ -17,7 +17,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -276,7 +275,6 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 	obs := newEndObserver(lastAt)
 	cfg.ConnConfig = cc
 	cfg.Observer = obs
-	cfg.Registry = &cursor.Registry{}
 	cfg.PollInterval = 5 * time.Millisecond
 	p, err := processor.New(cfg)
 	if err != nil {

@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -127,7 +126,6 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 			PollInterval: 200 * time.Millisecond,
 			Checkpoint:   processor.CheckpointBatch,
 			Observer:     obs,
-			Registry:     &cursor.Registry{},
 			Instance:     fmt.Sprintf("bench-%c", 'a'+i),
 		}, processor.PartitionOpts{Partitions: partitions, Slots: partitions})
 		if err != nil {

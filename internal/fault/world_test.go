@@ -16,7 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 )
 
@@ -281,7 +281,7 @@ func (w *world) live(st stream) []*child {
 
 // owner returns the child that holds st's ownership lock (the session advisory lock), or nil.
 func (w *world) owner(st stream) *child {
-	key := uint64(cursor.LockKey(st.process))
+	key := uint64(cursorlock.LockKey(st.process))
 	var app string
 	err := w.pool.QueryRow(context.Background(), `
 		SELECT a.application_name

@@ -16,6 +16,30 @@ type Position struct {
 // IsBeginning reports whether p is before every row.
 func (p Position) IsBeginning() bool { return p.CreatedAt.IsZero() }
 
+// String formats the position for logs and status.
+func (p Position) String() string {
+	switch {
+	case p.IsBeginning():
+		return "beginning"
+	case p.ID == "":
+		return "after " + p.CreatedAt.UTC().Format(time.RFC3339Nano)
+	default:
+		return fmt.Sprintf("%s/%s", p.CreatedAt.UTC().Format(time.RFC3339Nano), p.ID)
+	}
+}
+
+// Args are the values a cursor row stores for p: NULLs for the beginning, a NULL id for a time alone.
+func (p Position) Args() [2]any {
+	if p.IsBeginning() {
+		return [2]any{nil, nil}
+	}
+	var id any
+	if p.ID != "" {
+		id = p.ID
+	}
+	return [2]any{p.CreatedAt, id}
+}
+
 // After is the keyset condition "the row comes after p" on the table's columns, its parameters numbered
 // from n, and their values. It is the one place where the three forms of a position become SQL.
 func (t *Table) After(p Position, prefix string, n int) (cond string, args []any) {

@@ -43,7 +43,7 @@
 //	inorder_connected                    gauge      1 while the processor has a working database
 //	                                                 connection, 0 while it is reconnecting or starting
 //	inorder_lag_rows                     gauge      committed source rows after the durable position,
-//	                                                 counted up to 1,000,000 (processor.LagCountCap)
+//	                                                 counted up to 1,000,000 (cursor.LagCountCap)
 //	inorder_lag_seconds                  gauge      age of the oldest of those rows (database clock); 0 when
 //	                                                 none
 //	inorder_lag_errors_total             counter    lag measurements that failed (the lag gauges keep their

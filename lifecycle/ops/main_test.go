@@ -7,7 +7,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -30,6 +29,6 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	require.NoError(t, err)
 	return db, processor.Config[row]{
 		Process: "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
-		PollInterval: 20 * time.Millisecond, Registry: &cursor.Registry{},
+		PollInterval: 20 * time.Millisecond,
 	}
 }

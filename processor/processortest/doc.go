@@ -46,9 +46,9 @@
 //
 // Start runs a processor (anything with a Run method: a *processor.Processor, a *processor.Partitioned,
 // or a function through RunFunc) in the background until the test ends, and fails the test if Run returns
-// an error. Running.Stop ends it early, to restart it or to check what it left behind. Within one test
-// binary, give each processor its own cursor.Registry (Config.Registry), since the default registry hands
-// out one cursor per process name, whatever the database.
+// an error. Running.Stop ends it early, to restart it or to check what it left behind. Tests in parallel
+// may run processes of the same name, each in its own database; to play two instances of one process in
+// one test, give them different Config.Instance names.
 //
 // # Waiting
 //

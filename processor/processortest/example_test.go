@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -45,7 +44,6 @@ func Example() {
 		Handler:      sms,
 		PollInterval: 10 * time.Millisecond,
 		RetryMin:     10 * time.Millisecond,
-		Registry:     &cursor.Registry{}, // one cursor per test, even when tests run in parallel
 	})
 	if err != nil {
 		panic(err)

@@ -49,7 +49,6 @@ func newProcessor(t *testing.T, db *processortest.DB, process string, h handlers
 		PollInterval: 10 * time.Millisecond,
 		RetryMin:     10 * time.Millisecond,
 		RetryMax:     50 * time.Millisecond,
-		Registry:     &cursor.Registry{},
 	})
 	require.NoError(t, err)
 	return p
@@ -176,7 +175,6 @@ func TestWaitCaughtUpPartitioned(t *testing.T) {
 		Source:       processor.Source{Table: "events"},
 		Handler:      rec,
 		PollInterval: 10 * time.Millisecond,
-		Registry:     &cursor.Registry{},
 	}, processor.PartitionOpts{Partitions: 3})
 	require.NoError(t, err)
 	processortest.Start(t, p, nil)

@@ -1,0 +1,115 @@
+package cursorlock_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/source"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+func setup(t *testing.T) (*pgtest.DB, cursorlock.Config) {
+	t.Helper()
+	db := pgtest.New(t)
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second}
+}
+
+func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	ctx := context.Background()
+	a, err := cursorlock.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	again, err := cursorlock.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	require.Same(t, a, again, "asking twice for a name gives the same repository")
+	other, err := cursorlock.Open(ctx, "refunds", cfg)
+	require.NoError(t, err)
+	require.NotSame(t, a, other)
+	require.Equal(t, "orders", a.Name())
+	elsewhere := cfg
+	elsewhere.Instance = "another instance"
+	b, err := cursorlock.Open(ctx, "orders", elsewhere)
+	require.NoError(t, err)
+	require.NotSame(t, a, b, "another instance of the process is another repository, as in another program")
+	require.NoError(t, b.Release(ctx))
+
+	require.NoError(t, a.Claim())
+	require.ErrorIs(t, a.Claim(), cursorlock.ErrInUse, "two processors in one Go process cannot share a cursor")
+	a.Unclaim()
+
+	var settings [2]string
+	require.NoError(t, a.Conn().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('tcp_keepalives_idle')").
+		Scan(&settings[0], &settings[1]))
+	require.Equal(t, [2]string{"5s", "10"}, settings, "the dedicated connection carries its timeouts")
+
+	require.NoError(t, a.Release(ctx))
+	_, err = a.TryLock(ctx)
+	require.ErrorIs(t, err, cursorlock.ErrReleased)
+	fresh, err := cursorlock.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	require.NotSame(t, a, fresh, "a released name opens anew")
+	require.NoError(t, fresh.Release(ctx))
+	require.NoError(t, other.Release(ctx))
+}
+
+func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	ctx := context.Background()
+	before := time.Now()
+	cfg.StartFromNow = true
+	cfg.Instance = "first"
+	first, err := cursorlock.Open(ctx, "now_process", cfg)
+	require.NoError(t, err)
+	cfg.Instance = "second"
+	second, err := cursorlock.Open(ctx, "now_process", cfg)
+	require.NoError(t, err)
+
+	ok, err := first.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	pos := first.State().Position
+	require.False(t, pos.IsBeginning())
+	require.Empty(t, pos.ID, "start from now: after every row created before registration")
+	require.WithinDuration(t, before, pos.CreatedAt, time.Minute)
+
+	ok, err = second.TryLock(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "held elsewhere is an answer, not an error")
+	require.NoError(t, first.Unlock(ctx))
+	ok, err = second.TryLock(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "the owner keeps the process between batches")
+
+	require.NoError(t, first.Release(ctx))
+	ok, err = second.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "the standby takes over as soon as the owner released the process")
+	moved := source.Position{CreatedAt: pos.CreatedAt.Add(time.Second), ID: "7"}
+	require.NoError(t, second.SetPosition(ctx, moved, 1))
+	require.NoError(t, second.Unlock(ctx))
+	var id string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.cursor WHERE process_name = 'now_process'").Scan(&id))
+	require.Equal(t, "7", id)
+	require.NoError(t, second.Release(ctx))
+
+	cfg.StartFromNow = false
+	cfg.Instance = "third"
+	third, err := cursorlock.Open(ctx, "now_process", cfg)
+	require.NoError(t, err)
+	ok, err = third.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, "7", third.State().Position.ID, "an existing process keeps its position whatever StartFrom says")
+	require.NoError(t, third.Release(ctx))
+}

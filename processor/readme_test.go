@@ -1,0 +1,52 @@
+package processor_test
+
+import (
+	"context"
+	"log"
+	"os"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/lifecycle"
+	"github.com/inorder-dev/inorder/migrations"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// sendConfirmation stands for the application's own code.
+func sendConfirmation(ctx context.Context, customer string) error { return nil }
+
+// Example_library is the README's "library in 20 lines", which TestREADMESnippetsCompile keeps identical
+// to this body. It is compiled, not run: it runs until SIGTERM.
+func Example_library() {
+	ctx := context.Background()
+	cc, err := pgx.ParseConfig(os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrations.Migrate(ctx, conn); err != nil { // safe from every instance at once
+		log.Fatal(err)
+	}
+	conn.Close(ctx)
+
+	p, err := processor.New(processor.Config[Booking]{
+		Process:    "booking_sms",
+		ConnConfig: cc,
+		Source:     processor.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
+		Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
+			return sendConfirmation(ctx, rec.Value.Customer) // nil: the position moves past the record
+		}),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	var g lifecycle.Group // SIGTERM: finish the record in flight, make the position durable, unlock, exit 0
+	g.AddRunner(p)
+	if err := g.Run(); err != nil {
+		log.Fatal(err) // "process booking_sms: ..." — something retrying cannot fix
+	}
+}
