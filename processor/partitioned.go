@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -32,16 +31,14 @@ func PartitionName(process string, index, count int) string {
 	return fmt.Sprintf("%s#%d/%d", process, index, count)
 }
 
-var (
-	errNotOwner = errors.New("another instance works this partition")
-	errYield    = errors.New("partition handed over")
-)
+// left says why the processor of one partition stopped.
+type left int
 
-// slotHooks connect a partition's processor to its Partitioned runner.
-type slotHooks struct {
-	owned func()                         // the processor became the partition's owner
-	yield func(idle bool) (bool, string) // the processor should hand its partition over now, and why
-}
+const (
+	stopped    left = iota // its context is done, or it failed
+	notOwner               // another instance works the partition: try another
+	handedOver             // this instance handed the partition over, to balance or to take turns
+)
 
 // Partitioned runs one logical process as Partitions ordered streams, each with its own cursor row.
 // Any number of instances run it; they share the partitions through the same ownership as a single
@@ -144,42 +141,52 @@ func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) er
 			continue
 		}
 		next = (i + 1) % p.opts.Partitions
-		err = p.work(ctx, i)
+		why, err := p.work(ctx, i)
 		p.mu.Lock()
 		delete(p.working, i)
 		balancing := p.owned >= (p.opts.Partitions+p.alive-1)/max(p.alive, 1)
 		p.mu.Unlock()
-		switch {
-		case errors.Is(err, errYield) && balancing:
+		if err != nil {
+			return err
+		}
+		if why == handedOver && balancing {
 			// Leave the partition free for long enough that another instance takes it.
 			sleep(ctx, 5*p.cfg.PollInterval+time.Second)
-		case errors.Is(err, errYield):
-		case errors.Is(err, errNotOwner), err == nil:
-		default:
-			return err
 		}
 	}
 	return nil
 }
 
-// work runs a processor on partition i until it stops, loses the partition or hands it over.
-func (p *Partitioned[T]) work(ctx context.Context, i int) error {
+// work runs the single-stream processor on partition i until it stops, loses the partition or hands it
+// over, and says which.
+func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	cfg := p.cfg
 	cfg.Process = PartitionName(p.cfg.Process, i, p.opts.Partitions)
 	cfg.Source.Partition = &Partition{Index: i, Count: p.opts.Partitions}
 	proc, err := New(cfg)
 	if err != nil {
-		return err
+		return stopped, err
 	}
-	counted := false
-	proc.slot = &slotHooks{
+	counted, why := false, stopped
+	proc.hooks = runHooks{
 		owned: func() {
 			p.mu.Lock()
 			p.owned++
 			counted = true
 			p.mu.Unlock()
 		},
-		yield: p.shouldYield,
+		afterBatch: func(owned, idle bool) bool {
+			if !owned {
+				why = notOwner
+				return true
+			}
+			if give, reason := p.shouldYield(idle); give {
+				proc.log.Debug().Str("why", reason).Msg("handing the partition over")
+				why = handedOver
+				return true
+			}
+			return false
+		},
 	}
 	err = proc.Run(ctx)
 	if counted {
@@ -187,7 +194,7 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) error {
 		p.owned--
 		p.mu.Unlock()
 	}
-	return err
+	return why, err
 }
 
 // shouldYield tells a partition's processor to hand the partition over: when this instance owns more than

@@ -168,8 +168,8 @@ type Processor[T any] struct {
 	holdWarned    time.Time
 	retryAt       time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake          chan struct{}
-	lookSoon      bool       // the last poll found a writer just begun limiting the horizon
-	slot          *slotHooks // set when the processor works one partition for a Partitioned runner
+	lookSoon      bool     // the last poll found a writer just begun limiting the horizon
+	hooks         runHooks // set by a Partitioned runner for the processor of one partition
 	paused        bool
 	halted        bool
 	haltPermanent bool            // the last failure recorded by this instance was permanent
@@ -273,6 +273,14 @@ func isFatal(err error) bool {
 	return false
 }
 
+// runHooks let a runner above the loop (Partitioned) follow one stream: owned is told when the processor
+// takes the process's cursor, and afterBatch after each batch whether it owns it and whether the stream
+// is idle, and stops the processor (Run returns nil) by answering true.
+type runHooks struct {
+	owned      func()
+	afterBatch func(owned, idle bool) (stop bool)
+}
+
 // Run works the stream until ctx is done, then lets the record in flight finish (bounded by
 // ShutdownTimeout), makes the position durable, unlocks the cursor and closes its connection. It returns
 // nil after such a clean stop, and an error naming the process when something retrying cannot fix
@@ -329,14 +337,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	woken := false
 	for ctx.Err() == nil {
 		n, wait, err := p.tick(ctx, work)
-		if p.slot != nil && err == nil {
-			if !p.owned {
-				return errNotOwner // another instance works this partition: try another
-			}
-			if give, why := p.slot.yield(n == 0 && wait == 0); give {
-				p.log.Debug().Str("why", why).Msg("handing the partition over")
-				return errYield
-			}
+		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.owned, n == 0 && wait == 0) {
+			return nil // the runner above moves on
 		}
 		if err != nil {
 			_ = p.cur.Abort(work)
@@ -519,25 +521,8 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 // many records were delivered and how long to wait before the next tick (zero: go on at once if n > 0,
 // else wait the poll interval).
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
-	ok, err := p.cur.TryLock(work)
-	if err != nil {
+	if ok, err := p.lock(work); err != nil || !ok {
 		return 0, 0, err
-	}
-	if !ok {
-		if p.owned {
-			p.log.Info().Msg("cursor held by another instance; standing by")
-			p.owned = false
-			p.obs.Locked(p.cfg.Process, false)
-		}
-		return 0, 0, nil
-	}
-	if !p.owned {
-		p.log.Info().Str("position", p.cur.State().Position.String()).Msg("cursor locked")
-		p.owned = true
-		p.obs.Locked(p.cfg.Process, true)
-		if p.slot != nil {
-			p.slot.owned()
-		}
 	}
 	defer func() {
 		if err == nil && p.cur.Locked() {
@@ -545,61 +530,23 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		}
 		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
 	}()
-	if !p.sourceSaved {
-		src := p.table.Spec
-		src.Table = p.table.Qualified
-		if err := p.cur.SetSource(work, src); err != nil {
-			return 0, 0, err
-		}
-		p.sourceSaved = true
+	if err := p.saveSource(work); err != nil {
+		return 0, 0, err
 	}
-	st := p.cur.State()
-	if st.Paused {
-		if !p.paused {
-			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
-			p.paused = true
-		}
-		return 0, p.cfg.PollInterval, nil
-	}
-	if p.paused {
-		p.log.Info().Msg("resumed by an operator")
-		p.paused = false
-	}
-	if p.knownPos && st.Position != p.lastPos {
-		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
-			Msg("position moved by an operator (skip or rewind)")
-	}
-	if st.Halt == nil && p.halted {
-		p.halted, p.retryAt = false, time.Time{}
-		p.obs.Halted(p.cfg.Process, false)
-	}
-	if st.Halt != nil && !p.halted { // halted before this instance took over
-		p.halted = true
-		p.obs.Halted(p.cfg.Process, true)
-	}
-	if st.Halt != nil {
-		due := st.Halt.NextAttemptAt
-		if due.IsZero() { // recorded before next attempts were
-			due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
-		}
-		if p.retryAt.After(due) {
-			due = p.retryAt
-		}
-		if w := time.Until(due); w > 0 {
-			return 0, w, nil
-		}
+	if wait := p.followOperator(); wait > 0 {
+		return 0, wait, nil
 	}
 	h, err := p.horizon(work)
 	if err != nil {
 		return 0, 0, err
 	}
-	st = p.cur.State() // a changed default may have moved the position back
 	if err := p.noteHold(work, h); err != nil {
 		return 0, 0, err
 	}
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
 	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
 	p.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
+	st := p.cur.State() // a changed default may have moved the position back
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil
 	}
@@ -615,4 +562,84 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		return p.deliverAsync(ctx, work, st, items)
 	}
 	return p.deliverSync(ctx, work, st, items)
+}
+
+// lock takes the cursor row for one batch, reporting false when another instance owns the process.
+func (p *Processor[T]) lock(work context.Context) (bool, error) {
+	ok, err := p.cur.TryLock(work)
+	if err != nil {
+		return false, err
+	}
+	if !ok {
+		if p.owned {
+			p.log.Info().Msg("cursor held by another instance; standing by")
+			p.owned = false
+			p.obs.Locked(p.cfg.Process, false)
+		}
+		return false, nil
+	}
+	if !p.owned {
+		p.log.Info().Str("position", p.cur.State().Position.String()).Msg("cursor locked")
+		p.owned = true
+		p.obs.Locked(p.cfg.Process, true)
+		if p.hooks.owned != nil {
+			p.hooks.owned()
+		}
+	}
+	return true, nil
+}
+
+// saveSource records in the cursor row, once, what the process reads, for status and operator actions.
+func (p *Processor[T]) saveSource(work context.Context) error {
+	if p.sourceSaved {
+		return nil
+	}
+	src := p.table.Spec
+	src.Table = p.table.Qualified
+	if err := p.cur.SetSource(work, src); err != nil {
+		return err
+	}
+	p.sourceSaved = true
+	return nil
+}
+
+// followOperator takes in what the cursor row says now (paused, moved, halted, or none of these any
+// more), and returns how long to wait before the next batch: while paused, and while a halted record's
+// next attempt is not due. Zero means go on.
+func (p *Processor[T]) followOperator() time.Duration {
+	st := p.cur.State()
+	if st.Paused {
+		if !p.paused {
+			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
+			p.paused = true
+		}
+		return p.cfg.PollInterval
+	}
+	if p.paused {
+		p.log.Info().Msg("resumed by an operator")
+		p.paused = false
+	}
+	if p.knownPos && st.Position != p.lastPos {
+		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
+			Msg("position moved by an operator (skip or rewind)")
+	}
+	if st.Halt == nil && p.halted {
+		p.halted, p.retryAt = false, time.Time{}
+		p.obs.Halted(p.cfg.Process, false)
+	}
+	if st.Halt == nil {
+		return 0
+	}
+	if !p.halted { // halted before this instance took over
+		p.halted = true
+		p.obs.Halted(p.cfg.Process, true)
+	}
+	due := st.Halt.NextAttemptAt
+	if due.IsZero() { // recorded before next attempts were
+		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
+	}
+	if p.retryAt.After(due) {
+		due = p.retryAt
+	}
+	return max(0, time.Until(due))
 }
