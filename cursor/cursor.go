@@ -15,15 +15,16 @@ const (
 // Source is what a process reads, as recorded in its cursor row for status, lag and operator actions.
 type Source struct {
 	Table, IDColumn, CreatedAtColumn, KeyColumn string
-	// Partition and Partitions place a partition's stream in its process (Partitions 0: not partitioned).
-	Partition, Partitions int
+	// Partition places a partition's stream in its process; nil when the process is not partitioned.
+	Partition *Partition
 }
+
+// Partition is one of Count streams a partitioned process is split into: the rows whose key column
+// hashes to Index (processor.PartitionExpr). processor.Partition is the same type.
+type Partition = source.Partition
 
 // spec is the recorded source as the machinery takes it.
 func (s Source) spec() source.Spec {
-	sp := source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, KeyColumn: s.KeyColumn}
-	if s.Partitions > 0 {
-		sp.Partition = &source.Partition{Index: s.Partition, Count: s.Partitions}
-	}
-	return sp
+	return source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, KeyColumn: s.KeyColumn,
+		Partition: s.Partition}
 }

@@ -268,7 +268,7 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 	}
 	row.state = fromLock(st)
 	if parts != nil && part != nil {
-		row.src.Partition, row.src.Partitions = int(*part), int(*parts)
+		row.src.Partition = &Partition{Index: int(*part), Count: int(*parts)}
 	}
 	before := row.state.Position
 	after, err := change(tx, row)
@@ -416,7 +416,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 			}
 		}
 		whole := streams[0].Source
-		whole.Partition, whole.Partitions = 0, 0
+		whole.Partition = nil
 		if t, err = source.Inspect(ctx, tx, whole.spec()); err != nil {
 			return fail("%w", err)
 		}

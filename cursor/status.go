@@ -54,7 +54,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	rows, err := tx.Query(ctx, `
 		SELECT `+cursorlock.StateColumns+`, process_name,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), coalesce(source_partition, 0), coalesce(source_partitions, 0),
+		       coalesce(source_key_column, ''), source_partition, source_partitions,
 		       coalesce(partitions, 0),
 		       held_by_pid, held_since, updated_at, records_handled,
 		       (records_handled - window_records)
@@ -67,15 +67,19 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	}
 	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
 		var (
-			in      Info
-			hsin    pgtype.Timestamptz
-			heldPID pgtype.Int4
+			in          Info
+			hsin        pgtype.Timestamptz
+			heldPID     pgtype.Int4
+			part, parts pgtype.Int4
 		)
 		st, _, err := cursorlock.ScanState(r, &in.Process,
 			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
-			&in.Source.Partition, &in.Source.Partitions, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
+			&part, &parts, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
 			&in.RecordsHandled, &in.Throughput)
 		in.State = fromLock(st)
+		if part.Valid && parts.Valid {
+			in.Source.Partition = &Partition{Index: int(part.Int32), Count: int(parts.Int32)}
+		}
 		if heldPID.Valid {
 			in.HeldByPID, in.HeldSince = int(heldPID.Int32), hsin.Time
 		}

@@ -1,6 +1,9 @@
 package processor
 
-import "github.com/inorder-dev/inorder/internal/source"
+import (
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/source"
+)
 
 // Source names the table a process reads and the columns that order it.
 type Source struct {
@@ -32,8 +35,8 @@ type Source struct {
 }
 
 // Partition is one of Count streams a partitioned process is split into: the rows whose key column
-// hashes to Index (see PartitionExpr).
-type Partition = source.Partition
+// hashes to Index (see PartitionExpr). It is cursor.Partition, which status reports.
+type Partition = cursor.Partition
 
 // Horizon says which transactions a processor waits for before it reads past a time: the ones that could
 // still commit rows dated before it. See the package documentation, "The horizon".

@@ -153,8 +153,8 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 		if in.Source.Table != "" {
 			ps.Source = &sourceJSON{Table: in.Source.Table, IDColumn: in.Source.IDColumn,
 				CreatedAtColumn: in.Source.CreatedAtColumn, KeyColumn: in.Source.KeyColumn}
-			if in.Source.Partitions > 0 {
-				ps.Source.Partition = &partitionJSON{Index: in.Source.Partition, Count: in.Source.Partitions}
+			if pt := in.Source.Partition; pt != nil {
+				ps.Source.Partition = &partitionJSON{Index: pt.Index, Count: pt.Count}
 			}
 			lag, err := cursor.Behind(ctx, conn, in)
 			if err != nil {
