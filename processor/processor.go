@@ -52,8 +52,18 @@ type Config[T any] struct {
 	// for struct types, and the generic column-ordered form for handlers.Row.
 	ScanFunc func(row pgx.CollectableRow) (T, error)
 
-	// BatchSize bounds the records read per batch; every read is bounded. Zero means 100.
+	// BatchSize bounds the records read per batch; every read is bounded. Zero means 100. With
+	// MaxInFlight above 1, a batch holds at least four windows.
 	BatchSize int
+	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
+	// Source.KeyColumn): records of one key go one at a time in (created_at, id) order, records of
+	// different keys go together, and a record without a key waits for every record before it and holds
+	// every record after it. The position is the end of the contiguous prefix of records that succeeded,
+	// so a failing record still halts the stream on it; records of other keys after it that had succeeded
+	// are delivered again (with the same idempotency key) once it goes through or is skipped, and a crash
+	// delivers again at most MaxInFlight records. The Handler must be safe for concurrent use. Zero or 1
+	// means one record at a time. Not for a TxHandler, and an AsyncHandler keeps its own window.
+	MaxInFlight int
 	// PollInterval is the wait when there is nothing to read or another instance holds the cursor.
 	// Zero means 200ms.
 	PollInterval time.Duration
@@ -187,6 +197,10 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 	}
 	if (cfg.Handler == nil) == (cfg.TxHandler == nil) {
 		return nil, fmt.Errorf("processor %q: set exactly one of Config.Handler and Config.TxHandler", cfg.Process)
+	}
+	if cfg.MaxInFlight > 1 && cfg.TxHandler != nil {
+		return nil, fmt.Errorf("processor %q: a TxHandler writes in the cursor transaction, one record at a time; "+
+			"MaxInFlight must be at most 1", cfg.Process)
 	}
 	if cfg.Checkpoint != "" && cfg.Checkpoint != CheckpointRecord && cfg.Checkpoint != CheckpointBatch {
 		return nil, fmt.Errorf("processor %q: checkpoint %q is neither %q nor %q", cfg.Process, cfg.Checkpoint,
@@ -558,8 +572,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if len(items) == 0 {
 		return 0, 0, nil
 	}
-	if p.async != nil {
+	switch {
+	case p.async != nil:
 		return p.deliverAsync(ctx, work, st, items)
+	case p.windowed():
+		return p.deliverWindow(ctx, work, st, items)
 	}
 	return p.deliverSync(ctx, work, st, items)
 }

@@ -23,13 +23,17 @@ type item[T any] struct {
 // read fetches the next batch: at most BatchSize records after pos and below the horizon, in
 // (created_at, id) order, each scanned with its position.
 func (p *Processor[T]) read(work context.Context, pos source.Position, horizon time.Time) ([]item[T], error) {
-	sql, args := p.table.ReadSQL(p.generic, source.Position(pos), horizon, p.cfg.BatchSize)
+	limit := p.cfg.BatchSize
+	if p.windowed() {
+		limit = max(limit, 4*p.cfg.MaxInFlight) // keep the window full until near the end of the batch
+	}
+	sql, args := p.table.ReadSQL(p.generic, source.Position(pos), horizon, limit)
 	rows, err := p.cur.Tx().Query(work, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
 	defer rows.Close()
-	items := make([]item[T], 0, min(p.cfg.BatchSize, 1024))
+	items := make([]item[T], 0, min(limit, 1024))
 	hr := &hiddenRow{Rows: rows}
 	var posScan positionScanner
 	for rows.Next() {

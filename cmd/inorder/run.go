@@ -54,6 +54,7 @@ type runFlags struct {
 	webhookURL       string
 	webhookSecretEnv string
 	webhookTimeout   time.Duration
+	webhookInFlight  int
 
 	pubsubProject       string
 	pubsubTopic         string
@@ -95,6 +96,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
 	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "webhook: per-request timeout (below --handler-timeout)")
+	fs.IntVar(&f.webhookInFlight, "webhook-max-in-flight", 1, "webhook: requests at once, in order per key (records of one key one at a time)")
 
 	fs.StringVar(&f.pubsubProject, "pubsub-project", "", "pubsub: Google Cloud project (PUBSUB_EMULATOR_HOST is honoured)")
 	fs.StringVar(&f.pubsubTopic, "pubsub-topic", "", "pubsub: topic ID or full name")
@@ -125,6 +127,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	}
 	defer closeHandler()
 	cfg.Handler = h
+	if f.handler == "webhook" {
+		cfg.MaxInFlight = f.webhookInFlight
+	}
 	var metrics *ops.Metrics
 	if f.metricsAddr != "" {
 		metrics = ops.NewMetrics()
@@ -166,7 +171,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 // newHandler builds the sink named by --handler from its flags. The returned function releases it.
 func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers.Row], stdoutW io.Writer) (handlers.Handler[handlers.Row], func(), error) {
 	nothing := func() {}
-	webhookSet := f.webhookURL != "" || f.webhookSecretEnv != ""
+	webhookSet := f.webhookURL != "" || f.webhookSecretEnv != "" || f.webhookInFlight != 1
 	pubsubSet := f.pubsubProject != "" || f.pubsubTopic != "" || f.pubsubTopicTemplate != ""
 	switch f.handler {
 	case "stdout":
@@ -192,6 +197,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		if f.webhookTimeout <= 0 || f.webhookTimeout >= handlerTimeout {
 			return nil, nothing, usageErr("--webhook-timeout (%s) must be positive and shorter than the handler "+
 				"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, handlerTimeout)
+		}
+		if f.webhookInFlight < 1 {
+			return nil, nothing, usageErr("--webhook-max-in-flight must be at least 1, got %d", f.webhookInFlight)
 		}
 		h, err := webhook.New[handlers.Row](webhook.Config{URL: f.webhookURL, Secret: []byte(secret), Timeout: f.webhookTimeout})
 		if err != nil {
