@@ -37,6 +37,10 @@ type Info struct {
 	HeldByPID int
 	HeldSince time.Time
 	UpdatedAt time.Time
+	// InFlight counts the records a keyed window had in flight at the process's last checkpoint, and
+	// InFlightSince is since when the oldest of them had been (see processor.Config.MaxInFlight).
+	InFlight      int
+	InFlightSince time.Time
 	// RecordsHandled counts the records the process advanced past since it was registered.
 	RecordsHandled int64
 	// Throughput is records per second over roughly the last minute (one to two minutes of history).
@@ -56,7 +60,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), source_partition, source_partitions,
 		       coalesce(partitions, 0),
-		       held_by_pid, held_since, updated_at, records_handled,
+		       held_by_pid, held_since, updated_at, records_handled, in_flight, in_flight_since,
 		       (records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8
 		FROM inorder.cursor
@@ -68,14 +72,16 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
 		var (
 			in          Info
-			hsin        pgtype.Timestamptz
+			hsin, fsin  pgtype.Timestamptz
+			flying      int32
 			heldPID     pgtype.Int4
 			part, parts pgtype.Int4
 		)
 		st, _, err := cursorlock.ScanState(r, &in.Process,
 			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
 			&part, &parts, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
-			&in.RecordsHandled, &in.Throughput)
+			&in.RecordsHandled, &flying, &fsin, &in.Throughput)
+		in.InFlight, in.InFlightSince = int(flying), fsin.Time
 		in.State = fromLock(st)
 		if part.Valid && parts.Valid {
 			in.Source.Partition = &Partition{Index: int(part.Int32), Count: int(parts.Int32)}

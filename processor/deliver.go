@@ -30,7 +30,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 		last, n = it.pos, n+1
 		p.resumed(&it.rec)
 		if p.cfg.Checkpoint == CheckpointRecord {
-			if stillLocked, err := p.checkpoint(work, last); err != nil || !stillLocked {
+			if stillLocked, err := p.checkpoint(work, last, 1, cursorlock.InFlight{}); err != nil || !stillLocked {
 				return n, 0, err
 			}
 		}
@@ -71,7 +71,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		p.resumed(&f.it.rec)
 		if p.cfg.Checkpoint == CheckpointRecord {
 			var stillLocked bool
-			stillLocked, err = p.checkpoint(work, last)
+			stillLocked, err = p.checkpoint(work, last, 1, cursorlock.InFlight{})
 			lost = err == nil && !stillLocked
 			return err == nil && stillLocked
 		}
@@ -168,11 +168,11 @@ func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (e
 
 // checkpoint flushes the handler and makes pos durable, keeping the lock. It reports false when the lock
 // was lost to another instance in the instant between commit and relock.
-func (p *Processor[T]) checkpoint(work context.Context, pos source.Position) (bool, error) {
+func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, handled int, flying cursorlock.InFlight) (bool, error) {
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
-	ok, err := p.cur.Checkpoint(work, pos, 1)
+	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
 	if err == nil {
 		p.obs.Position(p.cfg.Process, pos.CreatedAt)
 	}

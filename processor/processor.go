@@ -606,7 +606,8 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	return true, nil
 }
 
-// saveSource records in the cursor row, once, what the process reads, for status and operator actions.
+// saveSource records in the cursor row, once per connection, what the process reads, for status and
+// operator actions.
 func (p *Processor[T]) saveSource(work context.Context) error {
 	if p.sourceSaved {
 		return nil
@@ -614,6 +615,10 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	src := p.table.Spec
 	src.Table = p.table.Qualified
 	if err := p.cur.SetSource(work, src); err != nil {
+		return err
+	}
+	// Whatever an instance that crashed mid-window left there is not in flight any more.
+	if err := p.cur.SetInFlight(work, cursorlock.InFlight{}); err != nil {
 		return err
 	}
 	p.sourceSaved = true

@@ -45,8 +45,10 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	)
 	state := make([]int, len(items))
 	errs := make([]error, len(items))
+	began := make([]time.Time, len(items))
 	results := make(chan done, len(items))
 	head, inFlight, n := 0, 0, 0 // first record not succeeded; records in flight; records the prefix passed
+	counted := 0                  // records the prefix passed that a checkpoint has counted
 	last := st.Position
 	stopping := false // a record failed or the context is done: start nothing more
 
@@ -70,7 +72,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 				continue
 			}
 			busy[key] = true
-			state[i], inFlight = flying, inFlight+1
+			state[i], inFlight, began[i] = flying, inFlight+1, time.Now()
 			it := &items[i]
 			it.rec.Attempt = attemptOf(st, it.rec.ID)
 			go func(i int, rec *handlers.Record[T]) {
@@ -84,6 +86,20 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		}
 	}
 
+	// oldest is what is in flight: how many records, and since when the oldest of them.
+	oldest := func() (cursorlock.InFlight, int) {
+		f, at := cursorlock.InFlight{Records: inFlight}, -1
+		for i := head; i < len(items) && i < head+p.cfg.MaxInFlight; i++ {
+			if state[i] == flying && (at < 0 || began[i].Before(f.Since)) {
+				f.Since, at = began[i], i
+			}
+		}
+		return f, at
+	}
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	warned := -1 // the record last warned about
+
 	var cperr error
 	lost := false
 	for {
@@ -94,7 +110,20 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 			break
 		}
 		// Take every result there is, so that records completing together advance the prefix once.
-		d := <-results
+		var d done
+		select {
+		case d = <-results:
+		case <-tick.C:
+			f, at := oldest()
+			p.noteInFlight(f)
+			if at >= 0 && at != warned && time.Since(f.Since) >= p.cfg.HandlerTimeout/2 {
+				warned = at
+				p.log.Warn().Str("record", items[at].rec.ID).Str("key", items[at].rec.Key).
+					Dur("in_flight_for", time.Since(f.Since)).Int("in_flight", f.Records).
+					Msg("a record has been in flight for long; the position waits on it")
+			}
+			continue
+		}
 		for {
 			inFlight--
 			p.obs.Handled(p.cfg.Process, d.took, d.err)
@@ -116,8 +145,14 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 			p.resumed(&items[head].rec)
 			head++
 		}
+		if moved {
+			f, _ := oldest()
+			p.noteInFlight(f)
+		}
 		if moved && p.cfg.Checkpoint == CheckpointRecord && !lost && cperr == nil {
-			stillLocked, err := p.checkpoint(work, last)
+			f, _ := oldest()
+			stillLocked, err := p.checkpoint(work, last, n-counted, f)
+			counted = n
 			if err != nil || !stillLocked {
 				// Whatever is in flight still finishes; only its advance is not recorded here.
 				cperr, lost, stopping = err, err == nil, true
@@ -127,6 +162,10 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 			stopping = true
 		}
 	}
+	p.noteInFlight(cursorlock.InFlight{})
+	if cperr == nil && !lost && p.cur.Locked() {
+		cperr = p.cur.SetInFlight(work, cursorlock.InFlight{})
+	}
 	switch {
 	case cperr != nil || lost:
 		return n, 0, cperr
@@ -134,6 +173,23 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		return n, p.fail(work, last, &items[head].rec, errs[head]), nil
 	default:
 		return n, 0, p.finish(work, st.Position, last, n)
+	}
+}
+
+// InFlightObserver is an Observer that is also told what a keyed window has in flight (see
+// Config.MaxInFlight): how many records, and for how long the oldest of them (0 for none). Its method
+// must not block.
+type InFlightObserver interface {
+	InFlight(process string, records int, oldest time.Duration)
+}
+
+func (p *Processor[T]) noteInFlight(f cursorlock.InFlight) {
+	if o, ok := p.obs.(InFlightObserver); ok {
+		var age time.Duration
+		if f.Records > 0 {
+			age = time.Since(f.Since)
+		}
+		o.InFlight(p.cfg.Process, f.Records, age)
 	}
 }
 

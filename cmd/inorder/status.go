@@ -40,8 +40,15 @@ type processStatus struct {
 	Behind         *behindJSON  `json:"behind,omitempty"`
 	Halt           *haltJSON    `json:"halt"`
 	Hold           *holdJSON    `json:"hold"`
+	InFlight       *flightJSON  `json:"in_flight"`
 	Error          string       `json:"error,omitempty"`
 	UpdatedAt      time.Time    `json:"updated_at"`
+}
+
+// flightJSON is what a keyed window had in flight at the last checkpoint.
+type flightJSON struct {
+	Records     int       `json:"records"`
+	OldestSince time.Time `json:"oldest_since"`
 }
 
 type positionJSON struct {
@@ -149,6 +156,9 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 		}
 		if !in.HeldSince.IsZero() {
 			ps.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}
+		}
+		if in.InFlight > 0 && (in.Locked || in.Connected > 0) {
+			ps.InFlight = &flightJSON{Records: in.InFlight, OldestSince: in.InFlightSince.UTC()}
 		}
 		if in.Source.Table != "" {
 			ps.Source = &sourceJSON{Table: in.Source.Table, IDColumn: in.Source.IDColumn,
@@ -263,6 +273,11 @@ func printStatus(w io.Writer, rep statusReport) {
 			} else {
 				fmt.Fprintln(w, wrap("Look: SELECT gid, prepared, owner FROM pg_prepared_xacts; end it with COMMIT PREPARED or ROLLBACK PREPARED", "  ", 100))
 			}
+		}
+		if f := ps.InFlight; f != nil {
+			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s: %s in flight at the last checkpoint, the oldest since %s (%s)",
+				ps.Process, plural(f.Records, "record"), f.OldestSince.Format(time.RFC3339),
+				humanAge(time.Since(f.OldestSince).Seconds())), "", 100))
 		}
 		if ps.Error != "" {
 			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.Error)

@@ -28,7 +28,8 @@ import (
 type windowSink struct {
 	t      *testing.T
 	srv    *httptest.Server
-	refuse func(id string) bool // answer 400 to this record while it returns true
+	refuse func(id string) bool          // answer 400 to this record while it returns true
+	gate   func(id string) chan struct{} // when it returns a channel, answer only once it is closed
 
 	mu       sync.Mutex
 	seq      int
@@ -45,7 +46,8 @@ type windowReq struct {
 }
 
 func newWindowSink(t *testing.T, maxLatency time.Duration) *windowSink {
-	s := &windowSink{t: t, inFlight: map[string]int{}, refuse: func(string) bool { return false }}
+	s := &windowSink{t: t, inFlight: map[string]int{}, refuse: func(string) bool { return false },
+		gate: func(string) chan struct{} { return nil }}
 	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		var body struct{ ID, Key string }
 		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
@@ -64,8 +66,14 @@ func newWindowSink(t *testing.T, maxLatency time.Duration) *windowSink {
 				t.Errorf("sink: two records of key %s in flight at once", body.Key)
 			}
 		}
-		refuse := s.refuse(body.ID)
+		refuse, gate := s.refuse(body.ID), s.gate(body.ID)
 		s.mu.Unlock()
+		if gate != nil {
+			select {
+			case <-gate:
+			case <-r.Context().Done():
+			}
+		}
 
 		time.Sleep(time.Duration(rand.Int64N(int64(maxLatency) + 1))) // the receiver's own latency
 		code := http.StatusOK
@@ -291,3 +299,70 @@ func TestWindowKeylessRecordsAreTotallyOrdered(t *testing.T) {
 	}
 	checkOrderPerKey(t, reqs)
 }
+
+// flightLog is an observer that keeps what it is told of the window.
+type flightLog struct {
+	processor.Observer
+	mu     sync.Mutex
+	most   int
+	oldest time.Duration
+}
+
+func (f *flightLog) InFlight(_ string, records int, oldest time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.most, f.oldest = max(f.most, records), max(f.oldest, oldest)
+}
+
+// TestWindowShowsWhatIsInFlight holds one record's request open while the record before it completes: the
+// cursor row (status) and the observer (metrics) say one record is in flight, since when.
+func TestWindowShowsWhatIsInFlight(t *testing.T) {
+	t.Parallel()
+	b := setupWindow(t, 8, 0)
+	ids := b.insert(t, "a", "b") // both start at once; the first completes, the second is held
+	held := make(chan struct{})
+	b.sink.gate = func(id string) chan struct{} {
+		if id == ids[1] {
+			return held
+		}
+		return nil
+	}
+	obs := &flightLog{Observer: nopObserver{}}
+	b.cfg.Observer = obs
+	b.cfg.HandlerTimeout = 20 * time.Second
+	b.cfg.IdleInTransactionTimeout = 40 * time.Second
+	testrun.Start(t, newProcessor(t, b.cfg).Run)
+	ctx := context.Background()
+	var in cursor.Info
+	eventually(t, "status to show the held record in flight", func() bool {
+		infos, err := cursor.List(ctx, b.db.Pool, "billing")
+		if err != nil || len(infos) == 0 {
+			return false
+		}
+		in = infos[0]
+		return in.InFlight == 1
+	})
+	require.Equal(t, ids[0], in.Position.ID, "the position waits on the record in flight")
+	require.False(t, in.InFlightSince.IsZero())
+	eventually(t, "the observer to be told", func() bool {
+		obs.mu.Lock()
+		defer obs.mu.Unlock()
+		return obs.most >= 1 && obs.oldest > 0
+	})
+	close(held)
+	eventually(t, "every record", func() bool { return len(b.sink.accepted()) == len(ids) })
+	eventually(t, "nothing in flight in status", func() bool {
+		infos, err := cursor.List(ctx, b.db.Pool, "billing")
+		return err == nil && len(infos) == 1 && infos[0].InFlight == 0 && infos[0].Position.ID == ids[1]
+	})
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Batch(string, int)                    {}
+func (nopObserver) Handled(string, time.Duration, error) {}
+func (nopObserver) Position(string, time.Time)           {}
+func (nopObserver) Halted(string, bool)                  {}
+func (nopObserver) Locked(string, bool)                  {}
+func (nopObserver) Hold(string, time.Duration)           {}
+func (nopObserver) Connected(string, bool)               {}

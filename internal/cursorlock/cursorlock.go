@@ -170,6 +170,7 @@ type Repository struct {
 	dirty    bool // the open transaction changed the cursor row
 	tx       pgx.Tx
 	state    State
+	inFlight InFlight // as the row holds it
 	claimed  bool
 	released bool
 }
@@ -245,6 +246,7 @@ func (r *Repository) connect(ctx context.Context) error {
 	}
 	r.mu.Lock()
 	r.conn, r.tx, r.owner, r.dirty = conn, nil, false, false
+	r.inFlight = InFlight{Records: -1} // unknown: the first SetInFlight writes
 	r.mu.Unlock()
 	return nil
 }
@@ -379,16 +381,47 @@ func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handl
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := pos.Args()
-	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled); err != nil {
+	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil); err != nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
-	r.dirty = true
+	r.dirty, r.inFlight = true, InFlight{}
 	r.state = State{Position: pos, Paused: r.state.Paused}
 	return nil
 }
 
-// setPositionSQL moves the position, clears the halt state and counts $4 handled records; once a minute
-// it starts a new throughput window with the count so far.
+// InFlight is what a keyed window has in flight: how many records, and since when the oldest.
+type InFlight struct {
+	Records int
+	Since   time.Time
+}
+
+func (f InFlight) args() (any, any) {
+	if f.Records == 0 {
+		return 0, nil
+	}
+	return f.Records, f.Since
+}
+
+// SetInFlight records what is in flight now, inside the open transaction, when it differs from what the
+// row holds.
+func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
+	if r.tx == nil {
+		return fmt.Errorf("set in flight of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	if f == r.inFlight {
+		return nil
+	}
+	n, since := f.args()
+	if _, err := r.tx.Exec(ctx, "UPDATE inorder.cursor SET in_flight = $2, in_flight_since = $3 WHERE process_name = $1",
+		r.name, n, since); err != nil {
+		return fmt.Errorf("set in flight of cursor %q: %w", r.name, err)
+	}
+	r.dirty, r.inFlight = true, f
+	return nil
+}
+
+// setPositionSQL moves the position, clears the halt state, counts $4 handled records and records what
+// is in flight ($5, $6); once a minute it starts a new throughput window with the count so far.
 const setPositionSQL = `
 	UPDATE inorder.cursor
 	SET position_created_at = $2, position_id = $3,
@@ -396,6 +429,7 @@ const setPositionSQL = `
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
 	    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL,
 	    updated_at = clock_timestamp(),
+	    in_flight = $5, in_flight_since = $6,
 	    records_handled = records_handled + $4,
 	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
 	                          THEN records_handled ELSE window_records END,
@@ -403,17 +437,18 @@ const setPositionSQL = `
 	                             THEN clock_timestamp() ELSE window_started_at END
 	WHERE process_name = $1`
 
-// Checkpoint makes pos durable now, counting handled records: it updates the row, commits, and locks the
+// Checkpoint makes pos durable now, counting handled records and recording what is in flight: it updates the row, commits, and locks the
 // row again in a new transaction, all in one round trip. It reports false when someone else (an operator
 // action) took the row in the instant between the commit and the new lock; the repository is then
 // unlocked, and the next TryLock reads what they changed.
-func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handled int) (bool, error) {
+func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handled int, flying InFlight) (bool, error) {
 	if r.tx == nil {
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := pos.Args()
+	n, since := flying.args()
 	b := &pgx.Batch{}
-	b.Queue(setPositionSQL, r.name, args[0], args[1], handled)
+	b.Queue(setPositionSQL, r.name, args[0], args[1], handled, n, since)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(lockSQL, r.name)
@@ -423,6 +458,9 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 		_, err = br.Exec()
 	}
 	committed := err == nil
+	if committed {
+		r.inFlight = flying
+	}
 	if err == nil {
 		_, err = br.Exec()
 	}

@@ -48,10 +48,14 @@
 //	                                                 none
 //	inorder_lag_errors_total             counter    lag measurements that failed (the lag gauges keep their
 //	                                                 last value meanwhile)
+//	inorder_in_flight                    gauge      records a keyed window (processor.Config.MaxInFlight)
+//	                                                 has handed to the handler and not yet settled
+//	inorder_in_flight_oldest_seconds     gauge      how long the oldest of them has been in flight; the
+//	                                                 position waits on it; 0 when none
 //
 // The lag series are measured only by Metrics.WatchLag, from the cursor row and the source table, so every
 // instance reports them, owner or not; they appear after the first measurement. The other series come from
-// the processor through the processor.Observer that Metrics implements.
+// the processor through the processor.Observer (and processor.InFlightObserver) that Metrics implements.
 //
 // # Health
 //

@@ -44,6 +44,7 @@ type Metrics struct {
 	duration                                    *prometheus.HistogramVec
 	halted, hold, locked, position, connected   *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
+	inFlight, inFlightOldest                    *prometheus.GaugeVec
 
 	mu    sync.Mutex
 	procs map[string]*procMetrics
@@ -55,6 +56,7 @@ type procMetrics struct {
 	duration                         prometheus.Observer
 	halted, hold, locked, position   prometheus.Gauge
 	connected                        prometheus.Gauge
+	inFlight, inFlightOldest         prometheus.Gauge
 
 	// state is guarded by Metrics.mu.
 	state connState
@@ -68,7 +70,10 @@ const (
 	stateReconnecting                  // lost its connection
 )
 
-var _ processor.Observer = (*Metrics)(nil)
+var (
+	_ processor.Observer         = (*Metrics)(nil)
+	_ processor.InFlightObserver = (*Metrics)(nil)
+)
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
 // process collectors.
@@ -123,9 +128,16 @@ func NewMetrics() *Metrics {
 		lagErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "inorder_lag_errors_total", Help: "Lag measurements that failed.",
 		}, label),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_in_flight", Help: "Records a keyed window has handed to the handler and not yet settled.",
+		}, label),
+		inFlightOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_in_flight_oldest_seconds",
+			Help: "How long the oldest record in flight has been; the position waits on it. 0 when none.",
+		}, label),
 	}
 	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.hold, m.locked,
-		m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors,
+		m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -152,16 +164,18 @@ func (m *Metrics) proc(process string) *procMetrics {
 		return p
 	}
 	p := &procMetrics{
-		handled:   m.handled.WithLabelValues(process),
-		failures:  m.failures.WithLabelValues(process),
-		duration:  m.duration.WithLabelValues(process),
-		batches:   m.batches.WithLabelValues(process),
-		read:      m.read.WithLabelValues(process),
-		halted:    m.halted.WithLabelValues(process),
-		hold:      m.hold.WithLabelValues(process),
-		locked:    m.locked.WithLabelValues(process),
-		position:  m.position.WithLabelValues(process),
-		connected: m.connected.WithLabelValues(process),
+		handled:        m.handled.WithLabelValues(process),
+		failures:       m.failures.WithLabelValues(process),
+		duration:       m.duration.WithLabelValues(process),
+		batches:        m.batches.WithLabelValues(process),
+		read:           m.read.WithLabelValues(process),
+		halted:         m.halted.WithLabelValues(process),
+		hold:           m.hold.WithLabelValues(process),
+		locked:         m.locked.WithLabelValues(process),
+		position:       m.position.WithLabelValues(process),
+		connected:      m.connected.WithLabelValues(process),
+		inFlight:       m.inFlight.WithLabelValues(process),
+		inFlightOldest: m.inFlightOldest.WithLabelValues(process),
 	}
 	m.lagErrors.WithLabelValues(process) // at zero, like the others
 	m.procs[process] = p
@@ -211,6 +225,13 @@ func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.S
 
 // Hold implements processor.Observer.
 func (m *Metrics) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
+
+// InFlight implements processor.InFlightObserver.
+func (m *Metrics) InFlight(process string, records int, oldest time.Duration) {
+	p := m.proc(process)
+	p.inFlight.Set(float64(records))
+	p.inFlightOldest.Set(oldest.Seconds())
+}
 
 // Connected implements processor.Observer.
 func (m *Metrics) Connected(process string, ok bool) {
