@@ -48,7 +48,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	began := make([]time.Time, len(items))
 	results := make(chan done, len(items))
 	head, inFlight, n := 0, 0, 0 // first record not succeeded; records in flight; records the prefix passed
-	counted := 0                  // records the prefix passed that a checkpoint has counted
+	counted := 0                 // records the prefix passed that a checkpoint has counted
 	last := st.Position
 	stopping := false // a record failed or the context is done: start nothing more
 
