@@ -109,7 +109,12 @@ func New[T any](cfg Config) (*Handler[T], error) {
 		h.maxErrorBody = defaultMaxErrorBody
 	}
 	if h.client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// A keyed window keeps many requests to one host in flight: keep their connections for the next
+		// ones rather than the default two.
+		tr.MaxIdleConnsPerHost = 256
 		h.client = &http.Client{
+			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		}
 	}

@@ -47,6 +47,11 @@ const (
 	latencyPoll     = 200 * time.Millisecond // the CLI default poll interval
 
 	rssTargetMiB = 64
+
+	webhookLatency  = 20 * time.Millisecond // the receiver's answer time
+	webhookKeys     = 50
+	webhookRowsOne  = 150  // one request at a time: 50/s at most
+	webhookRowsMany = 3000 // 64 in flight over 50 keys: 2,500/s at most
 )
 
 // partitionCounts and instanceCounts are the partitioned runs: every count with every number of instances.
@@ -190,6 +195,13 @@ func tableLines() []line {
 			target: &target{ofValue: true, atMost: true, v: 10}},
 		line{key: "lat_notify_p99", label: "inorder latency, NOTIFY: p99", ref: "commit", refLabel: "single-row commit",
 			target: &target{ofValue: true, atMost: true, v: 50}},
+		line{key: "http_ideal1", label: "http: 1 client, receiver answering in 20ms", limit: true},
+		line{key: "http_ideal50", label: "http: 50 clients (one per key), 20ms", limit: true},
+		line{key: "webhook1", label: "inorder webhook 20ms, 50 keys, in flight 1", ref: "http_ideal1", refLabel: "1 client"},
+		line{key: "webhook64", label: "inorder webhook 20ms, 50 keys, in flight 64", ref: "http_ideal50",
+			refLabel: "50 clients", target: &target{v: 0.5}},
+		line{key: "webhook64_1key", label: "inorder webhook 20ms, 1 key, in flight 64", ref: "http_ideal1",
+			refLabel: "1 client"},
 		line{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
@@ -370,6 +382,11 @@ func printNotes(w io.Writer) {
 			perRow(poll.walSyncs), perRow(notify.walSyncs), 100*poll.cpuMachine, 100*notify.cpuMachine,
 			poll.cpuSelf, notify.cpuSelf, poll.idleEmpty, poll.idleReads)
 	}
+	note("webhook: the signed webhook handler to an in-process receiver that answers 200 after 20ms, "+
+		"checkpoint record (one commit per advance of the prefix), %s rows over %d keys (%s with one in flight "+
+		"or one key); the references are plain HTTP clients to the same receiver, one per key, each sending its "+
+		"share one request after another: what a keyed stream could reach without inorder (keys/latency at "+
+		"most).", thousands(webhookRowsMany), webhookKeys, thousands(webhookRowsOne))
 	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
 }
@@ -518,6 +535,24 @@ func BenchmarkLatency(b *testing.B) {
 	}
 }
 
+func BenchmarkWebhookWindow(b *testing.B) {
+	b.Run("ideal1", func(b *testing.B) {
+		record(b, "http_ideal1", measureHTTPIdeal(b, 1, webhookRowsOne, webhookLatency))
+	})
+	b.Run("ideal50", func(b *testing.B) {
+		record(b, "http_ideal50", measureHTTPIdeal(b, webhookKeys, webhookRowsMany, webhookLatency))
+	})
+	b.Run("inflight1", func(b *testing.B) {
+		record(b, "webhook1", measureWebhook(b, 1, webhookKeys, webhookRowsOne, webhookLatency))
+	})
+	b.Run("inflight64", func(b *testing.B) {
+		record(b, "webhook64", measureWebhook(b, 64, webhookKeys, webhookRowsMany, webhookLatency))
+	})
+	b.Run("inflight64_1key", func(b *testing.B) {
+		record(b, "webhook64_1key", measureWebhook(b, 64, 1, webhookRowsOne, webhookLatency))
+	})
+}
+
 func BenchmarkPubsubInFlight100(b *testing.B) {
 	record(b, "pubsub100", measurePubsub(b, 100, pubsubRows))
 }
@@ -553,6 +588,8 @@ func TestMeasures(t *testing.T) {
 		"partitioned": partitioned,
 		"pubsub1":     measurePubsub(t, 1, 20),
 		"pubsub100":   measurePubsub(t, 100, 300),
+		"webhook64":   measureWebhook(t, 64, 10, 200, time.Millisecond),
+		"httpideal":   measureHTTPIdeal(t, 10, 200, time.Millisecond),
 	} {
 		if r.n == 0 || r.rate() <= 0 {
 			t.Errorf("%s: %d in %s", name, r.n, r.elapsed)
