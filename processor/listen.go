@@ -87,6 +87,10 @@ func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool)
 	var wake chan struct{}
 	if wakeable {
 		wake = p.wake
+		if p.cfg.ProbeInterval > 0 && p.owned && !p.heldLong {
+			found, woken := p.probeWait(ctx, d, wake)
+			return found || woken
+		}
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

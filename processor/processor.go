@@ -64,9 +64,16 @@ type Config[T any] struct {
 	// delivers again at most MaxInFlight records. The Handler must be safe for concurrent use. Zero or 1
 	// means one record at a time. Not for a TxHandler, and an AsyncHandler keeps its own window.
 	MaxInFlight int
-	// PollInterval is the wait when there is nothing to read or another instance holds the cursor.
-	// Zero means 200ms.
+	// PollInterval is the wait when there is nothing to read or another instance holds the cursor, and
+	// the fallback when the probe cannot help (see ProbeInterval). Zero means 200ms.
 	PollInterval time.Duration
+	// ProbeInterval is the longest wait between probes while there is nothing to read: a probe is one
+	// index-only statement asking whether any row lies after the position, and only a yes runs a batch,
+	// so a new row is delivered within a few milliseconds without the cost of a batch (pg_locks and the
+	// cursor lock) at that rate. Right after records were handled it probes after 2ms, doubling up to
+	// ProbeInterval; a stream with nothing for 10s probes at four times it. A negative value turns probing
+	// off: the processor then waits PollInterval. Zero means 25ms.
+	ProbeInterval time.Duration
 	// InsertLatency is a safety margin subtracted from the horizon for clock steps (and, for transaction
 	// time, the microseconds between a statement's arrival and its transaction's lock). It is not what keeps
 	// rows from being skipped (tracking transactions is); keep it small. Zero means 5ms.
@@ -119,6 +126,9 @@ func (c *Config[T]) withDefaults() {
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 200 * time.Millisecond
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = 25 * time.Millisecond
 	}
 	if c.InsertLatency <= 0 {
 		c.InsertLatency = 5 * time.Millisecond
@@ -178,8 +188,11 @@ type Processor[T any] struct {
 	holdWarned    time.Time
 	retryAt       time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake          chan struct{}
-	lookSoon      bool     // the last poll found a writer just begun limiting the horizon
-	hooks         runHooks // set by a Partitioned runner for the processor of one partition
+	lookSoon      bool          // the last poll found a writer just begun limiting the horizon
+	heldLong      bool          // the last poll found the horizon held by a transaction open for a while
+	probeGap      time.Duration // the probe's current interval (see probe.go)
+	lastRecords   time.Time     // when a batch last handled records
+	hooks         runHooks      // set by a Partitioned runner for the processor of one partition
 	paused        bool
 	halted        bool
 	haltPermanent bool            // the last failure recorded by this instance was permanent
@@ -351,6 +364,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	woken := false
 	for ctx.Err() == nil {
 		n, wait, err := p.tick(ctx, work)
+		if n > 0 {
+			p.probeGap, p.lastRecords = 0, time.Now()
+		}
 		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.owned, n == 0 && wait == 0) {
 			return nil // the runner above moves on
 		}
@@ -560,6 +576,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
 	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
 	p.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
+	p.heldLong = h.hold != nil && h.now.Sub(h.hold.Since) > 2*p.cfg.InsertLatency
 	st := p.cur.State() // a changed default may have moved the position back
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil

@@ -34,6 +34,7 @@ type runFlags struct {
 	columns         string
 	batchSize       int
 	pollInterval    time.Duration
+	probeInterval   time.Duration
 	insertLatency   time.Duration
 	checkpoint      string
 	startFrom       string
@@ -75,7 +76,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.keyColumn, "key-column", "", "column passed to handlers as the record key (default aggregate_id if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
 	fs.IntVar(&f.batchSize, "batch-size", 100, "records read per batch")
-	fs.DurationVar(&f.pollInterval, "poll-interval", 200*time.Millisecond, "wait when idle or when another instance holds the cursor")
+	fs.DurationVar(&f.pollInterval, "poll-interval", 200*time.Millisecond, "wait when idle and the probe cannot help, or when another instance holds the cursor")
+	fs.DurationVar(&f.probeInterval, "probe-interval", 25*time.Millisecond, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", 5*time.Millisecond, "safety margin below the horizon for clock steps")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
 	fs.StringVar(&f.startFrom, "start-from", "beginning", "where a new process starts: beginning or now")
@@ -238,6 +240,14 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 }
 
 // config checks the flags against each other and turns them into a processor configuration.
+// probeSetting is the ProbeInterval for --probe-interval, where 0 turns probing off.
+func probeSetting(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
+}
+
 func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], error) {
 	var cfg processor.Config[handlers.Row]
 	if f.process == "" {
@@ -257,6 +267,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	}
 	if f.pollInterval <= 0 {
 		return cfg, usageErr("--poll-interval must be positive")
+	}
+	if f.probeInterval < 0 {
+		return cfg, usageErr("--probe-interval must not be negative")
 	}
 	if f.insertLatency < 0 {
 		return cfg, usageErr("--insert-latency must not be negative")
@@ -309,6 +322,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		},
 		BatchSize:                f.batchSize,
 		PollInterval:             f.pollInterval,
+		ProbeInterval:            probeSetting(f.probeInterval),
 		InsertLatency:            f.insertLatency,
 		Checkpoint:               cp,
 		StartFrom:                start,

@@ -1,0 +1,75 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// The probe: when there was nothing to read, instead of sleeping a whole poll interval the processor asks,
+// at short intervals, whether any row lies after its position at all: one index-only statement on its own
+// connection, outside any transaction, without reading pg_locks. Only when it answers yes does the
+// processor run a batch (the lock, the horizon, the read). A probe only decides when to look, never what
+// is read: the horizon still decides that, so a row the horizon holds is not read however often the probe
+// sees it.
+//
+// The interval starts at probeFirst after records were handled and doubles up to the probe interval
+// (Config.ProbeInterval); after a stream has had nothing for probeQuietAfter it grows to four times that,
+// so that many quiet processes cost little. While a transaction that has been open for a while holds the
+// horizon, the probe would see rows the horizon holds and answer yes again and again: the processor then
+// waits its poll interval as without a probe.
+const (
+	probeFirst      = 2 * time.Millisecond
+	probeQuietAfter = 10 * time.Second
+)
+
+// probe reports whether a row lies after the position the last batch left.
+func (p *Processor[T]) probe(ctx context.Context) (bool, error) {
+	pos := p.cur.State().Position
+	cond, args := p.table.After(pos, "", 1)
+	if p.table.Part != nil {
+		cond += fmt.Sprintf(" AND %s = %d", p.table.PartExpr(""), p.table.Part.Index)
+	}
+	var found bool
+	err := p.cur.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+p.table.Ident+" WHERE "+cond+")", args...).Scan(&found)
+	if err != nil {
+		return false, fmt.Errorf("probe %s: %w", p.table.Qualified, err)
+	}
+	return found, nil
+}
+
+// probeWait waits up to d for the probe to see a row after the position, probing at the adaptive
+// interval; it reports whether it saw one. It gives up (false) at the first error: the next batch deals
+// with what went wrong.
+func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, wake <-chan struct{}) (found, woken bool) {
+	end := time.Now().Add(d)
+	limit := p.cfg.ProbeInterval
+	if time.Since(p.lastRecords) >= probeQuietAfter {
+		limit *= 4
+	}
+	for {
+		gap := min(max(p.probeGap, probeFirst), limit, time.Until(end))
+		if gap <= 0 {
+			return false, false
+		}
+		t := time.NewTimer(gap)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			return false, false
+		case <-wake:
+			t.Stop()
+			return false, true
+		}
+		p.probeGap = min(2*max(p.probeGap, probeFirst), limit)
+		seen, err := p.probe(ctx)
+		if err != nil {
+			p.log.Debug().Err(err).Msg("probe failed; waiting for the next batch")
+			return false, false
+		}
+		if seen {
+			return true, false
+		}
+	}
+}

@@ -1,0 +1,104 @@
+package processor_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// batchCounter is an observer that counts batches.
+type batchCounter struct {
+	processor.Observer
+	batches atomic.Int64
+}
+
+func (c *batchCounter) Batch(string, int) { c.batches.Add(1) }
+
+// TestAProbeDeliversARowAfterALongIdleWithoutAWholePollInterval: with a poll interval of a minute, a
+// row committed after the stream has been idle for a while is delivered within seconds, since the probe
+// saw it.
+func TestAProbeDeliversARowAfterALongIdleWithoutAWholePollInterval(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.PollInterval = time.Minute
+	b.cfg.ProbeInterval = 20 * time.Millisecond
+	first := b.insert(t, 1)
+	start(t, b.cfg)
+	waitFor(t, "the first row", func() bool { return b.h.count() == 1 })
+	waitFor(t, "the position durable", func() bool {
+		_, id := b.position(t, b.cfg.Process)
+		return id == idText(first[0])
+	})
+	time.Sleep(300 * time.Millisecond) // idle for a while: the probe has backed off to its interval
+	second := b.insert(t, 1)
+	require.Eventually(t, func() bool { return b.h.count() == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the row after the idle period, well within the minute-long poll interval")
+	require.Equal(t, append(first, second...), b.h.ids())
+}
+
+// TestTheProbeNeverLetsARowThroughThatTheHorizonHolds: an open writer holds the horizon; rows committed
+// after it make the probe answer yes, and the processor runs batches, but reads nothing past the open
+// writer's row until it commits.
+func TestTheProbeNeverLetsARowThroughThatTheHorizonHolds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.PollInterval = 300 * time.Millisecond
+	b.cfg.ProbeInterval = 5 * time.Millisecond
+	counter := &batchCounter{Observer: nopObserver{}}
+	b.cfg.Observer = counter
+	before := b.insert(t, 2)
+	start(t, b.cfg)
+	waitFor(t, "the rows before the writer", func() bool { return b.h.count() == 2 })
+
+	ctx := context.Background()
+	slow, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	defer slow.Rollback(ctx) //nolint:errcheck
+	var slowID int64
+	require.NoError(t, slow.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ('slow', 1) RETURNING id").Scan(&slowID))
+	after := b.insert(t, 3) // committed, and seen by the probe
+	seen := counter.batches.Load()
+	waitFor(t, "batches run while the writer is open", func() bool {
+		return counter.batches.Load() >= seen+5 || b.h.count() > len(before)
+	})
+	require.Equal(t, before, b.h.ids(), "nothing after the open writer's row is read while it is open")
+
+	require.NoError(t, slow.Commit(ctx))
+	want := append(append(append([]int64{}, before...), slowID), after...)
+	waitFor(t, "everything once the writer committed", func() bool { return b.h.count() == len(want) })
+	require.Equal(t, want, b.h.ids())
+}
+
+// TestAProbeThatLosesItsConnectionFallsBackAndRecovers ends the processor's session while it idles on its
+// probe: the next batch reconnects, and a row committed afterwards is delivered.
+func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.PollInterval = 200 * time.Millisecond
+	first := b.insert(t, 1)
+	start(t, b.cfg)
+	waitFor(t, "the first row", func() bool { return b.h.count() == 1 })
+	ctx := context.Background()
+	var cut int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE application_name LIKE 'inorder:%' AND datname = current_database()`).Scan(&cut))
+	require.Equal(t, 1, cut, "the processor's session ended")
+	second := b.insert(t, 1)
+	waitFor(t, "the row after the reconnection", func() bool { return b.h.count() == 2 })
+	require.Equal(t, append(first, second...), b.h.ids())
+}
+
+type nopObserver struct{}
+
+func (nopObserver) Batch(string, int)                    {}
+func (nopObserver) Handled(string, time.Duration, error) {}
+func (nopObserver) Position(string, time.Time)           {}
+func (nopObserver) Halted(string, bool)                  {}
+func (nopObserver) Locked(string, bool)                  {}
+func (nopObserver) Hold(string, time.Duration)           {}
+func (nopObserver) Connected(string, bool)               {}
