@@ -133,7 +133,7 @@ func TestBalancesExactlyOnce(t *testing.T) {
 			// Third run: nothing is projected again on restart; one new event is, once.
 			example = start(t, db, checkpoint)
 			appendEvents(t, db, 1)
-			processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 2 * time.Minute}) // 5,400 commits, on a busy machine
+			processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 2 * time.Minute})
 			require.NoError(t, example.Stop())
 			require.Equal(t, expected(t, db), balances(t, db), "after the third stop")
 			require.EqualValues(t, 5000+300+100+1, projected(t, db), "every event projected once")
