@@ -90,34 +90,39 @@ func wait(t testing.TB, db *DB, process, what string, opts *WaitOpts,
 	done func(ctx context.Context, streams []cursor.Info) (bool, string, error)) {
 	t.Helper()
 	timeout := opts.timeout()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
+	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	state := "it has no cursor row: it never started"
 	for {
-		streams, err := streamsOf(ctx, db, process)
-		var ok bool
-		var now string
-		if err == nil && len(streams) > 0 {
-			ok, now, err = done(ctx, streams)
-		}
+		// Every poll runs to its end, however short the timeout, so that the failure says what a whole
+		// poll saw; the deadline is looked at between polls.
+		ok, now, err := poll(db, process, done)
 		switch {
-		case ctx.Err() != nil: // the deadline cut the poll short: keep what the last full one said
 		case err != nil:
 			state = "last error: " + err.Error()
 		case ok:
 			return
-		case len(streams) > 0:
+		case now != "":
 			state = now
 		}
-		select {
-		case <-ctx.Done():
+		if !time.Now().Before(deadline) {
 			t.Fatalf("processortest: process %q did not %s within %s: %s", process, what, timeout, state)
 			return
-		case <-tick.C:
 		}
+		<-tick.C
 	}
+}
+
+// poll runs one check under a bound of its own; now is empty when the process has no cursor row yet.
+func poll(db *DB, process string, done func(ctx context.Context, streams []cursor.Info) (bool, string, error)) (bool, string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	streams, err := streamsOf(ctx, db, process)
+	if err != nil || len(streams) == 0 {
+		return false, "", err
+	}
+	return done(ctx, streams)
 }
 
 // streamsOf returns the cursor rows of process's streams: its own, or for a partitioned process those of
