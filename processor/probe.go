@@ -30,8 +30,12 @@ func (p *Processor[T]) probe(ctx context.Context) (bool, error) {
 	if p.table.Part != nil {
 		cond += fmt.Sprintf(" AND %s = %d", p.table.PartExpr(""), p.table.Part.Index)
 	}
+	// Not cut short by a stop: a query interrupted by its context closes the connection, and with it the
+	// clean release of the process (unlock, then close) that lets a standby take over at once.
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
 	var found bool
-	err := p.cur.Conn().QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+p.table.Ident+" WHERE "+cond+")", args...).Scan(&found)
+	err := p.cur.Conn().QueryRow(qctx, "SELECT EXISTS (SELECT 1 FROM "+p.table.Ident+" WHERE "+cond+")", args...).Scan(&found)
 	if err != nil {
 		return false, fmt.Errorf("probe %s: %w", p.table.Qualified, err)
 	}

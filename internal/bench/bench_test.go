@@ -45,6 +45,11 @@ const (
 	latencyRate     = 1000 // rows/s inserted by the writer of the latency runs
 	latencyDuration = 5 * time.Second
 	latencyPoll     = 200 * time.Millisecond // the CLI default poll interval
+	sparseRate      = 2                      // rows/s of the sparse stream: one every 500ms
+	sparseDuration  = 10 * time.Second
+	appWriters      = 8               // concurrent single-row writers of the application
+	appDuration     = 5 * time.Second // each run of them
+	idleWindow      = 10 * time.Second
 
 	rssTargetMiB = 64
 
@@ -189,12 +194,25 @@ func tableLines() []line {
 	return append(ls,
 		line{key: "lat_poll_p50", label: "inorder latency, polling 200ms: p50", ref: "poll", refLabel: "poll interval"},
 		line{key: "lat_poll_p99", label: "inorder latency, polling 200ms: p99", ref: "poll", refLabel: "poll interval"},
+		line{key: "lat_default_p50", label: "inorder latency, default flags: p50", ref: "poll", refLabel: "poll interval",
+			target: &target{ofValue: true, atMost: true, v: 10}},
+		line{key: "lat_default_p99", label: "inorder latency, default flags: p99", ref: "poll", refLabel: "poll interval",
+			target: &target{ofValue: true, atMost: true, v: 50}},
+		line{key: "lat_sparse_p50", label: "inorder latency, sparse (every 500ms): p50", ref: "poll", refLabel: "poll interval",
+			target: &target{ofValue: true, atMost: true, v: 25}},
+		line{key: "lat_sparse_p99", label: "inorder latency, sparse (every 500ms): p99", ref: "poll", refLabel: "poll interval"},
+		line{key: "lat_sparse_poll_p50", label: "inorder latency, sparse, polling 200ms: p50", ref: "poll", refLabel: "poll interval"},
+		line{key: "lat_sparse_poll_p99", label: "inorder latency, sparse, polling 200ms: p99", ref: "poll", refLabel: "poll interval"},
 		line{key: "pg_notify_p50", label: "postgres: commit to NOTIFY receipt: p50", limit: true},
 		line{key: "pg_notify_p99", label: "postgres: commit to NOTIFY receipt: p99", limit: true},
-		line{key: "lat_notify_p50", label: "inorder latency, NOTIFY: p50", ref: "commit", refLabel: "single-row commit",
-			target: &target{ofValue: true, atMost: true, v: 10}},
-		line{key: "lat_notify_p99", label: "inorder latency, NOTIFY: p99", ref: "commit", refLabel: "single-row commit",
-			target: &target{ofValue: true, atMost: true, v: 50}},
+		line{key: "lat_notify_p50", label: "inorder latency, NOTIFY: p50", ref: "commit", refLabel: "single-row commit"},
+		line{key: "lat_notify_p99", label: "inorder latency, NOTIFY: p99", ref: "commit", refLabel: "single-row commit"},
+		line{key: "app_none", label: "application inserts, 8 writers, no inorder", limit: true},
+		line{key: "app_poll", label: "application inserts, inorder polling 200ms", ref: "app_none", refLabel: "no inorder"},
+		line{key: "app_default", label: "application inserts, inorder default", ref: "app_none", refLabel: "no inorder"},
+		line{key: "app_notify", label: "application inserts, NOTIFY trigger + --listen", ref: "app_none", refLabel: "no inorder"},
+		line{key: "idle1", label: "idle: transactions/s of 1 quiet process"},
+		line{key: "idle50", label: "idle: transactions/s of 50 quiet processes", ref: "idle1", refLabel: "1 process"},
 		line{key: "http_ideal1", label: "http: 1 client, receiver answering in 20ms", limit: true},
 		line{key: "http_ideal50", label: "http: 50 clients (one per key), 20ms", limit: true},
 		line{key: "webhook1", label: "inorder webhook 20ms, 50 keys, in flight 1", ref: "http_ideal1", refLabel: "1 client"},
@@ -355,7 +373,7 @@ func printNotes(w io.Writer) {
 		}
 		note("partitions: a handler sleeping 1ms per record, %s rows per partition over %d keys, BatchSize 100, "+
 			"PollInterval 200ms, checkpoint batch; instances are runners in this process, each with its own "+
-			"registry, a slot for every partition. Timed from Run until every partition's cursor row holds its "+
+			"instance name, a slot for every partition. Timed from Run until every partition's cursor row holds its "+
 			"last row. Keys hash to partitions unevenly and the largest partition bounds the run: the speedup the "+
 			"spread allows is %s partitions. (With 64 keys, k0 to k63, the largest of 4 partitions gets 24 of "+
 			"them, which alone caps 4 partitions at 2.67x.)",
@@ -382,6 +400,13 @@ func printNotes(w io.Writer) {
 			perRow(poll.walSyncs), perRow(notify.walSyncs), 100*poll.cpuMachine, 100*notify.cpuMachine,
 			poll.cpuSelf, notify.cpuSelf, poll.idleEmpty, poll.idleReads)
 	}
+	note("latency: one writer inserting single rows at %d/s (sparse: %d/s) for %s, checkpoint record; polling "+
+		"200ms is the previous default (no probe), default flags probe for new rows (2ms after records, doubling to "+
+		"25ms), NOTIFY listens without the probe. application inserts: pgbench, %d clients inserting single rows "+
+		"(autocommit) for %s into the events table while a noop processor delivers every row as it commits, in "+
+		"the same run; fsync and synchronous_commit on. idle: transactions committed and rolled back in the "+
+		"processes' database (pg_stat_database) over %s, after %s with nothing to read.",
+		latencyRate, sparseRate, latencyDuration, appWriters, appDuration, idleWindow, probeQuietFor+2*time.Second)
 	note("webhook: the signed webhook handler to an in-process receiver that answers 200 after 20ms, "+
 		"checkpoint record (one commit per advance of the prefix), %s rows over %d keys (%s with one in flight "+
 		"or one key); the references are plain HTTP clients to the same receiver, one per key, each sending its "+
@@ -518,10 +543,14 @@ func BenchmarkPartitions(b *testing.B) {
 }
 
 func BenchmarkLatency(b *testing.B) {
-	for _, listen := range []bool{false, true} {
-		name := map[bool]string{false: "poll", true: "notify"}[listen]
+	for _, name := range []string{"poll", "default", "sparse", "sparse_poll", "notify"} {
+		listen := name == "notify"
 		b.Run(name, func(b *testing.B) {
-			l := measureLatency(b, listen, latencyRate, latencyDuration)
+			rate, d := latencyRate, latencyDuration
+			if name == "sparse" || name == "sparse_poll" {
+				rate, d = sparseRate, sparseDuration
+			}
+			l := measureLatency(b, name, rate, d)
 			recordFigure(b, "lat_"+name+"_p50", figure{n: l.rows, value: ms(l.p50), unit: millis})
 			recordFigure(b, "lat_"+name+"_p99", figure{n: l.rows, value: ms(l.p99), unit: millis})
 			if listen {
@@ -530,7 +559,9 @@ func BenchmarkLatency(b *testing.B) {
 			}
 			figuresMu.Lock()
 			defer figuresMu.Unlock()
-			runNotes.latency[listen] = l
+			if name == "poll" || name == "notify" {
+				runNotes.latency[listen] = l
+			}
 		})
 	}
 }
@@ -551,6 +582,22 @@ func BenchmarkWebhookWindow(b *testing.B) {
 	b.Run("inflight64_1key", func(b *testing.B) {
 		record(b, "webhook64_1key", measureWebhook(b, 64, 1, webhookRowsOne, webhookLatency))
 	})
+}
+
+func BenchmarkApplicationWrites(b *testing.B) {
+	for _, mode := range []string{"none", "poll", "default", "notify"} {
+		b.Run(mode, func(b *testing.B) {
+			record(b, "app_"+mode, measureAppWrites(b, mode, appWriters, appDuration))
+		})
+	}
+}
+
+func BenchmarkIdle(b *testing.B) {
+	for _, n := range []int{1, 50} {
+		b.Run(fmt.Sprintf("processes=%d", n), func(b *testing.B) {
+			recordFigure(b, fmt.Sprintf("idle%d", n), measureIdle(b, n, probeQuietFor+2*time.Second, idleWindow))
+		})
+	}
 }
 
 func BenchmarkPubsubInFlight100(b *testing.B) {
@@ -601,7 +648,16 @@ func TestMeasures(t *testing.T) {
 	if f := measureReadCost(t, []int{2000, 3000}, 5); f[0].n != 5 || f[0].value <= 0 || f[1].value <= 0 {
 		t.Errorf("read cost: %+v", f)
 	}
-	if l := measureLatency(t, true, 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 || l.pgRows == 0 {
+	if l := measureLatency(t, "notify", 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 || l.pgRows == 0 {
 		t.Errorf("latency: %+v", l)
+	}
+	if l := measureLatency(t, "default", 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 {
+		t.Errorf("latency: %+v", l)
+	}
+	if r := measureAppWrites(t, "default", 2, 300*time.Millisecond); r.n == 0 {
+		t.Errorf("application writes: %+v", r)
+	}
+	if f := measureIdle(t, 2, 300*time.Millisecond, time.Second); f.value < 0 {
+		t.Errorf("idle: %+v", f)
 	}
 }

@@ -25,7 +25,7 @@
 //     read at its end, VmRSS sampled every 50ms besides; the peak (target ≤ 64 MiB) and its growth over
 //     the start.
 //   - inorder 1ms handler: NewPartitioned over a backlog spread over 1024 keys, with 1, 4 and 16
-//     partitions, in one instance and in two (two runners in this process, each its own registry and
+//     partitions, in one instance and in two (two runners in this process, each its own
 //     instance name), a handler sleeping 1ms per record, checkpoint per batch; ratios to one partition in
 //     one instance (target ≥ 2.5 with 4 partitions in one instance). The notes give the speedup the
 //     spread of the keys over the partitions allows.

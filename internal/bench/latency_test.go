@@ -107,14 +107,20 @@ type commit struct {
 
 const insertOneSQL = `INSERT INTO events (aggregate_id, seq) VALUES ($1, $2) RETURNING id`
 
-// measureLatency runs a processor (checkpoint per record, PollInterval 200ms, the CLI defaults otherwise)
+// measureLatency runs a processor (checkpoint per record, PollInterval 200ms, the CLI defaults otherwise;
+// mode "poll" without the probe, "default" and "sparse" with it, "notify" listening without it)
 // on an empty events table while one writer inserts single rows, each its own transaction, one due every
 // 1/rate second for d; each row's created_at is clock_timestamp() at its insert. A row's latency is the
 // time from its writer's COMMIT returning to the handler being called with it, clamped at 0 (the handler
 // can be called before the writer has read its commit's reply). With listen, the table has the insert
 // trigger and the processor listens; a second listener of the test's own notes when each notification
 // arrives, for the latency of Postgres' own delivery.
-func measureLatency(tb testing.TB, listen bool, rate int, d time.Duration) latency {
+func measureLatency(tb testing.TB, mode string, rate int, d time.Duration) latency {
+	listen := mode == "notify"
+	probe := time.Duration(-1)                 // polling only, as before the probe
+	if mode == "default" || mode == "sparse" { // "sparse_poll": the sparse stream without the probe
+		probe = 0 // the processor's default
+	}
 	tb.Helper()
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
@@ -140,10 +146,7 @@ func measureLatency(tb testing.TB, listen bool, rate int, d time.Duration) laten
 	if err != nil {
 		tb.Fatalf("parse url: %v", err)
 	}
-	process := "bench_latency_poll"
-	if listen {
-		process = "bench_latency_notify"
-	}
+	process := "bench_latency_" + mode
 	p, err := processor.New(processor.Config[event]{
 		Process:    process,
 		ConnConfig: cc,
@@ -156,10 +159,11 @@ func measureLatency(tb testing.TB, listen bool, rate int, d time.Duration) laten
 			mu.Unlock()
 			return nil
 		}),
-		PollInterval: latencyPoll,
-		Checkpoint:   processor.CheckpointRecord,
-		Listen:       listen,
-		Observer:     obs,
+		PollInterval:  latencyPoll,
+		ProbeInterval: probe,
+		Checkpoint:    processor.CheckpointRecord,
+		Listen:        listen,
+		Observer:      obs,
 	})
 	if err != nil {
 		tb.Fatalf("processor: %v", err)

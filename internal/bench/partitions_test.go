@@ -62,7 +62,7 @@ func (*partsObserver) Connected(string, bool)               {}
 
 // measurePartitions drains a backlog of n events spread over keys keys, split into partitions streams,
 // through a handler that sleeps 1ms per record, with instances runners of NewPartitioned in this process
-// (each its own registry and instance name, a slot for every partition). It is timed from Run until
+// (each its own instance name, a slot for every partition). It is timed from Run until
 // every partition's cursor row holds that partition's last row. It also returns the speedup over one
 // stream that the spread of the keys allows: n over the rows of the largest partition.
 func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (result, float64) {
