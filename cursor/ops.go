@@ -336,6 +336,10 @@ func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
 	return entries, nil
 }
 
+// repartitionGuard is the margin below the instant of the check that the new partitions start before,
+// as processors read below their horizon less theirs.
+const repartitionGuard = 5 * time.Millisecond
+
 // Repartition splits process name into n partitions anew (n = 1 included), every one starting after the
 // last row of the source, in one transaction, audited. Positions do not carry over between splits, so it
 // refuses unless that start skips nothing: an instance running the process (ErrBusy), a stream that never
@@ -420,13 +424,22 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if t, err = source.Inspect(ctx, tx, whole.spec()); err != nil {
 			return fail("%w", err)
 		}
-		if pids, err := t.Writers(ctx, tx); err != nil {
+		// The backends' status was read for the list above: read it anew for the transactions in flight.
+		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 			return fail("%w", err)
-		} else if len(pids) > 0 {
+		}
+		o, err := t.PollLocks(ctx, tx)
+		if err != nil {
+			return fail("%w", err)
+		}
+		if pids := o.InFlight(t); len(pids) > 0 {
 			return fail("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
 				"try again when they are done", ErrInFlight, t.Qualified, pids)
 		}
-		tail, err := t.Tail(ctx, tx)
+		// Nothing was in flight when the locks were read: every row dated before then (less the guard the
+		// processors use) is visible now. Rows dated after it may still come from transactions begun
+		// since: the new partitions start before them, so they are delivered, perhaps again, never skipped.
+		tail, err := t.TailBefore(ctx, tx, o.Now.Add(-repartitionGuard))
 		if err != nil {
 			return fail("%w", err)
 		}

@@ -72,11 +72,19 @@ func (tr *tracker) observe(o source.Observation, kind Horizon) horizon {
 		e, ok := tr.seen[vxid]
 		if !ok {
 			e = &txn{pid: pid, firstSeen: o.Now, lastAbsent: tr.lastPoll}
+			if writer && pid == 0 {
+				// Prepared when first seen: it keeps its id across PREPARE, so it was prepared before
+				// tracking began, or came back under a new id with a restarted server. Its start is unknown.
+				e.lastAbsent = time.Time{}
+			}
 			tr.seen[vxid] = e
 		}
 		if writer && !e.writer {
 			// It was not a writer at the last poll (or was not there at all).
 			e.lastNotWriter, e.writer = tr.lastPoll, true
+			if e.lastAbsent.IsZero() {
+				e.lastNotWriter = time.Time{}
+			}
 		}
 		if !ok || writer {
 			e.pid = pid // a prepared transaction shows no pid

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // The probe: when there was nothing to read, instead of sleeping a whole poll interval the processor asks,
@@ -27,6 +29,11 @@ const (
 func (p *Processor[T]) probe(ctx context.Context) (bool, error) {
 	pos := p.cur.State().Position
 	cond, args := p.table.After(pos, "", 1)
+	// Only rows a batch could read now: not rows dated in the future, nor within the insert-latency
+	// margin (a batch would not read them yet), nor a NULL created_at (which no batch reads): a yes for
+	// those would run batch after batch that read nothing.
+	cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", pgx.Identifier{p.table.Spec.CreatedAtColumn}.Sanitize(), len(args)+1)
+	args = append(args, p.cfg.InsertLatency)
 	if p.table.Part != nil {
 		cond += fmt.Sprintf(" AND %s = %d", p.table.PartExpr(""), p.table.Part.Index)
 	}

@@ -489,6 +489,11 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.owned = false
+	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
+	// transactions anew and brings prepared ones back under new ids): start over, holding on every
+	// transaction present at the first poll.
+	p.tracker = newTracker(p.cfg.InsertLatency)
+	p.sourceSaved = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
 			return
@@ -525,17 +530,19 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		return horizon{}, err
 	}
 	if p.kind == HorizonWriters && !p.table.WritersSafe(o.Default) {
-		p.kind = HorizonTransactions
 		at, unknown := p.tracker.earliestStart()
 		pos := p.cur.State().Position
-		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(p.kind))
+		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(HorizonTransactions))
 		if !at.IsZero() && at.Before(pos.CreatedAt) {
+			// The move back is made durable at once: a batch that fails later must not take it back while
+			// the switch stays.
 			back := source.Position{CreatedAt: at.UTC()}
-			if err := p.cur.SetPosition(work, back, 0); err != nil {
+			if _, err := p.cur.Checkpoint(work, back, 0, cursorlock.InFlight{}); err != nil {
 				return horizon{}, err
 			}
 			ev = ev.Str("from", pos.String()).Str("to", back.String())
 		}
+		p.kind = HorizonTransactions
 		ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
 			"delivering again from the earliest start of the transactions open across the change")
 		if len(unknown) > 0 {
@@ -543,8 +550,19 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 				Msg("transactions open since before this instance began watching may write rows dated earlier than " +
 					"it can see; once they end, if they wrote to the source, rewind to before their start")
 		}
+		if !p.cur.Locked() { // an operator took the row in the instant after the commit: look again later
+			return horizon{now: o.Now}, nil
+		}
 	}
-	return p.tracker.observe(o, p.kind), nil
+	h := p.tracker.observe(o, p.kind)
+	if p.cfg.TxHandler != nil && p.kind == HorizonTransactions {
+		// A transactional handler may insert into the source itself, in the cursor transaction, whose rows
+		// then carry its start: read only below it.
+		if capAt := o.TxStart.Add(-p.cfg.InsertLatency); !h.at.IsZero() && capAt.Before(h.at) {
+			h.at = capAt
+		}
+	}
+	return h, nil
 }
 
 // tick runs one batch: lock, read below the horizon, deliver in order, advance, unlock. It returns how
@@ -567,7 +585,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		return 0, wait, nil
 	}
 	h, err := p.horizon(work)
-	if err != nil {
+	if err != nil || !p.cur.Locked() {
 		return 0, 0, err
 	}
 	if err := p.noteHold(work, h); err != nil {
@@ -614,7 +632,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	}
 	if !p.owned {
 		p.log.Info().Str("position", p.cur.State().Position.String()).Msg("cursor locked")
-		p.owned = true
+		p.owned, p.sourceSaved = true, false // write the source and clear what a previous owner left in flight
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()

@@ -76,6 +76,11 @@ func TestTracker(t *testing.T) {
 			{ms: 100, present: []string{"p:a", "b"}, writers: -1, transactions: -1, holdPID: 0},
 			{ms: 200, present: []string{"b"}, writers: 200, transactions: 0, holdPID: 102},
 		}},
+		{name: "a prepared transaction first seen after tracking began has an unknown start", polls: []poll{
+			{ms: 0},
+			{ms: 100, present: []string{"p:a"}, writers: -1, transactions: -1, holdPID: 0},
+			{ms: 200, writers: 200, transactions: 200},
+		}},
 		{name: "a transaction id seen again after it was gone is a new one", polls: []poll{
 			{ms: 0},
 			{ms: 100, present: []string{"a"}, writers: 100, transactions: 0, holdPID: 101},

@@ -50,12 +50,15 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	head, inFlight, n := 0, 0, 0 // first record not succeeded; records in flight; records the prefix passed
 	counted := 0                 // records the prefix passed that a checkpoint has counted
 	last := st.Position
-	stopping := false // a record failed or the context is done: start nothing more
+	stopping := false // the context is done or the cursor is lost: start nothing more
+	// failedAt is the first record in order that failed: nothing from it on starts any more, but the
+	// records before it still do, so that the prefix reaches it and the stream halts on it.
+	failedAt := len(items)
 
 	// start sends every record of the window that may go now.
 	start := func() {
 		busy := map[string]bool{} // keys with an incomplete record before the one looked at
-		for i := head; i < len(items) && i < head+p.cfg.MaxInFlight; i++ {
+		for i := head; i < failedAt && i < head+p.cfg.MaxInFlight; i++ {
 			key := items[i].rec.Key
 			switch {
 			case state[i] == succeeded:
@@ -122,13 +125,21 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 					Dur("in_flight_for", time.Since(f.Since)).Int("in_flight", f.Records).
 					Msg("a record has been in flight for long; the position waits on it")
 			}
+			// The cursor transaction idles while records are in flight: keep it from the idle timeout,
+			// which would end the session and the process's ownership.
+			if cperr == nil && !lost && p.cur.Locked() {
+				if _, err := p.cur.Tx().Exec(work, "SELECT 1"); err != nil {
+					cperr, stopping = err, true
+				}
+			}
 			continue
 		}
 		for {
 			inFlight--
 			p.obs.Handled(p.cfg.Process, d.took, d.err)
 			if d.err != nil {
-				state[d.i], errs[d.i], stopping = failed, d.err, true
+				state[d.i], errs[d.i] = failed, d.err
+				failedAt = min(failedAt, d.i)
 			} else {
 				state[d.i] = succeeded
 			}

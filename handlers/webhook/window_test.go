@@ -366,3 +366,51 @@ func (nopObserver) Halted(string, bool)                  {}
 func (nopObserver) Locked(string, bool)                  {}
 func (nopObserver) Hold(string, time.Duration)           {}
 func (nopObserver) Connected(string, bool)               {}
+
+// TestWindowHaltsOnAFailureBehindRecordsNotYetStarted: a record of one key is refused while an earlier
+// record of another key is still in flight and a later one of that key has not started: the later one
+// still goes, the prefix reaches the refused record, and the stream halts on it there.
+func TestWindowHaltsOnAFailureBehindRecordsNotYetStarted(t *testing.T) {
+	t.Parallel()
+	b := setupWindow(t, 8, 0)
+	ids := b.insert(t, "a", "a", "b") // a1, a2 of one key, then b
+	held := make(chan struct{})
+	b.sink.gate = func(id string) chan struct{} {
+		if id == ids[0] {
+			return held
+		}
+		return nil
+	}
+	b.sink.refuse = func(id string) bool { return id == ids[2] }
+	b.cfg.RetryMin, b.cfg.RetryMax = time.Minute, time.Minute // one attempt at b while the test looks
+	testrun.Start(t, newProcessor(t, b.cfg).Run)
+	eventually(t, "the refusal of b while a1 is in flight", func() bool {
+		for _, r := range b.sink.requests() {
+			if r.id == ids[2] && r.status == http.StatusBadRequest {
+				return true
+			}
+		}
+		return false
+	})
+	close(held)
+	ctx := context.Background()
+	var in cursor.Info
+	eventually(t, "the halt on b", func() bool {
+		infos, err := cursor.List(ctx, b.db.Pool, "billing")
+		if err != nil || len(infos) == 0 || infos[0].Halt == nil {
+			return false
+		}
+		in = infos[0]
+		return true
+	})
+	require.Equal(t, ids[2], in.Halt.RecordID)
+	require.Equal(t, ids[1], in.Position.ID, "a2, behind the refused record, went through first")
+	require.Equal(t, []string{ids[0], ids[1]}, b.sink.accepted())
+	sent := 0
+	for _, r := range b.sink.requests() {
+		if r.id == ids[2] {
+			sent++
+		}
+	}
+	require.Equal(t, 1, sent, "the refused record waits out its backoff")
+}

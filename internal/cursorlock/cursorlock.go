@@ -317,6 +317,7 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		if !r.owner {
 			return false, nil
 		}
+		r.inFlight = InFlight{Records: -1} // what a previous owner left there is unknown
 	}
 	tx, err := r.conn.Begin(ctx)
 	if err != nil {

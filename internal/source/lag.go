@@ -55,32 +55,31 @@ func (t *Table) Behind(ctx context.Context, q Querier, pos Position) (Lag, error
 	return lag, nil
 }
 
-// Tail is the position of the last row of t now, whatever its partition (the beginning when the table is
-// empty): where a stream that has delivered everything stands.
-func (t *Table) Tail(ctx context.Context, q Querier) (Position, error) {
+// TailBefore is the position of the last row of t created before at (the beginning when there is none).
+func (t *Table) TailBefore(ctx context.Context, q Querier, at time.Time) (Position, error) {
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
-	var at *time.Time
+	var when *time.Time
 	var last *string
-	sql := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1", ca, id, t.Ident)
-	if err := q.QueryRow(ctx, sql).Scan(&at, &last); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, fmt.Errorf("find the last row of %s: %w", t.Qualified, err)
+	sql := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[1]s < $1 ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1",
+		ca, id, t.Ident)
+	if err := q.QueryRow(ctx, sql, at).Scan(&when, &last); err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, fmt.Errorf("find the last row of %s before %s: %w", t.Qualified, at, err)
 	}
-	if at == nil {
+	if when == nil {
 		return Position{}, nil
 	}
-	return Position{CreatedAt: at.UTC(), ID: *last}, nil
+	return Position{CreatedAt: when.UTC(), ID: *last}, nil
 }
 
-// Writers lists the backends with a transaction open that could still commit rows of t dated before now:
-// for a source with the writers horizon, the transactions that wrote or are writing to it; for the
-// transactions horizon, every transaction of the database it watches (see the horizon). A prepared
-// transaction is listed as pid 0.
-func (t *Table) Writers(ctx context.Context, q Querier) ([]int, error) {
-	o, err := t.PollLocks(ctx, q)
-	if err != nil {
-		return nil, fmt.Errorf("read writers of %s: %w", t.Qualified, err)
+// InFlight lists the backends of o with a transaction open that could still commit rows of t dated
+// before o was taken: for a source with the writers horizon, the transactions that wrote or are writing
+// to it; for the transactions horizon, every transaction of the database it watches (see the horizon). A
+// prepared transaction is listed as pid 0.
+func (o Observation) InFlight(t *Table) []int {
+	set := map[string]int{}
+	for vxid, pid := range o.Writers {
+		set[vxid] = pid
 	}
-	set := o.Writers
 	if t.Horizon == HorizonTransactions || !t.WritersSafe(o.Default) {
 		for vxid, pid := range o.Txs {
 			set[vxid] = pid
@@ -91,7 +90,7 @@ func (t *Table) Writers(ctx context.Context, q Querier) ([]int, error) {
 		pids = append(pids, pid)
 	}
 	sort.Ints(pids)
-	return pids, nil
+	return pids
 }
 
 func quote(name string) string { return pgx.Identifier{name}.Sanitize() }

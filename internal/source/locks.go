@@ -62,7 +62,7 @@ const horizonSQL = `
 	), db AS (
 		SELECT oid FROM pg_database WHERE datname = current_database()
 	)
-	SELECT statement_timestamp(),
+	SELECT statement_timestamp(), transaction_timestamp(),
 	       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef AS d WHERE d.adrelid = $1::oid AND d.adnum = $2::int2),
 	       x.writer, x.vxid, x.pid
 	FROM (SELECT 1) AS one
@@ -90,6 +90,7 @@ const horizonSQL = `
 // transaction watched for transaction time, each with its backend pid (0 for a prepared transaction).
 type Observation struct {
 	Now          time.Time
+	TxStart      time.Time // the start of the polling transaction
 	Default      string
 	Writers, Txs map[string]int
 }
@@ -106,7 +107,7 @@ func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
 		var def, vxid *string
 		var writer *bool
 		var pid *int32
-		if err := rows.Scan(&o.Now, &def, &writer, &vxid, &pid); err != nil {
+		if err := rows.Scan(&o.Now, &o.TxStart, &def, &writer, &vxid, &pid); err != nil {
 			return Observation{}, fmt.Errorf("read transactions in flight: %w", err)
 		}
 		if def != nil {
