@@ -135,3 +135,32 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 	require.Equal(t, "rewind", entries[0].Action)
 	require.Equal(t, "skip", entries[1].Action)
 }
+
+// TestActionsTakeEffectDuringALongBackoff halts a stream on a refused record with a one-minute backoff:
+// a skip takes effect within a poll interval or so, not when the backoff ends.
+func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
+	t.Parallel()
+	db, _ := setup(t)
+	ctx := context.Background()
+	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE INDEX ON bookings (created_at, id);
+		INSERT INTO bookings SELECT FROM generate_series(1, 3)`)
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	h := &recorder{refuse: 2}
+	p, err := processor.New(processor.Config[booking]{
+		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		Handler: h, PollInterval: 50 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
+	})
+	require.NoError(t, err)
+	testrun.Start(t, p.Run)
+	await(t, "the halt on record 2", func() bool {
+		infos, err := cursor.List(ctx, db.Pool, "billing")
+		return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == "2"
+	})
+	_, err = cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "refused for good"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return len(h.got()) == 2 }, 10*time.Second, 5*time.Millisecond,
+		"the record after the skipped one, well before the one-minute backoff ends")
+	require.Equal(t, []int64{1, 3}, h.got())
+}

@@ -247,7 +247,9 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 	p.haltPermanent = h.Permanent
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
 		Err(cause).Dur("retry_in", wait).Msg(msg)
-	return wait
+	// The next batch comes within a poll interval, to see an operator's action; it waits out the rest
+	// of the backoff itself (see followOperator).
+	return min(wait, p.cfg.PollInterval)
 }
 
 func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {

@@ -662,7 +662,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 
 // followOperator takes in what the cursor row says now (paused, moved, halted, or none of these any
 // more), and returns how long to wait before the next batch: while paused, and while a halted record's
-// next attempt is not due. Zero means go on.
+// next attempt is not due (at most a poll interval at a time). Zero means go on.
 func (p *Processor[T]) followOperator() time.Duration {
 	st := p.cur.State()
 	if st.Paused {
@@ -698,5 +698,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.retryAt.After(due) {
 		due = p.retryAt
 	}
-	return max(0, time.Until(due))
+	// Look at the row again every poll interval meanwhile: an operator's skip, rewind, pause or resume
+	// takes effect then, not when the backoff ends.
+	return min(max(0, time.Until(due)), p.cfg.PollInterval)
 }
