@@ -11,7 +11,8 @@
 // # Failing
 //
 // An actor that returns an error stops the whole group, and Run returns the error prefixed with the
-// actor's name ("process booking_sms_outbox: ..."), so the program exits non-zero with a line naming it.
+// actor's name, so the program exits non-zero with a line naming it; a processor's errors name their
+// process already ("process \"booking_sms_outbox\": ..."), so AddRunner adds no prefix.
 // A processor does not fail for a lost database connection: it reconnects with backoff.
 //
 // # Embedding

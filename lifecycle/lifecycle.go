@@ -87,9 +87,12 @@ func (g *Group) Add(name string, execute func(ctx context.Context) error) {
 	}, func(error) { cancel() })
 }
 
-// AddRunner adds a processor (or any Runner) as an actor named after it.
+// AddRunner adds a processor (or any Runner) as an actor named after it. Its errors are returned as they
+// are: a processor's already name its process ("process \"booking_sms\": ..."), and naming it twice
+// helps nobody.
 func (g *Group) AddRunner(r Runner) {
-	g.Add("process "+r.Name(), r.Run)
+	ctx, cancel := context.WithCancel(context.Background())
+	g.g.Add(func() error { return r.Run(ctx) }, func(error) { cancel() })
 }
 
 // AddHTTPServer adds an HTTP server listening on addr as an actor; it shuts down gracefully (at most

@@ -146,7 +146,8 @@ func TestAFatalProcessorErrorStopsTheGroupNamingTheProcess(t *testing.T) {
 	err = g2.Run()
 	require.Error(t, err)
 	require.True(t, errors.Is(err, processor.ErrInvalidSource))
-	require.Contains(t, err.Error(), `process jobs: process "jobs": invalid source: table "missing_table" does not exist`)
+	require.Contains(t, err.Error(), `process "jobs": invalid source: table "missing_table" does not exist`)
+	require.NotContains(t, err.Error(), "process jobs:", "the process is named once")
 	<-other // every other actor was interrupted
 }
 

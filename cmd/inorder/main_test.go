@@ -310,7 +310,7 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 		want string
 	}{
 		{"unknown table", b.env, []string{"run", "--process", "p1", "--table", "nope"}, 1,
-			`inorder run: process p1: process "p1": invalid source: table "nope" does not exist`},
+			`inorder run: process "p1": invalid source: table "nope" does not exist`},
 		{"unknown column", b.env, []string{"run", "--process", "p2", "--table", "bookings", "--columns", "id,colour"}, 1,
 			`selected column "colour" does not exist in public.bookings`},
 		{"bad checkpoint", b.env, runArgs("--checkpoint", "sometimes"), 2, `--checkpoint must be record or batch, got "sometimes"`},

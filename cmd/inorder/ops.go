@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/user"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -29,7 +30,7 @@ type opFlags struct {
 func (o *opFlags) register(fs *flag.FlagSet, reasonRequired bool) {
 	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "database (default $DATABASE_URL)")
 	fs.StringVar(&o.process, "process", "", "process to act on (required)")
-	fs.StringVar(&o.actor, "actor", os.Getenv("USER"), "who acts, recorded in the audit with the database role (default $USER)")
+	fs.StringVar(&o.actor, "actor", defaultActor(), "who acts, recorded in the audit with the database role (default $USER, else the login name)")
 	help := "why, recorded in the audit"
 	if reasonRequired {
 		help += " (required)"
@@ -38,12 +39,23 @@ func (o *opFlags) register(fs *flag.FlagSet, reasonRequired bool) {
 	fs.DurationVar(&o.wait, "wait", 10*time.Second, "how long to wait for a running batch to release the cursor")
 }
 
+// defaultActor is who runs the command: $USER, else the operating system's name for the user.
+func defaultActor() string {
+	if u := os.Getenv("USER"); u != "" {
+		return u
+	}
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return ""
+}
+
 func (o *opFlags) check(reasonRequired bool) error {
 	if o.process == "" {
 		return usageErr("--process is required")
 	}
 	if o.actor == "" {
-		return usageErr("--actor is required (or set USER)")
+		return usageErr("--actor is required: who acts, for the audit")
 	}
 	if reasonRequired && o.reason == "" {
 		return usageErr("--reason is required: say why, for the audit")
