@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -49,6 +50,25 @@ func (r *recorder) got() []int64 {
 	return append([]int64(nil), r.ids...)
 }
 
+// startBilling runs process "billing" over a bookings table of n rows, refusing record refuse for good,
+// retrying it between retryMin and retryMax, until the test ends (or stop).
+func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax time.Duration) (*pgtest.DB, *recorder, func() error) {
+	t.Helper()
+	db, _ := setup(t)
+	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE INDEX ON bookings (created_at, id)`)
+	db.Exec(t, "INSERT INTO bookings SELECT FROM generate_series(1, $1)", n)
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	h := &recorder{refuse: refuse}
+	p, err := processor.New(processor.Config[booking]{
+		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: retryMin, RetryMax: retryMax,
+	})
+	require.NoError(t, err)
+	return db, h, testrun.Start(t, p.Run)
+}
+
 func await(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, "waiting for %s", what)
@@ -60,20 +80,8 @@ func await(t *testing.T, what string, cond func() bool) {
 // time), repartition refuses while an instance runs and while anything is behind.
 func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 	t.Parallel()
-	db, _ := setup(t)
+	db, h, stop := startBilling(t, 5, 3, 10*time.Millisecond, 50*time.Millisecond)
 	ctx := context.Background()
-	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
-		CREATE INDEX ON bookings (created_at, id);
-		INSERT INTO bookings SELECT FROM generate_series(1, 5)`)
-	cc, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	h := &recorder{refuse: 3}
-	p, err := processor.New(processor.Config[booking]{
-		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
-		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
-	})
-	require.NoError(t, err)
-	stop := testrun.Start(t, p.Run)
 	status := func() cursor.Info {
 		infos, err := cursor.List(ctx, db.Pool, "billing")
 		require.NoError(t, err)
@@ -91,7 +99,7 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 	require.Contains(t, halt.Error, "billing API: 400 Bad Request")
 	require.True(t, halt.NextAttemptAt.After(halt.LastFailureAt), "the next attempt is due after the last")
 
-	_, err = cursor.Skip(ctx, db.Pool, "billing", "4", opts)
+	_, err := cursor.Skip(ctx, db.Pool, "billing", "4", opts)
 	require.ErrorIs(t, err, cursor.ErrWrongRecord, "skip of another record than the halted one")
 	_, err = cursor.Skip(ctx, db.Pool, "billing", "3", cursor.ActionOpts{Actor: "admin-endpoint"})
 	require.Error(t, err, "skip without a reason")
@@ -140,25 +148,13 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 // a skip takes effect within a poll interval or so, not when the backoff ends.
 func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 	t.Parallel()
-	db, _ := setup(t)
+	db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute)
 	ctx := context.Background()
-	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
-		CREATE INDEX ON bookings (created_at, id);
-		INSERT INTO bookings SELECT FROM generate_series(1, 3)`)
-	cc, err := pgx.ParseConfig(db.URL)
-	require.NoError(t, err)
-	h := &recorder{refuse: 2}
-	p, err := processor.New(processor.Config[booking]{
-		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
-		Handler: h, PollInterval: 50 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
-	})
-	require.NoError(t, err)
-	testrun.Start(t, p.Run)
 	await(t, "the halt on record 2", func() bool {
 		infos, err := cursor.List(ctx, db.Pool, "billing")
 		return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == "2"
 	})
-	_, err = cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "refused for good"})
+	_, err := cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "refused for good"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { return len(h.got()) == 2 }, 10*time.Second, 5*time.Millisecond,
 		"the record after the skipped one, well before the one-minute backoff ends")
