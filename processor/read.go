@@ -27,7 +27,7 @@ func (p *Processor[T]) read(work context.Context, pos source.Position, horizon t
 	if p.windowed() {
 		limit = max(limit, 4*p.cfg.MaxInFlight) // keep the window full until near the end of the batch
 	}
-	sql, args := p.table.ReadSQL(p.generic, source.Position(pos), horizon, limit)
+	sql, args := p.table.ReadSQL(p.generic, pos, horizon, limit)
 	rows, err := p.cur.Tx().Query(work, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)

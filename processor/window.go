@@ -159,14 +159,13 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		if moved {
 			f, _ := oldest()
 			p.noteInFlight(f)
-		}
-		if moved && p.cfg.Checkpoint == CheckpointRecord && !lost && cperr == nil {
-			f, _ := oldest()
-			stillLocked, err := p.checkpoint(work, last, n-counted, f)
-			counted = n
-			if err != nil || !stillLocked {
-				// Whatever is in flight still finishes; only its advance is not recorded here.
-				cperr, lost, stopping = err, err == nil, true
+			if p.cfg.Checkpoint == CheckpointRecord && !lost && cperr == nil {
+				stillLocked, err := p.checkpoint(work, last, n-counted, f)
+				counted = n
+				if err != nil || !stillLocked {
+					// Whatever is in flight still finishes; only its advance is not recorded here.
+					cperr, lost, stopping = err, err == nil, true
+				}
 			}
 		}
 		if ctx.Err() != nil {
