@@ -82,14 +82,31 @@ func (p *Processor[T]) wakeUp() {
 }
 
 // idle waits d, or until ctx is done, or, when wakeable, until a notification wakes the loop. It reports
-// whether a notification ended the wait.
+// whether the wait ended early because there may be something to do: a notification, or the probe seeing
+// a row after the position or a change to the cursor row (see probe.go).
+//
+// With the probe, a wakeable wait of a whole poll interval becomes idleTicks of them, since the probe
+// watches for what the batches would have looked for; any other wait (a backoff, a pause, a held horizon)
+// keeps its length and watches the cursor row, so an operator's action ends it.
 func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool) bool {
 	var wake chan struct{}
 	if wakeable {
 		wake = p.wake
-		if p.cfg.ProbeInterval > 0 && p.owned && !p.heldLong {
-			found, woken := p.probeWait(ctx, d, wake)
-			return found || woken
+	}
+	if p.prober != nil && p.owned {
+		rows := wakeable && !p.heldLong
+		if rows && d == p.cfg.PollInterval {
+			d *= idleTicks
+		}
+		start := time.Now()
+		found, ok := p.probeWait(ctx, d, rows, wake)
+		if ok || ctx.Err() != nil {
+			return found
+		}
+		// The probe failed: wait out the poll interval (at most what was left) without it.
+		d = min(d-time.Since(start), p.cfg.PollInterval)
+		if d <= 0 {
+			return false
 		}
 	}
 	t := time.NewTimer(d)

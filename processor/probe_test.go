@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/internal/probe"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -74,8 +75,9 @@ func TestTheProbeNeverLetsARowThroughThatTheHorizonHolds(t *testing.T) {
 	require.Equal(t, want, b.h.ids())
 }
 
-// TestAProbeThatLosesItsConnectionFallsBackAndRecovers ends the processor's session while it idles on its
-// probe: the next batch reconnects, and a row committed afterwards is delivered.
+// TestAProbeThatLosesItsConnectionFallsBackAndRecovers ends the processor's session and the shared probe's
+// while the processor idles on the probe: the processor falls back to its poll interval, the next batch
+// reconnects, a row committed afterwards is delivered, and the probe connects again.
 func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -84,13 +86,54 @@ func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 	start(t, b.cfg)
 	waitFor(t, "the first row", func() bool { return b.h.count() == 1 })
 	ctx := context.Background()
+	sessions := func(name string) int {
+		var n int
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name LIKE $1 AND datname = current_database()`, name).Scan(&n))
+		return n
+	}
+	waitFor(t, "the probe's session", func() bool { return sessions(probe.ApplicationName) == 1 })
 	var cut int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name LIKE 'inorder:%' AND datname = current_database()`).Scan(&cut))
-	require.Equal(t, 1, cut, "the processor's session ended")
+	require.Equal(t, 2, cut, "the processor's session and the probe's ended")
 	second := b.insert(t, 1)
 	waitFor(t, "the row after the reconnection", func() bool { return b.h.count() == 2 })
 	require.Equal(t, append(first, second...), b.h.ids())
+	waitFor(t, "the probe connected again", func() bool { return sessions(probe.ApplicationName) == 1 })
+}
+
+// TestProcessorsOfOneDatabaseShareOneProbe runs three processes in one Go process: their probes go
+// through one connection.
+func TestProcessorsOfOneDatabaseShareOneProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	rows := b.insert(t, 2)
+	var recs []*collector
+	for _, name := range []string{"share_a", "share_b", "share_c"} {
+		cfg := b.cfg
+		cfg.Process = name
+		h := newCollector()
+		cfg.Handler = h
+		recs = append(recs, h)
+		start(t, cfg)
+	}
+	for _, h := range recs {
+		waitFor(t, "every process delivered the rows", func() bool { return h.count() == len(rows) })
+	}
+	ctx := context.Background()
+	var probes, cursors int
+	waitFor(t, "one probe session beside three cursor sessions", func() bool {
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE application_name = $1),
+				count(*) FILTER (WHERE application_name LIKE 'inorder:%' AND application_name <> $1)
+			FROM pg_stat_activity WHERE datname = current_database()`, probe.ApplicationName).Scan(&probes, &cursors))
+		return probes == 1 && cursors == 3
+	})
+	more := b.insert(t, 1)
+	for _, h := range recs {
+		waitFor(t, "every process delivered the new row", func() bool { return h.count() == len(rows)+1 })
+		require.Equal(t, append(append([]int64{}, rows...), more...), h.ids())
+	}
 }
 
 type nopObserver struct{}

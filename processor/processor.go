@@ -16,6 +16,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/probe"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -190,6 +191,7 @@ type Processor[T any] struct {
 	wake          chan struct{}
 	lookSoon      bool          // the last poll found a writer just begun limiting the horizon
 	heldLong      bool          // the last poll found the horizon held by a transaction open for a while
+	prober        *probe.Prober // the probe shared with the other processors of the database, or nil
 	probeGap      time.Duration // the probe's current interval (see probe.go)
 	lastRecords   time.Time     // when a batch last handled records
 	hooks         runHooks      // set by a Partitioned runner for the processor of one partition
@@ -353,6 +355,11 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			p.log.Info().Msg("cursor released")
 		}
 	}()
+
+	if p.cfg.ProbeInterval > 0 {
+		p.prober = probe.Open(p.cfg.ConnConfig)
+		defer func() { p.prober.Close(); p.prober = nil }()
+	}
 
 	if p.cfg.Listen {
 		listenCtx, stopListening := context.WithCancel(ctx)
@@ -670,6 +677,9 @@ func (p *Processor[T]) followOperator() time.Duration {
 			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
 			p.paused = true
 		}
+		if p.prober != nil { // which watches the row for the resume
+			return idleTicks * p.cfg.PollInterval
+		}
 		return p.cfg.PollInterval
 	}
 	if p.paused {
@@ -698,7 +708,10 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.retryAt.After(due) {
 		due = p.retryAt
 	}
-	// Look at the row again every poll interval meanwhile: an operator's skip, rewind, pause or resume
-	// takes effect then, not when the backoff ends.
-	return min(max(0, time.Until(due)), p.cfg.PollInterval)
+	// Without the probe watching the row, look at it again every poll interval meanwhile: an operator's
+	// skip, rewind, pause or resume takes effect then, not when the backoff ends.
+	if p.prober == nil {
+		return min(max(0, time.Until(due)), p.cfg.PollInterval)
+	}
+	return max(0, time.Until(due))
 }

@@ -170,6 +170,7 @@ type Repository struct {
 	dirty    bool // the open transaction changed the cursor row
 	tx       pgx.Tx
 	state    State
+	version  string   // the row's xmin when it was last locked
 	inFlight InFlight // as the row holds it
 	claimed  bool
 	released bool
@@ -281,6 +282,10 @@ func (r *Repository) Tx() pgx.Tx { return r.tx }
 // Locked reports whether the repository holds the cursor row lock.
 func (r *Repository) Locked() bool { return r.tx != nil }
 
+// Version returns the row version (its xmin) read when the lock was last taken. A row changed since, by
+// this instance's own commits or by an operator, has another: the idle probe watches for that.
+func (r *Repository) Version() string { return r.version }
+
 // State returns the position and halt state read when the lock was taken, as changed since by this
 // repository.
 func (r *Repository) State() State { return r.state }
@@ -290,7 +295,7 @@ const StateColumns = `position_created_at, position_id, halted_record_id, halted
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at`
 
 const lockSQL = `
-	SELECT ` + StateColumns + `
+	SELECT ` + StateColumns + `, xmin::text
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`
@@ -336,7 +341,7 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 }
 
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
-	st, ok, err := ScanState(row)
+	st, ok, err := ScanState(row, &r.version)
 	if ok {
 		r.state = st
 	}

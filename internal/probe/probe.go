@@ -1,0 +1,310 @@
+// Package probe is the idle probe that the processors of one Go process share per database: while they
+// have nothing to read, one connection asks for all of them at once, in one statement, whether any row lies
+// after each one's position and whether each one's cursor row changed (an operator's skip, rewind, pause
+// or resume). A processor runs a batch, with its horizon, pg_locks and cursor lock, only when the answer
+// concerns it, or when its own deadline comes.
+//
+// # Why one per database
+//
+// Fifty quiet processes in one service would otherwise send fifty probes every interval. Shared, they
+// send one statement per interval, holding fifty index-only EXISTS lookups and fifty primary-key
+// lookups: the statement rate of the fleet does not grow with the number of processes.
+//
+// # What a probe decides
+//
+// Only when to look, never what to read: a yes wakes the processor, whose next batch reads below its
+// horizon as always. A probe that fails wakes every processor waiting on it with the error, and each falls
+// back to its poll interval; the next probe connects again.
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// ApplicationName is the probe connection's application_name. It starts with "inorder:", so the
+// transactions horizon of every processor leaves the probe's own statements out.
+const ApplicationName = "inorder:probe"
+
+// statementTimeout bounds one probe statement; a probe that takes longer fails, and its waiters fall back
+// to their poll interval.
+const statementTimeout = 10 * time.Second
+
+// Request is what one processor waits for.
+type Request struct {
+	// RowsFunc returns an SQL boolean expression saying whether a row the processor could read lies after
+	// its position, with its parameters numbered from n, and their values. Nil means rows are not watched
+	// (a halted or paused stream waits for its cursor row only).
+	RowsFunc func(n int) (cond string, args []any)
+	// Table is the source table RowsFunc's expression reads, already quoted.
+	Table string
+	// Cursor is the process name of the cursor row to watch, and Version the row version (xmin) the
+	// processor last read: a different version wakes it.
+	Cursor, Version string
+	// Gap is the wait before the first probe; each probe that finds nothing doubles it, up to MaxGap.
+	Gap, MaxGap time.Duration
+}
+
+// Result says why Wait returned.
+type Result struct {
+	// Rows is true when a row lies after the position, Changed when the cursor row changed, Woken when
+	// the wake channel given to Wait received.
+	Rows, Changed, Woken bool
+	// Gap is the gap the next probe would have waited, for the processor to carry into its next Wait.
+	Gap time.Duration
+	// Err is the probe's error, if one failed: the processor falls back to its poll interval.
+	Err error
+}
+
+// Prober probes for every processor of one database in this Go process.
+type Prober struct {
+	key  string
+	cfg  *pgx.ConnConfig
+	refs int // under registry.mu
+
+	mu      sync.Mutex
+	waiters map[*waiter]struct{}
+	kick    chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+type waiter struct {
+	req    Request
+	gap    time.Duration
+	due    time.Time
+	result chan Result
+}
+
+var registry = struct {
+	mu      sync.Mutex
+	probers map[string]*Prober
+}{probers: map[string]*Prober{}}
+
+// Open returns the prober of cfg's database, starting it if this is its first user. Every Open must be
+// matched by a Close.
+func Open(cfg *pgx.ConnConfig) *Prober {
+	key := fmt.Sprintf("%s|%d|%s|%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if p, ok := registry.probers[key]; ok {
+		p.refs++
+		return p
+	}
+	c := cfg.Copy()
+	c.RuntimeParams = map[string]string{}
+	for k, v := range cfg.RuntimeParams {
+		c.RuntimeParams[k] = v
+	}
+	c.RuntimeParams["application_name"] = ApplicationName
+	c.RuntimeParams["statement_timeout"] = strconv.Itoa(int(statementTimeout.Milliseconds()))
+	p := &Prober{key: key, cfg: c, refs: 1, waiters: map[*waiter]struct{}{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	registry.probers[key] = p
+	go p.loop()
+	return p
+}
+
+// Close gives up one use of the prober; the last closes its connection.
+func (p *Prober) Close() {
+	registry.mu.Lock()
+	p.refs--
+	last := p.refs == 0
+	if last {
+		delete(registry.probers, p.key)
+	}
+	registry.mu.Unlock()
+	if last {
+		close(p.stop)
+		<-p.done
+	}
+}
+
+// Wait probes for req until a probe answers for it, wake receives, ctx ends or d passes, whichever comes
+// first. It returns a zero Result (with the gap reached) when nothing happened.
+func (p *Prober) Wait(ctx context.Context, req Request, d time.Duration, wake <-chan struct{}) Result {
+	w := &waiter{req: req, gap: max(req.Gap, time.Millisecond), result: make(chan Result, 1)}
+	w.due = time.Now().Add(w.gap)
+	p.mu.Lock()
+	p.waiters[w] = struct{}{}
+	p.mu.Unlock()
+	p.nudge()
+	t := time.NewTimer(d)
+	defer t.Stop()
+	var r Result
+	select {
+	case r = <-w.result:
+	case <-t.C:
+	case <-ctx.Done():
+	case <-wake:
+		r.Woken = true
+	}
+	p.mu.Lock()
+	delete(p.waiters, w)
+	if r.Gap == 0 {
+		r.Gap = w.gap
+	}
+	p.mu.Unlock()
+	return r
+}
+
+func (p *Prober) nudge() {
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+// loop runs the probes: it sleeps until the earliest waiter is due, then probes for every waiter due
+// within half its own gap, so that waiters at the same gap fall into step and share statements.
+func (p *Prober) loop() {
+	defer close(p.done)
+	var conn *pgx.Conn
+	defer func() {
+		if conn != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = conn.Close(ctx)
+			cancel()
+		}
+	}()
+	var failedAt time.Time
+	for {
+		p.mu.Lock()
+		var next time.Time
+		for w := range p.waiters {
+			if next.IsZero() || w.due.Before(next) {
+				next = w.due
+			}
+		}
+		p.mu.Unlock()
+		var timer <-chan time.Time
+		var t *time.Timer
+		if !next.IsZero() {
+			t = time.NewTimer(time.Until(next))
+			timer = t.C
+		}
+		var kicked bool
+		select {
+		case <-p.stop:
+			return
+		case <-p.kick:
+			kicked = true
+		case <-timer:
+		}
+		if t != nil {
+			t.Stop()
+		}
+		if kicked {
+			continue
+		}
+
+		now := time.Now()
+		p.mu.Lock()
+		var batch []*waiter
+		for w := range p.waiters {
+			if !w.due.After(now.Add(w.gap / 2)) {
+				batch = append(batch, w)
+			}
+		}
+		p.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if conn == nil && time.Since(failedAt) < time.Second {
+			// A failed probe made its waiters fall back; they come back after their poll interval, and
+			// connecting again at most once a second spares a database in trouble.
+			p.answer(batch, nil, nil, errors.New("probe connection failed less than a second ago"))
+			continue
+		}
+		if conn == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+			c, err := pgx.ConnectConfig(ctx, p.cfg)
+			cancel()
+			if err != nil {
+				failedAt = time.Now()
+				p.answer(batch, nil, nil, fmt.Errorf("probe: connect: %w", err))
+				continue
+			}
+			conn = c
+		}
+		rows, versions, err := p.probe(conn, batch)
+		if err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			_ = conn.Close(ctx)
+			cancel()
+			conn, failedAt = nil, time.Now()
+		}
+		p.answer(batch, rows, versions, err)
+	}
+}
+
+// probe runs one statement for batch: per waiter, whether a row lies after its position and its cursor
+// row's version.
+func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error) {
+	var sql strings.Builder
+	var args []any
+	sql.WriteString("SELECT ")
+	for i, w := range batch {
+		if i > 0 {
+			sql.WriteString(", ")
+		}
+		if w.req.RowsFunc == nil {
+			sql.WriteString("false")
+		} else {
+			cond, a := w.req.RowsFunc(len(args) + 1)
+			args = append(args, a...)
+			fmt.Fprintf(&sql, "EXISTS (SELECT 1 FROM %s WHERE %s)", w.req.Table, cond)
+		}
+		args = append(args, w.req.Cursor)
+		fmt.Fprintf(&sql, ", (SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))
+	}
+	found := make([]bool, len(batch))
+	versions := make([]pgtype.Text, len(batch))
+	dest := make([]any, 0, 2*len(batch))
+	for i := range batch {
+		dest = append(dest, &found[i], &versions[i])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+	defer cancel()
+	if err := conn.QueryRow(ctx, sql.String(), args...).Scan(dest...); err != nil {
+		return nil, nil, fmt.Errorf("probe: %w", err)
+	}
+	vs := make([]string, len(batch))
+	for i, v := range versions {
+		vs[i] = v.String
+	}
+	return found, vs, nil
+}
+
+// answer hands each waiter of batch its result, or schedules its next probe when nothing concerns it.
+func (p *Prober) answer(batch []*waiter, rows []bool, versions []string, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for i, w := range batch {
+		if _, ok := p.waiters[w]; !ok {
+			continue // gone meanwhile
+		}
+		r := Result{Err: err}
+		if err == nil {
+			r.Rows = rows[i]
+			r.Changed = versions[i] != w.req.Version
+		}
+		w.gap = min(2*w.gap, max(w.req.MaxGap, w.gap))
+		if err == nil && !r.Rows && !r.Changed {
+			w.due = now.Add(w.gap)
+			continue
+		}
+		r.Gap = w.gap
+		delete(p.waiters, w)
+		w.result <- r
+	}
+}
