@@ -18,6 +18,13 @@
 // position past a record that was not delivered, except Skip, which moves past exactly the record the
 // stream is halted on, with a reason. Audit lists the entries.
 //
+// # Retention
+//
+// Prune deletes the rows of a source table that every process reading it has durably passed, in short
+// batches beside writers and running processors, with an audit entry per process; a dry run says how
+// many rows and up to where. Forget removes a retired process's cursor rows, so that it no longer holds
+// back a prune (or starts afresh when run again).
+//
 // # Ownership
 //
 // Which instance works a process, and how the row is locked batch by batch, is the processor's business

@@ -33,7 +33,8 @@ var (
 	// ErrNeverRan: the process has never run, so its source is unknown.
 	ErrNeverRan = errors.New("the process has never run")
 	// ErrBusy: the cursor row stayed locked by a running batch for longer than the action would wait, or
-	// (for Repartition) an instance is running the process.
+	// (for Repartition and Forget) an instance is running the process, or (for Prune) a lock it needs
+	// stayed held for longer than it would wait.
 	ErrBusy = errors.New("the cursor is busy")
 	// ErrNotDrained: Repartition was asked while a stream of the process is halted or has records behind
 	// its position.
@@ -72,6 +73,31 @@ type AuditEntry struct {
 	RecordID       string    `json:"record_id,omitempty"`
 	PositionBefore *Position `json:"position_before,omitempty"`
 	PositionAfter  *Position `json:"position_after,omitempty"`
+	// Detail says what Prune and Forget did beyond a position; nil for the other actions.
+	Detail *AuditDetail `json:"detail,omitempty"`
+}
+
+// AuditDetail is what an action did beyond moving a position, kept with its audit entry (migration 7).
+type AuditDetail struct {
+	// Table is the source table: the one Prune deleted from, or the one a forgotten process read
+	// (schema-qualified; empty for a process that never ran).
+	Table string `json:"table,omitempty"`
+	// Rows counts the rows Prune deleted, in every batch committed so far: each batch updates it in its
+	// own transaction, so it is exact even for a prune that was interrupted.
+	Rows int64 `json:"rows,omitempty"`
+	// Through is the last row Prune deleted, in (created_at, id) order.
+	Through *Position `json:"through,omitempty"`
+	// Before is Prune's cut-off: only rows created before it were deleted.
+	Before *time.Time `json:"before,omitempty"`
+	// Streams are the cursor rows Forget removed (the process's own and its partitions'), with the
+	// position each held.
+	Streams []StreamPosition `json:"streams,omitempty"`
+}
+
+// StreamPosition is one cursor row and its position.
+type StreamPosition struct {
+	Process  string   `json:"process"`
+	Position Position `json:"position"`
 }
 
 // MarshalJSON encodes a position as {"created_at": ..., "id": ...}, null parts for the beginning.
@@ -154,6 +180,11 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 		return AuditEntry{}, fmt.Errorf("rewind %q: give exactly one of a record id and a time", name)
 	}
 	return act(ctx, db, name, "rewind", to.RecordID, opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+		// Wait for a prune batch in progress, and keep the next from starting until this commits: the
+		// batch then sees the new position, or this sees what the batch deleted.
+		if err := holdOffPrune(ctx, tx); err != nil {
+			return nil, fmt.Errorf("rewind %q: %w", name, err)
+		}
 		cur := row.state.Position
 		if to.Time.IsZero() {
 			t, err := row.table(ctx, tx, name)
@@ -214,10 +245,12 @@ func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Positi
 	return err
 }
 
-// cursorRow is a cursor row as an action reads it, locked: its state and the source it last ran against.
+// cursorRow is a cursor row as an action reads it, locked: its state, the source it last ran against,
+// and, on the parent row of a partitioned process, how many partitions it has.
 type cursorRow struct {
-	state State
-	src   Source
+	state      State
+	src        Source
+	partitions *int32
 }
 
 // table resolves the row's source in the catalog.
@@ -232,43 +265,14 @@ func (r cursorRow) table(ctx context.Context, q source.Querier, name string) (*s
 // end), checks and applies change, and writes the audit entry, all in one transaction.
 func act(ctx context.Context, db DB, name, action, recordID string, opts ActionOpts,
 	change func(tx pgx.Tx, row cursorRow) (*Position, error)) (AuditEntry, error) {
-	if opts.Actor == "" {
-		return AuditEntry{}, fmt.Errorf("%s on %q: an actor is required", action, name)
-	}
-	wait := opts.Wait
-	if wait <= 0 {
-		wait = 10 * time.Second
-	}
-	tx, err := db.Begin(ctx)
+	tx, err := beginAction(ctx, db, name, action, opts)
 	if err != nil {
-		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, err)
+		return AuditEntry{}, err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
-		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, err)
-	}
-	var row cursorRow
-	var part, parts *int32
-	st, ok, err := cursorlock.ScanState(tx.QueryRow(ctx, `
-		SELECT `+cursorlock.StateColumns+`,
-		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), source_partition, source_partitions
-		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),
-		&row.src.Table, &row.src.IDColumn, &row.src.CreatedAtColumn, &row.src.KeyColumn, &part, &parts)
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
-		return AuditEntry{}, fmt.Errorf("%s on %q: %w: a batch held the cursor row for over %s; try again or wait longer",
-			action, name, ErrBusy, wait)
-	}
+	row, err := lockRow(ctx, tx, name, action, opts)
 	if err != nil {
-		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, err)
-	}
-	if !ok {
-		return AuditEntry{}, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
-	}
-	row.state = fromLock(st)
-	if parts != nil && part != nil {
-		row.src.Partition = &Partition{Index: int(*part), Count: int(*parts)}
+		return AuditEntry{}, err
 	}
 	before := row.state.Position
 	after, err := change(tx, row)
@@ -277,25 +281,98 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 	}
 	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, RecordID: recordID,
 		PositionBefore: &before, PositionAfter: after}
-	var rec *string
-	if recordID != "" {
-		rec = &recordID
-	}
-	var afterJSON any
-	if after != nil {
-		afterJSON = after
-	}
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO inorder.audit (process_name, action, actor, reason, record_id, position_before, position_after)
-		VALUES ($1, $2, $3, $4, $5, $6, $7)
-		RETURNING id, at, db_role`, name, action, opts.Actor, opts.Reason, rec, before, afterJSON).
-		Scan(&e.ID, &e.At, &e.Role); err != nil {
-		return AuditEntry{}, fmt.Errorf("%s on %q: write audit: %w", action, name, err)
+	if err := insertAudit(ctx, tx, &e); err != nil {
+		return AuditEntry{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return AuditEntry{}, fmt.Errorf("%s on %q: commit: %w", action, name, err)
 	}
 	return e, nil
+}
+
+// wait is how long an action waits for a lock: opts.Wait, or 10s.
+func (o ActionOpts) wait() time.Duration {
+	if o.Wait <= 0 {
+		return 10 * time.Second
+	}
+	return o.Wait
+}
+
+// beginAction checks that an actor is named and begins the action's transaction, its lock_timeout set to
+// how long the action may wait.
+func beginAction(ctx context.Context, db DB, name, action string, opts ActionOpts) (pgx.Tx, error) {
+	if opts.Actor == "" {
+		return nil, fmt.Errorf("%s on %q: an actor is required", action, name)
+	}
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s on %q: %w", action, name, err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(opts.wait().Milliseconds(), 10)); err != nil {
+		_ = tx.Rollback(ctx)
+		return nil, fmt.Errorf("%s on %q: %w", action, name, err)
+	}
+	return tx, nil
+}
+
+// lockRow locks and reads process name's cursor row for an action, waiting for a running batch within
+// the transaction's lock_timeout.
+func lockRow(ctx context.Context, tx pgx.Tx, name, action string, opts ActionOpts) (cursorRow, error) {
+	var row cursorRow
+	var part, parts *int32
+	st, ok, err := cursorlock.ScanState(tx.QueryRow(ctx, `
+		SELECT `+cursorlock.StateColumns+`,
+		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
+		       coalesce(source_key_column, ''), source_partition, source_partitions, partitions
+		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),
+		&row.src.Table, &row.src.IDColumn, &row.src.CreatedAtColumn, &row.src.KeyColumn, &part, &parts, &row.partitions)
+	if isLockTimeout(err) {
+		return row, fmt.Errorf("%s on %q: %w: a batch held the cursor row for over %s; try again or wait longer",
+			action, name, ErrBusy, opts.wait())
+	}
+	if err != nil {
+		return row, fmt.Errorf("%s on %q: %w", action, name, err)
+	}
+	if !ok {
+		return row, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
+	}
+	row.state = fromLock(st)
+	if parts != nil && part != nil {
+		row.src.Partition = &Partition{Index: int(*part), Count: int(*parts)}
+	}
+	return row, nil
+}
+
+// isLockTimeout reports whether err is Postgres giving up on a lock after lock_timeout.
+func isLockTimeout(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+}
+
+// insertAudit writes e to inorder.audit and fills in its id, time and database role.
+func insertAudit(ctx context.Context, tx pgx.Tx, e *AuditEntry) error {
+	var rec *string
+	if e.RecordID != "" {
+		rec = &e.RecordID
+	}
+	var before, after, detail any
+	if e.PositionBefore != nil {
+		before = e.PositionBefore
+	}
+	if e.PositionAfter != nil {
+		after = e.PositionAfter
+	}
+	if e.Detail != nil {
+		detail = e.Detail
+	}
+	if err := tx.QueryRow(ctx, `
+		INSERT INTO inorder.audit (process_name, action, actor, reason, record_id, position_before, position_after, detail)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		RETURNING id, at, db_role`, e.Process, e.Action, e.Actor, e.Reason, rec, before, after, detail).
+		Scan(&e.ID, &e.At, &e.Role); err != nil {
+		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
+	}
+	return nil
 }
 
 // AuditOpts selects audit entries.
@@ -318,7 +395,7 @@ func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	rows, err := tx.Query(ctx, `
 		SELECT id, at, process_name, action, db_role, actor, reason, coalesce(record_id, ''),
-		       position_before, position_after
+		       position_before, position_after, detail
 		FROM inorder.audit WHERE $1 = '' OR process_name = $1
 		ORDER BY id DESC LIMIT $2`, opts.Process, opts.Limit)
 	if err != nil {
@@ -327,7 +404,7 @@ func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
 	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
 		var e AuditEntry
 		err := r.Scan(&e.ID, &e.At, &e.Process, &e.Action, &e.Role, &e.Actor, &e.Reason, &e.RecordID,
-			&e.PositionBefore, &e.PositionAfter)
+			&e.PositionBefore, &e.PositionAfter, &e.Detail)
 		return e, err
 	})
 	if err != nil {

@@ -132,14 +132,23 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 			}
 		}
 		for _, a := range apps {
-			for _, want := range []string{"inorder:" + in.Process + "@", "inorder-tx:" + in.Process + "@"} {
-				if strings.HasPrefix(a, want) || (len(a) >= 63 && strings.HasPrefix(want, a)) {
-					in.Connected++
-				}
+			if instanceOf(a, in.Process) {
+				in.Connected++
 			}
 		}
 	}
 	return infos, nil
+}
+
+// instanceOf reports whether app, an application_name from pg_stat_activity, is the cursor session of an
+// instance of process. Postgres cuts application_name at 63 bytes, so it compares on what survives.
+func instanceOf(app, process string) bool {
+	for _, want := range []string{"inorder:" + process + "@", "inorder-tx:" + process + "@"} {
+		if strings.HasPrefix(app, want) || (len(app) >= 63 && strings.HasPrefix(want, app)) {
+			return true
+		}
+	}
+	return false
 }
 
 // Lag is how far a process is behind its source.

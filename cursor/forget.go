@@ -1,0 +1,143 @@
+package cursor
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+)
+
+// Forget deletes the cursor rows of process name (its partitions' too), for a process that is retired or
+// is to start afresh. It refuses while an instance runs the process or stands by for it (ErrBusy): stop
+// every instance first. Run again afterwards, the process starts like a new one: from the beginning of
+// its table, or from then with StartFromNow (`--start-from now`). A process that is forgotten no longer
+// holds back Prune.
+//
+// The audit entry, written in the same transaction, keeps what was removed: the position of every row
+// (AuditDetail.Streams) and the table the process read. Name the process, not one of its partitions.
+func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
+	const action = "forget"
+	tx, err := beginAction(ctx, db, name, action, opts)
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	fail := func(format string, args ...any) (AuditEntry, error) {
+		return AuditEntry{}, fmt.Errorf("forget %q: "+format, append([]any{name}, args...)...)
+	}
+	row, err := lockRow(ctx, tx, name, action, opts)
+	if err != nil {
+		return AuditEntry{}, err
+	}
+	if hash := strings.LastIndexByte(name, '#'); hash > 0 {
+		var parts *int32
+		err := tx.QueryRow(ctx, "SELECT partitions FROM inorder.cursor WHERE process_name = $1", name[:hash]).Scan(&parts)
+		if err == nil && parts != nil {
+			return fail("it is a partition of %q; forget the whole process: inorder forget --process %s", name[:hash], name[:hash])
+		}
+	}
+
+	// The rows to remove: the process's own, and its partitions' when it is partitioned. A partition a
+	// processor works is locked: refuse rather than wait.
+	streams := []StreamPosition{{Process: name, Position: row.state.Position}}
+	table := row.src.Table
+	if row.partitions != nil {
+		rows, err := tx.Query(ctx, `SELECT process_name, position_created_at, position_id, coalesce(source_table, '')
+			FROM inorder.cursor WHERE starts_with(process_name, $1 || '#') ORDER BY process_name FOR UPDATE NOWAIT`, name)
+		var parts []StreamPosition
+		if err == nil {
+			parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamPosition, error) {
+				var s StreamPosition
+				var at pgtype.Timestamptz
+				var id pgtype.Text
+				var src string
+				err := r.Scan(&s.Process, &at, &id, &src)
+				if at.Valid {
+					s.Position = Position{CreatedAt: at.Time.UTC(), ID: id.String}
+				}
+				if src != "" {
+					table = src
+				}
+				return s, err
+			})
+		}
+		if isLockTimeout(err) {
+			return fail("%w: a processor is working one of its partitions; stop every instance first", ErrBusy)
+		}
+		if err != nil {
+			return fail("%w", err)
+		}
+		streams = append(streams, parts...)
+	}
+
+	// An owner keeps its process's advisory lock between batches, and every instance of a partitioned
+	// process keeps the process's instances lock: taking them here refuses while one runs, and keeps a
+	// standby from becoming the owner of a row about to vanish.
+	keys := []int64{}
+	for _, s := range streams {
+		keys = append(keys, cursorlock.LockKey(s.Process))
+	}
+	if row.partitions != nil {
+		keys = append(keys, cursorlock.InstancesLockKey(name))
+	}
+	for _, k := range keys {
+		var free bool
+		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", k).Scan(&free); err != nil {
+			return fail("%w", err)
+		}
+		if !free {
+			return fail("%w: an instance is running it; stop every instance first", ErrBusy)
+		}
+	}
+	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE process_name = $1
+		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {
+		return fail("%w", err)
+	}
+	// An instance that registered before the delete (standing by, or about to lock) is connected now, so
+	// look at the sessions only after it, with the statistics read afresh: refuse while one is there. An
+	// instance that registers later waits for this transaction and then registers the process anew.
+	if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		return fail("%w", err)
+	}
+	rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE (application_name LIKE 'inorder:%' OR application_name LIKE 'inorder-tx:%'
+		       OR application_name LIKE 'inorder-partitions:%')
+		  AND datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return fail("%w", err)
+	}
+	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fail("%w", err)
+	}
+	for _, a := range apps {
+		connected := row.partitions != nil && coordinatorOf(a, name)
+		for _, s := range streams {
+			connected = connected || instanceOf(a, s.Process)
+		}
+		if connected {
+			return fail("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
+		}
+	}
+	before := row.state.Position
+	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, PositionBefore: &before,
+		Detail: &AuditDetail{Table: table, Streams: streams}}
+	if err := insertAudit(ctx, tx, &e); err != nil {
+		return AuditEntry{}, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail("commit: %w", err)
+	}
+	return e, nil
+}
+
+// coordinatorOf reports whether app is the coordinating session of an instance of partitioned process
+// (processor.Partitioned), which it opens before it registers the process and keeps until it stops.
+func coordinatorOf(app, process string) bool {
+	want := "inorder-partitions:" + process + "@"
+	return strings.HasPrefix(app, want) || (len(app) >= 63 && strings.HasPrefix(want, app))
+}

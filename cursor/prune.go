@@ -1,0 +1,477 @@
+package cursor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/source"
+)
+
+// Sentinel errors of Prune.
+var (
+	// ErrNoReaders: Prune was asked for a table that no process reads, so nothing says which of its rows
+	// were delivered.
+	ErrNoReaders = errors.New("no process reads the table")
+	// ErrHalted: Prune was asked for a cut-off at or after the record a process of the table is halted on.
+	// The record's fate (fixed, or skipped by an operator) is undecided, so the prune waits for it.
+	ErrHalted = errors.New("a process of the table is halted before the cut-off")
+)
+
+// pruneLockKey is the advisory lock a prune batch holds exclusively while it reads the positions and
+// deletes, and that everything which could make a process need rows it had passed holds shared: a
+// process registering its cursor row (a trigger, migration 7) and Rewind. Its value spells "inorderp";
+// migrations/007_retention.sql names it as a literal.
+const pruneLockKey int64 = 0x696e6f7264657270
+
+// holdOffPrune waits for a prune batch in progress and keeps the next from starting until the caller's
+// transaction ends.
+func holdOffPrune(ctx context.Context, tx pgx.Tx) error {
+	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", pruneLockKey)
+	if isLockTimeout(err) {
+		return fmt.Errorf("%w: a prune of the table held it up; try again", ErrBusy)
+	}
+	return err
+}
+
+// DefaultPruneBatch is the number of rows a prune batch deletes when PruneOpts.BatchSize is zero.
+const DefaultPruneBatch = 1000
+
+// PruneOpts says what Prune deletes, and who asks. Set exactly one of OlderThan and Before.
+type PruneOpts struct {
+	// ActionOpts names who prunes and why, for the audit; Actor is required unless DryRun. Wait bounds how
+	// long a batch waits for a lock (a rewind or a registering process holding off the batch, a
+	// transaction holding one of the rows): zero means 10s.
+	ActionOpts
+	// Table is the source table, as processors are given it (schema-qualified or on the search_path).
+	// Required.
+	Table string
+	// OlderThan deletes rows created more than this long before the database's clock (its now() when
+	// the prune starts, never the caller's clock).
+	OlderThan time.Duration
+	// Before deletes rows created before this time.
+	Before time.Time
+	// DryRun counts what would be deleted, and where the processes stand, deleting nothing and writing
+	// no audit entry.
+	DryRun bool
+	// BatchSize bounds the rows each batch deletes, each batch in a short transaction of its own. Zero
+	// means DefaultPruneBatch.
+	BatchSize int
+}
+
+// PruneReader is one process that reads the pruned table, as the last batch saw it.
+type PruneReader struct {
+	// Process is the process's name (the partitioned process's, not a partition's).
+	Process string
+	// Stream is the cursor row holding Position: Process itself, or its partition furthest back
+	// ("<process>#<i>/<n>").
+	Stream string
+	// Position is the durable position the process has passed: for a partitioned process, that of its
+	// partition furthest back.
+	Position Position
+	// Note says why the process stands where it stands when it is not simply delivering: "paused",
+	// "never ran", "halted on record 7". Empty otherwise.
+	Note string
+}
+
+// PruneResult is what Prune did, or, for a dry run, would do.
+type PruneResult struct {
+	// Table is the pruned table, schema-qualified.
+	Table string
+	// Cut is the cut-off: rows created before it may go (PruneOpts.Before, or the database's clock less
+	// PruneOpts.OlderThan).
+	Cut time.Time
+	// Rows counts the rows deleted (a dry run: the rows that would be).
+	Rows int64
+	// Through is the last row deleted (would be), in (created_at, id) order; the beginning when none.
+	Through Position
+	// Passed is the position every process of the table has passed: its lowest. Every row at or before
+	// it was delivered by every process; a table partitioned by time may drop each partition whose upper
+	// bound is at or before Passed.CreatedAt.
+	Passed Position
+	// Limit is the process holding Passed when it lies before Cut, so that it limits the prune; nil when
+	// every process has passed the cut-off.
+	Limit *PruneReader
+	// Readers are every process of the table, and every process that never ran (which might read it).
+	Readers []PruneReader
+	// Batches counts the batches committed.
+	Batches int
+	// DryRun is set when nothing was deleted because PruneOpts.DryRun asked so.
+	DryRun bool
+	// Entries are the audit entries written, one per process of the table, with the final counts; none
+	// when nothing was deleted.
+	Entries []AuditEntry
+}
+
+// Prune deletes the rows of a source table that every process reading it has durably passed: rows
+// created before the cut-off and at or before the committed position of every process of the table (every
+// partition of a partitioned process). A process that is behind, paused or halted limits it to its
+// position; one that never ran limits it to the beginning, since nothing says which table it will read
+// (run it, or Forget it). Prune refuses a table no process reads (ErrNoReaders), and a cut-off at or
+// after the record a process of the table is halted on (ErrHalted).
+//
+// It deletes in batches of at most BatchSize rows, oldest first, each in a short transaction of its own
+// that reads the positions anew under a lock that rewinds and newly registering processes wait for: a
+// rewind between batches bounds the next batch, and a process that appears meanwhile starts at the oldest
+// row left. Deleted rows are gone: a rewind to before them delivers from the oldest row left. Writers and
+// running processors go on beside it; a batch holds locks only on its own rows, and processors of the
+// table see it as a writer for the few milliseconds it takes. The rows leave dead tuples that (auto)vacuum
+// reclaims for reuse; the table's files do not shrink.
+//
+// Each process of the table gets one audit entry, written with the first batch that deletes and updated
+// with every later one, so it says what was deleted even when the prune is interrupted. Prune returns what
+// was done with any error. Give it a pool or a connection: inside a pgx.Tx every batch would run in the
+// caller's transaction.
+func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
+	res := PruneResult{Table: opts.Table, DryRun: opts.DryRun}
+	fail := func(format string, args ...any) (PruneResult, error) {
+		return res, fmt.Errorf("prune %s: "+format, append([]any{res.Table}, args...)...)
+	}
+	switch {
+	case strings.TrimSpace(opts.Table) == "":
+		return res, errors.New("prune: a table is required")
+	case (opts.OlderThan > 0) == !opts.Before.IsZero():
+		return fail("give exactly one of a positive age (OlderThan) and a time (Before)")
+	case opts.OlderThan < 0:
+		return fail("the age %s is negative", opts.OlderThan)
+	case opts.BatchSize < 0:
+		return fail("the batch size %d is negative", opts.BatchSize)
+	case opts.Actor == "" && !opts.DryRun:
+		return fail("an actor is required")
+	}
+	batch := opts.BatchSize
+	if batch == 0 {
+		batch = DefaultPruneBatch
+	}
+	var from source.Position
+	for {
+		if err := ctx.Err(); err != nil {
+			return fail("stopped after %d batches: %w", res.Batches, err)
+		}
+		n, err := pruneBatch(ctx, db, opts, &res, from, batch)
+		if err != nil {
+			if isLockTimeout(err) {
+				return fail("%w: a lock stayed held for over %s (a rewind, a registering process, or a transaction "+
+					"on the oldest rows); try again", ErrBusy, opts.wait())
+			}
+			return res, err
+		}
+		if opts.DryRun || n < int64(batch) {
+			return res, nil
+		}
+		from = source.Position(res.Through)
+	}
+}
+
+// pruneBatch runs one batch in a transaction of its own: it takes the prune lock, reads where every
+// process stands, deletes up to batch rows after from (or, for a dry run, counts them all) and updates
+// the audit, filling res in.
+func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, from source.Position, batch int) (int64, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("prune %s: %w", res.Table, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	fail := func(err error) (int64, error) { return 0, fmt.Errorf("prune %s: %w", res.Table, err) }
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprint(opts.wait().Milliseconds())); err != nil {
+		return fail(err)
+	}
+	if res.Cut.IsZero() {
+		// The cut-off is fixed once, by the database's clock, so that a long prune does not drift.
+		cut := opts.Before
+		if opts.OlderThan > 0 {
+			if err := tx.QueryRow(ctx, "SELECT now() - $1::interval", opts.OlderThan).Scan(&cut); err != nil {
+				return fail(err)
+			}
+		}
+		res.Cut = cut.UTC()
+	}
+	if !opts.DryRun {
+		// Rewinds and processes registering wait for this batch, and it for them (see pruneLockKey). The
+		// positions are read after, in a statement that sees every one of them that committed.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pruneLockKey); err != nil {
+			return fail(err)
+		}
+	}
+	p, err := planPrune(ctx, tx, opts.Table, res.Cut)
+	if err != nil {
+		return fail(err)
+	}
+	res.Table, res.Readers, res.Passed, res.Limit = p.table.Qualified, p.readers, Position(p.passed), p.limit
+	sel := source.Prunable{Cut: res.Cut, Passed: p.positions, Lowest: p.lowest, From: from}
+	if opts.DryRun {
+		n, last, err := p.table.CountPrunable(ctx, tx, sel)
+		if err != nil {
+			return fail(err)
+		}
+		res.Rows, res.Through = n, Position(last)
+		return n, nil
+	}
+	n, last := int64(0), source.Position{}
+	if !p.passed.IsBeginning() {
+		if n, last, err = p.table.DeletePrunable(ctx, tx, sel, batch); err != nil {
+			return fail(err)
+		}
+	}
+	if n == 0 {
+		return 0, nil // nothing changed: the transaction rolls back
+	}
+	total, through := res.Rows+n, Position(last)
+	detail := AuditDetail{Table: p.table.Qualified, Rows: total, Through: &through, Before: &res.Cut}
+	if len(res.Entries) == 0 {
+		entries := make([]AuditEntry, 0, len(p.readers))
+		for _, r := range p.readers {
+			if r.Note == noteUnknown {
+				continue // not a reader of this table; it could not have let anything be deleted anyway
+			}
+			pos := r.Position
+			d := detail
+			e := AuditEntry{Process: r.Process, Action: "prune", Actor: opts.Actor, Reason: opts.Reason,
+				PositionBefore: &pos, Detail: &d}
+			if err := insertAudit(ctx, tx, &e); err != nil {
+				return fail(err)
+			}
+			entries = append(entries, e)
+		}
+		res.Entries = entries
+	} else {
+		ids := make([]int64, len(res.Entries))
+		for i, e := range res.Entries {
+			ids[i] = e.ID
+		}
+		if _, err := tx.Exec(ctx, "UPDATE inorder.audit SET detail = $2 WHERE id = ANY($1)", ids, detail); err != nil {
+			return fail(fmt.Errorf("update audit: %w", err))
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return fail(fmt.Errorf("commit: %w", err))
+	}
+	res.Rows, res.Through = total, through
+	for i := range res.Entries {
+		d := detail
+		res.Entries[i].Detail = &d
+	}
+	res.Batches++
+	return n, nil
+}
+
+// noteUnknown marks a process that never ran: the table it reads is unknown, so it might read this one.
+const noteUnknown = "never ran, so the table it reads is unknown"
+
+// prunePlan is where the processes of a table stand, as one batch reads it.
+type prunePlan struct {
+	table     *source.Table
+	readers   []PruneReader
+	positions []source.Position // every stream's position that bounds the prune
+	lowest    int               // the index of the lowest of positions
+	passed    source.Position
+	limit     *PruneReader
+}
+
+// pruneRow is a cursor row as a prune reads it.
+type pruneRow struct {
+	name       string
+	state      cursorlock.State
+	src        Source
+	partitions *int32
+}
+
+// planPrune reads every cursor row, finds the processes of table (and those that never ran), checks
+// their halts against cut and finds the lowest position.
+func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*prunePlan, error) {
+	qualified, err := source.Resolve(ctx, tx, table)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT `+cursorlock.StateColumns+`, process_name,
+		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
+		       partitions
+		FROM inorder.cursor ORDER BY process_name`)
+	if err != nil {
+		return nil, fmt.Errorf("read cursors: %w", err)
+	}
+	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneRow, error) {
+		var pr pruneRow
+		st, _, err := cursorlock.ScanState(r, &pr.name, &pr.src.Table, &pr.src.IDColumn, &pr.src.CreatedAtColumn, &pr.partitions)
+		pr.state = st
+		return pr, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read cursors: %w", err)
+	}
+
+	// Group the rows into processes: a partitioned process is its parent row (whose own position nobody
+	// reads) and its partitions' rows, a partition that never ran standing at the beginning.
+	byName := map[string]pruneRow{}
+	for _, r := range all {
+		byName[r.name] = r
+	}
+	type stream struct {
+		name string
+		row  *pruneRow // nil: a partition that never ran
+	}
+	groups := map[string][]stream{}
+	var order []string
+	add := func(process string, s stream) {
+		if _, ok := groups[process]; !ok {
+			order = append(order, process)
+		}
+		groups[process] = append(groups[process], s)
+	}
+	for i, r := range all {
+		if r.partitions != nil {
+			if _, ok := groups[r.name]; !ok {
+				order = append(order, r.name)
+				groups[r.name] = nil
+			}
+			for k := 0; k < int(*r.partitions); k++ {
+				if _, ok := byName[partitionName(r.name, k, int(*r.partitions))]; !ok {
+					add(r.name, stream{name: partitionName(r.name, k, int(*r.partitions))})
+				}
+			}
+			continue
+		}
+		process := r.name
+		if hash := strings.LastIndexByte(r.name, '#'); hash > 0 {
+			if parent, ok := byName[r.name[:hash]]; ok && parent.partitions != nil {
+				process = parent.name
+			}
+		}
+		add(process, stream{name: r.name, row: &all[i]})
+	}
+
+	// Every stream of a process of the table bounds the prune at its position; a process that never ran
+	// bounds it at the beginning.
+	type bound struct {
+		reader int // index in p.readers
+		stream string
+		pos    source.Position
+		row    *pruneRow // nil for a partition that never ran, or a process that never ran
+	}
+	p := &prunePlan{}
+	var bounds []bound
+	var spec *Source
+	var unknown []string
+	for _, process := range order {
+		streams := groups[process]
+		reads, ran := false, false
+		for _, s := range streams {
+			if s.row == nil || s.row.src.Table == "" {
+				continue
+			}
+			ran = true
+			if s.row.src.Table != qualified {
+				continue
+			}
+			reads = true
+			src := s.row.src
+			if spec == nil {
+				spec = &src
+			} else if src.IDColumn != spec.IDColumn || src.CreatedAtColumn != spec.CreatedAtColumn {
+				return nil, fmt.Errorf("processes read %s ordered by different columns (%s by %s, %s; another by %s, %s), "+
+					"so no one position says what all of them passed", qualified, s.name, src.CreatedAtColumn,
+					src.IDColumn, spec.CreatedAtColumn, spec.IDColumn)
+			}
+		}
+		switch {
+		case reads:
+			for _, s := range streams {
+				b := bound{reader: len(p.readers), stream: s.name, row: s.row}
+				if s.row != nil {
+					b.pos = s.row.state.Position
+				}
+				bounds = append(bounds, b)
+			}
+			p.readers = append(p.readers, PruneReader{Process: process})
+		case !ran:
+			unknown = append(unknown, process)
+			bounds = append(bounds, bound{reader: len(p.readers), stream: process})
+			p.readers = append(p.readers, PruneReader{Process: process, Stream: process, Note: noteUnknown})
+		}
+	}
+	if spec == nil {
+		never := ""
+		if len(unknown) > 0 {
+			never = fmt.Sprintf(" (never ran, so their tables are unknown: %s)", strings.Join(unknown, ", "))
+		}
+		return nil, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
+			ErrNoReaders, qualified, never)
+	}
+	whole := *spec
+	whole.Table, whole.Partition, whole.KeyColumn = qualified, nil, ""
+	t, err := source.Inspect(ctx, tx, whole.spec())
+	if err != nil {
+		return nil, err
+	}
+	p.table = t
+
+	// A halted stream waits for an operator to fix or skip its record: no cut-off may reach it.
+	for _, b := range bounds {
+		if b.row == nil || b.row.state.Halt == nil {
+			continue
+		}
+		h := b.row.state.Halt
+		rec, err := t.Find(ctx, tx, h.RecordID)
+		if errors.Is(err, source.ErrNoRecord) {
+			rec = b.pos // gone from the table: it was after the position, so judge by that
+		} else if err != nil {
+			return nil, err
+		}
+		if !rec.CreatedAt.After(cut) {
+			return nil, fmt.Errorf("%w: %s is halted on record %s, created %s, at or before the cut-off %s; "+
+				"resolve the halt first (inorder status --process %s), or prune to an earlier time", ErrHalted, b.stream,
+				h.RecordID, rec.CreatedAt.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano),
+				p.readers[b.reader].Process)
+		}
+	}
+
+	// Where each process stands: its stream furthest back.
+	for ri := range p.readers {
+		var idx []int
+		var ps []source.Position
+		for bi, b := range bounds {
+			if b.reader == ri {
+				idx, ps = append(idx, bi), append(ps, b.pos)
+			}
+		}
+		k, err := t.Lowest(ctx, tx, ps)
+		if err != nil {
+			return nil, err
+		}
+		b := bounds[idx[k]]
+		r := &p.readers[ri]
+		r.Stream, r.Position = b.stream, Position(b.pos)
+		switch {
+		case r.Note != "":
+		case b.row == nil:
+			r.Note = "never ran"
+		case b.row.state.Halt != nil:
+			r.Note = "halted on record " + b.row.state.Halt.RecordID
+		case b.row.state.Paused || byName[r.Process].state.Paused:
+			r.Note = "paused"
+		}
+	}
+	for _, b := range bounds {
+		p.positions = append(p.positions, b.pos)
+	}
+	if p.lowest, err = t.Lowest(ctx, tx, p.positions); err != nil {
+		return nil, err
+	}
+	p.passed = p.positions[p.lowest]
+	if p.passed.IsBeginning() || p.passed.CreatedAt.Before(cut) {
+		limit := p.readers[bounds[p.lowest].reader]
+		p.limit = &limit
+	}
+	return p, nil
+}
+
+// partitionName is processor.PartitionName, which this package cannot import.
+func partitionName(process string, index, count int) string {
+	return fmt.Sprintf("%s#%d/%d", process, index, count)
+}

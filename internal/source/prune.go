@@ -1,0 +1,173 @@
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Resolve finds table in the catalog as the role sees it (search_path included) and returns its
+// schema-qualified name, the form processors record in their cursor rows.
+func Resolve(ctx context.Context, q Querier, table string) (string, error) {
+	if strings.TrimSpace(table) == "" {
+		return "", invalid("no table given")
+	}
+	var qualified string
+	err := q.QueryRow(ctx, `
+		SELECT n.nspname || '.' || c.relname
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = to_regclass($1)`, table).Scan(&qualified)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", invalid("table %q does not exist (or is not on the search_path)", table)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42602" || pgErr.Code == "3F000" || pgErr.Code == "42601") {
+		return "", invalid("table %q: %s", table, pgErr.Message)
+	}
+	if err != nil {
+		return "", fmt.Errorf("find table %q: %w", table, err)
+	}
+	return qualified, nil
+}
+
+// Passed is the condition "the row is at or before p": a process at p has handled it. Its parameters
+// are numbered from n. Nothing is at or before the beginning.
+func (t *Table) Passed(p Position, prefix string, n int) (cond string, args []any) {
+	ca := prefix + quote(t.Spec.CreatedAtColumn)
+	id := prefix + quote(t.Spec.IDColumn)
+	switch {
+	case p.IsBeginning():
+		return "false", nil
+	case p.ID == "":
+		return fmt.Sprintf("%s <= $%d", ca, n), []any{p.CreatedAt}
+	default:
+		return fmt.Sprintf("(%s, %s) <= ($%d, $%d::text::%s)", ca, id, n, n+1, t.IDCast), []any{p.CreatedAt, p.ID}
+	}
+}
+
+// Lowest returns the index in ps of the position furthest back, ordered as the table orders its rows
+// (the id compared as its own type, not as text). The first of equal positions wins.
+func (t *Table) Lowest(ctx context.Context, q Querier, ps []Position) (int, error) {
+	if len(ps) == 0 {
+		return -1, errors.New("no positions to compare")
+	}
+	ats := make([]*time.Time, len(ps))
+	ids := make([]*string, len(ps))
+	for i, p := range ps {
+		if p.IsBeginning() {
+			return i, nil
+		}
+		at := p.CreatedAt
+		ats[i] = &at
+		if p.ID != "" {
+			id := p.ID
+			ids[i] = &id
+		}
+	}
+	// A position with no id is after every row of its time: its id sorts last.
+	var i int64
+	sql := fmt.Sprintf(`SELECT i FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS p(at, id, i)
+		ORDER BY at, id::%s NULLS LAST, i LIMIT 1`, t.IDCast)
+	if err := q.QueryRow(ctx, sql, ats, ids).Scan(&i); err != nil {
+		return -1, fmt.Errorf("compare positions in %s: %w", t.Qualified, err)
+	}
+	return int(i) - 1, nil
+}
+
+// Find returns the position of record id in t.
+func (t *Table) Find(ctx context.Context, q Querier, id string) (Position, error) {
+	ca, idc := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	var at time.Time
+	pos := Position{}
+	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[2]s = $1::text::%[4]s
+		ORDER BY %[1]s LIMIT 1`, ca, idc, t.Ident, t.IDCast)
+	if err := q.QueryRow(ctx, sql, id).Scan(&at, &pos.ID); errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, fmt.Errorf("record %s in %s: %w", id, t.Qualified, ErrNoRecord)
+	} else if err != nil {
+		return Position{}, fmt.Errorf("find record %s in %s: %w", id, t.Qualified, err)
+	}
+	pos.CreatedAt = at.UTC()
+	return pos, nil
+}
+
+// Prunable selects the rows of t that may go: created before cut, passed by every one of passed (at or
+// before each position), and after from (where the previous batch ended; the beginning for the first).
+type Prunable struct {
+	Cut    time.Time
+	Passed []Position
+	// Lowest indexes the lowest of Passed: its condition leads, so that an index scan stops there.
+	Lowest int
+	From   Position
+}
+
+// where builds the condition and its arguments. Every position's condition is there, not only the
+// lowest's, so the selection is exact whatever Lowest says.
+func (t *Table) prunableWhere(p Prunable, prefix string) (string, []any) {
+	conds := []string{}
+	var args []any
+	add := func(cond string, a []any) {
+		conds = append(conds, cond)
+		args = append(args, a...)
+	}
+	add(t.Passed(p.Passed[p.Lowest], prefix, 1))
+	for i, pos := range p.Passed {
+		if i != p.Lowest {
+			add(t.Passed(pos, prefix, len(args)+1))
+		}
+	}
+	add(t.After(p.From, prefix, len(args)+1))
+	add(fmt.Sprintf("%s%s < $%d", prefix, quote(t.Spec.CreatedAtColumn), len(args)+1), []any{p.Cut})
+	return strings.Join(conds, " AND "), args
+}
+
+// CountPrunable counts the rows p selects and returns the last of them (the beginning when there is
+// none), deleting nothing: a dry run.
+func (t *Table) CountPrunable(ctx context.Context, q Querier, p Prunable) (int64, Position, error) {
+	where, args := t.prunableWhere(p, "")
+	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	sql := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s WHERE %[2]s), last.at, last.id
+		FROM (SELECT) AS one LEFT JOIN LATERAL (
+			SELECT %[3]s::timestamptz AS at, %[4]s::text AS id FROM %[1]s WHERE %[2]s ORDER BY %[3]s DESC, %[4]s DESC LIMIT 1
+		) AS last ON true`, t.Ident, where, ca, id)
+	return t.scanPruned(ctx, q, sql, args)
+}
+
+// DeletePrunable deletes the first limit rows p selects, in (created_at, id) order, in one statement, and
+// returns how many went and the last of them. It finds the last row of the batch through the keyset index,
+// then deletes the range up to it by the same index (on a table partitioned by time, in the partitions
+// the range reaches): a batch touches only its own rows, so writers of new rows and readers are not
+// blocked.
+func (t *Table) DeletePrunable(ctx context.Context, q Querier, p Prunable, limit int) (int64, Position, error) {
+	where, args := t.prunableWhere(p, "")
+	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	sql := fmt.Sprintf(`WITH batch_end AS (
+			SELECT %[3]s, %[4]s FROM (SELECT %[3]s, %[4]s FROM %[1]s WHERE %[2]s ORDER BY %[3]s, %[4]s LIMIT $%[5]d) AS batch
+			ORDER BY %[3]s DESC, %[4]s DESC LIMIT 1),
+		gone AS (
+			DELETE FROM %[1]s WHERE %[2]s AND (%[3]s, %[4]s) <= (SELECT %[3]s, %[4]s FROM batch_end)
+			RETURNING %[3]s, %[4]s)
+		SELECT (SELECT count(*) FROM gone), last.at, last.id
+		FROM (SELECT) AS one LEFT JOIN LATERAL (
+			SELECT %[3]s::timestamptz AS at, %[4]s::text AS id FROM gone ORDER BY %[3]s DESC, %[4]s DESC LIMIT 1
+		) AS last ON true`,
+		t.Ident, where, ca, id, len(args)+1)
+	return t.scanPruned(ctx, q, sql, append(args, limit))
+}
+
+func (t *Table) scanPruned(ctx context.Context, q Querier, sql string, args []any) (int64, Position, error) {
+	var n int64
+	var at *time.Time
+	var id *string
+	if err := q.QueryRow(ctx, sql, args...).Scan(&n, &at, &id); err != nil {
+		return 0, Position{}, fmt.Errorf("prune %s: %w", t.Qualified, err)
+	}
+	if at == nil || id == nil {
+		return n, Position{}, nil
+	}
+	return n, Position{CreatedAt: at.UTC(), ID: *id}, nil
+}
