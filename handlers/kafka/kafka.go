@@ -1,0 +1,324 @@
+package kafka
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// Header keys set on every produced record (HeaderEventType only when the record has a type).
+const (
+	// HeaderID carries the record's id column as text. With HeaderProcess it identifies a record across
+	// redeliveries, so consumers can drop duplicates.
+	HeaderID = "inorder_id"
+	// HeaderProcess carries the name of the process that produced the record.
+	HeaderProcess = "inorder_process"
+	// HeaderCreatedAt carries the record's created_at column in UTC as time.RFC3339Nano.
+	HeaderCreatedAt = "inorder_created_at"
+	// HeaderEventType carries the value of the record's type column (Config.TypeColumn). It is left out
+	// when the record has no such column or its value is NULL.
+	HeaderEventType = "event_type"
+)
+
+const (
+	// DefaultPayloadColumn is the column whose value becomes the Kafka record's value when
+	// Config.PayloadColumn is empty.
+	DefaultPayloadColumn = "payload"
+	// WholeRecord as Config.PayloadColumn sends the whole row as JSON even when it has a payload column.
+	WholeRecord = "-"
+)
+
+// Config configures a Handler. Client and one of Topic, TopicColumn and TopicFunc are required; every
+// other field has a documented default.
+type Config struct {
+	// Client produces the records. The caller creates it (kgo.NewClient with kgo.SeedBrokers and its own
+	// TLS and SASL options) and closes it after the processor has stopped. New refuses a client that
+	// cannot keep the order or the durability the position relies on: one with DisableIdempotentWrite
+	// (the idempotent producer, which franz-go only runs with acks from all in-sync replicas), a
+	// TransactionalID or ManualFlushing. franz-go's defaults are right; see the package documentation for
+	// RecordDeliveryTimeout and ProducerBatchMaxBytes. Required.
+	Client *kgo.Client
+
+	// Topic is the topic records are produced to. It is required unless TopicColumn or TopicFunc is set;
+	// with TopicColumn it is where records whose topic column is NULL or empty go.
+	Topic string
+	// TopicColumn, when set, names a column holding each record's topic, as an outbox table may have.
+	// Records whose value there is NULL or empty go to Topic, and halt the stream with a permanent error
+	// when Topic is empty. Empty means every record goes to Topic.
+	TopicColumn string
+	// TopicFunc, when set, chooses each record's topic and takes precedence over Topic and TopicColumn.
+	// An error it returns is the record's failure; wrap it with handlers.Permanent when retrying soon
+	// cannot help. Nil means Topic and TopicColumn decide.
+	TopicFunc func(rec *handlers.Record[handlers.Row]) (string, error)
+
+	// PayloadColumn names the column whose value is the Kafka record's value: json and jsonb values and
+	// strings as their bytes, bytea as is, NULL as a null value (a tombstone on a compacted topic) and
+	// other values as their JSON encoding. A record without such a column is sent whole, as one JSON
+	// object with its columns in order; WholeRecord ("-") sends every record that way. Empty means
+	// DefaultPayloadColumn ("payload"), as the Pub/Sub sink does.
+	PayloadColumn string
+	// TypeColumn names the column whose value is sent in the event_type header. Empty means the type
+	// column, or the event_type column when the record has no type column, as the Pub/Sub sink does.
+	TypeColumn string
+}
+
+// Handler produces each record to Kafka with the record's key as the Kafka record key, and returns once
+// the brokers acknowledged it. It implements handlers.Handler for handlers.Row and is safe for concurrent
+// use: with processor.Config.MaxInFlight above 1, the processor calls it for records of different keys
+// at once, one record per key at a time, and franz-go gathers concurrent records into batches. It holds
+// nothing of its own to release; the caller closes the client.
+type Handler struct {
+	client        *kgo.Client
+	topic         string
+	topicColumn   string
+	topicFunc     func(rec *handlers.Record[handlers.Row]) (string, error)
+	payloadColumn string
+	typeColumn    string
+}
+
+var _ handlers.Handler[handlers.Row] = (*Handler)(nil)
+
+// New checks cfg and its client's options and returns a handler. It makes no request.
+func New(cfg Config) (*Handler, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("kafka: Config.Client is required")
+	}
+	if cfg.Topic == "" && cfg.TopicColumn == "" && cfg.TopicFunc == nil {
+		return nil, errors.New("kafka: one of Config.Topic, Config.TopicColumn and Config.TopicFunc is required")
+	}
+	if cfg.Topic != "" {
+		if err := checkTopic(cfg.Topic); err != nil {
+			return nil, fmt.Errorf("kafka: Config.Topic: %w", err)
+		}
+	}
+	if err := checkClient(cfg.Client); err != nil {
+		return nil, fmt.Errorf("kafka: Config.Client: %w", err)
+	}
+	h := &Handler{
+		client:        cfg.Client,
+		topic:         cfg.Topic,
+		topicColumn:   cfg.TopicColumn,
+		topicFunc:     cfg.TopicFunc,
+		payloadColumn: cfg.PayloadColumn,
+		typeColumn:    cfg.TypeColumn,
+	}
+	if h.payloadColumn == "" {
+		h.payloadColumn = DefaultPayloadColumn
+	}
+	return h, nil
+}
+
+// checkClient refuses the client options under which an acknowledged record could be lost or written
+// twice by the client's own retries, or a record never sent. franz-go runs the idempotent producer only
+// with acks from all in-sync replicas, so a client that passes has both.
+func checkClient(cl *kgo.Client) error {
+	if v, _ := cl.OptValue(kgo.DisableIdempotentWrite).(bool); v {
+		return errors.New("DisableIdempotentWrite is set: without the idempotent producer a produce request " +
+			"retried by the client can write a record twice or behind a later one")
+	}
+	if v := cl.OptValues(kgo.TransactionalID); len(v) == 2 {
+		if set, _ := v[1].(bool); set {
+			return errors.New("TransactionalID is set: the handler produces outside transactions, which a " +
+				"transactional client refuses")
+		}
+	}
+	if v, _ := cl.OptValue(kgo.ManualFlushing).(bool); v {
+		return errors.New("ManualFlushing is set: records would wait for a Flush that nothing calls")
+	}
+	return nil
+}
+
+// Handle produces rec and waits until the brokers acknowledged it (all in-sync replicas have it), the
+// produce failed, or ctx is done, whichever comes first. A record the brokers will never accept (too
+// large, to a topic that does not exist or cannot, refused for authorization) fails with a permanent error
+// naming the record and the topic; every other failure is retried by the processor.
+//
+// When ctx ends first, Handle returns at once with ctx's error, though franz-go may still be sending the
+// record (the idempotent producer cannot take back a request the brokers may have written): the record
+// may then be written once more when the processor delivers it again. It is written after the first copy
+// in its partition, so the order of a key holds.
+func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]) error {
+	topic, err := h.topicOf(rec)
+	if err != nil {
+		return err
+	}
+	r, err := h.record(rec, topic)
+	if err != nil {
+		return err
+	}
+	// ProduceSync sends at once rather than after the client's linger, but waits for a record already
+	// sent however long franz-go retries it; the select bounds the wait by ctx.
+	done := make(chan error, 1)
+	go func() { done <- h.client.ProduceSync(ctx, r).FirstErr() }()
+	select {
+	case err = <-done:
+	case <-ctx.Done():
+		select {
+		case err = <-done: // settled as ctx ended: the answer counts
+		default:
+			return fmt.Errorf("kafka: record %s to topic %q: no acknowledgement yet: %w", rec.ID, topic, ctx.Err())
+		}
+	}
+	if err != nil {
+		return failure(rec, topic, r, err)
+	}
+	return nil
+}
+
+// failure describes a failed produce, marking as permanent what the brokers will never accept.
+func failure(rec *handlers.Record[handlers.Row], topic string, r *kgo.Record, err error) error {
+	err = fmt.Errorf("kafka: produce record %s to topic %q: %w", rec.ID, topic, err)
+	switch {
+	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
+		return handlers.Permanent(fmt.Errorf("%w; the record is %d bytes (key, value and headers), more than a "+
+			"record batch may hold (the client's ProducerBatchMaxBytes) or the topic accepts (max.message.bytes)",
+			err, recordSize(r)))
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
+		return handlers.Permanent(fmt.Errorf("%w; the topic does not exist and the brokers do not create it", err))
+	case errors.Is(err, kerr.InvalidTopicException), errors.Is(err, kerr.InvalidRecord),
+		errors.Is(err, kerr.TopicAuthorizationFailed), errors.Is(err, kerr.ClusterAuthorizationFailed):
+		return handlers.Permanent(err)
+	}
+	return err
+}
+
+// recordSize is what ProducerBatchMaxBytes bounds, less the batch's own framing.
+func recordSize(r *kgo.Record) int {
+	n := len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// record builds the Kafka record for rec.
+func (h *Handler) record(rec *handlers.Record[handlers.Row], topic string) (*kgo.Record, error) {
+	value, err := h.value(rec.Value)
+	if err != nil {
+		return nil, handlers.Permanent(fmt.Errorf("kafka: encode record %s: %w", rec.ID, err))
+	}
+	headers := []kgo.RecordHeader{
+		{Key: HeaderID, Value: []byte(rec.ID)},
+		{Key: HeaderProcess, Value: []byte(rec.Process)},
+		{Key: HeaderCreatedAt, Value: []byte(rec.CreatedAt.UTC().Format(time.RFC3339Nano))},
+	}
+	if typ, ok := h.eventType(rec.Value); ok {
+		headers = append(headers, kgo.RecordHeader{Key: HeaderEventType, Value: []byte(typ)})
+	}
+	r := &kgo.Record{Topic: topic, Value: value, Headers: headers}
+	if rec.Key != "" {
+		r.Key = []byte(rec.Key)
+	}
+	return r, nil
+}
+
+// topicOf returns the topic rec goes to.
+func (h *Handler) topicOf(rec *handlers.Record[handlers.Row]) (string, error) {
+	var t string
+	switch {
+	case h.topicFunc != nil:
+		var err error
+		if t, err = h.topicFunc(rec); err != nil {
+			return "", fmt.Errorf("kafka: choose the topic of record %s: %w", rec.ID, err)
+		}
+		if t == "" {
+			return "", handlers.Permanent(fmt.Errorf("kafka: TopicFunc chose no topic for record %s", rec.ID))
+		}
+	case h.topicColumn != "":
+		if v, ok := rec.Value.Get(h.topicColumn); ok && v != nil && text(v) != "" {
+			t = text(v)
+		} else if h.topic != "" {
+			t = h.topic
+		} else {
+			return "", handlers.Permanent(fmt.Errorf("kafka: record %s has no topic in column %q (NULL, empty or "+
+				"not selected), and no default topic is set", rec.ID, h.topicColumn))
+		}
+	default:
+		t = h.topic
+	}
+	if err := checkTopic(t); err != nil {
+		return "", handlers.Permanent(fmt.Errorf("kafka: record %s: %w", rec.ID, err))
+	}
+	return t, nil
+}
+
+// topicPattern is what Kafka accepts as a topic name.
+var topicPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,249}$`)
+
+func checkTopic(t string) error {
+	if !topicPattern.MatchString(t) || t == "." || t == ".." {
+		return fmt.Errorf("topic %q is not a valid Kafka topic name: it must be 1 to 249 letters, digits and . _ -, "+
+			"and not . or ..", t)
+	}
+	return nil
+}
+
+// eventType returns the value of the record's type column.
+func (h *Handler) eventType(row handlers.Row) (string, bool) {
+	cols := []string{"type", "event_type"}
+	if h.typeColumn != "" {
+		cols = []string{h.typeColumn}
+	}
+	for _, c := range cols {
+		if v, ok := row.Get(c); ok {
+			if v == nil {
+				return "", false
+			}
+			return text(v), true
+		}
+	}
+	return "", false
+}
+
+// text is a column value as a header or topic: strings as they are, JSON strings unquoted.
+func text(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	case json.RawMessage:
+		var s string
+		if json.Unmarshal(x, &s) == nil {
+			return s
+		}
+		return string(x)
+	case time.Time:
+		return x.UTC().Format(time.RFC3339Nano)
+	default:
+		return fmt.Sprint(x)
+	}
+}
+
+// value returns the Kafka record's value: the payload column's value, or the whole record as JSON.
+func (h *Handler) value(row handlers.Row) ([]byte, error) {
+	if h.payloadColumn != WholeRecord {
+		if v, ok := row.Get(h.payloadColumn); ok {
+			switch x := v.(type) {
+			case nil:
+				return nil, nil
+			case json.RawMessage:
+				return x, nil
+			case []byte:
+				return x, nil
+			case string:
+				return []byte(x), nil
+			default:
+				b, err := json.Marshal(x)
+				if err != nil {
+					return nil, fmt.Errorf("column %q: %w", h.payloadColumn, err)
+				}
+				return b, nil
+			}
+		}
+	}
+	return json.Marshal(row)
+}
