@@ -63,6 +63,8 @@ type runFlags struct {
 	pubsubMaxInFlight   int
 	pubsubPayloadColumn string
 	pubsubMaxBytes      int
+
+	kafka kafkaFlags
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -81,7 +83,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.insertLatency, "insert-latency", 5*time.Millisecond, "safety margin below the horizon for clock steps")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
 	fs.StringVar(&f.startFrom, "start-from", "beginning", "where a new process starts: beginning or now")
-	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook or pubsub")
+	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub or kafka")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "idle_in_transaction_session_timeout of the cursor connection")
 	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default half the idle timeout)")
@@ -106,6 +108,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", 100, "pubsub: publishes awaiting acknowledgement at once")
 	fs.IntVar(&f.pubsubMaxBytes, "pubsub-max-message-bytes", pubsub.DefaultMaxMessageBytes, "pubsub: a larger record halts the stream as a poison record")
 	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", "payload", "pubsub: column sent as message data (whole record as JSON without it)")
+
+	f.kafka.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -131,6 +135,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	cfg.Handler = h
 	if f.handler == "webhook" {
 		cfg.MaxInFlight = f.webhookInFlight
+	}
+	if f.handler == "kafka" {
+		cfg.MaxInFlight = f.kafka.maxInFlight
 	}
 	var metrics *ops.Metrics
 	if f.metricsAddr != "" {
@@ -175,6 +182,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	nothing := func() {}
 	webhookSet := f.webhookURL != "" || f.webhookSecretEnv != "" || f.webhookInFlight != 1
 	pubsubSet := f.pubsubProject != "" || f.pubsubTopic != "" || f.pubsubTopicTemplate != ""
+	if f.kafka.set() && f.handler != "kafka" {
+		return nil, nothing, usageErr("--kafka-* flags need --handler kafka")
+	}
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -234,8 +244,13 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 			return nil, nothing, usageErr("%v", err)
 		}
 		return h, func() { _ = h.Close(); _ = client.Close() }, nil
+	case "kafka":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler kafka")
+		}
+		return f.kafka.newHandler(cfg)
 	default:
-		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook or pubsub", f.handler)
+		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub or kafka", f.handler)
 	}
 }
 
