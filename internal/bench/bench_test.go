@@ -194,7 +194,7 @@ func tableLines() []line {
 			ls = append(ls, l)
 		}
 	}
-	return append(ls,
+	ls = append(ls,
 		line{key: "lat_poll_p50", label: "inorder latency, polling 200ms: p50", ref: "poll", refLabel: "poll interval"},
 		line{key: "lat_poll_p99", label: "inorder latency, polling 200ms: p99", ref: "poll", refLabel: "poll interval"},
 		line{key: "lat_default_p50", label: "inorder latency, default flags: p50", ref: "poll", refLabel: "poll interval",
@@ -226,6 +226,7 @@ func tableLines() []line {
 		line{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
+	return append(ls, kafkaLines()...)
 }
 
 // notes are details of the runs that the footnotes give.
@@ -417,6 +418,7 @@ func printNotes(w io.Writer) {
 		"most).", thousands(webhookRowsMany), webhookKeys, thousands(webhookRowsOne))
 	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
+	kafkaNote(note)
 }
 
 // noteWidth is the width the notes under the table are wrapped to.

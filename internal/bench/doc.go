@@ -37,6 +37,10 @@
 //     durations, the WAL flushes per row and how busy the machine was.
 //   - pubsub to pstest: the Pub/Sub handler publishing an outbox with ten ordering keys through the real
 //     client over gRPC to the in-process fake, with one and with 100 messages in flight.
+//   - kafka to kfake: the Kafka handler producing an outbox spread over 64 keys with franz-go to kfake, an
+//     in-process cluster speaking the Kafka protocol, with one record in flight and with the keyed window
+//     of 64, beside plain franz-go clients producing the same records to the same cluster, one record at a
+//     time each: one of them, and 64 at once.
 //
 // Each measure gets a fresh database. The package's test (without -bench) runs every measure on a few
 // rows, so the benchmark code keeps working; it prints nothing.
