@@ -16,6 +16,6 @@
 //
 // # Sinks
 //
-// The subpackages are the sinks inorder ships: stdout (JSON lines), webhook (signed HTTP POSTs) and pubsub
-// (Google Pub/Sub with ordering keys).
+// The subpackages are the sinks inorder ships: stdout (JSON lines), webhook (signed HTTP POSTs), pubsub
+// (Google Pub/Sub with ordering keys) and kafka (Apache Kafka, keyed by the record's key).
 package handlers
