@@ -55,10 +55,11 @@
 // record before it, so a record behind the position is always stored in Kafka with acks=all. The reverse
 // does not hold, and delivery is at least once. The idempotent producer removes the duplicates of its own
 // retries, within one producer session (one client), so a broker that fails a request and is asked again
-// does not get a record twice. It cannot remove what inorder delivers again: the records after the durable
-// position after a crash or a lost database connection (at most the window), records of other keys that
-// had succeeded after a record that failed in the window, and a record whose Handle gave up on ctx while
-// franz-go still had it in flight. Each of those is a new produce and is written again, in the same
+// does not get a record twice. It cannot remove what inorder delivers again: with a window, the records
+// after the durable position when a processor stops, crashes or loses its database connection (at most the
+// window; one at a time, a crash or a lost connection only), records of other keys that had succeeded
+// after a record that failed in the window, and a record whose Handle gave up on ctx while franz-go still
+// had it in flight. Each of those is a new produce and is written again, in the same
 // session or after a restart alike, after its first copy in its partition. Consumers that must not act
 // twice drop duplicates by the inorder_process and inorder_id headers.
 //
