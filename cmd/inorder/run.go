@@ -52,10 +52,14 @@ type runFlags struct {
 	partitions      int
 	maxPartitions   int
 
-	webhookURL       string
-	webhookSecretEnv string
-	webhookTimeout   time.Duration
-	webhookInFlight  int
+	webhookURL         string
+	webhookSecretEnv   string
+	webhookTimeout     time.Duration
+	webhookInFlight    int
+	webhookHeaders     headerFlag
+	webhookBodyColumn  string
+	webhookIdempotency string
+	webhookSignature   string
 
 	pubsubProject       string
 	pubsubTopic         string
@@ -101,6 +105,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
 	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "webhook: per-request timeout (below --handler-timeout)")
 	fs.IntVar(&f.webhookInFlight, "webhook-max-in-flight", 1, "webhook: requests at once, in order per key (records of one key one at a time)")
+	fs.Var(&f.webhookHeaders, "webhook-header", "webhook: 'Name=value' header sent with every request, ${VAR} taken from the environment (repeatable)")
+	fs.StringVar(&f.webhookBodyColumn, "webhook-body-column", "", "webhook: column whose JSON is the request body, as is (default the envelope)")
+	fs.StringVar(&f.webhookIdempotency, "webhook-idempotency-header", webhook.IdempotencyKeyHeader, "webhook: header carrying the idempotency key <process>:<id>")
+	fs.StringVar(&f.webhookSignature, "webhook-signature", string(webhook.SignatureInorder), "webhook: inorder (Inorder-Signature, Stripe's scheme), standard-webhooks or none")
 
 	fs.StringVar(&f.pubsubProject, "pubsub-project", "", "pubsub: Google Cloud project (PUBSUB_EMULATOR_HOST is honoured)")
 	fs.StringVar(&f.pubsubTopic, "pubsub-topic", "", "pubsub: topic ID or full name")
@@ -180,7 +188,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 // newHandler builds the sink named by --handler from its flags. The returned function releases it.
 func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers.Row], stdoutW io.Writer) (handlers.Handler[handlers.Row], func(), error) {
 	nothing := func() {}
-	webhookSet := f.webhookURL != "" || f.webhookSecretEnv != "" || f.webhookInFlight != 1
+	webhookSet := f.webhookSet()
 	pubsubSet := f.pubsubProject != "" || f.pubsubTopic != "" || f.pubsubTopicTemplate != ""
 	if f.kafka.set() && f.handler != "kafka" {
 		return nil, nothing, usageErr("--kafka-* flags need --handler kafka")
@@ -195,27 +203,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		if pubsubSet {
 			return nil, nothing, usageErr("--pubsub-* flags contradict --handler webhook")
 		}
-		if f.webhookURL == "" || f.webhookSecretEnv == "" {
-			return nil, nothing, usageErr("--handler webhook needs --webhook-url and --webhook-secret-env")
-		}
-		secret := os.Getenv(f.webhookSecretEnv)
-		if secret == "" {
-			return nil, nothing, usageErr("--webhook-secret-env names %s, which is not set or empty", f.webhookSecretEnv)
-		}
-		handlerTimeout := cfg.HandlerTimeout
-		if handlerTimeout == 0 {
-			handlerTimeout = cfg.IdleInTransactionTimeout / 2 // the processor's default
-		}
-		if f.webhookTimeout <= 0 || f.webhookTimeout >= handlerTimeout {
-			return nil, nothing, usageErr("--webhook-timeout (%s) must be positive and shorter than the handler "+
-				"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, handlerTimeout)
-		}
-		if f.webhookInFlight < 1 {
-			return nil, nothing, usageErr("--webhook-max-in-flight must be at least 1, got %d", f.webhookInFlight)
-		}
-		h, err := webhook.New[handlers.Row](webhook.Config{URL: f.webhookURL, Secret: []byte(secret), Timeout: f.webhookTimeout})
+		h, err := f.newWebhook(cfg)
 		if err != nil {
-			return nil, nothing, usageErr("%v", err)
+			return nil, nothing, err
 		}
 		return h, nothing, nil
 	case "pubsub":

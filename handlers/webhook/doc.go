@@ -1,9 +1,12 @@
-// Package webhook is a sink that POSTs each record, signed, to an HTTP endpoint and lets the position move
-// past the record only once the endpoint answered with a 2xx status.
+// Package webhook is a sink that POSTs each record to an HTTP endpoint and lets the position move past the
+// record only once the endpoint answered with a 2xx status. The endpoint is either a receiver of your own,
+// which verifies a signature, or a third-party API (a payment processor's usage or billing API), which
+// takes a body of its own, an API key in a header and an idempotency key.
 //
 // # Request
 //
-// Each record is one POST to Config.URL with Content-Type application/json and this body, on one line:
+// Each record is one POST to Config.URL with Content-Type application/json. By default the body is this
+// envelope, on one line:
 //
 //	{"process":"<name>","id":"<record id>","created_at":"<RFC 3339 time>","key":"<key>","attempt":<n>,"record":<value>}
 //
@@ -14,36 +17,66 @@
 // encoding/json marshals it, which for handlers.Row is one object with the columns in their selected order.
 // The fields always appear in this order.
 //
-// The request carries these headers besides any static ones from Config.Headers:
+// With Config.BodyColumn the body is instead that column's JSON, as it is: an application that writes
+// the body a third-party API expects into its outbox row (a payload column) has it sent unchanged. A
+// record whose column is missing, NULL or not valid JSON halts the stream with a permanent error naming
+// the record and the column, and nothing is sent for it.
+//
+// The request carries these headers besides the static ones of Config.Headers (an API's Authorization
+// bearer token, a version header):
 //
 //	Content-Type: application/json
 //	Idempotency-Key: <process>:<record id>
 //	Inorder-Attempt: <n>
 //	Inorder-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256>
 //
-// The Idempotency-Key is the same on every delivery of a record, whatever the attempt: a receiver that
+// The idempotency key goes under the name Config.IdempotencyHeader gives, Idempotency-Key by default, and
+// the signature headers are those of the scheme Config.Signature chooses (see the next section). The
+// handler's own headers win over Config.Headers of the same name.
+//
+// The idempotency key is the same on every delivery of a record, whatever the attempt: a receiver that
 // stores it with the record's effect, and answers 2xx without acting again when it sees a key it already
 // has, turns the processor's at-least-once delivery into exactly-once effects. A record is delivered again
 // when its request failed or timed out on the sender's side even though the receiver had acted, and when an
 // instance crashed between the response and the durable position.
 //
-// The headers repeat fields of the body for convenience, but only the body is signed: a receiver that must
-// not be fooled takes the process, id and attempt from the verified body.
+// The headers repeat fields of the envelope for convenience, but only the body is signed (and, under
+// Standard Webhooks, the webhook-id): a receiver that must not be fooled takes the process, id and attempt
+// from the verified body.
 //
 // # Signature
 //
-// Inorder-Signature carries the Unix time the request was signed at and an HMAC-SHA256, keyed with
-// Config.Secret, of that time in decimal, a full stop and the exact body bytes:
+// Config.Signature chooses one of three schemes. Each signs the exact body bytes, and a receiver must
+// verify them before it parses them.
 //
-//	v1 = hex(HMAC-SHA256(secret, "<t>" + "." + body))
+// SignatureInorder, the default, sends Inorder-Signature with the Unix time the request was signed at and
+// an HMAC-SHA256, keyed with Config.Secret, of that time in decimal, a full stop and the exact body bytes:
 //
-// The scheme is the one Stripe uses. The timestamp is inside the MAC so that it cannot be changed without
-// the secret, which gives replay protection: a receiver rejects requests signed too long ago, so a request
-// captured on the wire cannot be replayed later. Receivers call Verify or VerifyRequest, which compare in
-// constant time and accept timestamps within a tolerance of their own clock (DefaultTolerance when none is
-// given). Verify accepts several v1 entries in one header and unknown entries are ignored, so that a sender
-// can sign with an old and a new secret while the secret is rotated, and later versions of the scheme can
-// be added beside v1.
+//	Inorder-Signature: t=<unix seconds>,v1=hex(HMAC-SHA256(secret, "<t>" + "." + body))
+//
+// The scheme is the one Stripe uses, so a receiver written with stripe-go verifies it unchanged:
+// webhook.ValidatePayload(body, r.Header.Get("Inorder-Signature"), secret). The timestamp is inside the
+// MAC so that it cannot be changed without the secret, which gives replay protection: a receiver rejects
+// requests signed too long ago, so a request captured on the wire cannot be replayed later. Receivers in
+// Go may also call Verify or VerifyRequest, which compare in constant time and accept timestamps within a
+// tolerance of their own clock (DefaultTolerance when none is given). Verify accepts several v1 entries in
+// one header and unknown entries are ignored, so that a sender can sign with an old and a new secret while
+// the secret is rotated, and later versions of the scheme can be added beside v1.
+//
+// SignatureStandardWebhooks follows the Standard Webhooks specification (standardwebhooks.com), whose
+// official libraries verify it in a dozen languages:
+//
+//	webhook-id: <process>:<record id>
+//	webhook-timestamp: <unix seconds>
+//	webhook-signature: v1,base64(HMAC-SHA256(key, "<webhook-id>.<webhook-timestamp>." + body))
+//
+// The key is Config.Secret, or, for a secret in the specification's form whsec_<base64>, the bytes the
+// base64 decodes to: give the handler and the receiver the same whsec_ string. In Go:
+// standardwebhooks.NewWebhook(secret) and wh.Verify(body, r.Header), from module
+// github.com/standard-webhooks/standard-webhooks/libraries (package go).
+//
+// SignatureNone signs nothing, for an API that authenticates the sender by a header of Config.Headers
+// instead; Config.Secret must then be empty.
 //
 // # Retries
 //
@@ -62,6 +95,8 @@
 //
 //	webhook POST https://hooks.example.com/bookings: 400 Bad Request: {"error":"unknown customer"}
 //
-// and it is what the processor stores in the cursor row as the halted record's error. The secret never
-// appears in errors.
+// and it is what the processor stores in the cursor row as the halted record's error. The secret and the
+// values of Config.Headers never appear in errors: some APIs echo the key they refused in their answer,
+// so the excerpt has them replaced by [redacted] (values and words of 8 characters or more; the secret
+// whatever its length).
 package webhook

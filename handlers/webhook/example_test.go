@@ -5,9 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"time"
+
+	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
+	stripewebhook "github.com/stripe/stripe-go/v85/webhook"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
@@ -77,4 +81,117 @@ func ExampleVerifyRequest() {
 	// Output:
 	// received booking_webhook:42 attempt 1: {"id":42,"amount":100}
 	// handle: <nil>
+}
+
+// A third-party API takes its own JSON body, a bearer token and an idempotency key, and authenticates the
+// sender by the token: the body is the outbox row's payload column, the token a header (in the CLI,
+// --webhook-header 'Authorization=Bearer ${BILLING_KEY}'), and nothing is signed.
+func ExampleConfig_thirdPartyAPI() {
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer sk_test_123" {
+			http.Error(w, `{"error":"invalid api key"}`, http.StatusUnauthorized)
+			return
+		}
+		body, _ := io.ReadAll(r.Body)
+		fmt.Printf("%s %s\n", r.Header.Get("Idempotency-Key"), body)
+	}))
+	defer api.Close()
+
+	h, err := webhook.New[handlers.Row](webhook.Config{
+		URL:        api.URL + "/v1/usage",
+		Signature:  webhook.SignatureNone,
+		Headers:    http.Header{"Authorization": {"Bearer sk_test_123"}},
+		BodyColumn: "payload",
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	err = h.Handle(context.Background(), &handlers.Record[handlers.Row]{
+		Process: "billing",
+		ID:      "7",
+		Attempt: 1,
+		Value: handlers.Row{
+			Columns: []string{"id", "customer", "payload"},
+			Values:  []any{int64(7), "cus_1", json.RawMessage(`{"customer":"cus_1","quantity":3}`)},
+		},
+	})
+	fmt.Println("handle:", err)
+	// Output:
+	// billing:7 {"customer":"cus_1","quantity":3}
+	// handle: <nil>
+}
+
+// A receiver written with stripe-go verifies the default signature, SignatureInorder, with
+// webhook.ValidatePayload, given the Inorder-Signature header and the shared secret.
+func ExampleSignatureScheme_stripe() {
+	const secret = "shared-secret"
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := stripewebhook.ValidatePayload(body, r.Header.Get("Inorder-Signature"), secret); err != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		fmt.Println("verified", r.Header.Get("Idempotency-Key"))
+	}))
+	defer receiver.Close()
+
+	h, err := webhook.New[handlers.Row](webhook.Config{URL: receiver.URL, Secret: []byte(secret)})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("handle:", h.Handle(context.Background(), exampleRecord()))
+	// Output:
+	// verified booking_webhook:42
+	// handle: <nil>
+}
+
+// A receiver written with the official Standard Webhooks library verifies SignatureStandardWebhooks with
+// the same whsec_ secret the handler was given.
+func ExampleSignatureScheme_standardWebhooks() {
+	const secret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	wh, err := standardwebhooks.NewWebhook(secret)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, 1<<20))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		if err := wh.Verify(body, r.Header); err != nil {
+			http.Error(w, "bad signature", http.StatusUnauthorized)
+			return
+		}
+		fmt.Println("verified", r.Header.Get("webhook-id"))
+	}))
+	defer receiver.Close()
+
+	h, err := webhook.New[handlers.Row](webhook.Config{URL: receiver.URL, Secret: []byte(secret),
+		Signature: webhook.SignatureStandardWebhooks})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Println("handle:", h.Handle(context.Background(), exampleRecord()))
+	// Output:
+	// verified booking_webhook:42
+	// handle: <nil>
+}
+
+func exampleRecord() *handlers.Record[handlers.Row] {
+	return &handlers.Record[handlers.Row]{
+		Process:   "booking_webhook",
+		ID:        "42",
+		CreatedAt: time.Date(2024, 5, 1, 10, 0, 0, 0, time.UTC),
+		Attempt:   1,
+		Value:     handlers.Row{Columns: []string{"id", "amount"}, Values: []any{int64(42), int32(100)}},
+	}
 }

@@ -14,14 +14,37 @@ import (
 	"time"
 )
 
-// Header names the handler sets on every request.
+// Header names the handler sets on requests.
 const (
-	// SignatureHeader carries the request's signature: t=<unix seconds>,v1=<hex HMAC-SHA256>.
+	// SignatureHeader carries the request's signature under SignatureInorder:
+	// t=<unix seconds>,v1=<hex HMAC-SHA256>.
 	SignatureHeader = "Inorder-Signature"
-	// IdempotencyKeyHeader carries <process>:<record id>, the same on every delivery of a record.
+	// IdempotencyKeyHeader carries <process>:<record id>, the same on every delivery of a record, unless
+	// Config.IdempotencyHeader names another header for it.
 	IdempotencyKeyHeader = "Idempotency-Key"
 	// AttemptHeader carries the delivery attempt, 1 the first time.
 	AttemptHeader = "Inorder-Attempt"
+)
+
+// SignatureScheme is how a Handler signs its requests, chosen with Config.Signature. Every scheme signs
+// the exact body bytes with an HMAC-SHA256 keyed with Config.Secret and the time of signing, so that a
+// receiver can tell a genuine, fresh request from a forged or replayed one.
+type SignatureScheme string
+
+const (
+	// SignatureInorder puts the Inorder-Signature header on each request:
+	// t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">. It is Stripe's scheme, so receivers verify it
+	// with Verify or VerifyRequest, or with stripe-go's webhook.ValidatePayload(body, header, secret). It
+	// is the default: the empty SignatureScheme means it.
+	SignatureInorder SignatureScheme = "inorder"
+	// SignatureStandardWebhooks signs as the Standard Webhooks specification (standardwebhooks.com) says,
+	// with three headers: webhook-id (the idempotency key, <process>:<record id>), webhook-timestamp (Unix
+	// seconds) and webhook-signature (v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">). Receivers
+	// verify it with the specification's official libraries.
+	SignatureStandardWebhooks SignatureScheme = "standard-webhooks"
+	// SignatureNone sends no signature, for APIs that authenticate the sender by a header of
+	// Config.Headers (an Authorization bearer token) instead. Config.Secret must then be empty.
+	SignatureNone SignatureScheme = "none"
 )
 
 // DefaultTolerance is how far a signature's timestamp may be from the receiver's clock when Verify is given

@@ -3,13 +3,13 @@ package webhook
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net/http"
 	"net/url"
+	"reflect"
 	"strconv"
 	"strings"
 	"time"
@@ -27,14 +27,21 @@ const (
 	userAgent  = "inorder-webhook"
 )
 
-// Config configures a Handler. URL and Secret are required; every other field has a documented default.
+// Config configures a Handler. URL is required, and so is Secret unless Signature is SignatureNone; every
+// other field has a documented default.
 type Config struct {
 	// URL is where records are POSTed: an absolute http or https URL. Userinfo in it is sent as basic
 	// authentication. Error messages show the URL without userinfo and query. Required.
 	URL string
-	// Secret is the HMAC-SHA256 key every request is signed with (see Sign); receivers verify with the same
-	// key. It never appears in logs or error messages. Required.
+	// Secret is the HMAC-SHA256 key every request is signed with; receivers verify with the same key. With
+	// SignatureStandardWebhooks a secret in the specification's form, whsec_ followed by the key in
+	// base64, is decoded as its libraries decode it; any other secret is the key itself. It never appears
+	// in logs or error messages. Required, except with SignatureNone, which refuses it.
 	Secret []byte
+	// Signature is the scheme requests are signed with: SignatureInorder (the Inorder-Signature header,
+	// verifiable with stripe-go), SignatureStandardWebhooks (the webhook-id, webhook-timestamp and
+	// webhook-signature headers) or SignatureNone. Empty means SignatureInorder.
+	Signature SignatureScheme
 	// Timeout bounds one request, from connecting to reading the response status, headers and error
 	// excerpt. Keep it below the processor's HandlerTimeout. Zero means 10s.
 	Timeout time.Duration
@@ -45,10 +52,24 @@ type Config struct {
 	// MaxErrorBody bounds, in bytes, the excerpt of a failed response's body kept in the error (and so in
 	// the cursor row and the logs). Zero means 512.
 	MaxErrorBody int
-	// Headers are static headers sent with every request, for example an Authorization token the receiver
-	// expects. The handler's own Content-Type, Idempotency-Key, Inorder-Attempt and Inorder-Signature are
-	// set after them and win. Nil means none.
+	// Headers are static headers sent with every request, for example the Authorization bearer token of a
+	// third-party API. The handler's own Content-Type, idempotency, attempt and signature headers are set
+	// after them and win. Values are credentials as far as errors go: where a response body is quoted in
+	// an error, each value, and each word of a value, of 8 characters or more is replaced by [redacted], as
+	// is the secret. Names must be HTTP tokens and values must hold no line break or other control
+	// character but a tab. Nil means none.
 	Headers http.Header
+	// IdempotencyHeader names the header that carries the idempotency key, <process>:<record id>, the
+	// same on every delivery of a record: for an API that expects it under a name of its own. Empty means
+	// IdempotencyKeyHeader, "Idempotency-Key".
+	IdempotencyHeader string
+	// BodyColumn, when set, makes the request body the value of this column of the record, as it is,
+	// instead of the envelope: the JSON a third-party API expects, written into the source row by the
+	// application (the payload column of an outbox). The column must be json or jsonb, or text or bytea
+	// holding JSON. A record whose column is missing, NULL or not valid JSON halts the stream with a
+	// permanent error naming the record and the column, and nothing is sent. It needs records of type
+	// handlers.Row. Empty means the envelope.
+	BodyColumn string
 }
 
 // Handler POSTs each record to a URL, signed, and returns once the receiver answered. It implements
@@ -56,11 +77,15 @@ type Config struct {
 type Handler[T any] struct {
 	url          string // as configured, for the requests
 	target       string // without userinfo and query, for messages
-	secret       []byte
+	secret       []byte // the HMAC key
+	scheme       SignatureScheme
 	timeout      time.Duration
 	client       *http.Client
 	maxErrorBody int
 	headers      http.Header
+	idempotency  string // the idempotency key's header
+	bodyColumn   string
+	redactor     redactor
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler[handlers.Row])(nil)
@@ -84,8 +109,55 @@ func New[T any](cfg Config) (*Handler[T], error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("webhook: Config.URL %s has no host", redact(u))
 	}
-	if len(cfg.Secret) == 0 {
-		return nil, errors.New("webhook: Config.Secret is required: it is the HMAC key receivers verify requests with")
+	key := cfg.Secret
+	switch cfg.Signature {
+	case "", SignatureInorder, SignatureStandardWebhooks:
+		if len(cfg.Secret) == 0 {
+			return nil, errors.New("webhook: Config.Secret is required: it is the HMAC key receivers verify requests with")
+		}
+		if cfg.Signature == SignatureStandardWebhooks {
+			if key, err = standardKey(cfg.Secret); err != nil {
+				return nil, err
+			}
+		}
+	case SignatureNone:
+		if len(cfg.Secret) != 0 {
+			return nil, errors.New("webhook: Config.Secret is set but Config.Signature is none: nothing would be signed with it")
+		}
+	default:
+		return nil, fmt.Errorf("webhook: Config.Signature %q is none of %s, %s and %s",
+			cfg.Signature, SignatureInorder, SignatureStandardWebhooks, SignatureNone)
+	}
+	idempotency := IdempotencyKeyHeader
+	if cfg.IdempotencyHeader != "" {
+		if !validHeaderName(cfg.IdempotencyHeader) {
+			return nil, fmt.Errorf("webhook: Config.IdempotencyHeader %q is not an HTTP header name", cfg.IdempotencyHeader)
+		}
+		idempotency = http.CanonicalHeaderKey(cfg.IdempotencyHeader)
+		own := []string{"Content-Type", AttemptHeader, SignatureHeader, StandardIDHeader, StandardTimestampHeader,
+			StandardSignatureHeader}
+		for _, o := range own {
+			if idempotency == http.CanonicalHeaderKey(o) {
+				return nil, fmt.Errorf("webhook: Config.IdempotencyHeader %q is a header the handler sets for "+
+					"another purpose", cfg.IdempotencyHeader)
+			}
+		}
+	}
+	for name, vs := range cfg.Headers {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("webhook: Config.Headers has %q, which is not an HTTP header name", name)
+		}
+		for _, v := range vs {
+			if !validHeaderValue(v) { // the value is not shown: it may be a credential
+				return nil, fmt.Errorf("webhook: Config.Headers[%q] holds a line break or another control character", name)
+			}
+		}
+	}
+	if cfg.BodyColumn != "" {
+		if _, ok := any(*new(T)).(handlers.Row); !ok {
+			return nil, fmt.Errorf("webhook: Config.BodyColumn needs a Handler[handlers.Row], not a Handler[%s]",
+				reflect.TypeFor[T]())
+		}
 	}
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("webhook: Config.Timeout %s is negative", cfg.Timeout)
@@ -96,11 +168,18 @@ func New[T any](cfg Config) (*Handler[T], error) {
 	h := &Handler[T]{
 		url:          cfg.URL,
 		target:       redact(u),
-		secret:       bytes.Clone(cfg.Secret),
+		secret:       bytes.Clone(key),
+		scheme:       cfg.Signature,
 		timeout:      cfg.Timeout,
 		client:       cfg.Client,
 		maxErrorBody: cfg.MaxErrorBody,
 		headers:      cfg.Headers.Clone(),
+		idempotency:  idempotency,
+		bodyColumn:   cfg.BodyColumn,
+		redactor:     newRedactor(cfg.Secret, cfg.Headers),
+	}
+	if h.scheme == "" {
+		h.scheme = SignatureInorder
 	}
 	if h.timeout == 0 {
 		h.timeout = defaultTimeout
@@ -128,30 +207,19 @@ func redact(u *url.URL) string {
 	return r.String()
 }
 
-// envelope is the request body; the field order is the documented format.
-type envelope[T any] struct {
-	Process   string `json:"process"`
-	ID        string `json:"id"`
-	CreatedAt string `json:"created_at"`
-	Key       string `json:"key,omitempty"`
-	Attempt   int    `json:"attempt"`
-	Record    T      `json:"record"`
-}
-
 // Handle POSTs rec and classifies the outcome: nil for a 2xx status; a retryable error for 408, 429, 5xx,
 // network errors and timeouts, carrying any Retry-After as handlers.RetryAfter; handlers.Permanent for
-// other statuses and for a record that cannot be encoded as JSON.
+// other statuses, for a record that cannot be encoded as JSON, for a body column that holds no JSON, and
+// for an idempotency key that cannot be sent in a header.
 func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error {
-	body, err := json.Marshal(envelope[T]{
-		Process:   rec.Process,
-		ID:        rec.ID,
-		CreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
-		Key:       rec.Key,
-		Attempt:   rec.Attempt,
-		Record:    rec.Value,
-	})
+	body, err := h.body(rec)
 	if err != nil {
-		return handlers.Permanent(fmt.Errorf("webhook: encode record %s as JSON: %w", rec.ID, err))
+		return err
+	}
+	key := rec.Process + ":" + rec.ID
+	if !validHeaderValue(key) {
+		return handlers.Permanent(fmt.Errorf("webhook: record %s: its idempotency key %q holds a control "+
+			"character and cannot be sent in a header", rec.ID, key))
 	}
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
@@ -164,9 +232,17 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error 
 		req.Header[k] = append([]string(nil), vs...)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(IdempotencyKeyHeader, rec.Process+":"+rec.ID)
+	req.Header.Set(h.idempotency, key)
 	req.Header.Set(AttemptHeader, strconv.Itoa(rec.Attempt))
-	req.Header.Set(SignatureHeader, Sign(h.secret, time.Now(), body))
+	switch now := time.Now(); h.scheme {
+	case SignatureInorder:
+		req.Header.Set(SignatureHeader, Sign(h.secret, now, body))
+	case SignatureStandardWebhooks:
+		ts, sig := signStandard(h.secret, key, now, body)
+		req.Header.Set(StandardIDHeader, key)
+		req.Header.Set(StandardTimestampHeader, ts)
+		req.Header.Set(StandardSignatureHeader, sig)
+	}
 
 	resp, err := h.client.Do(req)
 	if err != nil {
@@ -197,7 +273,7 @@ func (h *Handler[T]) classify(resp *http.Response) error {
 	if code >= 200 && code < 300 {
 		return nil
 	}
-	serr := &StatusError{URL: h.target, StatusCode: code, Body: excerpt(resp.Body, h.maxErrorBody)}
+	serr := &StatusError{URL: h.target, StatusCode: code, Body: excerpt(resp.Body, h.maxErrorBody, h.redactor)}
 	if code >= 300 && code < 400 {
 		if loc, err := resp.Location(); err == nil {
 			serr.Location = redact(loc)
@@ -249,16 +325,19 @@ func (e *StatusError) Error() string {
 	return b.String()
 }
 
-// excerpt reads at most limit bytes of body and returns them as one line of valid UTF-8, followed by "..."
-// when there was more.
-func excerpt(body io.Reader, limit int) string {
-	b, _ := io.ReadAll(io.LimitReader(body, int64(limit)+1))
-	cut := len(b) > limit
-	if cut {
-		b = b[:limit]
+// excerpt reads at most limit bytes of body, with credentials redacted, and returns them as one line of
+// valid UTF-8, followed by "..." when there was more.
+func excerpt(body io.Reader, limit int, r redactor) string {
+	// Read as much more as the longest credential, so that one the limit cuts through is still found.
+	n := limit + 1 + r.longest
+	b, _ := io.ReadAll(io.LimitReader(body, int64(n)))
+	cut := len(b) == n
+	text := r.redact(string(b))
+	if len(text) > limit {
+		text, cut = text[:limit], true
 	}
 	// A rune split by the cut is dropped with any other invalid bytes.
-	s := strings.ToValidUTF8(string(b), "")
+	s := strings.ToValidUTF8(text, "")
 	s = strings.Map(func(r rune) rune {
 		switch {
 		case r == '\n' || r == '\r' || r == '\t':
