@@ -3,11 +3,13 @@ package cursor_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -50,9 +52,39 @@ func (r *recorder) got() []int64 {
 	return append([]int64(nil), r.ids...)
 }
 
+// logLines keeps a processor's log lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, string(p))
+	return len(p), nil
+}
+
+func (l *logLines) has(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			return true
+		}
+	}
+	return false
+}
+
 // startBilling runs process "billing" over a bookings table of n rows, refusing record refuse for good,
-// retrying it between retryMin and retryMax, until the test ends (or stop).
-func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax time.Duration) (*pgtest.DB, *recorder, func() error) {
+// retrying it between retryMin and retryMax and polling every poll, until the test ends (or stop).
+func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration) (*pgtest.DB, *recorder, func() error) {
+	db, h, stop, _ := startBillingLogged(t, n, refuse, retryMin, retryMax, poll)
+	return db, h, stop
+}
+
+// startBillingLogged is startBilling, keeping the processor's log lines.
+func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration) (*pgtest.DB, *recorder, func() error, *logLines) {
 	t.Helper()
 	db, _ := setup(t)
 	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -61,12 +93,13 @@ func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax time.Dur
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	h := &recorder{refuse: refuse}
+	logs := &logLines{}
 	p, err := processor.New(processor.Config[booking]{
 		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
-		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: retryMin, RetryMax: retryMax,
+		Handler: h, PollInterval: poll, RetryMin: retryMin, RetryMax: retryMax, Logger: zerolog.New(logs),
 	})
 	require.NoError(t, err)
-	return db, h, testrun.Start(t, p.Run)
+	return db, h, testrun.Start(t, p.Run), logs
 }
 
 func await(t *testing.T, what string, cond func() bool) {
@@ -80,7 +113,7 @@ func await(t *testing.T, what string, cond func() bool) {
 // time), repartition refuses while an instance runs and while anything is behind.
 func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 	t.Parallel()
-	db, h, stop := startBilling(t, 5, 3, 10*time.Millisecond, 50*time.Millisecond)
+	db, h, stop := startBilling(t, 5, 3, 10*time.Millisecond, 50*time.Millisecond, 10*time.Millisecond)
 	ctx := context.Background()
 	status := func() cursor.Info {
 		infos, err := cursor.List(ctx, db.Pool, "billing")
@@ -144,19 +177,56 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 	require.Equal(t, "skip", entries[1].Action)
 }
 
-// TestActionsTakeEffectDuringALongBackoff halts a stream on a refused record with a one-minute backoff:
-// a skip takes effect within a poll interval or so, not when the backoff ends.
+// TestActionsTakeEffectDuringALongBackoff halts a stream on a refused record with a one-minute backoff and
+// a 30s poll interval: a skip, a rewind, and a resume each take effect within a second or so (the idle probe
+// watches the cursor row), not when the backoff or the poll interval ends.
 func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 	t.Parallel()
-	db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute)
 	ctx := context.Background()
-	await(t, "the halt on record 2", func() bool {
-		infos, err := cursor.List(ctx, db.Pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == "2"
+	const soon = 10 * time.Second // well within the backoff and the poll interval
+	halted := func(t *testing.T, db *pgtest.DB, id string) {
+		await(t, "the halt on record "+id, func() bool {
+			infos, err := cursor.List(ctx, db.Pool, "billing")
+			return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == id
+		})
+	}
+	ops := cursor.ActionOpts{Actor: "ops", Reason: "test"}
+
+	t.Run("skip", func(t *testing.T) {
+		t.Parallel()
+		db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, 30*time.Second)
+		halted(t, db, "2")
+		_, err := cursor.Skip(ctx, db.Pool, "billing", "2", ops)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+			"the record after the skipped one, well before the backoff ends")
+		require.Equal(t, []int64{1, 3}, h.got())
 	})
-	_, err := cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "refused for good"})
-	require.NoError(t, err)
-	require.Eventually(t, func() bool { return len(h.got()) == 2 }, 10*time.Second, 5*time.Millisecond,
-		"the record after the skipped one, well before the one-minute backoff ends")
-	require.Equal(t, []int64{1, 3}, h.got())
+	t.Run("rewind", func(t *testing.T) {
+		t.Parallel()
+		db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, 30*time.Second)
+		halted(t, db, "2")
+		_, err := cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{RecordID: "1"}, ops)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+			"record 1 delivered again, well before the backoff ends")
+		require.Equal(t, []int64{1, 1}, h.got())
+		halted(t, db, "2")
+	})
+	t.Run("resume", func(t *testing.T) {
+		t.Parallel()
+		db, h, _, logs := startBillingLogged(t, 3, 2, time.Minute, time.Minute, 30*time.Second)
+		halted(t, db, "2")
+		_, err := cursor.Pause(ctx, db.Pool, "billing", ops)
+		require.NoError(t, err)
+		_, err = cursor.Skip(ctx, db.Pool, "billing", "2", ops)
+		require.NoError(t, err)
+		await(t, "the processor paused", func() bool { return logs.has("paused by an operator") })
+		require.Equal(t, []int64{1}, h.got(), "nothing delivered while paused")
+		_, err = cursor.Resume(ctx, db.Pool, "billing", ops)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+			"the record after the skipped one once resumed, well before the backoff and the poll interval end")
+		require.Equal(t, []int64{1, 3}, h.got())
+	})
 }

@@ -46,12 +46,21 @@ type Halt struct {
 	LastFailureAt  time.Time
 	// NextAttemptAt is when the record is tried again.
 	NextAttemptAt time.Time
+	// HaltedAt is when the stream counted as halted on the record: at its first failure for a permanent
+	// one, else once it had failed for longer than the processor's HaltAfter. Zero while the stream is
+	// only retrying it, which a short blip at the sink should not turn into a page.
+	HaltedAt time.Time
 }
+
+// Retrying reports whether the record is being retried with backoff and the stream has not yet counted as
+// halted (see HaltedAt).
+func (h *Halt) Retrying() bool { return h.HaltedAt.IsZero() }
 
 // State is what a locked cursor row holds.
 type State struct {
 	Position Position
-	// Halt is nil when the stream is not halted.
+	// Halt is nil when no record is failing; otherwise the stream is retrying the record or halted on it
+	// (Halt.Retrying).
 	Halt *Halt
 	// Paused is set by an operator (Pause) and stops the process at its next batch until Resume.
 	Paused bool

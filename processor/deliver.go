@@ -124,10 +124,44 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.retryAt, p.halted = time.Time{}, false
-		p.obs.Halted(p.cfg.Process, false)
-		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg("stream resumed: the halted record went through")
+		was := p.failing
+		p.retryAt = time.Time{}
+		p.noteFailing(nil)
+		msg := "the record went through; retrying is over"
+		if was == failHalted {
+			msg = "stream resumed: the halted record went through"
+		}
+		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg(msg)
 	}
+}
+
+// failing is what a stream is doing about a failing record.
+type failing int
+
+const (
+	failNone     failing = iota
+	failRetrying         // retrying it with backoff, for less than HaltAfter
+	failHalted           // halted on it: refused for good, or failing for longer than HaltAfter
+)
+
+// noteFailing tells the observer what the stream does now about h, the failing record (nil: none).
+func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failing {
+	now := failNone
+	if h != nil {
+		now = failRetrying
+		if !h.HaltedAt.IsZero() {
+			now = failHalted
+		}
+	}
+	was := p.failing
+	if now != was {
+		p.failing = now
+		p.obs.Halted(p.cfg.Process, now == failHalted)
+		if o, ok := p.obs.(RetryObserver); ok {
+			o.Retrying(p.cfg.Process, now == failRetrying)
+		}
+	}
+	return was
 }
 
 func attemptOf(st cursorlock.State, id string) int {
@@ -222,7 +256,8 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 	status, _ := handlers.StatusOf(cause)
 	h, err := p.cur.RecordFailure(work, last, cursorlock.Failure{RecordID: rec.ID, Err: cause,
 		Permanent: handlers.IsPermanent(cause), Status: status,
-		RetryIn: func(attempts int) time.Duration { return p.retryDelay(attempts, cause) }})
+		RetryIn:   func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
+		HaltAfter: p.cfg.HaltAfter})
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		_ = p.cur.Abort(work)
@@ -232,24 +267,28 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
 	wait := time.Until(h.NextAttemptAt)
-	p.retryAt, p.halted = time.Now().Add(wait), true
-	p.obs.Halted(p.cfg.Process, true)
-	// One line per change of state: the first failure of a record, and a failure turning permanent. Every
-	// attempt in between is a debug line.
+	p.retryAt = time.Now().Add(wait)
+	was := p.noteFailing(&h)
+	// One line per change of state: retrying begins (a warning), the stream halts (an error: refused for
+	// good, or failing for longer than HaltAfter). Every attempt in between is a debug line.
 	ev := p.log.Debug()
 	msg := "handler failed again; retrying the record"
 	switch {
-	case h.Permanent && (h.Attempts == 1 || !p.haltPermanent):
-		ev, msg = p.log.Error(), "the sink refused the record; the stream waits on it until it goes through or an operator skips it"
-	case h.Attempts == 1:
+	case p.failing == failHalted && was != failHalted && h.Permanent:
+		ev, msg = p.log.Error(), "the sink refused the record; stream halted on it until it goes through or an operator skips it"
+	case p.failing == failHalted && was != failHalted:
+		ev, msg = p.log.Error(), "the record has failed for longer than the halt-after threshold; stream halted on it until it goes through or an operator skips it"
+	case p.failing == failRetrying && was != failRetrying:
 		ev, msg = p.log.Warn(), "handler failed; retrying the record with backoff (the stream waits on it)"
 	}
-	p.haltPermanent = h.Permanent
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
-		Err(cause).Dur("retry_in", wait).Msg(msg)
-	// The next batch comes within a poll interval, to see an operator's action; it waits out the rest
-	// of the backoff itself (see followOperator).
-	return min(wait, p.cfg.PollInterval)
+		Time("failing_since", h.FirstFailureAt).Err(cause).Dur("retry_in", wait).Msg(msg)
+	// Without the probe watching the cursor row, the next batch comes within a poll interval, to see an
+	// operator's action; it waits out the rest of the backoff itself (see followOperator).
+	if p.prober == nil {
+		return min(wait, p.cfg.PollInterval)
+	}
+	return wait
 }
 
 func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {

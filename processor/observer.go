@@ -11,7 +11,7 @@ type Observer interface {
 	Handled(process string, took time.Duration, err error)
 	// Position reports the created_at of the new position after an advance.
 	Position(process string, createdAt time.Time)
-	// Halted reports that the stream halted on a failing record.
+	// Halted reports that the stream halted on a failing record (see Config.HaltAfter), or no longer is.
 	Halted(process string, halted bool)
 	// Locked reports whether this instance holds the cursor.
 	Locked(process string, locked bool)
@@ -20,6 +20,15 @@ type Observer interface {
 	// Connected reports whether the processor has a working database connection: false when it lost it
 	// and is reconnecting, true once it is back (and after start-up).
 	Connected(process string, ok bool)
+}
+
+// RetryObserver is an Observer that is also told when a stream is retrying a failing record before it
+// counts as halted (see Config.HaltAfter).
+type RetryObserver interface {
+	Observer
+	// Retrying reports that the stream retries a failing record, or no longer does (it went through,
+	// was skipped, or the stream now counts as halted).
+	Retrying(process string, retrying bool)
 }
 
 type nopObserver struct{}

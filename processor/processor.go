@@ -87,6 +87,13 @@ type Config[T any] struct {
 	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
 	// 1s and 1m. Permanent failures (handlers.Permanent) are retried at RetryMax.
 	RetryMin, RetryMax time.Duration
+	// HaltAfter is how long a record may fail with errors that may pass (a 5xx, a timeout) while the stream
+	// counts as retrying, before it counts as halted: a warning is logged when retrying begins, an error
+	// when the stream halts, and the inorder_halted metric (and the alert on it) only sees the latter. A
+	// permanent failure (handlers.Permanent) halts at once. Either way the record is retried until it goes
+	// through or an operator skips it; the state is what people are told. It is checked at each failed
+	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means 5m.
+	HaltAfter time.Duration
 	// IdleInTransactionTimeout is set on the cursor connection; a frozen instance loses the cursor after
 	// it. Zero means 60s.
 	IdleInTransactionTimeout time.Duration
@@ -143,6 +150,9 @@ func (c *Config[T]) withDefaults() {
 	if c.RetryMax <= 0 {
 		c.RetryMax = time.Minute
 	}
+	if c.HaltAfter <= 0 {
+		c.HaltAfter = 5 * time.Minute
+	}
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = c.RetryMin
 	}
@@ -183,23 +193,22 @@ type Processor[T any] struct {
 	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
-	owned         bool
-	sourceSaved   bool
-	hold          holder // the hold last recorded in the cursor row (zero: none)
-	holdWarned    time.Time
-	retryAt       time.Time // earliest next attempt at the halted record, from this instance's own backoff
-	wake          chan struct{}
-	lookSoon      bool          // the last poll found a writer just begun limiting the horizon
-	heldLong      bool          // the last poll found the horizon held by a transaction open for a while
-	prober        *probe.Prober // the probe shared with the other processors of the database, or nil
-	probeGap      time.Duration // the probe's current interval (see probe.go)
-	lastRecords   time.Time     // when a batch last handled records
-	hooks         runHooks      // set by a Partitioned runner for the processor of one partition
-	paused        bool
-	halted        bool
-	haltPermanent bool            // the last failure recorded by this instance was permanent
-	lastPos       source.Position // the durable position after this instance's last batch
-	knownPos      bool            // lastPos is known (false before the first batch and after errors)
+	owned       bool
+	sourceSaved bool
+	hold        holder // the hold last recorded in the cursor row (zero: none)
+	holdWarned  time.Time
+	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
+	wake        chan struct{}
+	lookSoon    bool          // the last poll found a writer just begun limiting the horizon
+	heldLong    bool          // the last poll found the horizon held by a transaction open for a while
+	prober      *probe.Prober // the probe shared with the other processors of the database, or nil
+	probeGap    time.Duration // the probe's current interval (see probe.go)
+	lastRecords time.Time     // when a batch last handled records
+	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
+	paused      bool
+	failing     failing         // what this instance last told of a failing record
+	lastPos     source.Position // the durable position after this instance's last batch
+	knownPos    bool            // lastPos is known (false before the first batch and after errors)
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -690,16 +699,9 @@ func (p *Processor[T]) followOperator() time.Duration {
 		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
 	}
-	if st.Halt == nil && p.halted {
-		p.halted, p.retryAt = false, time.Time{}
-		p.obs.Halted(p.cfg.Process, false)
-	}
+	p.noteFailing(st.Halt)
 	if st.Halt == nil {
 		return 0
-	}
-	if !p.halted { // halted before this instance took over
-		p.halted = true
-		p.obs.Halted(p.cfg.Process, true)
 	}
 	due := st.Halt.NextAttemptAt
 	if due.IsZero() { // recorded before next attempts were

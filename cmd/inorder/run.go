@@ -45,6 +45,7 @@ type runFlags struct {
 	shutdownTimeout time.Duration
 	retryMin        time.Duration
 	retryMax        time.Duration
+	haltAfter       time.Duration
 	holdWarnAfter   time.Duration
 	instance        string
 	metricsAddr     string
@@ -94,6 +95,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long the record in flight may take after a signal")
 	fs.DurationVar(&f.retryMin, "retry-min", time.Second, "first wait before retrying a failing record")
 	fs.DurationVar(&f.retryMax, "retry-max", time.Minute, "longest wait between retries of a failing record")
+	fs.DurationVar(&f.haltAfter, "halt-after", 5*time.Minute, "how long a record may fail (retrying) before the stream counts as halted; a refusal halts at once")
 	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", time.Minute, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
 	fs.IntVar(&f.partitions, "partitions", 0, "split the process into N ordered streams by a hash of the key column (default: one stream)")
@@ -282,6 +284,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if f.retryMin <= 0 || f.retryMax < f.retryMin {
 		return cfg, usageErr("--retry-min must be positive and at most --retry-max")
 	}
+	if f.haltAfter <= 0 {
+		return cfg, usageErr("--halt-after must be positive, got %s", f.haltAfter)
+	}
 	if f.handlerTimeout != 0 && f.handlerTimeout >= f.idleTimeout {
 		return cfg, usageErr("--handler-timeout (%s) must be shorter than --idle-timeout (%s): a handler "+
 			"that outlives the idle timeout loses the cursor lock mid-record", f.handlerTimeout, f.idleTimeout)
@@ -333,6 +338,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		StartFrom:                start,
 		RetryMin:                 f.retryMin,
 		RetryMax:                 f.retryMax,
+		HaltAfter:                f.haltAfter,
 		IdleInTransactionTimeout: f.idleTimeout,
 		HandlerTimeout:           f.handlerTimeout,
 		ShutdownTimeout:          f.shutdownTimeout,

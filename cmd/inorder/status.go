@@ -22,7 +22,7 @@ type statusReport struct {
 
 type processStatus struct {
 	Process string `json:"process"`
-	// State is running, idle, halted, held, paused or not running; "partitioned" on the parent row of a
+	// State is running, idle, retrying, halted, held, paused or not running; "partitioned" on the parent row of a
 	// process split into partitions, each of which has a row of its own named "<process>#<i>/<n>".
 	State      string `json:"state"`
 	Partitions int    `json:"partitions,omitempty"`
@@ -85,6 +85,8 @@ type haltJSON struct {
 	FirstFailureAt time.Time  `json:"first_failure_at"`
 	LastFailureAt  time.Time  `json:"last_failure_at"`
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
+	// HaltedAt is when the stream counted as halted; null while it is only retrying the record.
+	HaltedAt *time.Time `json:"halted_at"`
 }
 
 type holdJSON struct {
@@ -153,6 +155,10 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 				next := in.Halt.NextAttemptAt.UTC()
 				ps.Halt.NextAttemptAt = &next
 			}
+			if !in.Halt.Retrying() {
+				at := in.Halt.HaltedAt.UTC()
+				ps.Halt.HaltedAt = &at
+			}
 		}
 		if !in.HeldSince.IsZero() {
 			ps.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}
@@ -190,6 +196,8 @@ func stateOf(in cursor.Info, behind *behindJSON) string {
 		return "partitioned"
 	case in.Paused:
 		return "paused"
+	case in.Halt != nil && in.Halt.Retrying():
+		return "retrying"
 	case in.Halt != nil:
 		return "halted"
 	case in.Connected == 0 && !in.Locked:
@@ -232,12 +240,12 @@ func printStatus(w io.Writer, rep statusReport) {
 		holder := "-"
 		if ps.HolderPID != 0 {
 			inst := strings.TrimPrefix(strings.TrimPrefix(ps.Holder, "inorder:"+ps.Process+"@"), "inorder-tx:"+ps.Process+"@")
-			holder = fmt.Sprintf("%s (pid %d)", inst, ps.HolderPID)
+			holder = fmt.Sprintf("%s (pid %d)", clip(inst, 20), ps.HolderPID)
 		} else if ps.Locked {
 			holder = "locked"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\n", clip(ps.Process, 20), ps.State, clip(pos, 30), behind, oldest,
-			ps.Throughput, clip(holder, 18))
+			ps.Throughput, holder)
 	}
 	tw.Flush()
 	for _, ps := range rep.Processes {
@@ -253,9 +261,13 @@ func printStatus(w io.Writer, rep statusReport) {
 			if ps.Halt.NextAttemptAt != nil {
 				next = ", next " + ps.Halt.NextAttemptAt.Format(time.RFC3339)
 			}
+			what := "halted on"
+			if ps.Halt.HaltedAt == nil {
+				what = "retrying"
+			}
 			fmt.Fprintf(w, "\n%s\n%s\n"+
 				"  fix the sink or the record; the stream resumes by itself once the record goes through\n",
-				wrap(fmt.Sprintf("%s halted on record %s (%s): %s since %s (last %s%s)", ps.Process, ps.Halt.RecordID,
+				wrap(fmt.Sprintf("%s %s record %s (%s): %s since %s (last %s%s)", ps.Process, what, ps.Halt.RecordID,
 					kind, plural(ps.Halt.Attempts, "attempt"), ps.Halt.FirstFailureAt.Format(time.RFC3339),
 					ps.Halt.LastFailureAt.Format(time.RFC3339), next), "", 100),
 				wrap("error: "+clip(ps.Halt.Error, 600), "  ", 100))

@@ -100,6 +100,7 @@ type Halt struct {
 	FirstFailureAt time.Time
 	LastFailureAt  time.Time
 	NextAttemptAt  time.Time
+	HaltedAt       time.Time
 }
 
 // State is what a locked cursor row holds; cursor.State is its public form.
@@ -292,7 +293,8 @@ func (r *Repository) State() State { return r.state }
 
 // StateColumns are the columns of a cursor row that ScanState reads, in its order.
 const StateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
-	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at`
+	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
+	halted_at`
 
 const lockSQL = `
 	SELECT ` + StateColumns + `, xmin::text
@@ -356,11 +358,12 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 		haltErr           pgtype.Text
 		attempts          int32
 		first, last, next pgtype.Timestamptz
+		haltedAt          pgtype.Timestamptz
 		paused, permanent bool
 		status            pgtype.Int4
 	)
 	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused,
-		&permanent, &status, &next}, extra...)...)
+		&permanent, &status, &next, &haltedAt}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return State{}, false, nil
 	}
@@ -374,7 +377,7 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 	if haltID.Valid {
 		st.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
 			FirstFailureAt: first.Time, LastFailureAt: last.Time, Permanent: permanent, Status: int(status.Int32),
-			NextAttemptAt: next.Time}
+			NextAttemptAt: next.Time, HaltedAt: haltedAt.Time}
 	}
 	return st, true, nil
 }
@@ -433,7 +436,7 @@ const setPositionSQL = `
 	SET position_created_at = $2, position_id = $3,
 	    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
-	    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL,
+	    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL,
 	    updated_at = clock_timestamp(),
 	    in_flight = $5, in_flight_since = $6,
 	    records_handled = records_handled + $4,
@@ -505,6 +508,9 @@ type Failure struct {
 	// RetryIn says how long to wait before the next attempt, given the failed attempts so far (this one
 	// included).
 	RetryIn func(attempts int) time.Duration
+	// HaltAfter is how long the record may fail before the stream counts as halted rather than retrying;
+	// a permanent failure halts it at once.
+	HaltAfter time.Duration
 }
 
 // RecordFailure stores the halt state of a failing record in the open transaction, together with the
@@ -529,6 +535,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 	}
 	var h Halt
 	var stored pgtype.Int4
+	var haltedAt pgtype.Timestamptz
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
 		SET position_created_at = $2, position_id = $3,
@@ -540,15 +547,21 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		    halted_record_id = $4,
 		    halted_error = $5,
 		    halted_permanent = $8,
-		    halted_status = $9
+		    halted_status = $9,
+		    halted_at = CASE
+		        WHEN halted_record_id = $4 AND halted_at IS NOT NULL THEN halted_at
+		        WHEN $8 OR (halted_record_id = $4 AND clock_timestamp() - halted_first_failure_at >= $10::interval)
+		          THEN clock_timestamp()
+		        END
 		WHERE process_name = $1
-		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status`,
-		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status).
-		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored)
+		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at`,
+		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter).
+		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt)
 	if err != nil {
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
 	}
 	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
+	h.HaltedAt = haltedAt.Time
 	r.state = State{Position: pos, Halt: &h}
 	r.dirty = true
 	return h, nil

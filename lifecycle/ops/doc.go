@@ -33,7 +33,10 @@
 //	inorder_batches_total                counter    reads of the source (one per batch, empty ones included)
 //	inorder_records_read_total           counter    records those reads returned (records delivered again
 //	                                                 after a failure are counted again)
-//	inorder_halted                       gauge      1 while the stream is halted on a failing record, else 0
+//	inorder_retrying                     gauge      1 while the stream retries a failing record with backoff,
+//	                                                 before it counts as halted (processor.Config.HaltAfter)
+//	inorder_halted                       gauge      1 while the stream is halted on a failing record: refused
+//	                                                 for good, or failing for longer than HaltAfter; else 0
 //	inorder_horizon_hold_seconds         gauge      how long the transaction holding the horizon back
 //	                                                 has been in flight; 0 when none
 //	inorder_cursor_locked                gauge      1 while this instance owns the process, 0 while it
@@ -55,7 +58,7 @@
 //
 // The lag series are measured only by Metrics.WatchLag, from the cursor row and the source table, so every
 // instance reports them, owner or not; they appear after the first measurement. The other series come from
-// the processor through the processor.Observer (and processor.InFlightObserver) that Metrics implements.
+// the processor through the processor.Observer (and processor.InFlightObserver and processor.RetryObserver) that Metrics implements.
 //
 // # Health
 //

@@ -42,7 +42,8 @@ type Metrics struct {
 
 	handled, failures, batches, read, lagErrors *prometheus.CounterVec
 	duration                                    *prometheus.HistogramVec
-	halted, hold, locked, position, connected   *prometheus.GaugeVec
+	halted, retrying, hold, locked, position    *prometheus.GaugeVec
+	connected                                   *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 
@@ -54,8 +55,8 @@ type Metrics struct {
 type procMetrics struct {
 	handled, failures, batches, read prometheus.Counter
 	duration                         prometheus.Observer
-	halted, hold, locked, position   prometheus.Gauge
-	connected                        prometheus.Gauge
+	halted, retrying, hold, locked   prometheus.Gauge
+	position, connected              prometheus.Gauge
 	inFlight, inFlightOldest         prometheus.Gauge
 
 	// state is guarded by Metrics.mu.
@@ -73,6 +74,7 @@ const (
 var (
 	_ processor.Observer         = (*Metrics)(nil)
 	_ processor.InFlightObserver = (*Metrics)(nil)
+	_ processor.RetryObserver    = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -100,7 +102,12 @@ func NewMetrics() *Metrics {
 			Name: "inorder_records_read_total", Help: "Records returned by reads of the source table.",
 		}, label),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_halted", Help: "1 while the stream is halted on a failing record, else 0.",
+			Name: "inorder_halted",
+			Help: "1 while the stream is halted on a failing record (refused for good, or failing for longer than its halt-after threshold), else 0.",
+		}, label),
+		retrying: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_retrying",
+			Help: "1 while the stream retries a failing record with backoff, before it counts as halted, else 0.",
 		}, label),
 		hold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_horizon_hold_seconds",
@@ -136,7 +143,7 @@ func NewMetrics() *Metrics {
 			Help: "How long the oldest record in flight has been; the position waits on it. 0 when none.",
 		}, label),
 	}
-	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.hold, m.locked,
+	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -170,6 +177,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		batches:        m.batches.WithLabelValues(process),
 		read:           m.read.WithLabelValues(process),
 		halted:         m.halted.WithLabelValues(process),
+		retrying:       m.retrying.WithLabelValues(process),
 		hold:           m.hold.WithLabelValues(process),
 		locked:         m.locked.WithLabelValues(process),
 		position:       m.position.WithLabelValues(process),
@@ -219,6 +227,11 @@ func (m *Metrics) Position(process string, createdAt time.Time) {
 
 // Halted implements processor.Observer.
 func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
+
+// Retrying implements processor.RetryObserver.
+func (m *Metrics) Retrying(process string, retrying bool) {
+	m.proc(process).retrying.Set(b2f(retrying))
+}
 
 // Locked implements processor.Observer.
 func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.Set(b2f(locked)) }

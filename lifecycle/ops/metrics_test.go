@@ -96,7 +96,7 @@ func is(samples map[string]float64, name string, v float64) bool {
 // documented are the series every tracked process has from the start.
 var documented = []string{
 	"inorder_records_handled_total", "inorder_handler_failures_total", "inorder_handler_duration_seconds_count",
-	"inorder_batches_total", "inorder_records_read_total", "inorder_halted", "inorder_horizon_hold_seconds",
+	"inorder_batches_total", "inorder_records_read_total", "inorder_halted", "inorder_retrying", "inorder_horizon_hold_seconds",
 	"inorder_cursor_locked", "inorder_position_timestamp_seconds", "inorder_connected", "inorder_lag_errors_total",
 }
 
@@ -164,9 +164,10 @@ func TestMetricsDescribeAKnownRun(t *testing.T) {
 
 	require.Eventually(t, func() bool {
 		s := scraped(url)
-		return is(s, "inorder_halted", 1) && is(s, "inorder_handler_failures_total", 2)
-	}, 20*time.Second, 10*time.Millisecond, "the stream halts on record 4 after two failures")
+		return is(s, "inorder_retrying", 1) && is(s, "inorder_handler_failures_total", 2)
+	}, 20*time.Second, 10*time.Millisecond, "the stream retries record 4 after two failures")
 	s = scrape(t, url)
+	require.Equal(t, 0.0, value(t, s, "inorder_halted"), "failing for less than HaltAfter is retrying, not halted")
 	require.Equal(t, 3.0, value(t, s, "inorder_records_handled_total"), "records 1-3 went through")
 	require.Equal(t, 1.0, value(t, s, "inorder_cursor_locked"))
 	close(release)
@@ -174,7 +175,7 @@ func TestMetricsDescribeAKnownRun(t *testing.T) {
 	require.Eventually(t, func() bool {
 		s := scraped(url)
 		return is(s, "inorder_records_handled_total", n) && is(s, "inorder_lag_rows", 0) &&
-			is(s, "inorder_halted", 0)
+			is(s, "inorder_halted", 0) && is(s, "inorder_retrying", 0)
 	}, 20*time.Second, 10*time.Millisecond, "every record is handled and the lag measured at zero")
 	var last time.Time
 	require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT max(created_at) FROM jobs").Scan(&last))

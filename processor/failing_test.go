@@ -1,0 +1,132 @@
+package processor_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// stateObserver records what the processor says of a failing record: retrying and halted, as the metrics
+// see them.
+type stateObserver struct {
+	nopObserver
+	mu                    sync.Mutex
+	retrying, halted      bool
+	everRetry, everHalted bool
+}
+
+func (o *stateObserver) Halted(_ string, halted bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.halted, o.everHalted = halted, o.everHalted || halted
+}
+
+func (o *stateObserver) Retrying(_ string, retrying bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.retrying, o.everRetry = retrying, o.everRetry || retrying
+}
+
+func (o *stateObserver) now() (retrying, halted, everRetry, everHalted bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.retrying, o.halted, o.everRetry, o.everHalted
+}
+
+var _ processor.RetryObserver = (*stateObserver)(nil)
+
+// halt reads the failing record's state from the cursor row, as status and operators see it.
+func (b *bundle) halt(t *testing.T) *cursor.Halt {
+	t.Helper()
+	infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+	require.NoError(t, err)
+	if len(infos) == 0 {
+		return nil
+	}
+	return infos[0].Halt
+}
+
+// TestATransientFailureRetriesWithoutHalting: a record that fails twice with an error that may pass is
+// retried: the stream shows retrying, never halted, and goes on once the record goes through.
+func TestATransientFailureRetriesWithoutHalting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	obs := &stateObserver{}
+	b.cfg.Observer = obs
+	b.cfg.RetryMin, b.cfg.RetryMax = 200*time.Millisecond, 200*time.Millisecond
+	ids := b.insert(t, 3)
+	b.h.setFail(ids[1], errors.New("503 Service Unavailable"))
+	start(t, b.cfg)
+
+	waitFor(t, "the stream retrying the second record", func() bool {
+		h := b.halt(t)
+		return h != nil && h.RecordID == idText(ids[1]) && h.Attempts >= 2
+	})
+	h := b.halt(t)
+	require.True(t, h.Retrying(), "a failure that may pass, for less than HaltAfter, is retrying")
+	require.True(t, h.HaltedAt.IsZero())
+	retrying, halted, _, _ := obs.now()
+	require.True(t, retrying)
+	require.False(t, halted)
+
+	b.h.setFail(ids[1], nil)
+	waitFor(t, "every record once the sink is back", func() bool { return b.h.count() == 3 })
+	require.Equal(t, ids, b.h.ids())
+	waitFor(t, "the failure state cleared", func() bool { return b.halt(t) == nil })
+	retrying, halted, everRetry, everHalted := obs.now()
+	require.True(t, everRetry)
+	require.False(t, retrying)
+	require.False(t, halted)
+	require.False(t, everHalted, "a blip never counts as halted")
+}
+
+// TestAPermanentFailureHaltsAtOnce: a refusal halts the stream at its first failure.
+func TestAPermanentFailureHaltsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	obs := &stateObserver{}
+	b.cfg.Observer = obs
+	ids := b.insert(t, 2)
+	b.h.setFail(ids[1], handlers.Permanent(errors.New("400 Bad Request")))
+	start(t, b.cfg)
+
+	waitFor(t, "the halt on the second record", func() bool { h := b.halt(t); return h != nil })
+	h := b.halt(t)
+	require.Equal(t, idText(ids[1]), h.RecordID)
+	require.False(t, h.Retrying(), "a permanent refusal halts at once")
+	require.Equal(t, 1, h.Attempts)
+	waitFor(t, "the observer told", func() bool { _, halted, _, _ := obs.now(); return halted })
+	_, _, everRetry, _ := obs.now()
+	require.False(t, everRetry)
+}
+
+// TestAFailureLongerThanHaltAfterHalts: a record that keeps failing with errors that may pass is retrying
+// until it has failed for HaltAfter, then halted; it goes on once it goes through.
+func TestAFailureLongerThanHaltAfterHalts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	obs := &stateObserver{}
+	b.cfg.Observer = obs
+	b.cfg.HaltAfter = 300 * time.Millisecond
+	ids := b.insert(t, 2)
+	b.h.setFail(ids[1], errors.New("timeout"))
+	start(t, b.cfg)
+
+	waitFor(t, "the stream retrying", func() bool { h := b.halt(t); return h != nil && h.Retrying() })
+	waitFor(t, "the stream halted after HaltAfter", func() bool { h := b.halt(t); return h != nil && !h.Retrying() })
+	h := b.halt(t)
+	require.GreaterOrEqual(t, h.HaltedAt.Sub(h.FirstFailureAt), b.cfg.HaltAfter)
+	waitFor(t, "the observer told", func() bool { r, halted, _, _ := obs.now(); return halted && !r })
+
+	b.h.setFail(ids[1], nil)
+	waitFor(t, "every record", func() bool { return b.h.count() == 2 })
+	waitFor(t, "the halt cleared", func() bool { _, halted, _, _ := obs.now(); return !halted && b.halt(t) == nil })
+}
