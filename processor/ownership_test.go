@@ -136,10 +136,25 @@ func TestInvalidSourcesFailWithOneClearError(t *testing.T) {
 			require.ErrorIs(t, err, processor.ErrInvalidSource)
 			require.Contains(t, err.Error(), tc.want)
 			require.Contains(t, err.Error(), `process "bad_`+tc.name+`"`)
-			at, id := b.position(t, cfg.Process)
-			require.True(t, at.IsZero() && id == "", "the position did not move")
+			var rows int
+			require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+				"SELECT count(*) FROM inorder.cursor WHERE process_name = $1", cfg.Process).Scan(&rows))
+			require.Zero(t, rows, "a process whose start-up checks failed leaves no cursor row")
 		})
 	}
+	// A process that ran keeps its row when a later start fails its checks.
+	ran := b.cfg
+	ran.Process = "ran_once"
+	b.insert(t, 1)
+	stop := start(t, ran)
+	waitFor(t, "the first run", func() bool { _, id := b.position(t, ran.Process); return id != "" })
+	require.NoError(t, stop())
+	ran.Source = processor.Source{Table: "nope"}
+	p, err := processor.New(ran)
+	require.NoError(t, err)
+	require.ErrorIs(t, p.Run(context.Background()), processor.ErrInvalidSource)
+	_, id := b.position(t, ran.Process)
+	require.NotEmpty(t, id, "the row of a process that ran stays, its position with it")
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM events").Scan(&n))
 }

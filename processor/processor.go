@@ -450,15 +450,13 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		var err error
 		src.Columns, err = p.columnsOfStruct(work)
 		if err != nil {
-			p.cur.Unclaim()
-			_ = p.cur.Release(work)
+			p.abandon(work)
 			return err
 		}
 	}
 	t, err := source.Inspect(work, p.cur.Conn(), src.spec())
 	if err != nil {
-		p.cur.Unclaim()
-		_ = p.cur.Release(work)
+		p.abandon(work)
 		return err
 	}
 	if _, forced := forcedWriters.Load(p.cfg.Process); forced {
@@ -487,6 +485,16 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	}
 	p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon)).Msg("source checked")
 	return nil
+}
+
+// abandon gives up a start-up whose checks failed: the cursor row it registered goes again (a process that
+// never ran is not left for status to show), and the connection is closed.
+func (p *Processor[T]) abandon(work context.Context) {
+	if err := p.cur.Unregister(work); err != nil {
+		p.log.Warn().Err(err).Msg("could not remove the cursor row of a process that never ran")
+	}
+	p.cur.Unclaim()
+	_ = p.cur.Release(work)
 }
 
 // columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just

@@ -175,6 +175,9 @@ type Repository struct {
 	inFlight InFlight // as the row holds it
 	claimed  bool
 	released bool
+	// registered says this repository created the row (rather than finding it), so that Unregister
+	// may remove it while nothing has used it.
+	registered bool
 }
 
 // Name returns the process name the repository was opened for. No method takes a name: a repository can
@@ -262,13 +265,38 @@ func LockKey(name string) int64 {
 }
 
 func (r *Repository) register(ctx context.Context) error {
-	_, err := r.conn.Exec(ctx, `
+	tag, err := r.conn.Exec(ctx, `
 		INSERT INTO inorder.cursor (process_name, position_created_at)
 		VALUES ($1, CASE WHEN $2 THEN clock_timestamp() END)
 		ON CONFLICT (process_name) DO NOTHING`, r.name, r.cfg.StartFromNow)
 	if err != nil {
 		return fmt.Errorf("register cursor %q: %w", r.name, err)
 	}
+	r.registered = r.registered || tag.RowsAffected() == 1
+	return nil
+}
+
+// Unregister deletes the cursor row this repository created, when nothing has used it since: no instance
+// has locked it to work (which records the source), nor moved, paused or halted it, and no other instance
+// of the process is connected. A processor whose start-up checks fail calls it, so that a wrong column or a
+// missing index leaves no process behind for status to show. It does nothing otherwise.
+func (r *Repository) Unregister(ctx context.Context) error {
+	if !r.registered || r.conn == nil || r.conn.IsClosed() || r.tx != nil {
+		return nil
+	}
+	_, err := r.conn.Exec(ctx, `
+		DELETE FROM inorder.cursor c
+		WHERE process_name = $1 AND source_table IS NULL AND records_handled = 0 AND NOT paused
+		  AND halted_record_id IS NULL
+		  AND NOT EXISTS (SELECT 1 FROM inorder.audit a WHERE a.process_name = c.process_name)
+		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity
+		                  WHERE pid <> pg_backend_pid() AND datname = current_database()
+		                    AND (application_name LIKE 'inorder:' || $1 || '@%'
+		                         OR application_name LIKE 'inorder-tx:' || $1 || '@%'))`, r.name)
+	if err != nil {
+		return fmt.Errorf("unregister cursor %q: %w", r.name, err)
+	}
+	r.registered = false
 	return nil
 }
 
