@@ -142,7 +142,8 @@ func FuzzRunFlags(f *testing.F) {
 }
 
 // realMainCommands are the commands FuzzRealMain drives.
-var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "resume", "audit", "migrate", "repartition"}
+var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "resume", "audit", "migrate", "repartition",
+	"prune", "forget"}
 
 // FuzzRealMain drives realMain itself with a command and fuzzed arguments, followed by two invalid database
 // URLs that keep it away from any database:
@@ -174,6 +175,10 @@ func FuzzRealMain(f *testing.F) {
 		{"migrate", "--print\x00--notify=t"}, {"migrate", "--print\x00--partition-index=bookings:aggregate_id:4"},
 		{"migrate", "--partition-index=a::0"}, {"migrate", ""},
 		{"repartition", "--process=p\x00--partitions=0\x00--actor=a"}, {"repartition", "--process=p\x00--partitions=3\x00--actor=a"},
+		{"prune", "--table=t\x00--older-than=30d"}, {"prune", "--table=t\x00--older-than=-1h"},
+		{"prune", "--table=t\x00--before=2024-01-01T00:00:00Z\x00--dry-run\x00--json\x00--batch=5"},
+		{"prune", "--table=t\x00--older-than=1d\x00--before=2024-01-01T00:00:00Z"}, {"prune", "--older-than=99999999999d"},
+		{"forget", "--process=p"}, {"forget", "--process=p\x00--actor="},
 	} {
 		f.Add(uint8(slices.Index(realMainCommands, seed.cmd)), seed.args)
 	}

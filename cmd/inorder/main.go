@@ -5,6 +5,8 @@
 //	inorder status [--json]        where every process stands, and why it stopped if it did
 //	inorder skip|rewind|pause|resume   operator actions, audited
 //	inorder audit                  the operator actions taken
+//	inorder prune                  delete the rows every process of a table has passed (audited)
+//	inorder forget                 remove a stopped process's cursor rows (audited)
 //
 // Run `inorder <command> --help` for a command's flags.
 package main
@@ -35,6 +37,8 @@ Usage:
   inorder pause | resume      stop a process at its next batch, or let it go on (audited)
   inorder repartition [flags] change the number of partitions of a drained, stopped process (audited)
   inorder audit [flags]       list the operator actions
+  inorder prune [flags]       delete the rows every process of a table has passed (audited)
+  inorder forget [flags]      remove a stopped process's cursor rows; run again, it starts afresh (audited)
 
 Run 'inorder <command> --help' for the flags of a command.
 `
@@ -75,6 +79,10 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = repartitionCmd(ctx, args[1:], stdout, stderr)
 	case "audit":
 		err = auditCmd(ctx, args[1:], stdout, stderr)
+	case "prune":
+		err = pruneCmd(ctx, args[1:], stdout, stderr)
+	case "forget":
+		err = forgetCmd(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "inorder: unknown command %q\n\n%s", args[0], usage)
 		return 2

@@ -201,12 +201,27 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enc.Encode(map[string]any{"entries": entries})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tPROCESS\tACTION\tBY\tRECORD\tREASON")
+	fmt.Fprintln(tw, "AT\tPROCESS\tACTION\tBY\tRECORD\tREASON\tDETAIL")
 	for _, e := range entries {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05"), clip(e.Process, 20),
-			e.Action, clip(e.Actor, 12), clip(e.Role, 12), clip(e.RecordID, 12), clip(e.Reason, 30))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05"), clip(e.Process, 20),
+			e.Action, clip(e.Actor, 12), clip(e.Role, 12), clip(e.RecordID, 12), clip(e.Reason, 30), auditDetail(e.Detail))
 	}
 	return tw.Flush()
+}
+
+// auditDetail sums up what a prune or a forget did, for the audit table.
+func auditDetail(d *cursor.AuditDetail) string {
+	switch {
+	case d == nil:
+		return ""
+	case d.Rows > 0 && d.Before != nil:
+		return fmt.Sprintf("%d rows of %s created before %s", d.Rows, clip(d.Table, 40), d.Before.UTC().Format(time.RFC3339))
+	case len(d.Streams) == 1:
+		return "its cursor row removed"
+	case len(d.Streams) > 1:
+		return fmt.Sprintf("%d cursor rows removed", len(d.Streams))
+	}
+	return ""
 }
 
 func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
