@@ -72,8 +72,8 @@ type Config struct {
 	BodyColumn string
 }
 
-// Handler POSTs each record to a URL, signed, and returns once the receiver answered. It implements
-// handlers.Handler and is safe for concurrent use.
+// Handler POSTs each record to a URL, signed as Config.Signature says, and returns once the receiver
+// answered. It implements handlers.Handler and is safe for concurrent use.
 type Handler[T any] struct {
 	url          string // as configured, for the requests
 	target       string // without userinfo and query, for messages
