@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"strings"
+	"syscall"
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
@@ -123,6 +125,12 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
+	// A signal during start-up (connecting a sink, the metrics pool) stops it cleanly too: from here on
+	// it cancels ctx instead of killing the program, and the group is not started. (One landing in the
+	// microseconds between that check and the group listening is seen by this context only; the next
+	// signal then stops the group as a first one.)
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
 	fs := newFlagSet("run", stderr)
 	var f runFlags
 	f.register(fs)
@@ -182,6 +190,10 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		}
 		g.Add("lag", metrics.WatchLag(pool, 0))
 		log.Info().Str("addr", addr.String()).Msg("serving /metrics, /healthz and /readyz")
+	}
+	if ctx.Err() != nil {
+		log.Info().Msg("stopped by a signal during start-up")
+		return nil
 	}
 	g.AddRunner(p)
 	return g.Run()
