@@ -97,6 +97,11 @@ func (p *Partitioned[T]) Run(ctx context.Context) error {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
 	p.log.Info().Int("partitions", p.opts.Partitions).Int("slots", p.opts.Slots).Msg("working partitions")
+	if p.cfg.Observer != nil {
+		// The logical process is connected once its coordination is: readiness follows it as for one
+		// stream, while each partition reports under its own name as this instance works it.
+		p.cfg.Observer.Connected(p.cfg.Process, true)
+	}
 
 	runCtx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -178,11 +178,10 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 			return err
 		}
 		defer pool.Close()
-		if f.partitions == 0 {
-			// Readiness and lag follow the one stream. A partitioned run reports each partition it works
-			// under the partition's name; which ones those are changes as instances come and go.
-			metrics.Track(p.Name())
-		}
+		// Readiness and lag follow the process: one stream, or for a partitioned run the process as a
+		// whole (its coordination connected; the rows behind all its partitions), beside the partitions
+		// this instance works, each under its own name.
+		metrics.Track(p.Name())
 		health := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, Metrics: metrics})
 		addr, err := g.AddHTTPServer("ops", f.metricsAddr, ops.NewHandler(metrics, health), 5*time.Second)
 		if err != nil {

@@ -365,19 +365,47 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (
 	if err != nil {
 		return false, err
 	}
-	if len(infos) == 0 || infos[0].Source.Table == "" {
-		return false, nil // not registered, or never locked: nothing to measure against yet
+	if len(infos) == 0 {
+		return false, nil // not registered yet
 	}
 	in := infos[0]
-	lag, err := cursor.Behind(ctx, conn, in)
-	if err != nil {
-		return false, err
+	var rows int64
+	var oldest, now time.Time
+	parts := []cursor.Info{in}
+	if in.Partitions > 0 {
+		// The parent row of a partitioned process: its lag is that of its partitions together, the
+		// rows behind every partition's position and the oldest of them.
+		parts = parts[:0]
+		for i := range in.Partitions {
+			pi, err := cursor.List(ctx, conn, processor.PartitionName(name, i, in.Partitions))
+			if err != nil {
+				return false, err
+			}
+			if len(pi) == 0 {
+				return false, nil
+			}
+			parts = append(parts, pi[0])
+		}
+	}
+	for _, pi := range parts {
+		if pi.Source.Table == "" {
+			return false, nil // never locked: nothing to measure against yet
+		}
+		lag, err := cursor.Behind(ctx, conn, pi)
+		if err != nil {
+			return false, err
+		}
+		rows += lag.Rows
+		now = lag.Now
+		if !lag.Oldest.IsZero() && (oldest.IsZero() || lag.Oldest.Before(oldest)) {
+			oldest = lag.Oldest
+		}
 	}
 	age := 0.0
-	if !lag.Oldest.IsZero() {
-		age = max(0, lag.Now.Sub(lag.Oldest).Seconds())
+	if !oldest.IsZero() {
+		age = max(0, now.Sub(oldest).Seconds())
 	}
-	m.lagRows.WithLabelValues(name).Set(float64(lag.Rows))
+	m.lagRows.WithLabelValues(name).Set(float64(rows))
 	m.lagSeconds.WithLabelValues(name).Set(age)
 	return true, nil
 }
