@@ -73,6 +73,12 @@ func TestForgetRefusedWhileAnInstanceStandsBy(t *testing.T) {
 	require.ErrorIs(t, err, cursor.ErrBusy)
 	require.ErrorContains(t, err, "an instance is connected to it (inorder:billing@")
 	require.NoError(t, standby.Release(ctx))
+	await(t, "the released instance's session to end", func() bool {
+		var n int
+		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE application_name LIKE 'inorder%' AND datname = current_database()`).Scan(&n)
+		return err == nil && n == 0
+	})
 	_, err = cursor.Forget(ctx, db.Pool, "billing", ops)
 	require.NoError(t, err)
 }
