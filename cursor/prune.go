@@ -19,7 +19,8 @@ var (
 	// were delivered.
 	ErrNoReaders = errors.New("no process reads the table")
 	// ErrHalted: Prune was asked for a cut-off at or after the record a process of the table is halted on.
-	// The record's fate (fixed, or skipped by an operator) is undecided, so the prune waits for it.
+	// The record's fate (fixed, or skipped by an operator) is undecided, so the prune waits for it. A
+	// process only retrying a record does not refuse a prune; its position holds it back.
 	ErrHalted = errors.New("a process of the table is halted before the cut-off")
 )
 
@@ -75,7 +76,7 @@ type PruneReader struct {
 	// partition furthest back.
 	Position Position
 	// Note says why the process stands where it stands when it is not simply delivering: "paused",
-	// "never ran", "halted on record 7". Empty otherwise.
+	// "never ran", "halted on record 7", "retrying record 7". Empty otherwise.
 	Note string
 }
 
@@ -411,9 +412,10 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 	}
 	p.table = t
 
-	// A halted stream waits for an operator to fix or skip its record: no cut-off may reach it.
+	// A halted stream waits for an operator to fix or skip its record: no cut-off may reach it. One that
+	// is only retrying a record is held back by its position like any other.
 	for _, b := range bounds {
-		if b.row == nil || b.row.state.Halt == nil {
+		if b.row == nil || b.row.state.Halt == nil || b.row.state.Halt.HaltedAt.IsZero() {
 			continue
 		}
 		h := b.row.state.Halt
@@ -451,6 +453,8 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		case r.Note != "":
 		case b.row == nil:
 			r.Note = "never ran"
+		case b.row.state.Halt != nil && b.row.state.Halt.HaltedAt.IsZero():
+			r.Note = "retrying record " + b.row.state.Halt.RecordID
 		case b.row.state.Halt != nil:
 			r.Note = "halted on record " + b.row.state.Halt.RecordID
 		case b.row.state.Paused || byName[r.Process].state.Paused:

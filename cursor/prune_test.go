@@ -236,8 +236,9 @@ func TestPruneBesideWritersAndRunningProcessors(t *testing.T) {
 	}
 }
 
-// TestPruneKeepsWhatAnyProcessNeeds: a paused, a halted and a never-run process each limit a prune, a
-// cut-off at or past a halted record is refused, a table nobody reads is refused, and what was pruned
+// TestPruneKeepsWhatAnyProcessNeeds: a paused, a halted, a retrying and a never-run process each limit a
+// prune, a cut-off at or past a halted record is refused (not one past a record only being retried), a
+// table nobody reads is refused, and what was pruned
 // cannot be rewound to, while a rewind to a time before it starts at the oldest row left. A process
 // added after the prune starts there too.
 func TestPruneKeepsWhatAnyProcessNeeds(t *testing.T) {
@@ -266,6 +267,10 @@ func TestPruneKeepsWhatAnyProcessNeeds(t *testing.T) {
 	halting.Fail("61", handlers.Permanent(errors.New("refused")))
 	o.run(t, "halted", halting)
 	processortest.WaitHalted(t, o.kit, "halted", nil)
+	retrying := &processortest.Recorder[booking]{}
+	retrying.Fail("51", errors.New("timeout")) // may pass: retried, not halted
+	o.run(t, "retrying", retrying)
+	await(t, "the retries of record 51", func() bool { return retrying.Attempts("51") > 1 })
 
 	prune := func(cut time.Time, dry bool) (cursor.PruneResult, error) {
 		return cursor.Prune(ctx, o.db.Pool, cursor.PruneOpts{Table: "bookings", Before: cut, DryRun: dry, ActionOpts: ops})
@@ -285,7 +290,8 @@ func TestPruneKeepsWhatAnyProcessNeeds(t *testing.T) {
 	for _, r := range res.Readers {
 		notes[r.Process] = r.Position.ID + " " + r.Note
 	}
-	require.Equal(t, map[string]string{"caught": "100 ", "paused": "40 paused", "halted": "60 halted on record 61"}, notes)
+	require.Equal(t, map[string]string{"caught": "100 ", "paused": "40 paused", "halted": "60 halted on record 61",
+		"retrying": "50 retrying record 51"}, notes, "a stream only retrying a record before the cut-off does not refuse it")
 
 	o.db.Exec(t, "INSERT INTO inorder.cursor (process_name) VALUES ('never')") // registered, never ran
 	res, err = prune(atOf(55), false)
@@ -306,7 +312,7 @@ func TestPruneKeepsWhatAnyProcessNeeds(t *testing.T) {
 	res, err = prune(atOf(55), false)
 	require.NoError(t, err)
 	require.Equal(t, int64(40), res.Rows)
-	require.Len(t, res.Entries, 3)
+	require.Len(t, res.Entries, 4)
 	require.Equal(t, "41", o.left(t)[0])
 
 	_, err = cursor.Rewind(ctx, o.db.Pool, "caught", cursor.RewindTarget{RecordID: "10"}, ops)
