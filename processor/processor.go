@@ -200,6 +200,7 @@ type Processor[T any] struct {
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
 	wake        chan struct{}
 	lookSoon    bool          // the last poll found a writer just begun limiting the horizon
+	rowBusy     bool          // the last batch found the cursor row held by an operator action
 	heldLong    bool          // the last poll found the horizon held by a transaction open for a while
 	prober      *probe.Prober // the probe shared with the other processors of the database, or nil
 	probeGap    time.Duration // the probe's current interval (see probe.go)
@@ -379,6 +380,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	woken := false
 	for ctx.Err() == nil {
+		p.rowBusy = false
 		n, wait, err := p.tick(ctx, work)
 		if n > 0 {
 			p.probeGap, p.lastRecords = 0, time.Now()
@@ -404,7 +406,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		wakeable := false
 		if n == 0 && wait == 0 {
 			wait, wakeable = p.cfg.PollInterval, true
-			if woken || p.lookSoon {
+			if woken || p.lookSoon || p.rowBusy {
 				// A notification came, or a writer had just begun, yet nothing was readable: the new rows
 				// may still lie within the insert-latency margin below now, or commit in a moment. Look
 				// again just after the margin.
@@ -647,6 +649,12 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		return false, err
 	}
 	if !ok {
+		if p.owned && p.cur.Owner() {
+			// Still the owner: an operator action holds the row for the moment it takes. Look again
+			// shortly rather than stand by for a poll interval.
+			p.rowBusy = true
+			return false, nil
+		}
 		if p.owned {
 			p.log.Info().Msg("cursor held by another instance; standing by")
 			p.owned = false

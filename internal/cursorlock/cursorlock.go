@@ -308,6 +308,10 @@ func (r *Repository) Conn() *pgx.Conn { return r.conn }
 // TxHandler's writes go through it so that they commit with the position.
 func (r *Repository) Tx() pgx.Tx { return r.tx }
 
+// Owner reports whether this instance owns the process (holds its advisory lock). TryLock returning false
+// while Owner is true means the row itself is held for a moment by someone else: an operator action.
+func (r *Repository) Owner() bool { return r.owner }
+
 // Locked reports whether the repository holds the cursor row lock.
 func (r *Repository) Locked() bool { return r.tx != nil }
 
