@@ -203,7 +203,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	if err != nil {
 		return fail(err)
 	}
-	res.Table, res.Readers, res.Passed, res.Limit = p.table.Qualified, p.readers, Position(p.passed), p.limit
+	res.Table, res.Readers, res.Passed, res.Limit = p.table.Qualified, p.readers, Position(p.passed()), p.limit
 	sel := source.Prunable{Cut: res.Cut, Passed: p.positions, Lowest: p.lowest, From: from}
 	if opts.DryRun {
 		n, last, err := p.table.CountPrunable(ctx, tx, sel)
@@ -214,7 +214,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 		return n, nil
 	}
 	n, last := int64(0), source.Position{}
-	if !p.passed.IsBeginning() {
+	if !p.passed().IsBeginning() {
 		if n, last, err = p.table.DeletePrunable(ctx, tx, sel, batch); err != nil {
 			return fail(err)
 		}
@@ -226,10 +226,9 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	detail := AuditDetail{Table: p.table.Qualified, Rows: total, Through: &through, Before: &res.Cut}
 	if len(res.Entries) == 0 {
 		entries := make([]AuditEntry, 0, len(p.readers))
+		// Every reader is a process of the table: one that never ran would have kept the prune at the
+		// beginning, so nothing would have been deleted.
 		for _, r := range p.readers {
-			if r.Note == noteUnknown {
-				continue // not a reader of this table; it could not have let anything be deleted anyway
-			}
 			pos := r.Position
 			d := detail
 			e := AuditEntry{Process: r.Process, Action: "prune", Actor: opts.Actor, Reason: opts.Reason,
@@ -269,10 +268,12 @@ type prunePlan struct {
 	table     *source.Table
 	readers   []PruneReader
 	positions []source.Position // every stream's position that bounds the prune
-	lowest    int               // the index of the lowest of positions
-	passed    source.Position
+	lowest    int               // the index of the lowest of positions: what every process passed
 	limit     *PruneReader
 }
+
+// passed is the position every process of the table has passed.
+func (p *prunePlan) passed() source.Position { return p.positions[p.lowest] }
 
 // pruneRow is a cursor row as a prune reads it.
 type pruneRow struct {
@@ -358,7 +359,6 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 	p := &prunePlan{}
 	var bounds []bound
 	var spec *Source
-	var unknown []string
 	for _, process := range order {
 		streams := groups[process]
 		reads, ran := false, false
@@ -391,15 +391,18 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 			}
 			p.readers = append(p.readers, PruneReader{Process: process})
 		case !ran:
-			unknown = append(unknown, process)
 			bounds = append(bounds, bound{reader: len(p.readers), stream: process})
 			p.readers = append(p.readers, PruneReader{Process: process, Stream: process, Note: noteUnknown})
 		}
 	}
 	if spec == nil {
 		never := ""
-		if len(unknown) > 0 {
-			never = fmt.Sprintf(" (never ran, so their tables are unknown: %s)", strings.Join(unknown, ", "))
+		if len(p.readers) > 0 { // only processes that never ran
+			names := make([]string, len(p.readers))
+			for i, r := range p.readers {
+				names[i] = r.Process
+			}
+			never = fmt.Sprintf(" (never ran, so their tables are unknown: %s)", strings.Join(names, ", "))
 		}
 		return nil, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
 			ErrNoReaders, qualified, never)
@@ -433,21 +436,23 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		}
 	}
 
-	// Where each process stands: its stream furthest back.
-	for ri := range p.readers {
-		var idx []int
-		var ps []source.Position
-		for bi, b := range bounds {
-			if b.reader == ri {
-				idx, ps = append(idx, bi), append(ps, b.pos)
-			}
+	// Where each process stands: its stream furthest back. One query orders every stream's position.
+	for _, b := range bounds {
+		p.positions = append(p.positions, b.pos)
+	}
+	ranked, err := t.Order(ctx, tx, p.positions)
+	if err != nil {
+		return nil, err
+	}
+	p.lowest = ranked[0]
+	placed := make([]bool, len(p.readers))
+	for _, bi := range ranked {
+		b := bounds[bi]
+		if placed[b.reader] {
+			continue
 		}
-		k, err := t.Lowest(ctx, tx, ps)
-		if err != nil {
-			return nil, err
-		}
-		b := bounds[idx[k]]
-		r := &p.readers[ri]
+		placed[b.reader] = true
+		r := &p.readers[b.reader]
 		r.Stream, r.Position = b.stream, Position(b.pos)
 		switch {
 		case r.Note != "":
@@ -461,14 +466,7 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 			r.Note = "paused"
 		}
 	}
-	for _, b := range bounds {
-		p.positions = append(p.positions, b.pos)
-	}
-	if p.lowest, err = t.Lowest(ctx, tx, p.positions); err != nil {
-		return nil, err
-	}
-	p.passed = p.positions[p.lowest]
-	if p.passed.IsBeginning() || p.passed.CreatedAt.Before(cut) {
+	if passed := p.passed(); passed.IsBeginning() || passed.CreatedAt.Before(cut) {
 		limit := p.readers[bounds[p.lowest].reader]
 		p.limit = &limit
 	}

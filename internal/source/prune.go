@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Resolve finds table in the catalog as the role sees it (search_path included) and returns its
@@ -17,22 +16,11 @@ func Resolve(ctx context.Context, q Querier, table string) (string, error) {
 	if strings.TrimSpace(table) == "" {
 		return "", invalid("no table given")
 	}
-	var qualified string
-	err := q.QueryRow(ctx, `
-		SELECT n.nspname || '.' || c.relname
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = to_regclass($1)`, table).Scan(&qualified)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return "", invalid("table %q does not exist (or is not on the search_path)", table)
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42602" || pgErr.Code == "3F000" || pgErr.Code == "42601") {
-		return "", invalid("table %q: %s", table, pgErr.Message)
-	}
+	r, err := lookup(ctx, q, table)
 	if err != nil {
-		return "", fmt.Errorf("find table %q: %w", table, err)
+		return "", err
 	}
-	return qualified, nil
+	return r.schema + "." + r.name, nil
 }
 
 // Passed is the condition "the row is at or before p": a process at p has handled it. Its parameters
@@ -50,17 +38,15 @@ func (t *Table) Passed(p Position, prefix string, n int) (cond string, args []an
 	}
 }
 
-// Lowest returns the index in ps of the position furthest back, ordered as the table orders its rows
-// (the id compared as its own type, not as text). The first of equal positions wins.
-func (t *Table) Lowest(ctx context.Context, q Querier, ps []Position) (int, error) {
-	if len(ps) == 0 {
-		return -1, errors.New("no positions to compare")
-	}
+// Order returns the indexes of ps from the position furthest back to the one furthest ahead, ordered as
+// the table orders its rows (the id compared as its own type, not as text), in one query. Equal positions
+// keep their order in ps.
+func (t *Table) Order(ctx context.Context, q Querier, ps []Position) ([]int, error) {
 	ats := make([]*time.Time, len(ps))
 	ids := make([]*string, len(ps))
 	for i, p := range ps {
 		if p.IsBeginning() {
-			return i, nil
+			continue // NULL: before every row
 		}
 		at := p.CreatedAt
 		ats[i] = &at
@@ -70,13 +56,20 @@ func (t *Table) Lowest(ctx context.Context, q Querier, ps []Position) (int, erro
 		}
 	}
 	// A position with no id is after every row of its time: its id sorts last.
-	var i int64
-	sql := fmt.Sprintf(`SELECT i FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS p(at, id, i)
-		ORDER BY at, id::%s NULLS LAST, i LIMIT 1`, t.IDCast)
-	if err := q.QueryRow(ctx, sql, ats, ids).Scan(&i); err != nil {
-		return -1, fmt.Errorf("compare positions in %s: %w", t.Qualified, err)
+	sql := fmt.Sprintf(`SELECT (i - 1)::int FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS p(at, id, i)
+		ORDER BY at NULLS FIRST, id::%s NULLS LAST, i`, t.IDCast)
+	rows, err := q.Query(ctx, sql, ats, ids)
+	if err == nil {
+		var order []int32
+		if order, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err == nil {
+			out := make([]int, len(order))
+			for k, i := range order {
+				out[k] = int(i)
+			}
+			return out, nil
+		}
 	}
-	return int(i) - 1, nil
+	return nil, fmt.Errorf("compare positions in %s: %w", t.Qualified, err)
 }
 
 // Find returns the position of record id in t.

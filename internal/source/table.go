@@ -104,31 +104,15 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 	if strings.TrimSpace(src.Table) == "" {
 		return nil, invalid("no source table given")
 	}
-	var (
-		oid          uint32
-		schema, name string
-		kind         string
-		canSelect    bool
-	)
-	err := conn.QueryRow(ctx, `
-		SELECT c.oid, n.nspname, c.relname, c.relkind::text, has_table_privilege(c.oid, 'SELECT')
-		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-		WHERE c.oid = to_regclass($1)`, src.Table).Scan(&oid, &schema, &name, &kind, &canSelect)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, invalid("table %q does not exist (or is not on the search_path)", src.Table)
-	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && (pgErr.Code == "42602" || pgErr.Code == "3F000" || pgErr.Code == "42601") {
-		return nil, invalid("table %q: %s", src.Table, pgErr.Message)
-	}
+	rel, err := lookup(ctx, conn, src.Table)
 	if err != nil {
-		return nil, fmt.Errorf("inspect table %q: %w", src.Table, err)
+		return nil, err
 	}
-	t := &Table{OID: oid, Qualified: schema + "." + name, Ident: pgx.Identifier{schema, name}.Sanitize(), Spec: src}
-	if kind != "r" && kind != "p" {
-		return nil, invalid("%s is not a table (relkind %q); inorder reads plain or partitioned tables", t.Qualified, kind)
+	t := &Table{OID: rel.oid, Qualified: rel.schema + "." + rel.name, Ident: pgx.Identifier{rel.schema, rel.name}.Sanitize(), Spec: src}
+	if rel.kind != "r" && rel.kind != "p" {
+		return nil, invalid("%s is not a table (relkind %q); inorder reads plain or partitioned tables", t.Qualified, rel.kind)
 	}
-	if !canSelect {
+	if !rel.canSelect {
 		return nil, invalid("the role cannot read %s: GRANT SELECT ON %s TO <role>", t.Qualified, t.Ident)
 	}
 
@@ -139,7 +123,7 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 		JOIN pg_type t ON t.OID = a.atttypid
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
-		ORDER BY a.attnum`, oid)
+		ORDER BY a.attnum`, t.OID)
 	if err != nil {
 		return nil, fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
 	}
@@ -223,7 +207,7 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 			WHERE i.indrelid = $1 AND am.amname = 'btree' AND i.indpred IS NULL AND i.indnkeyatts >= 2
 			  AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $2)
 			  AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $3)
-			  AND i.indoption[0] & 1 = i.indoption[1] & 1)`, oid, cac.Name, idc.Name).Scan(&indexed)
+			  AND i.indoption[0] & 1 = i.indoption[1] & 1)`, t.OID, cac.Name, idc.Name).Scan(&indexed)
 	if err != nil {
 		return nil, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
 	}
@@ -247,11 +231,39 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 		return t, nil
 	}
 	if !indexed {
-		idx := pgx.Identifier{name + "_" + cac.Name + "_" + idc.Name + "_idx"}.Sanitize()
+		idx := pgx.Identifier{rel.name + "_" + cac.Name + "_" + idc.Name + "_idx"}.Sanitize()
 		return nil, invalid("no index serves the keyset read on %s; create one: CREATE INDEX CONCURRENTLY %s ON %s (%s, %s)",
 			t.Qualified, idx, t.Ident, pgx.Identifier{cac.Name}.Sanitize(), pgx.Identifier{idc.Name}.Sanitize())
 	}
 	return t, nil
+}
+
+// relation is a table as the catalog names it.
+type relation struct {
+	oid          uint32
+	schema, name string
+	kind         string // pg_class.relkind
+	canSelect    bool
+}
+
+// lookup finds table in the catalog as the role sees it (search_path included).
+func lookup(ctx context.Context, conn Querier, table string) (relation, error) {
+	var r relation
+	err := conn.QueryRow(ctx, `
+		SELECT c.oid, n.nspname, c.relname, c.relkind::text, has_table_privilege(c.oid, 'SELECT')
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.oid = to_regclass($1)`, table).Scan(&r.oid, &r.schema, &r.name, &r.kind, &r.canSelect)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return r, invalid("table %q does not exist (or is not on the search_path)", table)
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && (pgErr.Code == "42602" || pgErr.Code == "3F000" || pgErr.Code == "42601") {
+		return r, invalid("table %q: %s", table, pgErr.Message)
+	}
+	if err != nil {
+		return r, fmt.Errorf("inspect table %q: %w", table, err)
+	}
+	return r, nil
 }
 
 // timestampKind is what a created_at default expression gives a row.
