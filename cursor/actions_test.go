@@ -78,13 +78,13 @@ func (l *logLines) has(s string) bool {
 
 // startBilling runs process "billing" over a bookings table of n rows, refusing record refuse for good,
 // retrying it between retryMin and retryMax and polling every poll, until the test ends (or stop).
-func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration) (*pgtest.DB, *recorder, func() error) {
-	db, h, stop, _ := startBillingLogged(t, n, refuse, retryMin, retryMax, poll)
+func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration, opts ...func(*processor.Config[booking])) (*pgtest.DB, *recorder, func() error) {
+	db, h, stop, _ := startBillingLogged(t, n, refuse, retryMin, retryMax, poll, opts...)
 	return db, h, stop
 }
 
 // startBillingLogged is startBilling, keeping the processor's log lines.
-func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration) (*pgtest.DB, *recorder, func() error, *logLines) {
+func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration, opts ...func(*processor.Config[booking])) (*pgtest.DB, *recorder, func() error, *logLines) {
 	t.Helper()
 	db, _ := setup(t)
 	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -94,10 +94,14 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	require.NoError(t, err)
 	h := &recorder{refuse: refuse}
 	logs := &logLines{}
-	p, err := processor.New(processor.Config[booking]{
+	cfg := processor.Config[booking]{
 		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: poll, RetryMin: retryMin, RetryMax: retryMax, Logger: zerolog.New(logs),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	return db, h, testrun.Start(t, p.Run), logs
 }
@@ -200,6 +204,18 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 		require.NoError(t, err)
 		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
 			"the record after the skipped one, well before the backoff ends")
+		require.Equal(t, []int64{1, 3}, h.got())
+	})
+	t.Run("skip, probe off", func(t *testing.T) {
+		t.Parallel()
+		// Without the probe the processor looks at its cursor row every poll interval while it waits.
+		db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, 200*time.Millisecond,
+			func(c *processor.Config[booking]) { c.ProbeInterval = -1 })
+		halted(t, db, "2")
+		_, err := cursor.Skip(ctx, db.Pool, "billing", "2", ops)
+		require.NoError(t, err)
+		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+			"the record after the skipped one, within a poll interval or so")
 		require.Equal(t, []int64{1, 3}, h.got())
 	})
 	t.Run("rewind", func(t *testing.T) {

@@ -124,9 +124,8 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		was := p.failing
 		p.retryAt = time.Time{}
-		p.noteFailing(nil)
+		was := p.noteFailing(nil)
 		msg := "the record went through; retrying is over"
 		if was == failHalted {
 			msg = "stream resumed: the halted record went through"
@@ -283,12 +282,7 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 	}
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
 		Time("failing_since", h.FirstFailureAt).Err(cause).Dur("retry_in", wait).Msg(msg)
-	// Without the probe watching the cursor row, the next batch comes within a poll interval, to see an
-	// operator's action; it waits out the rest of the backoff itself (see followOperator).
-	if p.prober == nil {
-		return min(wait, p.cfg.PollInterval)
-	}
-	return wait
+	return p.rowWatched(wait)
 }
 
 func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {

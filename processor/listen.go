@@ -85,21 +85,16 @@ func (p *Processor[T]) wakeUp() {
 // whether the wait ended early because there may be something to do: a notification, or the probe seeing
 // a row after the position or a change to the cursor row (see probe.go).
 //
-// With the probe, a wakeable wait of a whole poll interval becomes idleTicks of them, since the probe
-// watches for what the batches would have looked for; any other wait (a backoff, a pause, a held horizon)
-// keeps its length and watches the cursor row, so an operator's action ends it.
+// With the probe, a wakeable wait also watches for rows after the position (see probesRows), and every
+// wait watches the cursor row, so an operator's action ends it.
 func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool) bool {
 	var wake chan struct{}
 	if wakeable {
 		wake = p.wake
 	}
 	if p.prober != nil && p.owned {
-		rows := wakeable && !p.heldLong
-		if rows && d == p.cfg.PollInterval {
-			d *= idleTicks
-		}
 		start := time.Now()
-		found, ok := p.probeWait(ctx, d, rows, wake)
+		found, ok := p.probeWait(ctx, d, wakeable && p.probesRows(), wake)
 		if ok || ctx.Err() != nil {
 			return found
 		}

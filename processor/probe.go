@@ -31,6 +31,20 @@ const (
 	idleTicks       = 10
 )
 
+// probesRows reports whether an idle wait probes for rows after the position: not while a transaction
+// open for a while holds the horizon (the probe would answer yes for rows no batch may read yet).
+func (p *Processor[T]) probesRows() bool { return p.prober != nil && p.owned && !p.heldLong }
+
+// rowWatched bounds a wait that an operator's action should end (a backoff, a pause): the probe watches
+// the cursor row through it, and without the probe the processor looks at the row again every poll
+// interval, so a skip, rewind, pause or resume takes effect then, not when the wait ends.
+func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
+	if p.prober == nil {
+		return min(d, p.cfg.PollInterval)
+	}
+	return d
+}
+
 // probeCond is the probe's question for this processor, with parameters numbered from n: is there a row
 // after the position the last batch left that a batch could read now?
 func (p *Processor[T]) probeCond(n int) (string, []any) {
@@ -43,7 +57,7 @@ func (p *Processor[T]) probeCond(n int) (string, []any) {
 	if p.table.Part != nil {
 		cond += fmt.Sprintf(" AND %s = %d", p.table.PartExpr(""), p.table.Part.Index)
 	}
-	return cond, args
+	return "EXISTS (SELECT 1 FROM " + p.table.Ident + " WHERE " + cond + ")", args
 }
 
 // probeWait waits up to d for the shared probe to see a row after the position (when rows is set) or a
@@ -56,7 +70,7 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 	}
 	req := probe.Request{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
 	if rows {
-		req.RowsFunc, req.Table = p.probeCond, p.table.Ident
+		req.RowsFunc = p.probeCond
 		req.Gap = min(max(p.probeGap, probeFirst), limit)
 	}
 	r := p.prober.Wait(ctx, req, d, wake)

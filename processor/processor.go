@@ -406,11 +406,16 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		wakeable := false
 		if n == 0 && wait == 0 {
 			wait, wakeable = p.cfg.PollInterval, true
-			if woken || p.lookSoon || p.rowBusy {
+			switch {
+			case woken || p.lookSoon || p.rowBusy:
 				// A notification came, or a writer had just begun, yet nothing was readable: the new rows
-				// may still lie within the insert-latency margin below now, or commit in a moment. Look
-				// again just after the margin.
+				// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
+				// operator action held the row for a moment.) Look again just after the margin.
 				wait = 2*p.cfg.InsertLatency + time.Millisecond
+			case p.probesRows():
+				// The probe watches for what a batch would look for; a batch still comes now and then to
+				// keep the session and the holds up to date.
+				wait *= idleTicks
 			}
 		}
 		woken = false
@@ -702,10 +707,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
 			p.paused = true
 		}
-		if p.prober != nil { // which watches the row for the resume
-			return idleTicks * p.cfg.PollInterval
-		}
-		return p.cfg.PollInterval
+		return p.rowWatched(idleTicks * p.cfg.PollInterval)
 	}
 	if p.paused {
 		p.log.Info().Msg("resumed by an operator")
@@ -726,10 +728,5 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.retryAt.After(due) {
 		due = p.retryAt
 	}
-	// Without the probe watching the row, look at it again every poll interval meanwhile: an operator's
-	// skip, rewind, pause or resume takes effect then, not when the backoff ends.
-	if p.prober == nil {
-		return min(max(0, time.Until(due)), p.cfg.PollInterval)
-	}
-	return max(0, time.Until(due))
+	return p.rowWatched(max(0, time.Until(due)))
 }

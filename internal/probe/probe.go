@@ -41,11 +41,9 @@ const statementTimeout = 10 * time.Second
 // Request is what one processor waits for.
 type Request struct {
 	// RowsFunc returns an SQL boolean expression saying whether a row the processor could read lies after
-	// its position, with its parameters numbered from n, and their values. Nil means rows are not watched
-	// (a halted or paused stream waits for its cursor row only).
-	RowsFunc func(n int) (cond string, args []any)
-	// Table is the source table RowsFunc's expression reads, already quoted.
-	Table string
+	// its position (an EXISTS over the source table), with its parameters numbered from n, and their
+	// values. Nil means rows are not watched (a halted or paused stream waits for its cursor row only).
+	RowsFunc func(n int) (expr string, args []any)
 	// Cursor is the process name of the cursor row to watch, and Version the row version (xmin) the
 	// processor last read: a different version wakes it.
 	Cursor, Version string
@@ -259,9 +257,9 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error
 		if w.req.RowsFunc == nil {
 			sql.WriteString("false")
 		} else {
-			cond, a := w.req.RowsFunc(len(args) + 1)
+			expr, a := w.req.RowsFunc(len(args) + 1)
 			args = append(args, a...)
-			fmt.Fprintf(&sql, "EXISTS (SELECT 1 FROM %s WHERE %s)", w.req.Table, cond)
+			sql.WriteString(expr)
 		}
 		args = append(args, w.req.Cursor)
 		fmt.Fprintf(&sql, ", (SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))

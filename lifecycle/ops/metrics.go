@@ -342,8 +342,20 @@ func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping f
 		return false
 	}
 	defer conn.Release()
+	// Every cursor row in one read: a partitioned process needs its partitions' rows too.
+	infos, err := cursor.List(ctx, conn.Conn(), "")
+	if err != nil {
+		for _, n := range names {
+			fail(n)
+		}
+		return false
+	}
+	rows := make(map[string]cursor.Info, len(infos))
+	for _, in := range infos {
+		rows[in.Process] = in
+	}
 	for i, name := range names {
-		measured, err := m.measureOne(ctx, conn.Conn(), name)
+		measured, err := m.measureOne(ctx, conn.Conn(), rows, name)
 		if err != nil {
 			fail(name)
 			if ctx.Err() != nil { // out of time: the rest are cut off too
@@ -358,17 +370,13 @@ func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping f
 	return pending
 }
 
-// measureOne measures the lag of one process; it reports false when there is nothing to measure against
-// yet.
-func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (bool, error) {
-	infos, err := cursor.List(ctx, conn, name)
-	if err != nil {
-		return false, err
-	}
-	if len(infos) == 0 {
+// measureOne measures the lag of one process from the cursor rows read for this round; it reports false
+// when there is nothing to measure against yet.
+func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, cursors map[string]cursor.Info, name string) (bool, error) {
+	in, ok := cursors[name]
+	if !ok {
 		return false, nil // not registered yet
 	}
-	in := infos[0]
 	var rows int64
 	var oldest, now time.Time
 	parts := []cursor.Info{in}
@@ -377,14 +385,11 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, name string) (
 		// rows behind every partition's position and the oldest of them.
 		parts = parts[:0]
 		for i := range in.Partitions {
-			pi, err := cursor.List(ctx, conn, processor.PartitionName(name, i, in.Partitions))
-			if err != nil {
-				return false, err
-			}
-			if len(pi) == 0 {
+			pi, ok := cursors[processor.PartitionName(name, i, in.Partitions)]
+			if !ok {
 				return false, nil
 			}
-			parts = append(parts, pi[0])
+			parts = append(parts, pi)
 		}
 	}
 	for _, pi := range parts {
