@@ -196,28 +196,27 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 	}
 	ops := cursor.ActionOpts{Actor: "ops", Reason: "test"}
 
-	t.Run("skip", func(t *testing.T) {
-		t.Parallel()
-		db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, 30*time.Second)
-		halted(t, db, "2")
-		_, err := cursor.Skip(ctx, db.Pool, "billing", "2", ops)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
-			"the record after the skipped one, well before the backoff ends")
-		require.Equal(t, []int64{1, 3}, h.got())
-	})
-	t.Run("skip, probe off", func(t *testing.T) {
-		t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		poll  time.Duration
+		probe time.Duration
+	}{
+		{"skip", 30 * time.Second, 0},
 		// Without the probe the processor looks at its cursor row every poll interval while it waits.
-		db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, 200*time.Millisecond,
-			func(c *processor.Config[booking]) { c.ProbeInterval = -1 })
-		halted(t, db, "2")
-		_, err := cursor.Skip(ctx, db.Pool, "billing", "2", ops)
-		require.NoError(t, err)
-		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
-			"the record after the skipped one, within a poll interval or so")
-		require.Equal(t, []int64{1, 3}, h.got())
-	})
+		{"skip, probe off", 200 * time.Millisecond, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, tc.poll,
+				func(c *processor.Config[booking]) { c.ProbeInterval = tc.probe })
+			halted(t, db, "2")
+			_, err := cursor.Skip(ctx, db.Pool, "billing", "2", ops)
+			require.NoError(t, err)
+			require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+				"the record after the skipped one, well before the backoff ends")
+			require.Equal(t, []int64{1, 3}, h.got())
+		})
+	}
 	t.Run("rewind", func(t *testing.T) {
 		t.Parallel()
 		db, h, _ := startBilling(t, 3, 2, time.Minute, time.Minute, 30*time.Second)
