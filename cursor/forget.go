@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
@@ -46,19 +45,15 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	streams := []StreamPosition{{Process: name, Position: row.state.Position}}
 	table := row.src.Table
 	if row.partitions != nil {
-		rows, err := tx.Query(ctx, `SELECT process_name, position_created_at, position_id, coalesce(source_table, '')
+		rows, err := tx.Query(ctx, `SELECT `+cursorlock.StateColumns+`, process_name, coalesce(source_table, '')
 			FROM inorder.cursor WHERE starts_with(process_name, $1 || '#') ORDER BY process_name FOR UPDATE NOWAIT`, name)
 		var parts []StreamPosition
 		if err == nil {
 			parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamPosition, error) {
 				var s StreamPosition
-				var at pgtype.Timestamptz
-				var id pgtype.Text
 				var src string
-				err := r.Scan(&s.Process, &at, &id, &src)
-				if at.Valid {
-					s.Position = Position{CreatedAt: at.Time.UTC(), ID: id.String}
-				}
+				st, _, err := cursorlock.ScanState(r, &s.Process, &src)
+				s.Position = Position(st.Position)
 				if src != "" {
 					table = src
 				}
@@ -84,14 +79,13 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	if row.partitions != nil {
 		keys = append(keys, cursorlock.InstancesLockKey(name))
 	}
-	for _, k := range keys {
-		var free bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", k).Scan(&free); err != nil {
-			return fail("%w", err)
-		}
-		if !free {
-			return fail("%w: an instance is running it; stop every instance first", ErrBusy)
-		}
+	var free bool
+	if err := tx.QueryRow(ctx, "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys).
+		Scan(&free); err != nil {
+		return fail("%w", err)
+	}
+	if !free {
+		return fail("%w: an instance is running it; stop every instance first", ErrBusy)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE process_name = $1
 		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {
@@ -103,14 +97,7 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
 		return fail("%w", err)
 	}
-	rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE (application_name LIKE 'inorder:%' OR application_name LIKE 'inorder-tx:%'
-		       OR application_name LIKE 'inorder-partitions:%')
-		  AND datname = current_database() AND pid <> pg_backend_pid()`)
-	if err != nil {
-		return fail("%w", err)
-	}
-	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	apps, err := sessions(ctx, tx)
 	if err != nil {
 		return fail("%w", err)
 	}

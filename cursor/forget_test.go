@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -27,7 +28,7 @@ func TestForgetRefusedWhileRunningThenStartsAfresh(t *testing.T) {
 
 	_, err := cursor.Forget(ctx, o.db.Pool, "billing", ops)
 	require.ErrorIs(t, err, cursor.ErrBusy)
-	require.ErrorContains(t, err, "stop every instance first")
+	require.ErrorContains(t, err, "an instance is running it; stop every instance first", "the owner's lock refuses it")
 	_, err = cursor.Forget(ctx, o.db.Pool, "nobody", ops)
 	require.ErrorIs(t, err, cursor.ErrUnknownProcess)
 	_, err = cursor.Forget(ctx, o.db.Pool, "billing", cursor.ActionOpts{})
@@ -35,7 +36,7 @@ func TestForgetRefusedWhileRunningThenStartsAfresh(t *testing.T) {
 	require.Equal(t, "5", o.position(t, "billing").ID, "a refused forget leaves the row")
 
 	require.NoError(t, run.Stop())
-	await(t, "the stopped instance's session to end", func() bool { return o.sessions(t) == 0 })
+	await(t, "the stopped instance's session to end", func() bool { return sessions(t, o.db) == 0 })
 	e, err := cursor.Forget(ctx, o.db.Pool, "billing", ops)
 	require.NoError(t, err)
 	require.Equal(t, "forget", e.Action)
@@ -73,12 +74,7 @@ func TestForgetRefusedWhileAnInstanceStandsBy(t *testing.T) {
 	require.ErrorIs(t, err, cursor.ErrBusy)
 	require.ErrorContains(t, err, "an instance is connected to it (inorder:billing@")
 	require.NoError(t, standby.Release(ctx))
-	await(t, "the released instance's session to end", func() bool {
-		var n int
-		err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE application_name LIKE 'inorder%' AND datname = current_database()`).Scan(&n)
-		return err == nil && n == 0
-	})
+	await(t, "the released instance's session to end", func() bool { return sessions(t, db) == 0 })
 	_, err = cursor.Forget(ctx, db.Pool, "billing", ops)
 	require.NoError(t, err)
 }
@@ -99,7 +95,7 @@ func TestForgetAPartitionedProcess(t *testing.T) {
 	require.NoError(t, run.Stop())
 	_, err = cursor.Forget(ctx, o.db.Pool, "split#0/2", ops)
 	require.ErrorContains(t, err, `it is a partition of "split"; forget the whole process`)
-	await(t, "the stopped instance's sessions to end", func() bool { return o.sessions(t) == 0 })
+	await(t, "the stopped instance's sessions to end", func() bool { return sessions(t, o.db) == 0 })
 
 	e, err := cursor.Forget(ctx, o.db.Pool, "split", ops)
 	require.NoError(t, err)
@@ -123,10 +119,10 @@ func TestForgetAPartitionedProcess(t *testing.T) {
 
 // sessions counts the sessions of inorder instances on the database: a stopped instance's session
 // ends a moment after it closed it.
-func (o *outbox) sessions(t *testing.T) int {
+func sessions(t *testing.T, db *pgtest.DB) int {
 	t.Helper()
 	var n int
-	require.NoError(t, o.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+	require.NoError(t, db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
 		WHERE application_name LIKE 'inorder%' AND datname = current_database()`).Scan(&n))
 	return n
 }

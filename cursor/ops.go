@@ -304,13 +304,22 @@ func beginAction(ctx context.Context, db DB, name, action string, opts ActionOpt
 	if opts.Actor == "" {
 		return nil, fmt.Errorf("%s on %q: an actor is required", action, name)
 	}
-	tx, err := db.Begin(ctx)
+	tx, err := beginWaiting(ctx, db, opts.wait())
 	if err != nil {
 		return nil, fmt.Errorf("%s on %q: %w", action, name, err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(opts.wait().Milliseconds(), 10)); err != nil {
+	return tx, nil
+}
+
+// beginWaiting begins a transaction whose lock_timeout is wait.
+func beginWaiting(ctx context.Context, db DB, wait time.Duration) (pgx.Tx, error) {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", strconv.FormatInt(wait.Milliseconds(), 10)); err != nil {
 		_ = tx.Rollback(ctx)
-		return nil, fmt.Errorf("%s on %q: %w", action, name, err)
+		return nil, err
 	}
 	return tx, nil
 }
@@ -343,7 +352,8 @@ func lockRow(ctx context.Context, tx pgx.Tx, name, action string, opts ActionOpt
 	return row, nil
 }
 
-// isLockTimeout reports whether err is Postgres giving up on a lock after lock_timeout.
+// isLockTimeout reports whether err is Postgres giving up on a lock: after lock_timeout, or at once for
+// NOWAIT.
 func isLockTimeout(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
@@ -442,8 +452,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if err == nil {
 			_, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == "55P03" {
+		if isLockTimeout(err) {
 			return fail("%w: a processor is working a partition; stop every instance first", ErrBusy)
 		}
 		if err != nil {

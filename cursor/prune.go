@@ -173,15 +173,12 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 // process stands, deletes up to batch rows after from (or, for a dry run, counts them all) and updates
 // the audit, filling res in.
 func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, from source.Position, batch int) (int64, error) {
-	tx, err := db.Begin(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("prune %s: %w", res.Table, err)
-	}
-	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("prune %s: %w", res.Table, err) }
-	if _, err := tx.Exec(ctx, "SELECT set_config('lock_timeout', $1, true)", fmt.Sprint(opts.wait().Milliseconds())); err != nil {
+	tx, err := beginWaiting(ctx, db, opts.wait())
+	if err != nil {
 		return fail(err)
 	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	if res.Cut.IsZero() {
 		// The cut-off is fixed once, by the database's clock, so that a long prune does not drift.
 		cut := opts.Before

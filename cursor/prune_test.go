@@ -113,6 +113,14 @@ func (o *outbox) run(t *testing.T, process string, h handlers.Handler[booking]) 
 	return processortest.Start(t, p, nil)
 }
 
+// catchUp runs process until it has delivered every row, then stops it.
+func (o *outbox) catchUp(t *testing.T, process string) {
+	t.Helper()
+	run := o.run(t, process, &processortest.Recorder[booking]{})
+	processortest.WaitCaughtUp(t, o.kit, process, nil)
+	require.NoError(t, run.Stop())
+}
+
 func (o *outbox) position(t *testing.T, process string) cursor.Position {
 	t.Helper()
 	infos, err := cursor.List(context.Background(), o.db.Pool, process)
@@ -254,11 +262,8 @@ func TestPruneKeepsWhatAnyProcessNeeds(t *testing.T) {
 	}
 	ops := cursor.ActionOpts{Actor: "ops"}
 
-	for _, name := range []string{"caught", "paused"} {
-		run := o.run(t, name, &processortest.Recorder[booking]{})
-		processortest.WaitCaughtUp(t, o.kit, name, nil)
-		require.NoError(t, run.Stop())
-	}
+	o.catchUp(t, "caught")
+	o.catchUp(t, "paused")
 	_, err := cursor.Rewind(ctx, o.db.Pool, "paused", cursor.RewindTarget{RecordID: "41"}, ops)
 	require.NoError(t, err)
 	_, err = cursor.Pause(ctx, o.db.Pool, "paused", ops)
@@ -353,9 +358,7 @@ func TestPruneReadsThePositionsInEveryBatch(t *testing.T) {
 	ctx := context.Background()
 	o := newOutbox(t)
 	require.NoError(t, o.write(ctx, 100, 0))
-	run := o.run(t, "billing", &processortest.Recorder[booking]{})
-	processortest.WaitCaughtUp(t, o.kit, "billing", nil)
-	require.NoError(t, run.Stop())
+	o.catchUp(t, "billing")
 	ops := cursor.ActionOpts{Actor: "ops"}
 	db := &beginHook{Pool: o.db.Pool, n: 2, hook: func() {
 		_, err := cursor.Rewind(ctx, o.db.Pool, "billing", cursor.RewindTarget{RecordID: "15"}, ops)
@@ -376,9 +379,7 @@ func TestRewindsAndNewProcessesWaitForAPruneBatch(t *testing.T) {
 	ctx := context.Background()
 	o := newOutbox(t)
 	require.NoError(t, o.write(ctx, 5, 0))
-	run := o.run(t, "billing", &processortest.Recorder[booking]{})
-	processortest.WaitCaughtUp(t, o.kit, "billing", nil)
-	require.NoError(t, run.Stop())
+	o.catchUp(t, "billing")
 
 	batch, err := o.db.Pool.Begin(ctx)
 	require.NoError(t, err)

@@ -97,13 +97,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	// Instances standing by keep a cursor connection open too; count them by application_name, which is
 	// cut at 63 bytes, so compare on what survives. Only this database's sessions count: a process of the
 	// same name in another database on the server is another process.
-	rows, err = tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE (application_name LIKE 'inorder:%' OR application_name LIKE 'inorder-tx:%')
-		  AND datname = current_database()`)
-	if err != nil {
-		return nil, fmt.Errorf("count instances: %w", err)
-	}
-	apps, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	apps, err := sessions(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
@@ -138,6 +132,20 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 		}
 	}
 	return infos, nil
+}
+
+// sessions returns the application_name of every other session of this database that an inorder instance
+// opened: cursor sessions ("inorder:…", "inorder-tx:…") and the coordinating sessions of partitioned
+// processes ("inorder-partitions:…").
+func sessions(ctx context.Context, tx pgx.Tx) ([]string, error) {
+	rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
+		WHERE (application_name LIKE 'inorder:%' OR application_name LIKE 'inorder-tx:%'
+		       OR application_name LIKE 'inorder-partitions:%')
+		  AND datname = current_database() AND pid <> pg_backend_pid()`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // instanceOf reports whether app, an application_name from pg_stat_activity, is the cursor session of an
