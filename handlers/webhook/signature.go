@@ -70,9 +70,11 @@ func Sign(secret []byte, t time.Time, body []byte) string {
 	return "t=" + ts + ",v1=" + hex.EncodeToString(mac(secret, ts, body))
 }
 
-func mac(secret []byte, ts string, body []byte) []byte {
+// mac is the HMAC-SHA256 of "<prefix>.<body>" keyed with secret: prefix is the timestamp (SignatureInorder)
+// or "<id>.<timestamp>" (SignatureStandardWebhooks).
+func mac(secret []byte, prefix string, body []byte) []byte {
 	m := hmac.New(sha256.New, secret)
-	m.Write([]byte(ts))
+	m.Write([]byte(prefix))
 	m.Write([]byte{'.'})
 	m.Write(body)
 	return m.Sum(nil)

@@ -1,8 +1,6 @@
 package webhook
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
 	"encoding/base64"
 	"errors"
 	"strconv"
@@ -43,14 +41,8 @@ func standardKey(secret []byte) ([]byte, error) {
 }
 
 // signStandard returns the webhook-timestamp and webhook-signature values for a message of id with body,
-// signed with key at time t.
+// signed with key at time t: the HMAC of "<id>.<timestamp>.<body>".
 func signStandard(key []byte, id string, t time.Time, body []byte) (timestamp, signature string) {
 	timestamp = strconv.FormatInt(t.Unix(), 10)
-	m := hmac.New(sha256.New, key)
-	m.Write([]byte(id))
-	m.Write([]byte{'.'})
-	m.Write([]byte(timestamp))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return timestamp, "v1," + base64.StdEncoding.EncodeToString(m.Sum(nil))
+	return timestamp, "v1," + base64.StdEncoding.EncodeToString(mac(key, id+"."+timestamp, body))
 }
