@@ -146,35 +146,39 @@ func rewindCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 
 func pauseCmd(pause bool) func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	return func(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-		name := "resume"
+		name, act := "resume", cursor.Resume
 		if pause {
-			name = "pause"
+			name, act = "pause", cursor.Pause
 		}
-		fs := newFlagSet(name, stderr)
-		var o opFlags
-		o.register(fs, false)
-		if err := parseFlags(fs, args); err != nil {
-			return err
-		}
-		if err := o.check(false); err != nil {
-			return err
-		}
-		conn, err := o.connect(ctx)
-		if err != nil {
-			return err
-		}
-		defer conn.Close(ctx)
-		act := cursor.Resume
-		if pause {
-			act = cursor.Pause
-		}
-		e, err := act(ctx, conn, o.process, o.opts())
-		if err != nil {
-			return actionErr(err, o.process)
-		}
-		printEntry(stdout, e)
-		return nil
+		_, err := processAction(ctx, name, args, stdout, stderr, act)
+		return err
 	}
+}
+
+// processAction runs an operator command that takes only the shared flags: it parses them, runs act on
+// the process and prints its audit entry.
+func processAction(ctx context.Context, name string, args []string, stdout, stderr io.Writer,
+	act func(context.Context, cursor.DB, string, cursor.ActionOpts) (cursor.AuditEntry, error)) (cursor.AuditEntry, error) {
+	fs := newFlagSet(name, stderr)
+	var o opFlags
+	o.register(fs, false)
+	if err := parseFlags(fs, args); err != nil {
+		return cursor.AuditEntry{}, err
+	}
+	if err := o.check(false); err != nil {
+		return cursor.AuditEntry{}, err
+	}
+	conn, err := o.connect(ctx)
+	if err != nil {
+		return cursor.AuditEntry{}, err
+	}
+	defer conn.Close(ctx)
+	e, err := act(ctx, conn, o.process, o.opts())
+	if err != nil {
+		return e, actionErr(err, o.process)
+	}
+	printEntry(stdout, e)
+	return e, nil
 }
 
 func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {

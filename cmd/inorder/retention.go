@@ -176,30 +176,15 @@ func printPruneJSON(w io.Writer, res cursor.PruneResult) error {
 }
 
 func forgetCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("forget", stderr)
-	var o opFlags
-	o.register(fs, false)
-	if err := parseFlags(fs, args); err != nil {
-		return err
-	}
-	if err := o.check(false); err != nil {
-		return err
-	}
-	conn, err := o.connect(ctx)
+	e, err := processAction(ctx, "forget", args, stdout, stderr, cursor.Forget)
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
-	e, err := cursor.Forget(ctx, conn, o.process, o.opts())
-	if err != nil {
-		return actionErr(err, o.process)
-	}
-	printEntry(stdout, e)
 	rows := "its cursor row, at " + e.PositionBefore.String()
 	if n := len(e.Detail.Streams); n > 1 {
 		rows = fmt.Sprintf("its %d cursor rows", n)
 	}
 	fmt.Fprintf(stdout, "inorder: forgot %s (%s); run again, it starts afresh: from the beginning, or with "+
-		"--start-from now from then\n", o.process, rows)
+		"--start-from now from then\n", e.Process, rows)
 	return nil
 }

@@ -52,7 +52,7 @@ func webhookHeaders(values []string, lookup func(string) (string, bool)) (http.H
 		if value == "" {
 			return nil, usageErr("--webhook-header %s has an empty value", name)
 		}
-		if strings.ContainsFunc(value, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+		if hasControl(value) {
 			return nil, usageErr("--webhook-header %s: the value holds a line break or another control character", name)
 		}
 		h.Add(name, value)
@@ -83,13 +83,19 @@ func expandEnv(s string, lookup func(string) (string, bool)) (string, error) {
 		if !ok || v == "" {
 			return "", fmt.Errorf("environment variable %s is not set or empty", name)
 		}
-		if strings.ContainsFunc(v, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f }) {
+		if hasControl(v) {
 			return "", fmt.Errorf("environment variable %s holds a line break or another control character", name)
 		}
 		b.WriteString(s[:start])
 		b.WriteString(v)
 		s = s[start+end+1:]
 	}
+}
+
+// hasControl reports whether s holds a character a header value cannot: a line break, NUL or another
+// control character but a tab.
+func hasControl(s string) bool {
+	return strings.ContainsFunc(s, func(r rune) bool { return (r < ' ' && r != '\t') || r == 0x7f })
 }
 
 func validEnvName(name string) bool {
