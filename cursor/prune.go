@@ -330,8 +330,8 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 				groups[r.name] = nil
 			}
 			for k := 0; k < int(*r.partitions); k++ {
-				if _, ok := byName[partitionName(r.name, k, int(*r.partitions))]; !ok {
-					add(r.name, stream{name: partitionName(r.name, k, int(*r.partitions))})
+				if _, ok := byName[cursorlock.PartitionName(r.name, k, int(*r.partitions))]; !ok {
+					add(r.name, stream{name: cursorlock.PartitionName(r.name, k, int(*r.partitions))})
 				}
 			}
 			continue
@@ -468,9 +468,4 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		p.limit = &limit
 	}
 	return p, nil
-}
-
-// partitionName is processor.PartitionName, which this package cannot import.
-func partitionName(process string, index, count int) string {
-	return fmt.Sprintf("%s#%d/%d", process, index, count)
 }

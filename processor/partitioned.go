@@ -28,7 +28,7 @@ type PartitionOpts struct {
 // PartitionName is the process name of partition index of count: "<process>#<index>/<count>". Each
 // partition has its own cursor row under that name.
 func PartitionName(process string, index, count int) string {
-	return fmt.Sprintf("%s#%d/%d", process, index, count)
+	return cursorlock.PartitionName(process, index, count)
 }
 
 // left says why the processor of one partition stopped.

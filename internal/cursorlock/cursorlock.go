@@ -793,6 +793,12 @@ func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int
 	return nil
 }
 
+// PartitionName is the process name of partition index of count, "<process>#<index>/<count>": the name
+// of its own cursor row (processor.PartitionName documents it for users).
+func PartitionName(process string, index, count int) string {
+	return fmt.Sprintf("%s#%d/%d", process, index, count)
+}
+
 // InstancesLockKey is the key of the advisory lock that every running instance of partitioned process
 // name holds shared on its coordinating connection, from before it checks the partition count until it
 // stops. Repartition takes it exclusively: an instance between two partitions owns none of their locks,
