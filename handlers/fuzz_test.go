@@ -74,9 +74,10 @@ func fuzzRow(cols, s string, i int64, fl float64, raw []byte, b bool, kinds []by
 //   - It never panics, and it fails exactly when one of the values has no JSON form (json.Marshal fails on
 //     it: a NaN or infinite float, invalid raw JSON, a time outside years 0..9999), naming the first such
 //     column in the error.
-//   - When it succeeds the output is valid JSON and json.Marshal(row), which re-validates what a Marshaler
-//     returns, succeeds too; and it is valid UTF-8 whenever the raw JSON values are (names and strings are
-//     coerced: each invalid byte becomes U+FFFD, as encoding/json does).
+//   - When it succeeds the output is valid JSON and json.Marshal(row), which re-validates and compacts what
+//     a Marshaler returns, gives the same bytes (so sinks may call MarshalJSON directly); and it is valid
+//     UTF-8 whenever the raw JSON values are (names and strings are coerced: each invalid byte becomes
+//     U+FFFD, as encoding/json does).
 //   - The output is one object whose members are, in order, exactly the columns: the i-th member's name is
 //     Columns[i] (with invalid bytes as U+FFFD) and its value is Values[i] in its natural JSON form (a string,
 //     the integer's digits, a number equal to the float, the raw JSON embedded as JSON and equal to it once
@@ -154,8 +155,10 @@ func FuzzRowMarshalJSON(f *testing.F) {
 		if !json.Valid(out) {
 			t.Fatalf("invalid JSON: %q", out)
 		}
-		if _, merr := json.Marshal(row); merr != nil {
+		if m, merr := json.Marshal(row); merr != nil {
 			t.Fatalf("json.Marshal(row) rejects what MarshalJSON wrote (%q): %v", out, merr)
+		} else if !bytes.Equal(m, out) {
+			t.Fatalf("json.Marshal(row) gives %q, MarshalJSON %q", m, out)
 		}
 		usesRaw := false
 		for _, k := range kindOf {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"time"
 )
 
 // Row is the generic record the CLI works with: a source row's columns in table order and their values.
@@ -47,4 +48,65 @@ func (r Row) MarshalJSON() ([]byte, error) {
 	}
 	b.WriteByte('}')
 	return b.Bytes(), nil
+}
+
+// Text returns the value of the first of columns the row has, as text: strings and bytea as they are, json
+// and jsonb strings unquoted (other JSON as it is), timestamps in UTC as time.RFC3339Nano and other values
+// as fmt prints them. It reports false when the row has none of the columns or the value is NULL. Sinks
+// use it for a record's event type or topic: Text("type", "event_type") is the type column, or the
+// event_type column when the row has no type column.
+func (r Row) Text(columns ...string) (string, bool) {
+	for _, c := range columns {
+		v, ok := r.Get(c)
+		if !ok {
+			continue
+		}
+		switch x := v.(type) {
+		case nil:
+			return "", false
+		case string:
+			return x, true
+		case []byte:
+			return string(x), true
+		case json.RawMessage:
+			var s string
+			if json.Unmarshal(x, &s) == nil {
+				return s, true
+			}
+			return string(x), true
+		case time.Time:
+			return x.UTC().Format(time.RFC3339Nano), true
+		default:
+			return fmt.Sprint(x), true
+		}
+	}
+	return "", false
+}
+
+// Payload returns the body of the message a sink sends for the row: the value of column when the row has
+// that column, otherwise the whole row as JSON (MarshalJSON). An empty column means the whole row. The
+// column's value is sent as json and jsonb values and strings as their bytes, bytea as is, NULL as nil
+// and other values as their JSON encoding.
+func (r Row) Payload(column string) ([]byte, error) {
+	if column != "" {
+		if v, ok := r.Get(column); ok {
+			switch x := v.(type) {
+			case nil:
+				return nil, nil
+			case json.RawMessage:
+				return x, nil
+			case []byte:
+				return x, nil
+			case string:
+				return []byte(x), nil
+			default:
+				b, err := json.Marshal(x)
+				if err != nil {
+					return nil, fmt.Errorf("column %q: %w", column, err)
+				}
+				return b, nil
+			}
+		}
+	}
+	return r.MarshalJSON()
 }

@@ -2,7 +2,6 @@ package kafka
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -76,12 +75,14 @@ type Config struct {
 // at once, one record per key at a time, and franz-go gathers concurrent records into batches. It holds
 // nothing of its own to release; the caller closes the client.
 type Handler struct {
-	client        *kgo.Client
-	topic         string
-	topicColumn   string
-	topicFunc     func(rec *handlers.Record[handlers.Row]) (string, error)
+	client      *kgo.Client
+	topic       string // checked by New
+	topicColumn string
+	topicFunc   func(rec *handlers.Record[handlers.Row]) (string, error)
+	// payloadColumn is Config.PayloadColumn with its default, "" for the whole record.
 	payloadColumn string
-	typeColumn    string
+	// typeColumns are the columns tried in turn for the event_type header.
+	typeColumns []string
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler)(nil)
@@ -108,10 +109,16 @@ func New(cfg Config) (*Handler, error) {
 		topicColumn:   cfg.TopicColumn,
 		topicFunc:     cfg.TopicFunc,
 		payloadColumn: cfg.PayloadColumn,
-		typeColumn:    cfg.TypeColumn,
+		typeColumns:   []string{"type", "event_type"},
 	}
-	if h.payloadColumn == "" {
+	switch h.payloadColumn {
+	case "":
 		h.payloadColumn = DefaultPayloadColumn
+	case WholeRecord:
+		h.payloadColumn = "" // handlers.Row.Payload's whole row
+	}
+	if cfg.TypeColumn != "" {
+		h.typeColumns = []string{cfg.TypeColumn}
 	}
 	return h, nil
 }
@@ -201,7 +208,7 @@ func recordSize(r *kgo.Record) int {
 
 // record builds the Kafka record for rec.
 func (h *Handler) record(rec *handlers.Record[handlers.Row], topic string) (*kgo.Record, error) {
-	value, err := h.value(rec.Value)
+	value, err := rec.Value.Payload(h.payloadColumn)
 	if err != nil {
 		return nil, handlers.Permanent(fmt.Errorf("kafka: encode record %s: %w", rec.ID, err))
 	}
@@ -210,7 +217,7 @@ func (h *Handler) record(rec *handlers.Record[handlers.Row], topic string) (*kgo
 		{Key: HeaderProcess, Value: []byte(rec.Process)},
 		{Key: HeaderCreatedAt, Value: []byte(rec.CreatedAt.UTC().Format(time.RFC3339Nano))},
 	}
-	if typ, ok := h.eventType(rec.Value); ok {
+	if typ, ok := rec.Value.Text(h.typeColumns...); ok {
 		headers = append(headers, kgo.RecordHeader{Key: HeaderEventType, Value: []byte(typ)})
 	}
 	r := &kgo.Record{Topic: topic, Value: value, Headers: headers}
@@ -220,7 +227,8 @@ func (h *Handler) record(rec *handlers.Record[handlers.Row], topic string) (*kgo
 	return r, nil
 }
 
-// topicOf returns the topic rec goes to.
+// topicOf returns the topic rec goes to. Only a topic taken from the record is checked here: New checked
+// Config.Topic.
 func (h *Handler) topicOf(rec *handlers.Record[handlers.Row]) (string, error) {
 	var t string
 	switch {
@@ -233,16 +241,16 @@ func (h *Handler) topicOf(rec *handlers.Record[handlers.Row]) (string, error) {
 			return "", handlers.Permanent(fmt.Errorf("kafka: TopicFunc chose no topic for record %s", rec.ID))
 		}
 	case h.topicColumn != "":
-		if v, ok := rec.Value.Get(h.topicColumn); ok && v != nil && text(v) != "" {
-			t = text(v)
-		} else if h.topic != "" {
-			t = h.topic
-		} else {
-			return "", handlers.Permanent(fmt.Errorf("kafka: record %s has no topic in column %q (NULL, empty or "+
-				"not selected), and no default topic is set", rec.ID, h.topicColumn))
+		var ok bool
+		if t, ok = rec.Value.Text(h.topicColumn); !ok || t == "" {
+			if h.topic == "" {
+				return "", handlers.Permanent(fmt.Errorf("kafka: record %s has no topic in column %q (NULL, empty "+
+					"or not selected), and no default topic is set", rec.ID, h.topicColumn))
+			}
+			return h.topic, nil
 		}
 	default:
-		t = h.topic
+		return h.topic, nil
 	}
 	if err := checkTopic(t); err != nil {
 		return "", handlers.Permanent(fmt.Errorf("kafka: record %s: %w", rec.ID, err))
@@ -259,66 +267,4 @@ func checkTopic(t string) error {
 			"and not . or ..", t)
 	}
 	return nil
-}
-
-// eventType returns the value of the record's type column.
-func (h *Handler) eventType(row handlers.Row) (string, bool) {
-	cols := []string{"type", "event_type"}
-	if h.typeColumn != "" {
-		cols = []string{h.typeColumn}
-	}
-	for _, c := range cols {
-		if v, ok := row.Get(c); ok {
-			if v == nil {
-				return "", false
-			}
-			return text(v), true
-		}
-	}
-	return "", false
-}
-
-// text is a column value as a header or topic: strings as they are, JSON strings unquoted.
-func text(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	case json.RawMessage:
-		var s string
-		if json.Unmarshal(x, &s) == nil {
-			return s
-		}
-		return string(x)
-	case time.Time:
-		return x.UTC().Format(time.RFC3339Nano)
-	default:
-		return fmt.Sprint(x)
-	}
-}
-
-// value returns the Kafka record's value: the payload column's value, or the whole record as JSON.
-func (h *Handler) value(row handlers.Row) ([]byte, error) {
-	if h.payloadColumn != WholeRecord {
-		if v, ok := row.Get(h.payloadColumn); ok {
-			switch x := v.(type) {
-			case nil:
-				return nil, nil
-			case json.RawMessage:
-				return x, nil
-			case []byte:
-				return x, nil
-			case string:
-				return []byte(x), nil
-			default:
-				b, err := json.Marshal(x)
-				if err != nil {
-					return nil, fmt.Errorf("column %q: %w", h.payloadColumn, err)
-				}
-				return b, nil
-			}
-		}
-	}
-	return json.Marshal(row)
 }

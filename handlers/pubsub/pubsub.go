@@ -2,7 +2,6 @@ package pubsub
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"regexp"
@@ -101,7 +100,7 @@ type Handler struct {
 	topicTemplate   string
 	topicFunc       func(rec *handlers.Record[handlers.Row]) (string, error)
 	maxInFlight     int
-	payloadColumn   string
+	payloadColumn   string // Config.PayloadColumn with its default, "" for the whole record
 	maxMessageBytes int
 	settings        *pubsub.PublishSettings
 
@@ -179,8 +178,11 @@ func New(cfg Config) (*Handler, error) {
 	if h.maxInFlight == 0 {
 		h.maxInFlight = DefaultMaxInFlight
 	}
-	if h.payloadColumn == "" {
+	switch h.payloadColumn {
+	case "":
 		h.payloadColumn = DefaultPayloadColumn
+	case WholeRecord:
+		h.payloadColumn = "" // handlers.Row.Payload's whole row
 	}
 	if h.maxMessageBytes == 0 {
 		h.maxMessageBytes = DefaultMaxMessageBytes
@@ -501,41 +503,11 @@ func topicName(project, t string) (string, error) {
 }
 
 // eventType returns the record's type column, or its event_type column when it has no type column.
-func eventType(row handlers.Row) (string, bool) {
-	for _, c := range [...]string{"type", "event_type"} {
-		if v, ok := row.Get(c); ok {
-			if v == nil {
-				return "", false
-			}
-			return text(v), true
-		}
-	}
-	return "", false
-}
-
-// text is a column value as an attribute or topic part: strings as they are, JSON strings unquoted.
-func text(v any) string {
-	switch x := v.(type) {
-	case string:
-		return x
-	case []byte:
-		return string(x)
-	case json.RawMessage:
-		var s string
-		if json.Unmarshal(x, &s) == nil {
-			return s
-		}
-		return string(x)
-	case time.Time:
-		return x.UTC().Format(time.RFC3339Nano)
-	default:
-		return fmt.Sprint(x)
-	}
-}
+func eventType(row handlers.Row) (string, bool) { return row.Text("type", "event_type") }
 
 // message builds the Pub/Sub message for rec.
 func (h *Handler) message(rec *handlers.Record[handlers.Row]) (*pubsub.Message, error) {
-	data, err := h.data(rec.Value)
+	data, err := rec.Value.Payload(h.payloadColumn)
 	if err != nil {
 		return nil, handlers.Permanent(fmt.Errorf("pubsub: encode record %s: %w", rec.ID, err))
 	}
@@ -553,31 +525,6 @@ func (h *Handler) message(rec *handlers.Record[handlers.Row]) (*pubsub.Message, 
 			"limit of %d bytes: Pub/Sub would refuse it", rec.ID, size, h.maxMessageBytes))
 	}
 	return msg, nil
-}
-
-// data returns the message data: the payload column's value, or the whole record as JSON.
-func (h *Handler) data(row handlers.Row) ([]byte, error) {
-	if h.payloadColumn != WholeRecord {
-		if v, ok := row.Get(h.payloadColumn); ok {
-			switch x := v.(type) {
-			case nil:
-				return nil, nil
-			case json.RawMessage:
-				return x, nil
-			case []byte:
-				return x, nil
-			case string:
-				return []byte(x), nil
-			default:
-				b, err := json.Marshal(x)
-				if err != nil {
-					return nil, fmt.Errorf("column %q: %w", h.payloadColumn, err)
-				}
-				return b, nil
-			}
-		}
-	}
-	return json.Marshal(row)
 }
 
 // messageSize is the size MaxMessageBytes bounds.
