@@ -68,13 +68,10 @@ func (k *kafkaFlags) newHandler(cfg processor.Config[handlers.Row]) (handlers.Ha
 	if k.maxInFlight < 1 {
 		return nil, nil, usageErr("--kafka-max-in-flight must be at least 1, got %d", k.maxInFlight)
 	}
-	handlerTimeout := cfg.HandlerTimeout
-	if handlerTimeout == 0 {
-		handlerTimeout = cfg.IdleInTransactionTimeout / 2 // the processor's default
-	}
-	if k.deliveryTimeout < time.Second || k.deliveryTimeout >= handlerTimeout {
+	bound := handlerTimeout(cfg)
+	if k.deliveryTimeout < time.Second || k.deliveryTimeout >= bound {
 		return nil, nil, usageErr("--kafka-delivery-timeout (%s) must be at least 1s and shorter than the handler "+
-			"timeout (%s), which is shorter than --idle-timeout", k.deliveryTimeout, handlerTimeout)
+			"timeout (%s), which is shorter than --idle-timeout", k.deliveryTimeout, bound)
 	}
 	if k.maxMessageBytes < kafkaMinMessageBytes || k.maxMessageBytes > kafkaMaxMessageBytes {
 		return nil, nil, usageErr("--kafka-max-message-bytes must be between %d and %d, got %d",

@@ -257,6 +257,15 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	}
 }
 
+// handlerTimeout is the bound the processor puts on one handler call under cfg: its HandlerTimeout, or the
+// processor's default when that is zero. A sink's own timeout must be shorter.
+func handlerTimeout(cfg processor.Config[handlers.Row]) time.Duration {
+	if cfg.HandlerTimeout > 0 {
+		return cfg.HandlerTimeout
+	}
+	return cfg.IdleInTransactionTimeout / 2 // the processor's default
+}
+
 // config checks the flags against each other and turns them into a processor configuration.
 // probeSetting is the ProbeInterval for --probe-interval, where 0 turns probing off.
 func probeSetting(d time.Duration) time.Duration {

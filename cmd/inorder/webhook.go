@@ -165,13 +165,10 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 		}
 		secret = []byte(s)
 	}
-	handlerTimeout := cfg.HandlerTimeout
-	if handlerTimeout == 0 {
-		handlerTimeout = cfg.IdleInTransactionTimeout / 2 // the processor's default
-	}
-	if f.webhookTimeout <= 0 || f.webhookTimeout >= handlerTimeout {
+	bound := handlerTimeout(cfg)
+	if f.webhookTimeout <= 0 || f.webhookTimeout >= bound {
 		return nil, usageErr("--webhook-timeout (%s) must be positive and shorter than the handler "+
-			"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, handlerTimeout)
+			"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, bound)
 	}
 	if f.webhookInFlight < 1 {
 		return nil, usageErr("--webhook-max-in-flight must be at least 1, got %d", f.webhookInFlight)
