@@ -248,8 +248,9 @@ func run(ctx context.Context, databaseURL string, client *kgo.Client, log zerolo
 // produced reads back every record the in-process cluster holds on the topic, in the order of each
 // partition, partition by partition.
 func produced(ctx context.Context, fake *kfake.Cluster) ([]*kgo.Record, error) {
+	infos := fake.PartitionInfos(topic)
 	var want int64
-	for _, p := range fake.PartitionInfos(topic) {
+	for _, p := range infos {
 		want += p.HighWatermark
 	}
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(fake.ListenAddrs()...), kgo.ConsumeTopics(topic),
@@ -260,7 +261,7 @@ func produced(ctx context.Context, fake *kfake.Cluster) ([]*kgo.Record, error) {
 	defer consumer.Close()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	byPartition := make([][]*kgo.Record, partitions)
+	byPartition := make([][]*kgo.Record, len(infos))
 	for n := int64(0); n < want; {
 		fetches := consumer.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
@@ -268,9 +269,7 @@ func produced(ctx context.Context, fake *kfake.Cluster) ([]*kgo.Record, error) {
 		}
 		fetches.EachRecord(func(r *kgo.Record) {
 			n++
-			if int(r.Partition) < len(byPartition) {
-				byPartition[r.Partition] = append(byPartition[r.Partition], r)
-			}
+			byPartition[r.Partition] = append(byPartition[r.Partition], r)
 		})
 	}
 	var out []*kgo.Record

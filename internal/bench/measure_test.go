@@ -164,6 +164,18 @@ func insertEvents(tb testing.TB, db *pgtest.DB, n int) {
 	db.Exec(tb, "VACUUM ANALYZE events")
 }
 
+// insertOutbox fills the outbox table with n rows in one statement, each a small jsonb payload, spread
+// over keys aggregates, and vacuums it as insertEvents does.
+func insertOutbox(tb testing.TB, db *pgtest.DB, n, keys int) {
+	tb.Helper()
+	db.Exec(tb, outboxDDL)
+	db.Exec(tb, `
+		INSERT INTO outbox (aggregate_id, type, payload)
+		SELECT 'k' || (g % $2), 'booking.created', jsonb_build_object('booking', g, 'seats', 2, 'status', 'created')
+		FROM generate_series(1, $1) g`, n, keys)
+	db.Exec(tb, "VACUUM ANALYZE outbox")
+}
+
 // insertedEvents is a fresh database whose events table holds n rows (see insertEvents).
 func insertedEvents(tb testing.TB, n int) *pgtest.DB {
 	tb.Helper()
@@ -349,12 +361,7 @@ const pubsubProject = "bench-project"
 // batch.
 func measurePubsub(tb testing.TB, maxInFlight, n int) result {
 	db := pgtest.New(tb)
-	db.Exec(tb, outboxDDL)
-	db.Exec(tb, `
-		INSERT INTO outbox (aggregate_id, type, payload)
-		SELECT 'k' || (g % $2), 'booking.created', jsonb_build_object('booking', g, 'seats', 2, 'status', 'created')
-		FROM generate_series(1, $1) g`, n, orderingKeys)
-	db.Exec(tb, "VACUUM ANALYZE outbox")
+	insertOutbox(tb, db, n, orderingKeys)
 	lastID, lastAt := lastRow(tb, db, "outbox")
 	noteServer(tb, db.Pool)
 
