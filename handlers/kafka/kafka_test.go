@@ -268,7 +268,7 @@ func TestTransientFailureRetries(t *testing.T) {
 	faults := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "bookings",
 		Err: kerr.NotEnoughReplicas, Count: -1})
 	ids := b.insertOutbox(t, 0, 200, 5)
-	b.run(t, "transient", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 64, handlerTimeout: 5 * time.Second})
+	b.run(t, "transient", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 64, handlerTimeout: 20 * time.Second})
 
 	halt := processortest.WaitHalted(t, b.db, "transient", nil)
 	require.Eventually(t, func() bool {
