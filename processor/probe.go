@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/internal/probe"
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // The probe: when there was nothing to read, instead of sleeping a whole poll interval the processor asks,
@@ -45,19 +46,24 @@ func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
 	return d
 }
 
-// probeCond is the probe's question for this processor, with parameters numbered from n: is there a row
-// after the position the last batch left that a batch could read now?
-func (p *Processor[T]) probeCond(n int) (string, []any) {
-	cond, args := p.table.After(p.cur.State().Position, "", n)
-	// Only rows a batch could read now: not rows dated in the future, nor within the insert-latency
-	// margin (a batch would not read them yet), nor a NULL created_at (which no batch reads): a yes for
-	// those would run batch after batch that read nothing.
-	cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", pgx.Identifier{p.table.Spec.CreatedAtColumn}.Sanitize(), n+len(args))
-	args = append(args, p.cfg.InsertLatency)
-	if p.table.Part != nil {
-		cond += fmt.Sprintf(" AND %s = %d", p.table.PartExpr(""), p.table.Part.Index)
+// probeCond returns the probe's question for this processor, asked about pos, the position the last batch
+// left: is there a row after it that a batch could read now? The question is built by the probe's own
+// goroutine, possibly while this processor runs its next batch, so it holds a copy of what it needs and
+// reads nothing of the processor's.
+func (p *Processor[T]) probeCond(pos source.Position) func(n int) (string, []any) {
+	t, margin := p.table, p.cfg.InsertLatency
+	return func(n int) (string, []any) {
+		cond, args := t.After(pos, "", n)
+		// Only rows a batch could read now: not rows dated in the future, nor within the insert-latency
+		// margin (a batch would not read them yet), nor a NULL created_at (which no batch reads): a yes
+		// for those would run batch after batch that read nothing.
+		cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", pgx.Identifier{t.Spec.CreatedAtColumn}.Sanitize(), n+len(args))
+		args = append(args, margin)
+		if t.Part != nil {
+			cond += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
+		}
+		return "EXISTS (SELECT 1 FROM " + t.Ident + " WHERE " + cond + ")", args
 	}
-	return "EXISTS (SELECT 1 FROM " + p.table.Ident + " WHERE " + cond + ")", args
 }
 
 // probeWait waits up to d for the shared probe to see a row after the position (when rows is set) or a
@@ -70,7 +76,7 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 	}
 	req := probe.Request{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
 	if rows {
-		req.RowsFunc = p.probeCond
+		req.RowsFunc = p.probeCond(p.cur.State().Position)
 		req.Gap = min(max(p.probeGap, probeFirst), limit)
 	}
 	r := p.prober.Wait(ctx, req, d, wake)

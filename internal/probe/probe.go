@@ -43,6 +43,8 @@ type Request struct {
 	// RowsFunc returns an SQL boolean expression saying whether a row the processor could read lies after
 	// its position (an EXISTS over the source table), with its parameters numbered from n, and their
 	// values. Nil means rows are not watched (a halted or paused stream waits for its cursor row only).
+	// The prober calls it on its own goroutine, possibly after Wait has returned: it must read nothing the
+	// caller goes on to change.
 	RowsFunc func(n int) (expr string, args []any)
 	// Cursor is the process name of the cursor row to watch, and Version the row version (xmin) the
 	// processor last read: a different version wakes it.
