@@ -2,6 +2,7 @@ package cursor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -86,6 +87,22 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	}
 	if !free {
 		return fail("%w: an instance is running it; stop every instance first", ErrBusy)
+	}
+	// An owner through a pooler holds no advisory lock: its lease says it runs. (One on a direct connection
+	// holds the lock, checked above, whatever its lease says.)
+	var leased string
+	err = tx.QueryRow(ctx, `SELECT process_name || ' (owned by ' || coalesce(owner_instance, '?') || ' until ' ||
+		       to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
+		FROM inorder.cursor
+		WHERE (process_name = $1 OR ($2 AND starts_with(process_name, $1 || '#')))
+		  AND lease_expires_at > clock_timestamp() AND NOT owner_session
+		ORDER BY process_name LIMIT 1`, name, row.partitions != nil).Scan(&leased)
+	switch {
+	case err == nil:
+		return fail("%w: an instance is running it: %s; stop every instance first (a crashed one's lease "+
+			"runs out by then)", ErrBusy, leased)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return fail("%w", err)
 	}
 	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE process_name = $1
 		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {

@@ -22,13 +22,19 @@ type Info struct {
 	Source Source
 	// Partitions is set on the parent row of a partitioned process: how many partitions it has.
 	Partitions int
-	// Locked reports whether an instance owns the process now.
+	// Locked reports whether an instance owns the process now: its lease runs, and, if it said it holds
+	// the process's advisory lock on a direct connection, that session is still there.
 	Locked bool
-	// Holder is the application_name of the owning instance ("inorder:<process>@<instance>", or
-	// "inorder-tx:…" for a transactional handler) and
-	// HolderPID its cursor connection's backend.
+	// Holder is the instance that owns the process (its --instance, or host:pid), and HolderPID the backend
+	// of its cursor connection when it is direct (0 through a pooler, where no session stays its own).
 	Holder    string
 	HolderPID int
+	// Epoch counts the changes of owner: it grows by one each time an instance takes the process.
+	// OwnerSince is when the owner took it, and LeaseExpiresAt when its lease runs out unless renewed
+	// (zero when the last owner gave it up at a clean stop).
+	Epoch          int64
+	OwnerSince     time.Time
+	LeaseExpiresAt time.Time
 	// Connected counts the instances with a cursor connection open for this process (the holder and the
 	// ones standing by).
 	Connected int
@@ -62,13 +68,16 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 		       coalesce(partitions, 0),
 		       held_by_pid, held_since, updated_at, records_handled, in_flight, in_flight_since,
 		       (records_handled - window_records)
-		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8
+		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
+		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
+		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session
 		FROM inorder.cursor
 		WHERE $1 = '' OR process_name = $1
 		ORDER BY process_name`, name)
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
+	ownSession := map[string]bool{} // process -> its owner said it holds the advisory lock on a direct session
 	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
 		var (
 			in          Info
@@ -76,12 +85,21 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 			flying      int32
 			heldPID     pgtype.Int4
 			part, parts pgtype.Int4
+			since, exp  pgtype.Timestamptz
+			owner       string
+			session     bool
 		)
 		st, _, err := cursorlock.ScanState(r, &in.Process,
 			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
 			&part, &parts, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
-			&in.RecordsHandled, &flying, &fsin, &in.Throughput)
+			&in.RecordsHandled, &flying, &fsin, &in.Throughput,
+			&in.Epoch, &owner, &since, &exp, &in.Locked, &session)
+		ownSession[in.Process] = session
 		in.InFlight, in.InFlightSince = int(flying), fsin.Time
+		in.OwnerSince, in.LeaseExpiresAt = since.Time, exp.Time
+		if in.Locked {
+			in.Holder = owner
+		}
 		in.State = fromLock(st)
 		if part.Valid && parts.Valid {
 			in.Source.Partition = &Partition{Index: int(part.Int32), Count: int(parts.Int32)}
@@ -103,26 +121,25 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	}
 	for i := range infos {
 		in := &infos[i]
-		key := cursorlock.LockKey(in.Process)
-		// The owner holds the process's advisory lock (see TryLock); pg_locks shows it to every role.
-		var pid *int32
-		var app *string
-		err := tx.QueryRow(ctx, `
-			SELECT l.pid, a.application_name
-			FROM pg_locks l LEFT JOIN pg_stat_activity a ON a.pid = l.pid
-			WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-			  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
-			  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-			int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&pid, &app)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-		case err != nil:
-			return nil, fmt.Errorf("find owner of cursor %q: %w", in.Process, err)
-		default:
-			in.Locked = true
-			in.HolderPID = int(*pid)
-			if app != nil {
-				in.Holder = *app
+		if in.Locked && ownSession[in.Process] {
+			// The owner holds the process's advisory lock on its session (see cursorlock): pg_locks shows
+			// its backend to every role, and no holder means that session has ended, whatever the lease
+			// says (a standby takes over at once).
+			key := cursorlock.LockKey(in.Process)
+			var pid int32
+			err := tx.QueryRow(ctx, `
+				SELECT l.pid FROM pg_locks l
+				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+				  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
+				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+				int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&pid)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+				in.Locked, in.Holder = false, ""
+			case err != nil:
+				return nil, fmt.Errorf("find owner of cursor %q: %w", in.Process, err)
+			default:
+				in.HolderPID = int(pid)
 			}
 		}
 		for _, a := range apps {

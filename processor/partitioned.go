@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -9,8 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/rs/zerolog"
 )
 
@@ -257,23 +260,30 @@ func (p *Partitioned[T]) noteFree(free []int32) {
 	}
 }
 
-// unowned lists the partitions whose advisory lock no session holds.
+// unowned lists the partitions no instance owns: no lease runs on their cursor rows, or the owner said it
+// holds the partition's advisory lock on its session and no session holds it (that session has ended, so
+// a standby takes over at once; see cursorlock).
 func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int32, error) {
 	n := p.opts.Partitions
-	classids, objids := make([]int64, n), make([]int64, n)
+	names, classids, objids := make([]string, n), make([]int64, n), make([]int64, n)
 	for i := range n {
-		k := uint64(cursorlock.LockKey(PartitionName(p.cfg.Process, i, n)))
+		names[i] = PartitionName(p.cfg.Process, i, n)
+		k := uint64(cursorlock.LockKey(names[i]))
 		classids[i], objids[i] = int64(k>>32), int64(k&0xffffffff)
 	}
 	var free []int32
 	err := coord.do(ctx, func(c *pgx.Conn) error {
 		rows, err := c.Query(ctx, `
-			SELECT (k.i - 1)::int FROM unnest($1::bigint[], $2::bigint[]) WITH ORDINALITY AS k(classid, objid, i)
-			WHERE NOT EXISTS (
+			SELECT (k.i - 1)::int
+			FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS k(name, classid, objid, i)
+			LEFT JOIN inorder.cursor AS c ON c.process_name = k.name
+			WHERE c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp()
+			   OR (c.owner_session AND NOT EXISTS (
 				SELECT 1 FROM pg_locks l
 				WHERE l.locktype = 'advisory' AND l.objsubid = 1
 				  AND l.classid = k.classid::oid AND l.objid = k.objid::oid
-				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database()))`, classids, objids)
+				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
+			ORDER BY k.i`, names, classids, objids)
 		if err != nil {
 			return err
 		}
@@ -346,7 +356,11 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 	if c.conn == nil || c.conn.IsClosed() {
 		conn, err := pgx.ConnectConfig(ctx, c.cc)
 		if err != nil {
-			return fmt.Errorf("connect: %w", err)
+			return fmt.Errorf("connect: %w", pooler.Explain(err))
+		}
+		if err := needsSession(ctx, conn, c.cc); err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return err
 		}
 		// Waits only while a repartition commits; the partition count is checked after it.
 		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", c.lockKey); err != nil {
@@ -361,6 +375,29 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 		c.conn = nil
 	}
 	return err
+}
+
+// ErrTransactionPooler is returned by a Partitioned runner whose database URL goes through a pooler in
+// transaction mode: its instances coordinate through sessions of their own (which count the instances
+// and keep `inorder repartition` from splitting a running process), which such a pooler does not keep.
+var ErrTransactionPooler = errors.New("a partitioned process coordinates its instances through sessions of their own, " +
+	"which a pooler in transaction mode does not keep: give it a direct or session-pooled database URL " +
+	"(its partitions' ownership would hold, but the instance count and repartition's check would not)")
+
+// needsSession refuses a connection that goes through a pooler in transaction mode.
+func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) error {
+	pooled, err := pooler.Pooled(ctx, conn)
+	if err != nil || !pooled {
+		return err
+	}
+	moves, err := pooler.PoolsTransactions(ctx, conn, cc)
+	if err != nil {
+		return err
+	}
+	if moves {
+		return ErrTransactionPooler
+	}
+	return nil
 }
 
 func (c *coordinator) close() {

@@ -16,6 +16,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/probe"
 	"github.com/inorder-dev/inorder/internal/source"
 )
@@ -94,9 +95,16 @@ type Config[T any] struct {
 	// through or an operator skips it; the state is what people are told. It is checked at each failed
 	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means 5m.
 	HaltAfter time.Duration
-	// IdleInTransactionTimeout is set on the cursor connection; a frozen instance loses the cursor after
-	// it. Zero means 60s.
+	// IdleInTransactionTimeout is set (SET LOCAL) in every cursor transaction; an instance frozen while it
+	// holds the cursor row loses its session, and with it the row, after it. Zero means 60s.
 	IdleInTransactionTimeout time.Duration
+	// Lease is how long an instance owns the process without renewing it. The owner renews it in its batch
+	// transactions once a third of it has passed, waiting at most a third of it between batches; another
+	// instance takes the process once it has run out. So a frozen or vanished owner is replaced within
+	// Lease (within IdleInTransactionTimeout if it froze holding the cursor row, whichever is longer) plus
+	// PollInterval; on a direct connection, as soon as its session ends. Ownership through a pooler rests on
+	// the lease alone. Zero means 30s.
+	Lease time.Duration
 	// HandlerTimeout bounds one handler call (and one wait on an async result). It must stay below
 	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs. Zero means half
 	// of IdleInTransactionTimeout.
@@ -162,6 +170,9 @@ func (c *Config[T]) withDefaults() {
 	if c.HandlerTimeout <= 0 {
 		c.HandlerTimeout = c.IdleInTransactionTimeout / 2
 	}
+	if c.Lease <= 0 {
+		c.Lease = 30 * time.Second
+	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = 15 * time.Second
 	}
@@ -210,6 +221,11 @@ type Processor[T any] struct {
 	failing     failing         // what this instance last told of a failing record
 	lastPos     source.Position // the durable position after this instance's last batch
 	knownPos    bool            // lastPos is known (false before the first batch and after errors)
+	epoch       int64           // the tenure this instance last owned the process in
+	standingBy  bool            // told that another instance works the process
+	pooling     pooling         // what this instance said of a pooler
+	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
+	stopListening context.CancelFunc
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -299,7 +315,8 @@ func (e fatalError) Unwrap() error { return e.err }
 
 func isFatal(err error) bool {
 	var f fatalError
-	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, cursorlock.ErrInUse) {
+	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, cursorlock.ErrInUse) ||
+		errors.Is(err, cursorlock.ErrForgotten) || pooler.Fatal(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError
@@ -351,7 +368,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		if ctx.Err() != nil && !isFatal(err) {
 			return nil
 		}
-		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+		return fmt.Errorf("process %q: %w", p.cfg.Process, pooler.Explain(err))
 	}
 	defer func() {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
@@ -371,10 +388,12 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer func() { p.prober.Close(); p.prober = nil }()
 	}
 
-	if p.cfg.Listen {
+	p.detectPooler(work)
+	if p.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})
 		go func() { defer close(listening); p.listen(listenCtx) }()
+		p.stopListening = stopListening
 		defer func() { stopListening(); <-listening }()
 	}
 
@@ -391,7 +410,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		if err != nil {
 			_ = p.cur.Abort(work)
 			if isFatal(err) { // reported once, by whoever called Run
-				return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+				return fmt.Errorf("process %q: %w", p.cfg.Process, pooler.Explain(err))
 			}
 			if ctx.Err() != nil {
 				break
@@ -419,6 +438,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			}
 		}
 		woken = false
+		if p.owned {
+			wait = min(wait, p.cfg.Lease/3) // look at the row often enough to renew the lease
+		}
 		if wait > 0 {
 			woken = p.idle(ctx, wait, wakeable)
 		}
@@ -430,7 +452,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	ccfg := cursorlock.Config{
 		ConnConfig:               p.cfg.ConnConfig,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
-		IdleSessionTimeout:       max(2*p.cfg.IdleInTransactionTimeout, 2*p.cfg.RetryMax, 10*p.cfg.PollInterval),
+		Lease:                    p.cfg.Lease,
 		StartFromNow:             p.cfg.StartFrom == cursor.StartFromNow,
 		Instance:                 p.cfg.Instance,
 		Transactional:            p.cfg.TxHandler != nil,
@@ -653,6 +675,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	p.notePooler()
 	if !ok {
 		if p.owned && p.cur.Owner() {
 			// Still the owner: an operator action holds the row for the moment it takes. Look again
@@ -660,16 +683,23 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 			p.rowBusy = true
 			return false, nil
 		}
-		if p.owned {
-			p.log.Info().Msg("cursor held by another instance; standing by")
+		holder := p.cur.Holder()
+		switch {
+		case p.owned:
+			p.log.Info().Str("owner", holder).Msg("cursor taken by another instance; standing by")
 			p.owned = false
 			p.obs.Locked(p.cfg.Process, false)
+		case !p.standingBy && holder != "":
+			p.log.Info().Str("owner", holder).Msg("another instance works the process; standing by")
 		}
+		p.standingBy = holder != ""
 		return false, nil
 	}
-	if !p.owned {
-		p.log.Info().Str("position", p.cur.State().Position.String()).Msg("cursor locked")
-		p.owned, p.sourceSaved = true, false // write the source and clear what a previous owner left in flight
+	if epoch := p.cur.Epoch(); !p.owned || epoch != p.epoch {
+		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
+		// not by an operator.
+		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", epoch).Msg("cursor locked")
+		p.owned, p.sourceSaved, p.epoch, p.knownPos, p.standingBy = true, false, epoch, false, false
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()

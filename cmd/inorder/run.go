@@ -43,6 +43,7 @@ type runFlags struct {
 	handler         string
 	logLevel        string
 	idleTimeout     time.Duration
+	lease           time.Duration
 	handlerTimeout  time.Duration
 	shutdownTimeout time.Duration
 	retryMin        time.Duration
@@ -92,7 +93,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.startFrom, "start-from", "beginning", "where a new process starts: beginning or now")
 	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub or kafka")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "idle_in_transaction_session_timeout of the cursor connection")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "idle_in_transaction_session_timeout of the cursor transactions")
+	fs.DurationVar(&f.lease, "lease", 30*time.Second, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
 	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default half the idle timeout)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long the record in flight may take after a signal")
 	fs.DurationVar(&f.retryMin, "retry-min", time.Second, "first wait before retrying a failing record")
@@ -307,6 +309,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if f.haltAfter <= 0 {
 		return cfg, usageErr("--halt-after must be positive, got %s", f.haltAfter)
 	}
+	if f.lease <= 0 {
+		return cfg, usageErr("--lease must be positive, got %s", f.lease)
+	}
 	if f.handlerTimeout != 0 && f.handlerTimeout >= f.idleTimeout {
 		return cfg, usageErr("--handler-timeout (%s) must be shorter than --idle-timeout (%s): a handler "+
 			"that outlives the idle timeout loses the cursor lock mid-record", f.handlerTimeout, f.idleTimeout)
@@ -360,6 +365,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		RetryMax:                 f.retryMax,
 		HaltAfter:                f.haltAfter,
 		IdleInTransactionTimeout: f.idleTimeout,
+		Lease:                    f.lease,
 		HandlerTimeout:           f.handlerTimeout,
 		ShutdownTimeout:          f.shutdownTimeout,
 		HoldWarnAfter:            f.holdWarnAfter,

@@ -34,6 +34,8 @@ type processStatus struct {
 	Locked         bool         `json:"locked"`
 	Holder         string       `json:"holder,omitempty"`
 	HolderPID      int          `json:"holder_pid,omitempty"`
+	Epoch          int64        `json:"owner_epoch"`
+	LeaseExpiresAt *time.Time   `json:"lease_expires_at"`
 	Connected      int          `json:"instances_connected"`
 	Position       positionJSON `json:"position"`
 	Source         *sourceJSON  `json:"source,omitempty"`
@@ -131,8 +133,9 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 	rep := statusReport{Processes: []processStatus{}}
 	for _, in := range infos {
 		ps := processStatus{
-			Process: in.Process, Locked: in.Locked, Holder: in.Holder, HolderPID: in.HolderPID,
-			Connected: in.Connected, UpdatedAt: in.UpdatedAt, Paused: in.Paused,
+			Process: in.Process, Locked: in.Locked, Holder: in.Holder, HolderPID: in.HolderPID, Epoch: in.Epoch,
+			LeaseExpiresAt: timeOrNil(in.LeaseExpiresAt),
+			Connected:      in.Connected, UpdatedAt: in.UpdatedAt, Paused: in.Paused,
 			RecordsHandled: in.RecordsHandled, Throughput: in.Throughput, Partitions: in.Partitions,
 		}
 		if !in.Position.IsBeginning() {
@@ -238,10 +241,12 @@ func printStatus(w io.Writer, rep statusReport) {
 			}
 		}
 		holder := "-"
-		if ps.HolderPID != 0 {
-			inst := strings.TrimPrefix(strings.TrimPrefix(ps.Holder, "inorder:"+ps.Process+"@"), "inorder-tx:"+ps.Process+"@")
-			holder = fmt.Sprintf("%s (pid %d)", clip(inst, 20), ps.HolderPID)
-		} else if ps.Locked {
+		switch {
+		case ps.HolderPID != 0:
+			holder = fmt.Sprintf("%s (pid %d)", clip(ps.Holder, 20), ps.HolderPID)
+		case ps.Holder != "":
+			holder = clip(ps.Holder, 20) // through a pooler: no session of its own to name
+		case ps.Locked:
 			holder = "locked"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%.0f\t%s\n", clip(ps.Process, 20), ps.State, clip(pos, 30), behind, oldest,
@@ -361,4 +366,13 @@ func wrap(text, indent string, width int) string {
 		}
 	}
 	return strings.Join(append(lines, line), "\n")
+}
+
+// timeOrNil is t in UTC, or nil for the zero time, for a JSON field that is null when unset.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }

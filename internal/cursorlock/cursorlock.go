@@ -1,17 +1,29 @@
 // Package cursorlock is the locking protocol of a process's cursor row, which a processor drives: a
-// dedicated connection, ownership through a session-level advisory lock, the row locked FOR UPDATE SKIP
-// LOCKED in one short transaction per batch, and the position, halt and hold written inside it. Package
-// cursor is what users and operators see of the same row.
+// dedicated connection, ownership through a lease in the row, the row locked FOR UPDATE SKIP LOCKED in one
+// short transaction per batch, and the position, halt and hold written inside it. Package cursor is what
+// users and operators see of the same row.
 //
 // # Ownership
 //
-// Any number of instances may run a process; one works it at a time. An instance becomes the owner by
-// taking a session-level advisory lock keyed by the process name, and keeps it between batches, so the
-// work does not hop between instances while they idle. Each batch then locks the process's row in
-// inorder.cursor with SELECT ... FOR UPDATE SKIP LOCKED in a short transaction; position updates happen
-// in that transaction, so an instance that lost its session can never record a position. The connection
-// sets idle_in_transaction_session_timeout, idle_session_timeout and TCP keepalives, so a frozen or
-// vanished owner loses the process and a standby takes over.
+// Any number of instances may run a process; one works it at a time. Ownership lives in the cursor row, so
+// that it holds through any pooler: the owner's instance name, an epoch that grows by one at every change
+// of owner, and a lease. Each batch locks the row with SELECT ... FOR UPDATE SKIP LOCKED in a short
+// transaction; inside it the owner renews its lease when a third of it has passed, and an instance takes
+// the process when the lease has run out (or was given up at a clean stop). Every write of a position
+// checks the epoch in that same row-locked transaction, so an instance whose lease another has taken can
+// never write one. A frozen owner is replaced once its lease runs out; one frozen inside a transaction
+// first loses it to idle_in_transaction_session_timeout, set with SET LOCAL in every cursor transaction.
+//
+// On a direct connection the owner also holds a session-level advisory lock keyed by the process name, and
+// says so in the row (owner_session): a standby that can take that lock knows the owner's session has
+// ended (a crash, a killed backend) and takes over at once instead of waiting out the lease. Through a
+// pooler no session can be trusted, and the lease alone decides.
+//
+// # Pooled connections
+//
+// The connection sends no start-up parameter but application_name, which every pooler accepts; its
+// settings are made per transaction. It notices a pooler at connect (the backend process id it was given is
+// made up) and transaction pooling when the backend serving it changes between transactions.
 //
 // # One repository per process and instance
 //
@@ -36,6 +48,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -52,33 +65,33 @@ var ErrReleased = errors.New("cursor repository was released")
 
 // Config configures a cursor repository.
 type Config struct {
-	// ConnConfig is the database connection configuration. The repository copies it and adds its own
-	// session settings; it opens one dedicated connection from it. Required.
+	// ConnConfig is the database connection configuration. The repository copies it and names its
+	// session; it opens one dedicated connection from it. Required.
 	ConnConfig *pgx.ConnConfig
 
-	// IdleInTransactionTimeout is set as the connection's idle_in_transaction_session_timeout. When an
-	// instance freezes while holding the cursor, Postgres ends its session after this long and another
-	// instance takes over. A handler call must finish well within it. Zero means 60 seconds.
+	// IdleInTransactionTimeout is set (SET LOCAL) as idle_in_transaction_session_timeout in every cursor
+	// transaction. When an instance freezes while it holds the cursor row, Postgres ends its session after
+	// this long, which releases the row. A handler call must finish well within it. Zero means 60 seconds.
 	IdleInTransactionTimeout time.Duration
 
-	// IdleSessionTimeout is set as the connection's idle_session_timeout. An instance holds its process
-	// between batches through a session-level advisory lock; if it freezes outside a transaction,
-	// Postgres ends its session after this long and another instance takes over. It must be longer than
-	// any pause of a live processor between statements (its poll interval and longest retry backoff).
-	// Zero means twice IdleInTransactionTimeout.
-	IdleSessionTimeout time.Duration
+	// Lease is how long an instance owns the process without renewing: the owner renews it in its batch
+	// transactions once a third of it has passed, and a standby takes the process once it has run out. It
+	// bounds how long a frozen or vanished owner keeps the process (on a direct connection a standby
+	// takes over as soon as the owner's session ends). Zero means 30 seconds.
+	Lease time.Duration
 
 	// StartFromNow registers an unknown process after every row created before the moment of
 	// registration; false registers it before every row.
 	StartFromNow bool
 
-	// Instance names this instance in application_name, so that status can say who holds a cursor.
-	// Empty means "<hostname>:<pid>".
+	// Instance names this instance in the cursor row's owner and in application_name, so that status can
+	// say who works a process. Empty means "<hostname>:<pid>".
 	Instance string
 
 	// Transactional says that the cursor transaction also carries the handler's own writes (a
-	// transactional handler). The session is then named "inorder-tx:…" instead of "inorder:…", so that
-	// processors reading a table those writes may reach wait for its transactions (see the horizon).
+	// transactional handler). Its transactions then do not say they write nothing (see NoInsertLockKey),
+	// so that processors reading a table those writes may reach wait for them (see the horizon), and the
+	// session is named "inorder-tx:…" instead of "inorder:…".
 	Transactional bool
 }
 
@@ -87,6 +100,13 @@ func (c *Config) idleTimeout() time.Duration {
 		return 60 * time.Second
 	}
 	return c.IdleInTransactionTimeout
+}
+
+func (c *Config) lease() time.Duration {
+	if c.Lease <= 0 {
+		return 30 * time.Second
+	}
+	return c.Lease
 }
 
 // Halt is a stream stopped on a failing record, as stored in its cursor row; cursor.Halt documents the
@@ -142,6 +162,7 @@ func (r *registry) open(ctx context.Context, name string, cfg Config) (*Reposito
 		return repo, nil
 	}
 	repo := &Repository{name: name, key: key, cfg: cfg, registry: r}
+	repo.lockSQL, repo.lockArgs = lockStatement(cfg)
 	if err := repo.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -164,10 +185,11 @@ type Repository struct {
 	key      string // in the registry
 	cfg      Config
 	registry *registry
+	lockSQL  string
+	lockArgs []any // after the name
 
 	mu       sync.Mutex // guards conn swaps against Close from another goroutine
 	conn     *pgx.Conn
-	owner    bool // this session holds the process's advisory lock
 	dirty    bool // the open transaction changed the cursor row
 	tx       pgx.Tx
 	state    State
@@ -178,6 +200,24 @@ type Repository struct {
 	// registered says this repository created the row (rather than finding it), so that Unregister
 	// may remove it while nothing has used it.
 	registered bool
+
+	// Ownership (see the package documentation).
+	epoch    int64 // the epoch of this instance's tenure; 0 when it does not own the process
+	advisory bool  // this session holds the process's advisory lock
+	lease    lease // what the row said of its owner when last read
+	// The connection: whether it goes through a pooler, and whether the backend serving it changed
+	// between transactions (transaction pooling).
+	pooled, movesBackends bool
+	backend               uint32 // the backend that served the last cursor transaction
+}
+
+// lease is what a cursor row says of its owner.
+type lease struct {
+	epoch    int64
+	instance string
+	session  bool          // the owner holds the advisory lock on its session
+	free     bool          // nobody owns the process: the lease ran out or was given up
+	left     time.Duration // until it runs out
 }
 
 // Name returns the process name the repository was opened for. No method takes a name: a repository can
@@ -207,37 +247,35 @@ func (r *Repository) Unclaim() {
 }
 
 // ApplicationName is the application_name of the repository's connection: "inorder:<process>@<instance>",
-// or "inorder-tx:<process>@<instance>" when Config.Transactional is set. Status looks it up in
-// pg_stat_activity to say which instance holds a cursor.
+// or "inorder-tx:<process>@<instance>" when Config.Transactional is set. Status counts the sessions of a
+// process's instances by it.
 func (r *Repository) ApplicationName() string {
-	inst := r.cfg.Instance
-	if inst == "" {
-		host, _ := os.Hostname()
-		inst = host + ":" + strconv.Itoa(os.Getpid())
-	}
 	prefix := "inorder:"
 	if r.cfg.Transactional {
 		prefix = "inorder-tx:"
 	}
-	return prefix + r.name + "@" + inst
+	return prefix + r.name + "@" + r.instance()
+}
+
+// instance is the instance's name: Config.Instance, or "<hostname>:<pid>".
+func (r *Repository) instance() string {
+	if r.cfg.Instance != "" {
+		return r.cfg.Instance
+	}
+	host, _ := os.Hostname()
+	return host + ":" + strconv.Itoa(os.Getpid())
 }
 
 func (r *Repository) connect(ctx context.Context) error {
 	cc := r.cfg.ConnConfig.Copy()
-	const keepAlive = 10 * time.Second // a vanished peer is noticed without the system's default of hours
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
+	// Only application_name: a pooler refuses start-up parameters it does not know, and a session setting
+	// would not hold through one anyway. The timeouts are set in each transaction (see lockStatement).
+	cc.RuntimeParams = map[string]string{}
+	for k, v := range r.cfg.ConnConfig.RuntimeParams {
+		cc.RuntimeParams[k] = v
 	}
-	idleSession := r.cfg.IdleSessionTimeout
-	if idleSession <= 0 {
-		idleSession = 2 * r.cfg.idleTimeout()
-	}
-	cc.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(r.cfg.idleTimeout().Milliseconds(), 10)
-	cc.RuntimeParams["idle_session_timeout"] = strconv.FormatInt(idleSession.Milliseconds(), 10)
-	cc.RuntimeParams["tcp_keepalives_idle"] = strconv.Itoa(int(keepAlive.Seconds()))
-	cc.RuntimeParams["tcp_keepalives_interval"] = strconv.Itoa(max(1, int(keepAlive.Seconds())/3))
-	cc.RuntimeParams["tcp_keepalives_count"] = "3"
 	cc.RuntimeParams["application_name"] = r.ApplicationName()
+	const keepAlive = 10 * time.Second // a vanished server is noticed without the system's default of hours
 	dialer := &net.Dialer{
 		Timeout: 10 * time.Second,
 		KeepAliveConfig: net.KeepAliveConfig{
@@ -247,10 +285,16 @@ func (r *Repository) connect(ctx context.Context) error {
 	cc.DialFunc = dialer.DialContext
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("connect cursor %q: %w", r.name, err)
+		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	pooled, err := pooler.Pooled(ctx, conn)
+	if err != nil {
+		conn.Close(ctx)
+		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
 	r.mu.Lock()
-	r.conn, r.tx, r.owner, r.dirty = conn, nil, false, false
+	r.conn, r.tx, r.dirty, r.advisory = conn, nil, false, false
+	r.pooled, r.backend = pooled, 0
 	r.inFlight = InFlight{Records: -1} // unknown: the first SetInFlight writes
 	r.mu.Unlock()
 	return nil
@@ -308,9 +352,27 @@ func (r *Repository) Conn() *pgx.Conn { return r.conn }
 // TxHandler's writes go through it so that they commit with the position.
 func (r *Repository) Tx() pgx.Tx { return r.tx }
 
-// Owner reports whether this instance owns the process (holds its advisory lock). TryLock returning false
-// while Owner is true means the row itself is held for a moment by someone else: an operator action.
-func (r *Repository) Owner() bool { return r.owner }
+// Owner reports whether this instance owned the process at its last look at the cursor row. TryLock
+// returning false while Owner is true means the row itself is held for a moment by someone else: an
+// operator action.
+func (r *Repository) Owner() bool { return r.epoch != 0 }
+
+// Epoch returns the epoch of this instance's tenure as owner, 0 when it does not own the process. A
+// different epoch from one batch to the next means another instance owned the process in between.
+func (r *Repository) Epoch() int64 { return r.epoch }
+
+// Holder names the instance that owned the process at the last look at its row, when that was not this
+// one; empty when nobody did.
+func (r *Repository) Holder() string {
+	if r.epoch != 0 || r.lease.free {
+		return ""
+	}
+	return r.lease.instance
+}
+
+// Pooled reports whether the connection goes through a pooler, and transactions whether the pooler was
+// seen to pool by transaction (the backend serving the connection changed between transactions).
+func (r *Repository) Pooled() (pooled, transactions bool) { return r.pooled, r.movesBackends }
 
 // Locked reports whether the repository holds the cursor row lock.
 func (r *Repository) Locked() bool { return r.tx != nil }
@@ -328,20 +390,66 @@ const StateColumns = `position_created_at, position_id, halted_record_id, halted
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
 	halted_at`
 
-const lockSQL = `
-	SELECT ` + StateColumns + `, xmin::text
+// leaseColumns are what a cursor row says of its owner, as scanLease reads them.
+const leaseColumns = `owner_epoch, coalesce(owner_instance, ''), owner_session,
+	coalesce(lease_expires_at <= clock_timestamp(), true),
+	coalesce((extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, 0)`
+
+func scanLease(l *lease) []any {
+	return []any{&l.epoch, &l.instance, &l.session, &l.free, &leaseMillis{&l.left}}
+}
+
+// leaseMillis scans milliseconds into a duration.
+type leaseMillis struct{ d *time.Duration }
+
+func (m *leaseMillis) ScanInt64(v pgtype.Int8) error {
+	*m.d = time.Duration(v.Int64) * time.Millisecond
+	return nil
+}
+
+// NoInsertLockKey is the key of the transaction-level advisory lock that every cursor transaction of a
+// processor with a plain handler holds shared, and the probe's statements too: it says "this transaction
+// inserts into no source table". The transactions horizon leaves such transactions out (see package
+// source). A transaction-level lock ends with its transaction, so no pooler can lend it to a client that
+// did not take it, as it can a session's application_name.
+const NoInsertLockKey = source.NoInsertKey
+
+// lockStatement returns the statement that locks the cursor row for a batch, and its arguments after the
+// name. Besides the row it sets the transaction's idle_in_transaction_session_timeout (SET LOCAL: it holds
+// through any pooler and ends with the transaction), takes the no-insert lock unless the transaction
+// carries a handler's writes, and reads the backend serving it.
+func lockStatement(cfg Config) (string, []any) {
+	idle := strconv.FormatInt(cfg.idleTimeout().Milliseconds(), 10)
+	marks := "set_config('idle_in_transaction_session_timeout', $2, true)"
+	args := []any{idle}
+	if !cfg.Transactional {
+		marks += " || pg_advisory_xact_lock_shared($3)::text"
+		args = append(args, NoInsertLockKey)
+	}
+	return `
+	SELECT ` + StateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
 	FROM inorder.cursor
 	WHERE process_name = $1
-	FOR UPDATE SKIP LOCKED`
+	FOR UPDATE SKIP LOCKED`, args
+}
 
-// TryLock makes this instance the process's owner and locks the cursor row for one batch. It returns
-// false, with no error, when another instance owns the process or holds the row: that is the normal state
-// of every instance but one.
+// ErrForgotten is returned when a process's cursor row is gone while an instance runs it: an operator
+// forgot the process (see cursor.Forget), or a failover lost its registration. The instance stops rather
+// than register the process anew, which would start it over.
+var ErrForgotten = errors.New("the process's cursor row is gone (forgotten by an operator?); not registering it anew")
+
+// ErrFenced is returned when a position write finds that another instance has taken the process: the write
+// is refused, so an instance whose lease was taken over can never write a position.
+var ErrFenced = errors.New("another instance has taken over the process")
+
+// TryLock locks the cursor row for one batch, taking the process when nobody owns it. It returns false,
+// with no error, when another instance owns the process or holds the row: that is the normal state of
+// every instance but one.
 //
-// Ownership is a session-level advisory lock, taken once and kept between batches, so the owner does not
-// lose the process to a standby each time it unlocks the row while idle. The row itself is locked with
-// FOR UPDATE SKIP LOCKED in a transaction per batch, which keeps transactions (and the xid the row lock
-// needs) short, and is what operator actions wait on.
+// The owner goes straight to the row lock, which keeps its transactions (and the xid the row lock needs)
+// short; inside it, it renews its lease once a third has passed. Any other instance first reads the lease
+// without locking anything, and locks the row only when the lease has run out or, on a direct
+// connection, the owner's session has ended (it can take the owner's advisory lock).
 func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.released {
 		return false, ErrReleased
@@ -349,35 +457,137 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.tx != nil {
 		return true, nil
 	}
-	if !r.owner {
-		if err := r.conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", LockKey(r.name)).Scan(&r.owner); err != nil {
-			return false, fmt.Errorf("lock cursor %q: %w", r.name, err)
+	if r.epoch == 0 {
+		vacant, err := r.vacant(ctx)
+		if err != nil || !vacant {
+			return false, err
 		}
-		if !r.owner {
-			return false, nil
-		}
-		r.inFlight = InFlight{Records: -1} // what a previous owner left there is unknown
 	}
 	tx, err := r.conn.Begin(ctx)
 	if err != nil {
-		return false, fmt.Errorf("lock cursor %q: begin: %w", r.name, err)
+		return false, fmt.Errorf("lock cursor %q: begin: %w", r.name, pooler.Explain(err))
 	}
-	ok, err := r.scanLock(tx.QueryRow(ctx, lockSQL, r.name))
+	ok, err := r.scanLock(tx.QueryRow(ctx, r.lockSQL, append([]any{r.name}, r.lockArgs...)...))
+	if err == nil && !ok {
+		err = r.exists(ctx, tx)
+	}
 	if err != nil || !ok {
 		_ = tx.Rollback(ctx)
+		if r.epoch == 0 {
+			r.giveUpSession(ctx)
+		}
 		if err != nil {
-			return false, fmt.Errorf("lock cursor %q: %w", r.name, err)
+			return false, fmt.Errorf("lock cursor %q: %w", r.name, pooler.Explain(err))
 		}
 		return false, nil
 	}
 	r.tx = tx
+	switch l := r.lease; {
+	case r.epoch != 0 && l.epoch == r.epoch:
+		// Ours. Renew when a third has passed, or when the row says this session holds the advisory
+		// lock and it does not (a reconnect lost it), or the other way round.
+		if l.left < r.cfg.lease()*2/3 || l.session != r.advisory {
+			err = r.claim(ctx, false)
+		}
+	case l.free || (l.session && r.advisory):
+		// Nobody's, or the owner's session has ended: this instance's advisory lock proves it.
+		err = r.claim(ctx, true)
+	default:
+		// Another instance's lease runs: this one lost the process, or looked as it changed hands.
+		_ = tx.Rollback(ctx)
+		r.tx, r.epoch = nil, 0
+		r.giveUpSession(ctx)
+		return false, nil
+	}
+	if err != nil {
+		r.dropTx(ctx)
+		return false, fmt.Errorf("lock cursor %q: %w", r.name, pooler.Explain(err))
+	}
 	return true, nil
 }
 
+// trySession reports whether this instance may take the process's advisory lock: on a direct connection,
+// when it does not hold it yet.
+func (r *Repository) trySession() bool { return !r.pooled && !r.movesBackends && !r.advisory }
+
+// vacant reads the lease without locking anything and reports whether this instance may try to take the
+// process: nobody owns it, or its owner's session has ended (this instance could take the advisory lock
+// the owner held).
+func (r *Repository) vacant(ctx context.Context) (bool, error) {
+	var took bool
+	err := r.conn.QueryRow(ctx, `
+		SELECT `+leaseColumns+`,
+		       CASE WHEN $2 AND owner_session AND lease_expires_at > clock_timestamp()
+		            THEN pg_try_advisory_lock($3) ELSE false END
+		FROM inorder.cursor WHERE process_name = $1`, r.name, r.trySession(), LockKey(r.name)).
+		Scan(append(scanLease(&r.lease), &took)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, fmt.Errorf("cursor %q: %w", r.name, ErrForgotten)
+	}
+	if err != nil {
+		return false, fmt.Errorf("read lease of cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	r.advisory = r.advisory || took
+	return r.lease.free || r.advisory || (r.epoch != 0 && r.lease.epoch == r.epoch), nil
+}
+
+// exists checks, when the row lock was skipped, that the row is there at all.
+func (r *Repository) exists(ctx context.Context, tx pgx.Tx) error {
+	var there bool
+	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)", r.name).Scan(&there); err != nil {
+		return err
+	}
+	if !there {
+		return ErrForgotten
+	}
+	return nil
+}
+
+// claim takes the process (take: a new epoch) or renews this instance's lease, inside the row-locked
+// transaction, and takes the advisory lock on a direct connection if it can.
+func (r *Repository) claim(ctx context.Context, take bool) error {
+	epoch := r.epoch
+	if take {
+		epoch = r.lease.epoch + 1
+	}
+	err := r.tx.QueryRow(ctx, `
+		UPDATE inorder.cursor
+		SET owner_epoch = $2, owner_instance = $3, lease_expires_at = clock_timestamp() + $4::interval,
+		    owner_since = CASE WHEN owner_epoch = $2 THEN owner_since ELSE clock_timestamp() END,
+		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7))
+		WHERE process_name = $1 AND owner_epoch = $8
+		RETURNING owner_session`,
+		r.name, epoch, r.instance(), r.cfg.lease(), r.advisory, r.trySession(), LockKey(r.name), r.lease.epoch).
+		Scan(&r.advisory)
+	if err != nil {
+		return err
+	}
+	r.epoch, r.dirty = epoch, true
+	r.lease = lease{epoch: epoch, instance: r.instance(), session: r.advisory, left: r.cfg.lease()}
+	return nil
+}
+
+// giveUpSession releases the advisory lock held by an instance that does not own the process, so that
+// only an owner ever holds it (owner_session relies on that).
+func (r *Repository) giveUpSession(ctx context.Context) {
+	if !r.advisory || r.conn == nil || r.conn.IsClosed() {
+		return
+	}
+	if _, err := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); err == nil {
+		r.advisory = false
+	}
+}
+
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
-	st, ok, err := ScanState(row, &r.version)
+	var backend uint32
+	var marks string
+	st, ok, err := ScanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks)...)
 	if ok {
 		r.state = st
+		if r.backend != 0 && backend != r.backend {
+			r.movesBackends = true // a transaction pooler: sessions cannot be trusted from now on
+		}
+		r.backend = backend
 	}
 	return ok, err
 }
@@ -422,11 +632,24 @@ func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handl
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := pos.Args()
-	if _, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil); err != nil {
+	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.epoch)
+	if err == nil {
+		err = fenced(tag)
+	}
+	if err != nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
 	r.dirty, r.inFlight = true, InFlight{}
 	r.state = State{Position: pos, Paused: r.state.Paused}
+	return nil
+}
+
+// fenced turns a position write that matched no row into ErrFenced: the epoch it was made under is not the
+// row's any more.
+func fenced(tag pgconn.CommandTag) error {
+	if tag.RowsAffected() != 1 {
+		return ErrFenced
+	}
 	return nil
 }
 
@@ -461,8 +684,9 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 	return nil
 }
 
-// setPositionSQL moves the position, clears the halt state, counts $4 handled records and records what
-// is in flight ($5, $6); once a minute it starts a new throughput window with the count so far.
+// setPositionSQL moves the position, clears the halt state, counts $4 handled records, records what is in
+// flight ($5, $6) and renews the lease ($7); once a minute it starts a new throughput window with the count
+// so far. It writes only under the owner's epoch ($8): fencing.
 const setPositionSQL = `
 	UPDATE inorder.cursor
 	SET position_created_at = $2, position_id = $3,
@@ -475,13 +699,15 @@ const setPositionSQL = `
 	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
 	                          THEN records_handled ELSE window_records END,
 	    window_started_at = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
-	                             THEN clock_timestamp() ELSE window_started_at END
-	WHERE process_name = $1`
+	                             THEN clock_timestamp() ELSE window_started_at END,
+	    lease_expires_at = clock_timestamp() + $7::interval
+	WHERE process_name = $1 AND owner_epoch = $8`
 
-// Checkpoint makes pos durable now, counting handled records and recording what is in flight: it updates the row, commits, and locks the
-// row again in a new transaction, all in one round trip. It reports false when someone else (an operator
-// action) took the row in the instant between the commit and the new lock; the repository is then
-// unlocked, and the next TryLock reads what they changed.
+// Checkpoint makes pos durable now, counting handled records and recording what is in flight: it updates
+// the row (renewing the lease), commits, and locks the row again in a new transaction, all in one round
+// trip. It reports false when someone else took the row in the instant between the commit and the new
+// lock: an operator action (Owner stays true), or another instance that found the lease run out (Owner
+// turns false). The repository is then unlocked, and the next TryLock reads what they changed.
 func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handled int, flying InFlight) (bool, error) {
 	if r.tx == nil {
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
@@ -489,12 +715,15 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 	args := pos.Args()
 	n, since := flying.args()
 	b := &pgx.Batch{}
-	b.Queue(setPositionSQL, r.name, args[0], args[1], handled, n, since)
+	b.Queue(setPositionSQL, r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.epoch)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
-	b.Queue(lockSQL, r.name)
+	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
 	br := r.conn.SendBatch(ctx, b)
-	_, err := br.Exec()
+	tag, err := br.Exec()
+	if err == nil {
+		err = fenced(tag)
+	}
 	if err == nil {
 		_, err = br.Exec()
 	}
@@ -517,11 +746,18 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 		if committed {
 			r.state = State{Position: pos}
 		}
-		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, err)
+		if errors.Is(err, ErrFenced) {
+			r.epoch = 0
+		}
+		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	if !ok {
+	if !ok || r.lease.epoch != r.epoch {
 		r.dropTx(ctx)
 		r.state = State{Position: pos}
+		if ok { // relocked, but the lease is another's
+			r.epoch = 0
+			r.giveUpSession(ctx)
+		}
 		return false, nil
 	}
 	r.dirty = false // committed; the new transaction holds only the lock
@@ -584,11 +820,16 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		        WHEN halted_record_id = $4 AND halted_at IS NOT NULL THEN halted_at
 		        WHEN $8 OR (halted_record_id = $4 AND clock_timestamp() - halted_first_failure_at >= $10::interval)
 		          THEN clock_timestamp()
-		        END
-		WHERE process_name = $1
+		        END,
+		    lease_expires_at = clock_timestamp() + $11::interval
+		WHERE process_name = $1 AND owner_epoch = $12
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at`,
-		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter).
+		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter,
+		r.cfg.lease(), r.epoch).
 		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = ErrFenced
+	}
 	if err != nil {
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
 	}
@@ -693,7 +934,9 @@ func (r *Repository) Broken(err error) bool {
 	return IsConnectionError(err)
 }
 
-// Reconnect drops the current connection (and with it any lock) and opens a new one.
+// Reconnect drops the current connection (and with it any lock) and opens a new one. The lease stays: if
+// nobody took the process meanwhile, this instance goes on owning it. It does not register the process
+// again: a row gone while the instance ran is reported by the next TryLock (ErrForgotten).
 func (r *Repository) Reconnect(ctx context.Context) error {
 	if r.released {
 		return ErrReleased
@@ -704,23 +947,26 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 		_ = r.conn.Close(closeCtx)
 		cancel()
 	}
-	if err := r.connect(ctx); err != nil {
-		return err
-	}
-	return r.register(ctx)
+	return r.connect(ctx)
 }
 
 // Release ends the open transaction (committing it), gives up ownership, closes the connection and
 // removes the repository from its registry. Opening the name again afterwards makes a new repository.
 func (r *Repository) Release(ctx context.Context) error {
 	err := r.Unlock(ctx)
-	if r.owner && r.conn != nil && !r.conn.IsClosed() {
-		// Give up ownership now, so a standby takes over at once rather than when the server has noticed
-		// that the connection closed.
+	if r.epoch != 0 && r.conn != nil && !r.conn.IsClosed() {
+		// Give up the lease now, so a standby takes over at once rather than when it runs out.
+		if _, uerr := r.conn.Exec(ctx, `UPDATE inorder.cursor SET lease_expires_at = NULL, owner_session = false
+			WHERE process_name = $1 AND owner_epoch = $2`, r.name, r.epoch); uerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
+		}
+		r.epoch = 0
+	}
+	if r.advisory && r.conn != nil && !r.conn.IsClosed() {
 		if _, uerr := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); uerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
-		r.owner = false
+		r.advisory = false
 	}
 	r.registry.mu.Lock()
 	if r.registry.repos[r.key] == r {
@@ -742,7 +988,7 @@ func (r *Repository) Release(ctx context.Context) error {
 // IsConnectionError reports whether err means the database could not be reached or the session was cut
 // (as opposed to the database refusing what was asked): such errors are retried with backoff.
 func IsConnectionError(err error) bool {
-	if err == nil {
+	if err == nil || pooler.Fatal(err) {
 		return false
 	}
 	var pgErr *pgconn.PgError

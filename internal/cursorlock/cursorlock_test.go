@@ -47,10 +47,22 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	require.ErrorIs(t, a.Claim(), cursorlock.ErrInUse, "two processors in one Go process cannot share a cursor")
 	a.Unclaim()
 
-	var settings [2]string
-	require.NoError(t, a.Conn().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout'), current_setting('tcp_keepalives_idle')").
-		Scan(&settings[0], &settings[1]))
-	require.Equal(t, [2]string{"5s", "10"}, settings, "the dedicated connection carries its timeouts")
+	// No start-up parameter a pooler would refuse: the session is named, nothing else.
+	rows, err := a.Conn().Query(ctx, "SELECT name FROM pg_settings WHERE source = 'client' ORDER BY name")
+	require.NoError(t, err)
+	fromClient, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	require.Equal(t, []string{"application_name"}, fromClient)
+	// The idle timeout is set in each cursor transaction, and ends with it.
+	ok, err := a.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	var idle string
+	require.NoError(t, a.Tx().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
+	require.Equal(t, "5s", idle, "the cursor transaction carries its idle timeout")
+	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, a.Conn().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
+	require.Equal(t, "0", idle, "and it ends with the transaction")
 
 	require.NoError(t, a.Release(ctx))
 	_, err = a.TryLock(ctx)

@@ -123,11 +123,21 @@ func analyze(process string, order []row, log []delivery, obs []posObs, audit []
 		}
 	}
 
-	// Every committed write of the cursor row: the position never goes back.
+	// Every committed write of the cursor row: the position never goes back; one owner at a time (the
+	// epoch never goes back, and every write is made by the instance the row names as owner, so no
+	// instance whose lease was taken over wrote).
 	prev = -1
+	var epoch int64
 	for _, a := range audit {
 		if a.process != process {
 			continue
+		}
+		if a.epoch < epoch {
+			r.problem("write %d by %s set the owner's epoch back from %d to %d", a.n, a.app, epoch, a.epoch)
+		}
+		epoch = max(epoch, a.epoch)
+		if want := "inorder:" + process + "@" + a.owner; a.epoch > 0 && a.app != want[:min(len(want), 63)] {
+			r.problem("write %d by %s was made while %s owned the process (epoch %d)", a.n, a.app, a.owner, a.epoch)
 		}
 		if a.id == -1 {
 			if prev >= 0 {

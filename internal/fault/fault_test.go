@@ -352,8 +352,12 @@ func sigtermInFlight(t *testing.T) {
 func frozenOwner(t *testing.T) {
 	w := sharedWorld(t, "frozen_owner")
 	sts := streamsFor("frozen_owner", "record")
-	// idle_session_timeout is then 4s: a frozen instance loses its session within 4s wherever it stopped.
-	timeouts := []string{"--idle-timeout", "2s", "--handler-timeout", "1500ms", "--webhook-timeout", "1s"}
+	// A frozen instance loses the process within 2s wherever it stopped: holding the cursor row, its session
+	// is ended by the idle timeout (and on this direct connection the standby sees the advisory lock free);
+	// outside a transaction, its lease runs out.
+	const lease, idle = 2 * time.Second, 2 * time.Second
+	timeouts := []string{"--idle-timeout", idle.String(), "--lease", lease.String(), "--handler-timeout", "1500ms",
+		"--webhook-timeout", "1s"}
 	w.write(writerCount)
 	for _, st := range sts {
 		w.start(st, timeouts...)
@@ -397,6 +401,7 @@ func frozenOwner(t *testing.T) {
 		standbyApp := "inorder:" + st.process + "@" + ep.standby.name
 		lost := ep.frozen.count("database connection lost; reconnecting")
 		reconnected := ep.frozen.count("reconnected")
+		taken := ep.frozen.count("cursor taken by another instance; standing by")
 		w.await(ep.standby.name+" to take over and write the cursor row", time.Minute, func() bool {
 			var n int
 			err := w.pool.QueryRow(context.Background(),
@@ -407,12 +412,17 @@ func frozenOwner(t *testing.T) {
 		w.sleep(100*time.Millisecond, 300*time.Millisecond) // the standby goes on while the owner is frozen
 		ep.frozen.signal(t, syscall.SIGCONT)
 		ep.frozenFor = time.Since(frozenAt)
-		w.await(ep.frozen.name+" to notice it lost its session", time.Minute, func() bool {
-			return ep.frozen.count("database connection lost; reconnecting") > lost
+		// Thawed, it finds its session ended (frozen holding the row) or its lease taken (frozen outside a
+		// transaction, its session intact).
+		w.await(ep.frozen.name+" to notice it lost the process", time.Minute, func() bool {
+			return ep.frozen.count("database connection lost; reconnecting") > lost ||
+				ep.frozen.count("cursor taken by another instance; standing by") > taken
 		})
-		w.await(ep.frozen.name+" to reconnect", time.Minute, func() bool {
-			return ep.frozen.count("reconnected") > reconnected
-		})
+		if ep.frozen.count("database connection lost; reconnecting") > lost {
+			w.await(ep.frozen.name+" to reconnect", time.Minute, func() bool {
+				return ep.frozen.count("reconnected") > reconnected
+			})
+		}
 		w.sleep(100*time.Millisecond, 200*time.Millisecond)
 		ep.to = w.auditMax()
 		crashes[st.process]++
@@ -443,6 +453,12 @@ func frozenOwner(t *testing.T) {
 		}
 		t.Logf("%s: froze %s %s for %s; %s took over after %s", ep.st.process, ep.frozen.name, where,
 			ep.frozenFor.Round(time.Millisecond), ep.standby.name, ep.taken.Round(time.Millisecond))
+		// The stated bound is the longer of the lease and the idle timeout, plus a poll interval; the
+		// standby's first write comes a batch after it took over, on a machine that may be busy.
+		if bound := max(lease, idle) + 20*time.Millisecond + 2*time.Second; ep.taken > bound {
+			t.Errorf("%s: %s took over %s after the freeze, more than %s", ep.st.process, ep.standby.name,
+				ep.taken.Round(time.Millisecond), bound)
+		}
 		require.GreaterOrEqual(t, takeover, int64(0), "no write by the standby %s", ep.standby.name)
 		if len(late) > 0 {
 			t.Errorf("%s: the thawed instance %s wrote the cursor row after the standby %s took over: %s",
@@ -494,4 +510,17 @@ func TestChecksSeeADroppedDelivery(t *testing.T) {
 	back := append(append([]auditRow(nil), audit...), auditRow{n: 1 << 40, process: st.process, app: "stale", id: order[0].id})
 	r = analyze(st.process, order, log, nil, back)
 	require.Contains(t, strings.Join(r.problems, "\n"), "by stale set the position back")
+
+	// A write by an instance that no longer owns the process, and an epoch that goes back.
+	require.NotEmpty(t, audit)
+	lastWrite := audit[len(audit)-1]
+	require.Positive(t, lastWrite.epoch, "the stream ran under an owner")
+	stale := lastWrite
+	stale.n, stale.app = lastWrite.n+1, "inorder:"+st.process+"@someone-else"
+	older := lastWrite
+	older.n, older.epoch = lastWrite.n+2, lastWrite.epoch-1
+	r = analyze(st.process, order, log, nil, append(append([]auditRow(nil), audit...), stale, older))
+	problems := strings.Join(r.problems, "\n")
+	require.Contains(t, problems, "@someone-else was made while "+lastWrite.owner+" owned the process")
+	require.Contains(t, problems, "set the owner's epoch back")
 }

@@ -16,12 +16,12 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 )
 
 // schema is the source table, the aggregates the writers lock, and a trigger that logs every committed
-// write of the cursor row with the application_name of the session that made it.
+// write of the cursor row with the application_name of the session that made it and the owner (epoch and
+// instance) the row names after it.
 const schema = `
 	CREATE TABLE events (
 		id           bigserial PRIMARY KEY,
@@ -38,12 +38,15 @@ const schema = `
 		at          timestamptz NOT NULL DEFAULT clock_timestamp(),
 		process     text NOT NULL,
 		app         text NOT NULL,
-		position_id text
+		position_id text,
+		epoch       bigint NOT NULL,
+		owner       text
 	);
 	CREATE FUNCTION fault_log_cursor_write() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
-		INSERT INTO fault_cursor_writes (process, app, position_id)
-		VALUES (NEW.process_name, current_setting('application_name'), NEW.position_id);
+		INSERT INTO fault_cursor_writes (process, app, position_id, epoch, owner)
+		VALUES (NEW.process_name, current_setting('application_name'), NEW.position_id, NEW.owner_epoch,
+		        NEW.owner_instance);
 		RETURN NULL;
 	END
 	$$;
@@ -279,25 +282,19 @@ func (w *world) live(st stream) []*child {
 	return out
 }
 
-// owner returns the child that holds st's ownership lock (the session advisory lock), or nil.
+// owner returns the running child whose lease runs on st's cursor row, or nil.
 func (w *world) owner(st stream) *child {
-	key := uint64(cursorlock.LockKey(st.process))
-	var app string
+	var name string
 	err := w.pool.QueryRow(context.Background(), `
-		SELECT a.application_name
-		FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
-		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-		int64(key>>32), int64(key&0xffffffff)).Scan(&app)
+		SELECT owner_instance FROM inorder.cursor
+		WHERE process_name = $1 AND lease_expires_at > clock_timestamp()`, st.process).Scan(&name)
 	if err != nil {
 		return nil
 	}
-	name := strings.TrimPrefix(app, "inorder:"+st.process+"@")
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, c := range w.children {
-		if c.name == name {
+		if c.name == name && c.running() {
 			return c
 		}
 	}
@@ -392,11 +389,13 @@ type auditRow struct {
 	process string
 	app     string
 	id      int64 // -1: no position
+	epoch   int64
+	owner   string
 }
 
 func (w *world) audit() []auditRow {
 	rows, err := w.pool.Query(context.Background(),
-		"SELECT n, process, app, position_id FROM fault_cursor_writes ORDER BY n")
+		"SELECT n, process, app, position_id, epoch, coalesce(owner, '') FROM fault_cursor_writes ORDER BY n")
 	if err != nil {
 		w.t.Fatalf("audit: %v", err)
 	}
@@ -405,7 +404,7 @@ func (w *world) audit() []auditRow {
 	for rows.Next() {
 		var a auditRow
 		var pos *string
-		if err := rows.Scan(&a.n, &a.process, &a.app, &pos); err != nil {
+		if err := rows.Scan(&a.n, &a.process, &a.app, &pos, &a.epoch, &a.owner); err != nil {
 			w.t.Fatalf("audit: %v", err)
 		}
 		a.id = parseID(pos)

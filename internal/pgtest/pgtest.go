@@ -11,8 +11,12 @@
 package pgtest
 
 import (
+	"context"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/internal/pgbouncer"
 	"github.com/inorder-dev/inorder/internal/pgcluster"
 	"github.com/inorder-dev/inorder/internal/testdb"
 )
@@ -54,4 +58,27 @@ func ExampleURL() string {
 		panic("pgtest: " + err.Error())
 	}
 	return url
+}
+
+// Bouncer starts a PgBouncer in mode in front of the server that db lives on, with PgBouncer's default
+// settings (see package pgbouncer), and stops it when the test ends. Its URL method gives a URL to db
+// through it. It fails the test with one line saying how to install PgBouncer when it is missing.
+func Bouncer(t testing.TB, db *DB, mode pgbouncer.Mode, settings map[string]string) *pgbouncer.Bouncer {
+	t.Helper()
+	cc, err := pgx.ParseConfig(db.URL)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	b, err := pgbouncer.Start(context.Background(), pgbouncer.Config{Mode: mode, Host: cc.Host, Port: int(cc.Port),
+		User: cc.User, Password: cc.Password, Settings: settings})
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("pgbouncer:\n%s", b.Output())
+		}
+		_ = b.Stop()
+	})
+	return b
 }

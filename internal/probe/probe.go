@@ -21,22 +21,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
-// ApplicationName is the probe connection's application_name. It starts with "inorder:", so the
-// transactions horizon of every processor leaves the probe's own statements out.
+// ApplicationName is the probe connection's application_name.
 const ApplicationName = "inorder:probe"
 
-// statementTimeout bounds one probe statement; a probe that takes longer fails, and its waiters fall back
-// to their poll interval.
+// statementTimeout bounds one probe statement; a probe that takes longer fails (the statement is cancelled
+// and the connection closed), and its waiters fall back to their poll interval.
 const statementTimeout = 10 * time.Second
+
+// noInsert makes a probe statement's transaction say that it inserts into no source table (see
+// source.NoInsertKey), so that the transactions horizon of every processor leaves it out.
+var noInsert = fmt.Sprintf("pg_advisory_xact_lock_shared(%d)::text", source.NoInsertKey)
 
 // Request is what one processor waits for.
 type Request struct {
@@ -104,8 +108,8 @@ func Open(cfg *pgx.ConnConfig) *Prober {
 	for k, v := range cfg.RuntimeParams {
 		c.RuntimeParams[k] = v
 	}
+	// Only application_name: a pooler refuses start-up parameters it does not know.
 	c.RuntimeParams["application_name"] = ApplicationName
-	c.RuntimeParams["statement_timeout"] = strconv.Itoa(int(statementTimeout.Milliseconds()))
 	p := &Prober{key: key, cfg: c, refs: 1, waiters: map[*waiter]struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	registry.probers[key] = p
@@ -251,11 +255,9 @@ func (p *Prober) loop() {
 func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error) {
 	var sql strings.Builder
 	var args []any
-	sql.WriteString("SELECT ")
-	for i, w := range batch {
-		if i > 0 {
-			sql.WriteString(", ")
-		}
+	sql.WriteString("SELECT " + noInsert)
+	for _, w := range batch {
+		sql.WriteString(", ")
 		if w.req.RowsFunc == nil {
 			sql.WriteString("false")
 		} else {
@@ -268,7 +270,9 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error
 	}
 	found := make([]bool, len(batch))
 	versions := make([]pgtype.Text, len(batch))
-	dest := make([]any, 0, 2*len(batch))
+	var marked string
+	dest := make([]any, 0, 2*len(batch)+1)
+	dest = append(dest, &marked)
 	for i := range batch {
 		dest = append(dest, &found[i], &versions[i])
 	}

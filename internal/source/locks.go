@@ -43,11 +43,15 @@ import (
 // taken after every transaction that the poll saw as gone had committed or rolled back.
 //
 // Left out of the transactions watched, because they cannot insert into the source:
-//   - the processor's own session;
-//   - sessions of other databases (a transaction cannot write to another database's tables);
-//   - the cursor sessions of other processors with a plain handler (application_name "inorder:…"), whose
-//     transactions only move their own cursor row; a processor with a transactional handler writes in its
-//     cursor transaction and names its session "inorder-tx:…", so it is watched;
+//   - the processor's own transaction (the poll runs in it);
+//   - transactions of other databases (a transaction cannot write to another database's tables);
+//   - transactions that hold the no-insert lock (NoInsertKey, a transaction-level advisory lock held
+//     shared): the cursor transactions of processors with a plain handler, which only move their own
+//     cursor row, and the idle probe's statements. A processor with a transactional handler writes in its
+//     cursor transaction and does not take it, so it is watched. The lock is matched to the transaction by
+//     its virtual transaction id, read in the same scan of pg_locks: it ends with the transaction, so no
+//     pooler can lend it to a client that did not take it, as a pooler in transaction mode lends a session's
+//     application_name to the next client of its server connection;
 //   - backends running VACUUM (pg_stat_progress_vacuum, autovacuum included): VACUUM cannot run inside a
 //     transaction block, so the transaction it runs in never inserts.
 //
@@ -59,6 +63,8 @@ const horizonSQL = `
 		FROM pg_locks
 		WHERE (locktype = 'relation' AND mode = 'RowExclusiveLock')
 		   OR (locktype = 'virtualxid' AND mode = 'ExclusiveLock')
+		   OR (locktype = 'advisory' AND mode = 'ShareLock' AND granted AND objsubid = 1
+		       AND classid = $3::bigint::oid AND objid = $4::bigint::oid)
 	), db AS (
 		SELECT oid FROM pg_database WHERE datname = current_database()
 	)
@@ -81,9 +87,14 @@ const horizonSQL = `
 		WHERE l.locktype = 'virtualxid'
 		  AND l.pid <> pg_backend_pid()
 		  AND (a.datid IS NULL OR a.datid = (SELECT oid FROM db))
-		  AND NOT coalesce(starts_with(a.application_name, 'inorder:'), false)
+		  AND l.virtualtransaction NOT IN (SELECT m.virtualtransaction FROM l AS m WHERE m.locktype = 'advisory')
 		  AND l.pid NOT IN (SELECT p.pid FROM pg_stat_progress_vacuum AS p WHERE p.pid IS NOT NULL)
 	) AS x ON true`
+
+// NoInsertKey is the key of the transaction-level advisory lock that a transaction holds shared to say it
+// inserts into no source table: "inorderN" in ASCII. pg_locks shows it as classid = key>>32,
+// objid = key&0xffffffff, objsubid = 1.
+const NoInsertKey int64 = 0x696e6f726465724e
 
 // Observation is one poll of pg_locks: when it was taken, the created_at column's default at that moment,
 // and the transactions in flight by virtual transaction id: the writers of the source and every
@@ -97,7 +108,8 @@ type Observation struct {
 
 // PollLocks reads the transactions in flight that matter to t, and the created_at column's default now.
 func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
-	rows, err := q.Query(ctx, horizonSQL, t.OID, t.CreatedAtNum)
+	key := uint64(NoInsertKey)
+	rows, err := q.Query(ctx, horizonSQL, t.OID, t.CreatedAtNum, int64(key>>32), int64(key&0xffffffff))
 	if err != nil {
 		return Observation{}, fmt.Errorf("read transactions in flight: %w", err)
 	}

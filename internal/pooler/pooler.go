@@ -1,0 +1,116 @@
+// Package pooler knows what a connection pooler between inorder and Postgres (PgBouncer, or the pooler of
+// a hosted Postgres) changes: whether a connection goes through one, whether it pools by transaction, and
+// what a pooler's refusals mean, in one line that says what to do.
+//
+// # What survives a pooler
+//
+// A pooler in session mode gives a client one server connection for as long as the client stays; in
+// transaction mode, only for the length of a transaction, and between transactions the server connection
+// serves other clients. What a transaction does holds through either: its row locks, its SET LOCAL
+// settings, its transaction-level advisory locks, and the rows it writes. What a session keeps (a session
+// advisory lock, a plain SET, LISTEN, a prepared statement in PgBouncer before 1.21) may be taken by another
+// client or lost. inorder keeps what must hold in transactions and rows; this package tells the rest.
+//
+// # Start-up parameters
+//
+// PgBouncer refuses, in every mode, a start-up parameter it does not know (it knows application_name,
+// client_encoding, DateStyle, TimeZone and standard_conforming_strings, plus what its
+// ignore_startup_parameters lists). inorder sends only application_name; a refusal of another one comes
+// from the URL, and Explain says which and what to do.
+package pooler
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// ErrPreparedStatements wraps the error of a statement that failed because the pooler does not keep
+// prepared statements between transactions. Retrying cannot help; the URL must change.
+var ErrPreparedStatements = errors.New("the pooler does not keep prepared statements between transactions " +
+	"(PgBouncer in transaction mode before 1.21): add default_query_exec_mode=exec to the database URL " +
+	"(or simple_protocol), or raise PgBouncer's max_prepared_statements (1.21 and later)")
+
+// ErrStartupParameter wraps a pooler's refusal of a start-up parameter. Retrying cannot help.
+var ErrStartupParameter = errors.New("the pooler refused a start-up parameter")
+
+// Explain returns err wrapped with what to do when a pooler is its cause: a prepared statement that the
+// pooler lost or gave to another client (ErrPreparedStatements), or a start-up parameter it refused
+// (ErrStartupParameter). Any other error is returned as it is.
+func Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return err
+	}
+	switch {
+	case (pgErr.Code == "42P05" || pgErr.Code == "26000") && strings.Contains(pgErr.Message, "stmtcache_"):
+		// pgx names its cached statements stmtcache_<hash>: one of them was prepared on a server connection
+		// that the pooler has since given to another client, or is missing on the one it gives now.
+		if errors.Is(err, ErrPreparedStatements) {
+			return err
+		}
+		return fmt.Errorf("%w (%v)", ErrPreparedStatements, err)
+	case pgErr.Code == "08P01" && strings.HasPrefix(pgErr.Message, "unsupported startup parameter"):
+		if errors.Is(err, ErrStartupParameter) {
+			return err
+		}
+		param := strings.TrimSpace(strings.TrimPrefix(pgErr.Message, "unsupported startup parameter:"))
+		return fmt.Errorf("%w: %s; inorder sends none but application_name, so it comes from the URL (or "+
+			"PGOPTIONS): remove it there, or list it in PgBouncer's ignore_startup_parameters: %w",
+			ErrStartupParameter, param, err)
+	}
+	return err
+}
+
+// Fatal reports whether err is a pooler's refusal that retrying cannot fix (see Explain).
+func Fatal(err error) bool {
+	err = Explain(err)
+	return errors.Is(err, ErrPreparedStatements) || errors.Is(err, ErrStartupParameter)
+}
+
+// Pooled reports whether conn goes through a pooler: the backend process id Postgres sent at connect (which
+// a pooler makes up, since it answers cancel requests itself) is not the one serving the connection.
+func Pooled(ctx context.Context, conn *pgx.Conn) (bool, error) {
+	var pid uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		return false, err
+	}
+	return pid != conn.PgConn().PID(), nil
+}
+
+// PoolsTransactions reports whether the pooler that conn goes through (see Pooled) pools by transaction,
+// where it can tell: it opens a second client on cc and holds a transaction there while conn asks again
+// which backend serves it. In session mode conn keeps its backend and the second client never gets it; a
+// pooler in transaction mode gives conn's idle backend to the second client (PgBouncer reuses the backend
+// used last) or conn another one. A false answer means session pooling or a pooler that could not be told
+// apart from it.
+func PoolsTransactions(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) (bool, error) {
+	var first, second, again uint32
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&first); err != nil {
+		return false, err
+	}
+	other, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return false, err
+	}
+	defer other.Close(context.WithoutCancel(ctx))
+	tx, err := other.Begin(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
+	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&second); err != nil {
+		return false, err
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&again); err != nil {
+		return false, err
+	}
+	return second == first || again != first, nil
+}
