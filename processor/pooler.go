@@ -22,18 +22,21 @@ const (
 )
 
 // detectPooler looks, once at start, whether the cursor connection goes through a pooler and whether it
-// pools by transaction, and says so.
-func (p *Processor[T]) detectPooler(ctx context.Context) {
+// pools by transaction, and says so. It fails only for what the pooler refuses (see pooler.Fatal).
+func (p *Processor[T]) detectPooler(ctx context.Context) error {
 	pooled, moves := p.cur.Pooled()
 	switch {
 	case !pooled && !moves:
 		p.pooling = poolingNone
-		return
+		return nil
 	case !moves:
 		cc := p.cfg.ConnConfig.Copy()
 		cc.RuntimeParams = map[string]string{"application_name": "inorder-check:" + p.cfg.Process}
 		var err error
 		moves, err = pooler.PoolsTransactions(ctx, p.cur.Conn(), cc)
+		if pooler.Fatal(err) {
+			return pooler.Explain(err)
+		}
 		if err != nil {
 			p.log.Debug().Err(err).Msg("could not tell how the pooler pools")
 		}
@@ -43,6 +46,7 @@ func (p *Processor[T]) detectPooler(ctx context.Context) {
 		p.pooling = poolingTransaction
 	}
 	p.tellPooler()
+	return nil
 }
 
 // notePooler tells, once, when the cursor connection turns out to pool by transaction during the run

@@ -13,6 +13,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pgbouncer"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -208,4 +209,99 @@ func TestTransactionTimeHorizonThroughATransactionPooler(t *testing.T) {
 	require.NoError(t, tx.Commit(ctx))
 	waitFor(t, "every row", func() bool { return b.h.count() == 7 })
 	require.Equal(t, append(append(first, mine), later...), b.h.ids(), "the late row in its place, nothing skipped")
+}
+
+// TestAPoolerRefusalSaysWhatToDo: what a pooler refuses, retrying cannot fix. Run returns at once, in one
+// line saying what to change, instead of retrying forever.
+func TestAPoolerRefusalSaysWhatToDo(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	bouncer := pgtest.Bouncer(t, b.db, pgbouncer.Transaction, map[string]string{"default_pool_size": "1"})
+
+	run := func(url string) error {
+		cc, err := pgx.ParseConfig(url)
+		require.NoError(t, err)
+		cfg := b.cfg
+		cfg.ConnConfig = cc
+		p, err := processor.New(cfg)
+		require.NoError(t, err)
+		runCtx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		done := make(chan error, 1)
+		go func() { done <- p.Run(runCtx) }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(20 * time.Second):
+			cancel()
+			<-done
+			t.Fatal("Run kept retrying what the pooler refuses")
+			return nil
+		}
+	}
+
+	// pgx's default statement cache: another client prepared the same statement on the one server
+	// connection first, so the processor's prepare collides with it (PgBouncer 1.18 keeps no prepared
+	// statements per client).
+	other, err := pgx.Connect(ctx, bouncer.URL(b.db.Name, ""))
+	require.NoError(t, err)
+	defer other.Close(ctx)
+	var pid int
+	require.NoError(t, other.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid)) // prepared, with a result to scan
+	err = run(bouncer.URL(b.db.Name, ""))
+	require.ErrorIs(t, err, pooler.ErrPreparedStatements)
+	require.Contains(t, err.Error(), "add default_query_exec_mode=exec to the database URL")
+	require.NotContains(t, err.Error(), "\n")
+
+	// A start-up parameter in the URL, which PgBouncer refuses unless told to ignore it.
+	err = run(bouncer.URL(b.db.Name, "default_query_exec_mode=exec&search_path=public"))
+	require.ErrorIs(t, err, pooler.ErrStartupParameter)
+	require.Contains(t, err.Error(), "search_path")
+	require.Contains(t, err.Error(), "ignore_startup_parameters")
+
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT count(*) FROM inorder.cursor").Scan(&rows))
+	require.Zero(t, rows, "nothing registered")
+}
+
+// TestListenThroughATransactionPoolerGivesWayToTheProbe: LISTEN cannot work through a pooler in
+// transaction mode. The processor says so once at start and delivers through the probe.
+func TestListenThroughATransactionPoolerGivesWayToTheProbe(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createNotifyTrigger(t, b)
+	bouncer := pgtest.Bouncer(t, b.db, pgbouncer.Transaction, nil)
+	cc, err := pgx.ParseConfig(bouncer.URL(b.db.Name, "default_query_exec_mode=exec"))
+	require.NoError(t, err)
+	logs := &logBuffer{}
+	cfg := b.cfg
+	cfg.ConnConfig, cfg.Listen = cc, true
+	cfg.PollInterval = time.Minute // only the probe can find the rows in time
+	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
+	start(t, cfg)
+	waitFor(t, "the processor to lock its cursor", func() bool { return logs.count("cursor locked") == 1 })
+	ids := b.insert(t, 3)
+	waitFor(t, "the rows", func() bool { return b.h.count() == 3 })
+	require.Equal(t, ids, b.h.ids())
+	require.Equal(t, 1, logs.count("--listen needs a session of its own"), "said once")
+	require.Zero(t, logs.count("listening for insert notifications"), "no LISTEN through the pooler")
+}
+
+// TestPartitionedRefusesATransactionPooler: a partitioned process's instances coordinate through sessions
+// of their own, which a pooler in transaction mode does not keep. Run refuses at once, saying so.
+func TestPartitionedRefusesATransactionPooler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	bouncer := pgtest.Bouncer(t, b.db, pgbouncer.Transaction, nil)
+	cc, err := pgx.ParseConfig(bouncer.URL(b.db.Name, "default_query_exec_mode=exec"))
+	require.NoError(t, err)
+	cfg := b.cfg
+	cfg.ConnConfig = cc
+	cfg.Source.KeyColumn = "aggregate_id"
+	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})
+	require.NoError(t, err)
+	err = p.Run(context.Background())
+	require.ErrorIs(t, err, processor.ErrTransactionPooler)
+	require.Contains(t, err.Error(), "give it a direct or session-pooled database URL")
 }

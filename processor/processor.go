@@ -388,7 +388,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer func() { p.prober.Close(); p.prober = nil }()
 	}
 
-	p.detectPooler(work)
+	if err := p.detectPooler(work); err != nil {
+		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+	}
 	if p.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})

@@ -24,6 +24,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
+
+	"github.com/inorder-dev/inorder/internal/pooler"
 )
 
 const usage = `inorder moves the rows of a Postgres table to a handler, strictly in order, never skipping one.
@@ -96,7 +98,7 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], strings.TrimPrefix(err.Error(), "usage: "))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "inorder %s: %v\n", args[0], err)
+		fmt.Fprintf(stderr, "inorder %s: %v\n", args[0], pooler.Explain(err))
 		return 1
 	}
 }
@@ -161,7 +163,7 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	}
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, fmt.Errorf("connect: %w", pooler.Explain(err))
 	}
 	return conn, nil
 }

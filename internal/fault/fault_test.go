@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/internal/pgbouncer"
 	"github.com/inorder-dev/inorder/internal/pgcluster"
 )
 
@@ -25,6 +26,8 @@ func TestFaults(t *testing.T) {
 	t.Run("sigterm_in_flight", func(t *testing.T) { t.Parallel(); sigtermInFlight(t) })
 	t.Run("frozen_owner", func(t *testing.T) { t.Parallel(); frozenOwner(t) })
 	t.Run("crowded_lock_table", func(t *testing.T) { t.Parallel(); crowdedLockTable(t) })
+	t.Run("pooled_transaction", func(t *testing.T) { t.Parallel(); pooled(t, pgbouncer.Transaction) })
+	t.Run("pooled_session", func(t *testing.T) { t.Parallel(); pooled(t, pgbouncer.Session) })
 }
 
 // writerCount is how many writer goroutines a scenario runs.

@@ -92,7 +92,8 @@ func streamsFor(scenario, short string) []stream {
 type world struct {
 	t       *testing.T
 	name    string
-	url     string
+	url     string // the database, directly: the checks and the position monitor use it
+	via     string // what the children and the writers connect to: url, or a pooler in front of it
 	pool    *pgxpool.Pool
 	sink    *sink
 	writers *writers
@@ -113,10 +114,15 @@ func sharedWorld(t *testing.T, name string) *world {
 }
 
 func newWorld(t *testing.T, name, url string) *world {
+	return newWorldVia(t, name, url, url)
+}
+
+// newWorldVia makes a world whose children and writers connect through via (a pooler in front of url).
+func newWorldVia(t *testing.T, name, url, via string) *world {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	w := &world{t: t, name: name, url: url, seed: seed, rng: rand.New(rand.NewPCG(seed, 0))}
+	w := &world{t: t, name: name, url: url, via: via, seed: seed, rng: rand.New(rand.NewPCG(seed, 0))}
 	if code, out := w.runBinary("migrate"); code != 0 {
 		t.Fatalf("inorder migrate: exit %d: %s", code, out)
 	}
@@ -150,7 +156,7 @@ func newWorld(t *testing.T, name, url string) *world {
 
 // write starts the writers.
 func (w *world) write(n int) {
-	w.writers = startWriters(w.t, w.url, n, w.seed)
+	w.writers = startWriters(w.t, w.via, n, w.seed)
 }
 
 // sleep paces fault injection: a random wait between lo and hi.
@@ -159,7 +165,7 @@ func (w *world) sleep(lo, hi time.Duration) {
 }
 
 func (w *world) env() []string {
-	return append(os.Environ(), "DATABASE_URL="+w.url, secretEnv+"="+string(secret))
+	return append(os.Environ(), "DATABASE_URL="+w.via, secretEnv+"="+string(secret))
 }
 
 // runBinary runs an inorder command to completion and returns its exit code and combined output.
