@@ -226,6 +226,7 @@ type Processor[T any] struct {
 	pooling     pooling         // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
+	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -557,6 +558,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 		if err == nil {
 			p.log.Info().Int("attempts", attempt).Msg("reconnected")
 			p.obs.Connected(p.cfg.Process, true)
+			p.recheck(work)
 			return
 		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")
@@ -664,11 +666,16 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	switch {
 	case p.async != nil:
-		return p.deliverAsync(ctx, work, st, items)
+		n, wait, err = p.deliverAsync(ctx, work, st, items)
 	case p.windowed():
-		return p.deliverWindow(ctx, work, st, items)
+		n, wait, err = p.deliverWindow(ctx, work, st, items)
+	default:
+		n, wait, err = p.deliverSync(ctx, work, st, items)
 	}
-	return p.deliverSync(ctx, work, st, items)
+	for _, it := range items[:n] {
+		p.delivered.add(it.pos)
+	}
+	return n, wait, err
 }
 
 // lock takes the cursor row for one batch, reporting false when another instance owns the process.

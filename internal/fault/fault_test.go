@@ -28,6 +28,7 @@ func TestFaults(t *testing.T) {
 	t.Run("crowded_lock_table", func(t *testing.T) { t.Parallel(); crowdedLockTable(t) })
 	t.Run("pooled_transaction", func(t *testing.T) { t.Parallel(); pooled(t, pgbouncer.Transaction) })
 	t.Run("pooled_session", func(t *testing.T) { t.Parallel(); pooled(t, pgbouncer.Session) })
+	t.Run("failover", func(t *testing.T) { t.Parallel(); failover(t) })
 }
 
 // writerCount is how many writer goroutines a scenario runs.

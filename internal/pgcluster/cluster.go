@@ -93,6 +93,38 @@ func isExec(path string) bool {
 // Start initialises a new cluster in a temporary directory and starts it on a free loopback port. When
 // running as root, the server runs as the `postgres` user, since initdb and postgres refuse root.
 func Start(ctx context.Context, cfg Config) (*Cluster, error) {
+	c, err := newCluster(cfg)
+	if err != nil {
+		return nil, err
+	}
+	initdb := c.command(ctx, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+		"--no-sync", "--locale=C")
+	if out, err := initdb.CombinedOutput(); err != nil {
+		os.RemoveAll(c.dir)
+		return nil, fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return c, c.launch(ctx)
+}
+
+// StartStandby makes a streaming standby of c (pg_basebackup, asynchronous replication) in a temporary
+// directory of its own, and starts it on a free loopback port with c's configuration. Failover tests
+// promote it after stopping c.
+func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
+	s, err := newCluster(c.cfg)
+	if err != nil {
+		return nil, err
+	}
+	backup := s.command(ctx, "pg_basebackup", "-D", s.dataDir(), "-R", "-X", "stream", "-c", "fast",
+		"-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres", "--no-sync")
+	if out, err := backup.CombinedOutput(); err != nil {
+		os.RemoveAll(s.dir)
+		return nil, fmt.Errorf("pg_basebackup: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return s, s.launch(ctx)
+}
+
+// newCluster makes the cluster's directory, owned by the `postgres` user when running as root.
+func newCluster(cfg Config) (*Cluster, error) {
 	bindir, err := FindBinDir()
 	if err != nil {
 		return nil, err
@@ -116,21 +148,56 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 			return nil, fmt.Errorf("chown cluster directory: %w", err)
 		}
 	}
-	initdb := c.command(ctx, "initdb", "-D", c.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8",
-		"--no-sync", "--locale=C")
-	if out, err := initdb.CombinedOutput(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("initdb: %w: %s", err, strings.TrimSpace(string(out)))
-	}
+	return c, nil
+}
+
+// launch starts the reaper and the server of a cluster whose data directory is ready.
+func (c *Cluster) launch(ctx context.Context) error {
 	if err := c.startReaper(); err != nil {
-		os.RemoveAll(dir)
-		return nil, err
+		os.RemoveAll(c.dir)
+		return err
 	}
 	if err := c.start(ctx); err != nil {
 		_ = c.Stop()
-		return nil, err
+		return err
 	}
-	return c, nil
+	return nil
+}
+
+// Kill stops the server at once, as a crash would: an immediate shutdown, which neither checkpoints nor
+// waits for a standby to receive what was committed. The cluster cannot be started again; Stop removes it.
+func (c *Cluster) Kill() error {
+	c.mu.Lock()
+	cmd, exited := c.cmd, c.exited
+	c.mu.Unlock()
+	if cmd == nil {
+		return nil
+	}
+	_ = cmd.Process.Signal(syscall.SIGQUIT) // immediate shutdown
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exited
+	}
+	return nil
+}
+
+// Promote ends recovery on a standby and waits until it accepts writes.
+func (c *Cluster) Promote(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.URL("postgres"))
+	if err != nil {
+		return fmt.Errorf("promote: %w", err)
+	}
+	defer conn.Close(ctx)
+	var ok bool
+	if err := conn.QueryRow(ctx, "SELECT pg_promote(true, 60)").Scan(&ok); err != nil {
+		return fmt.Errorf("promote: %w", err)
+	}
+	if !ok {
+		return errors.New("promote: the standby did not leave recovery within 60s")
+	}
+	return nil
 }
 
 // reaperScript waits until its standard input, a pipe whose only writer is the Go process, closes; then

@@ -1,0 +1,166 @@
+package fault
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/pgcluster"
+)
+
+// failover runs a primary and an asynchronous streaming standby of its own (pg_basebackup); the children,
+// the writers and the checks connect with a multi-host URL (primary, then standby) and
+// target_session_attrs=read-write. Streaming to the standby is cut first, so that what the primary commits
+// next exists only there, and the processors deliver some of it. Then the primary is stopped at once
+// (immediate shutdown, as a crash) and the standby promoted. Without anyone restarting them, the children
+// must reconnect to the new primary and deliver every row it has, first deliveries in order; and every
+// record they delivered that the failover took back must be named in a child's log.
+func failover(t *testing.T) {
+	ctx := context.Background()
+	var logMu sync.Mutex
+	var serverLog []string
+	settings := map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
+	primary, err := pgcluster.Start(ctx, pgcluster.Config{Settings: settings, LogFunc: func(line string) {
+		logMu.Lock()
+		serverLog = append(serverLog, line)
+		logMu.Unlock()
+	}})
+	if errors.Is(err, pgcluster.ErrNoServer) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = primary.Stop() })
+	admin, err := pgx.Connect(ctx, primary.URL("postgres"))
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE fault")
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+	standby, err := primary.StartStandby(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = standby.Stop() })
+
+	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/fault?sslmode=disable&target_session_attrs=read-write",
+		primary.Port(), standby.Port())
+	w := newWorld(t, "failover", multi)
+	w.dumps = append(w.dumps, func() string {
+		logMu.Lock()
+		defer logMu.Unlock()
+		return "primary's log:\n" + tail(strings.Join(serverLog, "\n"), 40)
+	})
+	sts := streamsFor("failover", "record")
+	w.write(writerCount)
+	for _, st := range sts {
+		w.start(st)
+		w.start(st)
+	}
+	w.warmup(sts)
+
+	// Cut the streaming once the standby has everything so far; from then on the primary's commits are
+	// its own.
+	stby, err := pgx.Connect(ctx, standby.URL("fault"))
+	require.NoError(t, err)
+	defer stby.Close(ctx)
+	var lsn string
+	require.NoError(t, w.pool.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn))
+	w.await("the standby to replay what the primary has", time.Minute, func() bool {
+		var caught bool
+		return stby.QueryRow(ctx, "SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn", lsn).Scan(&caught) == nil && caught
+	})
+	_, err = stby.Exec(ctx, "ALTER SYSTEM SET primary_conninfo = ''")
+	require.NoError(t, err)
+	_, err = stby.Exec(ctx, "SELECT pg_reload_conf()")
+	require.NoError(t, err)
+	w.await("the standby's WAL receiver to stop", time.Minute, func() bool {
+		var n int
+		return stby.QueryRow(ctx, "SELECT count(*) FROM pg_stat_wal_receiver").Scan(&n) == nil && n == 0
+	})
+	cut := w.sink.len()
+	w.await("deliveries of rows only the primary has", time.Minute, func() bool { return w.sink.len() >= cut+40 })
+
+	require.NoError(t, primary.Kill())
+	killedAt := w.sink.len()
+	require.NoError(t, stby.Close(ctx))
+	require.NoError(t, standby.Promote(ctx))
+	t.Logf("primary stopped at once after %d deliveries (%d since the cut); standby promoted", killedAt, killedAt-cut)
+	for _, st := range sts {
+		n := w.sink.count(st.process)
+		w.await(st.process+" to deliver from the new primary", time.Minute, func() bool { return w.sink.count(st.process) > n })
+	}
+	w.calm()
+	w.writers.stop()
+	order := w.drain(sts)
+	rows := map[int64]row{}
+	for _, r := range order {
+		rows[r.id] = r
+	}
+
+	log := w.sink.deliveries()
+	for _, st := range sts {
+		// Deliveries of rows the new primary does not have (the id may have been given anew to another row).
+		var kept []delivery
+		vanished := map[int64]bool{}
+		for _, d := range log {
+			if d.Process != st.process {
+				continue
+			}
+			if r, ok := rows[d.ID]; ok && r.agg == d.Agg && r.seq == d.Seq {
+				kept = append(kept, d)
+				continue
+			}
+			vanished[d.ID] = true
+		}
+		require.NotEmpty(t, vanished, "%s: the failover took back rows that had been delivered", st.process)
+		named := map[int64]bool{}
+		for _, c := range w.live(st) {
+			for _, id := range vanishedInLog(t, c.logs()) {
+				named[id] = true
+			}
+		}
+		for id := range vanished {
+			if !named[id] {
+				t.Errorf("%s: record %d was delivered and the failover took it back, but no instance named it", st.process, id)
+			}
+		}
+		r := analyze(st.process, order, kept, nil, nil)
+		r.crashes = 1
+		t.Logf("%s; %d delivered records taken back by the failover, all named", r.line(w.name), len(vanished))
+		if len(r.problems) > 0 {
+			t.Errorf("%s: %d problems:\n  %s", st.process, len(r.problems), strings.Join(r.problems[:min(20, len(r.problems))], "\n  "))
+		}
+	}
+	var kids []*child
+	for _, st := range sts {
+		kids = append(kids, w.live(st)...)
+	}
+	require.Len(t, kids, 2*len(sts), "no child exited by itself")
+	w.stopCleanly(kids...)
+}
+
+// vanishedInLog returns the record ids a child's log names as delivered and no longer on the server.
+func vanishedInLog(t *testing.T, logs string) []int64 {
+	var ids []int64
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, "no longer exist on the server") {
+			continue
+		}
+		var entry struct {
+			Records []string `json:"records"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), line)
+		for _, s := range entry.Records {
+			var id int64
+			_, err := fmt.Sscan(s, &id)
+			require.NoError(t, err, line)
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}

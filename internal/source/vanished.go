@@ -1,0 +1,63 @@
+package source
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// A failover to a standby that had not received the last commits of the old primary (asynchronous
+// replication) takes back rows that were committed, and positions too. A processor that delivered such
+// rows before the failover finds, on the new primary, its cursor row behind what it delivered, and some of
+// what it delivered gone. Redelivering from the older position is what at-least-once delivery does; the
+// rows that are gone cannot be delivered again, and an operator should know which the sink has.
+
+// Recheck is what the table says now of records delivered earlier.
+type Recheck struct {
+	// After counts the records after the position asked about: what will be delivered again.
+	After int
+	// Vanished are those of them that no row of the table has any more (no row with their created_at
+	// and id), in the order asked.
+	Vanished []Position
+}
+
+// Recheck looks up the delivered records ps (each with an id) that lie after pos, in one statement: how many
+// there are, and which no longer exist.
+func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Position) (Recheck, error) {
+	var r Recheck
+	if len(ps) == 0 {
+		return r, nil
+	}
+	ats, ids := make([]time.Time, len(ps)), make([]string, len(ps))
+	for i, p := range ps {
+		ats[i], ids[i] = p.CreatedAt, p.ID
+	}
+	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	cond, args := t.After(pos, "u.", 3)
+	sql := fmt.Sprintf(`
+		SELECT (u.n - 1)::int, EXISTS (SELECT 1 FROM %[1]s AS s WHERE s.%[2]s = u.%[2]s AND s.%[3]s = u.%[3]s)
+		FROM (SELECT x.a AS %[2]s, x.i::text::%[4]s AS %[3]s, x.n
+		      FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS x(a, i, n)) AS u
+		WHERE %[5]s
+		ORDER BY u.n`, t.Ident, ca, id, t.IDCast, cond)
+	rows, err := q.Query(ctx, sql, append([]any{ats, ids}, args...)...)
+	if err != nil {
+		return r, fmt.Errorf("look up delivered records: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var i int32
+		var exists bool
+		if err := rows.Scan(&i, &exists); err != nil {
+			return r, fmt.Errorf("look up delivered records: %w", err)
+		}
+		r.After++
+		if !exists {
+			r.Vanished = append(r.Vanished, ps[i])
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return r, fmt.Errorf("look up delivered records: %w", err)
+	}
+	return r, nil
+}

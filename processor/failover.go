@@ -1,0 +1,89 @@
+package processor
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/internal/source"
+)
+
+// A failover promotes a standby that, with asynchronous replication, may not have received the last
+// commits of the old primary: the rows they wrote and the positions they moved. A processor reconnecting
+// to it finds its cursor row behind what it delivered, and delivers again from there (at least once,
+// never a skip). Rows that the failover took back cannot be delivered again, yet the sink has them: after
+// every reconnect the processor looks up the records it delivered lately, says once how many will come
+// again, and names the ones that no longer exist, so that an operator can reconcile them with the sink.
+
+// deliveredKept is how many of the last delivered records a processor remembers for that check: a few
+// seconds of a fast stream, more than asynchronous replication lags behind in the usual case.
+const deliveredKept = 4096
+
+// delivered remembers the positions of the last records delivered, oldest first once read.
+type delivered struct {
+	ring []source.Position
+	next int
+	full bool
+}
+
+func (d *delivered) add(p source.Position) {
+	if d.ring == nil {
+		d.ring = make([]source.Position, deliveredKept)
+	}
+	d.ring[d.next] = p
+	d.next = (d.next + 1) % len(d.ring)
+	d.full = d.full || d.next == 0
+}
+
+// list returns what is remembered, oldest first, and forgets it.
+func (d *delivered) list() []source.Position {
+	var out []source.Position
+	if d.full {
+		out = append(out, d.ring[d.next:]...)
+	}
+	out = append(out, d.ring[:d.next]...)
+	d.next, d.full = 0, false
+	return out
+}
+
+// recheck compares, after a reconnect, the records this instance delivered lately with what the server
+// has now: the cursor row's position, and the rows.
+func (p *Processor[T]) recheck(ctx context.Context) {
+	ps := p.delivered.list()
+	if len(ps) == 0 || p.table == nil {
+		return
+	}
+	var at pgtype.Timestamptz
+	var id pgtype.Text
+	conn := p.cur.Conn()
+	if err := conn.QueryRow(ctx, "SELECT position_created_at, position_id FROM inorder.cursor WHERE process_name = $1",
+		p.cfg.Process).Scan(&at, &id); err != nil {
+		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
+		return
+	}
+	var pos source.Position
+	if at.Valid {
+		pos = source.Position{CreatedAt: at.Time.UTC(), ID: id.String}
+	}
+	r, err := p.table.Recheck(ctx, conn, pos, ps)
+	if err != nil {
+		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
+		return
+	}
+	if r.After == 0 {
+		return
+	}
+	p.log.Warn().Str("position", pos.String()).Int("records", r.After).
+		Msg("the position on the server is behind records this instance delivered (a failover to a standby that " +
+			"missed the last commits?): they are delivered again from there")
+	if len(r.Vanished) == 0 {
+		return
+	}
+	ids := make([]string, 0, min(len(r.Vanished), 1000))
+	for _, v := range r.Vanished[:cap(ids)] {
+		ids = append(ids, v.ID)
+	}
+	p.log.Error().Strs("records", ids).Int("count", len(r.Vanished)).
+		Msg("records this instance delivered no longer exist on the server (commits lost in a failover): " +
+			"reconcile them with the sink")
+}
