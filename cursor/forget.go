@@ -108,24 +108,39 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {
 		return fail("%w", err)
 	}
-	// An instance that registered before the delete (standing by, or about to lock) is connected now, so
-	// look at the sessions only after it, with the statistics read afresh: refuse while one is there. An
-	// instance that registers later waits for this transaction and then registers the process anew.
-	if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+	// An instance that registered before the delete (standing by, or about to lock) has said it runs, so
+	// look at the instances only after it: refuse while one is there. An instance that registers later
+	// waits for this transaction and then registers the process anew; one that registered in between finds
+	// its row gone and stops (cursorlock.ErrForgotten).
+	var who string
+	err = tx.QueryRow(ctx, `SELECT process_name || ' by ' || instance FROM inorder.instance
+		WHERE (process_name = $1 OR ($2 AND starts_with(process_name, $1 || '#'))) AND seen_until > clock_timestamp()
+		ORDER BY process_name, instance LIMIT 1`, name, row.partitions != nil).Scan(&who)
+	switch {
+	case err == nil:
+		return fail("%w: an instance runs it (%s); stop every instance first", ErrBusy, who)
+	case !errors.Is(err, pgx.ErrNoRows):
 		return fail("%w", err)
 	}
-	apps, err := sessions(ctx, tx)
-	if err != nil {
-		return fail("%w", err)
+	if row.partitions != nil {
+		// The coordinating sessions of a partitioned process's instances, which run on direct or
+		// session-pooled connections: read afresh, after the delete.
+		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+			return fail("%w", err)
+		}
+		apps, err := coordinators(ctx, tx)
+		if err != nil {
+			return fail("%w", err)
+		}
+		for _, a := range apps {
+			if coordinatorOf(a, name) {
+				return fail("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
+			}
+		}
 	}
-	for _, a := range apps {
-		connected := row.partitions != nil && coordinatorOf(a, name)
-		for _, s := range streams {
-			connected = connected || instanceOf(a, s.Process)
-		}
-		if connected {
-			return fail("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
-		}
+	if _, err := tx.Exec(ctx, `DELETE FROM inorder.instance WHERE process_name = $1
+		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {
+		return fail("%w", err)
 	}
 	before := row.state.Position
 	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, PositionBefore: &before,

@@ -72,7 +72,7 @@ func TestForgetRefusedWhileAnInstanceStandsBy(t *testing.T) {
 	ops := cursor.ActionOpts{Actor: "ops"}
 	_, err = cursor.Forget(ctx, db.Pool, "billing", ops)
 	require.ErrorIs(t, err, cursor.ErrBusy)
-	require.ErrorContains(t, err, "an instance is connected to it (inorder:billing@")
+	require.ErrorContains(t, err, "an instance runs it (billing by ")
 	require.NoError(t, standby.Release(ctx))
 	await(t, "the released instance's session to end", func() bool { return sessions(t, db) == 0 })
 	_, err = cursor.Forget(ctx, db.Pool, "billing", ops)

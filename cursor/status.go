@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -35,8 +34,9 @@ type Info struct {
 	Epoch          int64
 	OwnerSince     time.Time
 	LeaseExpiresAt time.Time
-	// Connected counts the instances with a cursor connection open for this process (the holder and the
-	// ones standing by).
+	// Connected counts the instances running this process (the holder and the ones standing by): each
+	// says so in inorder.instance at a third of its lease and removes its row when it stops, so one that
+	// vanished counts until its lease would have run out.
 	Connected int
 	// HeldSince, when not zero, is since when an open transaction has held the horizon back, and
 	// HeldByPID its backend (0 for a prepared transaction).
@@ -112,10 +112,8 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
-	// Instances standing by keep a cursor connection open too; count them by application_name, which is
-	// cut at 63 bytes, so compare on what survives. Only this database's sessions count: a process of the
-	// same name in another database on the server is another process.
-	apps, err := sessions(ctx, tx)
+	// Every running instance, owner or standby, keeps a row in inorder.instance (see cursorlock).
+	live, err := instances(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
@@ -142,38 +140,41 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 				in.HolderPID = int(pid)
 			}
 		}
-		for _, a := range apps {
-			if instanceOf(a, in.Process) {
-				in.Connected++
-			}
-		}
+		in.Connected = live[in.Process]
 	}
 	return infos, nil
 }
 
-// sessions returns the application_name of every other session of this database that an inorder instance
-// opened: cursor sessions ("inorder:…", "inorder-tx:…") and the coordinating sessions of partitioned
-// processes ("inorder-partitions:…").
-func sessions(ctx context.Context, tx pgx.Tx) ([]string, error) {
+// instances counts, by process, the instances whose row in inorder.instance is live.
+func instances(ctx context.Context, tx pgx.Tx) (map[string]int, error) {
+	rows, err := tx.Query(ctx, `SELECT process_name, count(*)::int FROM inorder.instance
+		WHERE seen_until > clock_timestamp() GROUP BY process_name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	live := map[string]int{}
+	for rows.Next() {
+		var name string
+		var n int
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		live[name] = n
+	}
+	return live, rows.Err()
+}
+
+// coordinators returns the application_name of every other session of this database that coordinates the
+// instances of a partitioned process ("inorder-partitions:…", see processor.Partitioned), which runs on a
+// direct or session-pooled connection only.
+func coordinators(ctx context.Context, tx pgx.Tx) ([]string, error) {
 	rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE (application_name LIKE 'inorder:%' OR application_name LIKE 'inorder-tx:%'
-		       OR application_name LIKE 'inorder-partitions:%')
-		  AND datname = current_database() AND pid <> pg_backend_pid()`)
+		WHERE application_name LIKE 'inorder-partitions:%' AND datname = current_database() AND pid <> pg_backend_pid()`)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
-}
-
-// instanceOf reports whether app, an application_name from pg_stat_activity, is the cursor session of an
-// instance of process. Postgres cuts application_name at 63 bytes, so it compares on what survives.
-func instanceOf(app, process string) bool {
-	for _, want := range []string{"inorder:" + process + "@", "inorder-tx:" + process + "@"} {
-		if strings.HasPrefix(app, want) || (len(app) >= 63 && strings.HasPrefix(want, app)) {
-			return true
-		}
-	}
-	return false
 }
 
 // Lag is how far a process is behind its source.

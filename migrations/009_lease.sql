@@ -15,3 +15,32 @@ ALTER TABLE inorder.cursor
     ADD COLUMN owner_session boolean NOT NULL DEFAULT false,
     ADD COLUMN owner_since timestamptz,
     ADD COLUMN lease_expires_at timestamptz;
+
+-- Every running instance of a process, owner or standby, says it is there in a row of its own, renewed at
+-- a third of its lease and removed when it stops: status counts the instances, and forget refuses while
+-- one runs, through any pooler (a pooler hides which session is whose). A row whose seen_until has passed
+-- is an instance that vanished.
+CREATE TABLE inorder.instance (
+    process_name text NOT NULL,
+    instance     text NOT NULL,
+    seen_until   timestamptz NOT NULL,
+    PRIMARY KEY (process_name, instance)
+);
+
+-- The roles that run processors may write their cursor rows: let them say they run, too, so that an upgrade
+-- keeps a least-privileged role working.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT a.grantee FROM pg_class AS c, aclexplode(c.relacl) AS a
+             WHERE c.oid = 'inorder.cursor'::regclass AND a.privilege_type = 'UPDATE' AND a.grantee <> c.relowner
+    LOOP
+        IF r.grantee = 0 THEN
+            GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance TO PUBLIC;
+        ELSE
+            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance TO %s', r.grantee::regrole);
+        END IF;
+    END LOOP;
+END
+$$;

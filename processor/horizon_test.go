@@ -348,7 +348,8 @@ func restrictedRole(t *testing.T, b *bundle, table string) string {
 	b.db.Exec(t, fmt.Sprintf(`CREATE ROLE %[1]s LOGIN NOSUPERUSER;
 		GRANT SELECT ON %[2]s TO %[1]s;
 		GRANT USAGE ON SCHEMA inorder TO %[1]s;
-		GRANT SELECT, INSERT, UPDATE ON inorder.cursor TO %[1]s`,
+		GRANT SELECT, INSERT, UPDATE ON inorder.cursor TO %[1]s;
+		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance TO %[1]s`,
 		pgx.Identifier{role}.Sanitize(), pgx.Identifier{table}.Sanitize()))
 	return role
 }

@@ -208,7 +208,8 @@ type Repository struct {
 	// The connection: whether it goes through a pooler, and whether the backend serving it changed
 	// between transactions (transaction pooling).
 	pooled, movesBackends bool
-	backend               uint32 // the backend that served the last cursor transaction
+	backend               uint32    // the backend that served the last cursor transaction
+	beat                  time.Time // when this instance last said it is there (see heartbeat)
 }
 
 // lease is what a cursor row says of its owner.
@@ -317,12 +318,34 @@ func (r *Repository) register(ctx context.Context) error {
 		return fmt.Errorf("register cursor %q: %w", r.name, err)
 	}
 	r.registered = r.registered || tag.RowsAffected() == 1
+	return r.heartbeat(ctx, r.conn)
+}
+
+// heartbeatSQL says that this instance runs the process, for a lease from now: status counts such rows,
+// and forget refuses while one is live.
+const heartbeatSQL = `
+	INSERT INTO inorder.instance (process_name, instance, seen_until)
+	VALUES ($1, $2, clock_timestamp() + $3::interval)
+	ON CONFLICT (process_name, instance) DO UPDATE SET seen_until = EXCLUDED.seen_until`
+
+// heartbeat renews this instance's row in inorder.instance on q (the connection, or the open cursor
+// transaction) when a third of its lease has passed since the last time.
+func (r *Repository) heartbeat(ctx context.Context, q interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}) error {
+	if time.Since(r.beat) < r.cfg.lease()/3 {
+		return nil
+	}
+	if _, err := q.Exec(ctx, heartbeatSQL, r.name, r.instance(), r.cfg.lease()); err != nil {
+		return fmt.Errorf("cursor %q: say the instance is there: %w", r.name, pooler.Explain(err))
+	}
+	r.beat = time.Now()
 	return nil
 }
 
 // Unregister deletes the cursor row this repository created, when nothing has used it since: no instance
 // has locked it to work (which records the source), nor moved, paused or halted it, and no other instance
-// of the process is connected. A processor whose start-up checks fail calls it, so that a wrong column or a
+// of the process runs (says so in inorder.instance). A processor whose start-up checks fail calls it, so that a wrong column or a
 // missing index leaves no process behind for status to show. It does nothing otherwise.
 func (r *Repository) Unregister(ctx context.Context) error {
 	if !r.registered || r.conn == nil || r.conn.IsClosed() || r.tx != nil {
@@ -333,10 +356,9 @@ func (r *Repository) Unregister(ctx context.Context) error {
 		WHERE process_name = $1 AND source_table IS NULL AND records_handled = 0 AND NOT paused
 		  AND halted_record_id IS NULL
 		  AND NOT EXISTS (SELECT 1 FROM inorder.audit a WHERE a.process_name = c.process_name)
-		  AND NOT EXISTS (SELECT 1 FROM pg_stat_activity
-		                  WHERE pid <> pg_backend_pid() AND datname = current_database()
-		                    AND (application_name LIKE 'inorder:' || $1 || '@%'
-		                         OR application_name LIKE 'inorder-tx:' || $1 || '@%'))`, r.name)
+		  AND NOT EXISTS (SELECT 1 FROM inorder.instance i
+		                  WHERE i.process_name = c.process_name AND i.instance <> $2
+		                    AND i.seen_until > clock_timestamp())`, r.name, r.instance())
 	if err != nil {
 		return fmt.Errorf("unregister cursor %q: %w", r.name, err)
 	}
@@ -458,6 +480,9 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	if r.epoch == 0 {
+		if err := r.heartbeat(ctx, r.conn); err != nil {
+			return false, err
+		}
 		vacant, err := r.vacant(ctx)
 		if err != nil || !vacant {
 			return false, err
@@ -482,6 +507,13 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	r.tx = tx
+	if beat := r.beat; r.epoch != 0 {
+		if err := r.heartbeat(ctx, tx); err != nil {
+			r.dropTx(ctx)
+			return false, err
+		}
+		r.dirty = r.dirty || r.beat != beat
+	}
 	switch l := r.lease; {
 	case r.epoch != 0 && l.epoch == r.epoch:
 		// Ours. Renew when a third has passed, or when the row says this session holds the advisory
@@ -967,6 +999,12 @@ func (r *Repository) Release(ctx context.Context) error {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 		r.advisory = false
+	}
+	if !r.beat.IsZero() && r.conn != nil && !r.conn.IsClosed() {
+		if _, uerr := r.conn.Exec(ctx, "DELETE FROM inorder.instance WHERE process_name = $1 AND instance = $2",
+			r.name, r.instance()); uerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
+		}
 	}
 	r.registry.mu.Lock()
 	if r.registry.repos[r.key] == r {
