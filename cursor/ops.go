@@ -365,19 +365,30 @@ func insertAudit(ctx context.Context, tx pgx.Tx, e *AuditEntry) error {
 	if e.RecordID != "" {
 		rec = &e.RecordID
 	}
-	var before, after, detail any
-	if e.PositionBefore != nil {
-		before = e.PositionBefore
+	// JSON text, not the values: in pgx's exec and simple-protocol modes (which a pooler in transaction
+	// mode needs) a parameter is encoded by its Go type alone, and a Position would go as its String.
+	jsonText := func(v any, null bool) (any, error) {
+		if null {
+			return nil, nil
+		}
+		b, err := json.Marshal(v)
+		return string(b), err
 	}
-	if e.PositionAfter != nil {
-		after = e.PositionAfter
+	before, err := jsonText(e.PositionBefore, e.PositionBefore == nil)
+	if err != nil {
+		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
 	}
-	if e.Detail != nil {
-		detail = e.Detail
+	after, err := jsonText(e.PositionAfter, e.PositionAfter == nil)
+	if err != nil {
+		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
+	}
+	detail, err := jsonText(e.Detail, e.Detail == nil)
+	if err != nil {
+		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
 	}
 	if err := tx.QueryRow(ctx, `
 		INSERT INTO inorder.audit (process_name, action, actor, reason, record_id, position_before, position_after, detail)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+		VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::text::jsonb)
 		RETURNING id, at, db_role`, e.Process, e.Action, e.Actor, e.Reason, rec, before, after, detail).
 		Scan(&e.ID, &e.At, &e.Role); err != nil {
 		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)

@@ -2,6 +2,7 @@ package cursor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -241,7 +242,11 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 		for i, e := range res.Entries {
 			ids[i] = e.ID
 		}
-		if _, err := tx.Exec(ctx, "UPDATE inorder.audit SET detail = $2 WHERE id = ANY($1)", ids, detail); err != nil {
+		text, err := json.Marshal(detail) // JSON text: see insertAudit
+		if err != nil {
+			return fail(fmt.Errorf("update audit: %w", err))
+		}
+		if _, err := tx.Exec(ctx, "UPDATE inorder.audit SET detail = $2::text::jsonb WHERE id = ANY($1)", ids, string(text)); err != nil {
 			return fail(fmt.Errorf("update audit: %w", err))
 		}
 	}
