@@ -390,7 +390,7 @@ func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) error
 	if err != nil || !pooled {
 		return err
 	}
-	moves, err := pooler.PoolsTransactions(ctx, conn, cc)
+	moves, err := pooler.PoolsTransactions(ctx, cc)
 	if err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func (p *Processor[T]) detectPooler(ctx context.Context) error {
 		cc := p.cfg.ConnConfig.Copy()
 		cc.RuntimeParams = map[string]string{"application_name": "inorder-check:" + p.cfg.Process}
 		var err error
-		moves, err = pooler.PoolsTransactions(ctx, p.cur.Conn(), cc)
+		moves, err = pooler.PoolsTransactions(ctx, cc)
 		if pooler.Fatal(err) {
 			return pooler.Explain(err)
 		}

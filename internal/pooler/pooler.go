@@ -24,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -85,32 +86,61 @@ func Pooled(ctx context.Context, conn *pgx.Conn) (bool, error) {
 	return pid != conn.PgConn().PID(), nil
 }
 
-// PoolsTransactions reports whether the pooler that conn goes through (see Pooled) pools by transaction,
-// where it can tell: it opens a second client on cc and holds a transaction there while conn asks again
-// which backend serves it. In session mode conn keeps its backend and the second client never gets it; a
-// pooler in transaction mode gives conn's idle backend to the second client (PgBouncer reuses the backend
-// used last) or conn another one. A false answer means session pooling or a pooler that could not be told
-// apart from it.
-func PoolsTransactions(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) (bool, error) {
-	var first, second, again uint32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&first); err != nil {
-		return false, err
+// PoolsTransactions reports whether the pooler that cc goes through (see Pooled) pools by transaction,
+// where it can tell. It opens two clients of its own: the first asks which backend serves it, the second
+// holds a transaction, and the first asks again. In session mode the first keeps its backend, which the
+// second never gets (with every server connection taken, the second waits: a session pooler). In
+// transaction mode the second gets the first's idle backend (PgBouncer reuses the one used last) or the
+// first gets another one, or waits for one while the second holds the last. A false answer means session
+// pooling or a pooler that could not be told apart from it.
+func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
+	const wait = 2 * time.Second
+	pid := func(q interface {
+		QueryRow(context.Context, string, ...any) pgx.Row
+	}) (uint32, bool, error) {
+		qctx, cancel := context.WithTimeout(ctx, wait)
+		defer cancel()
+		var pid uint32
+		err := q.QueryRow(qctx, "SELECT pg_backend_pid()").Scan(&pid)
+		if err != nil && qctx.Err() != nil && ctx.Err() == nil {
+			return 0, false, nil // waited for a server connection
+		}
+		return pid, err == nil, err
 	}
-	other, err := pgx.ConnectConfig(ctx, cc)
+	first, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return false, err
 	}
-	defer other.Close(context.WithoutCancel(ctx))
-	tx, err := other.Begin(ctx)
+	defer first.Close(context.WithoutCancel(ctx))
+	before, ok, err := pid(first)
+	if err != nil || !ok {
+		return false, err
+	}
+	second, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
+		return false, err
+	}
+	defer second.Close(context.WithoutCancel(ctx))
+	bctx, cancel := context.WithTimeout(ctx, wait)
+	tx, err := second.Begin(bctx)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return false, nil // the first keeps the only server connection: session pooling
+		}
 		return false, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // read-only
-	if err := tx.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&second); err != nil {
+	held, ok, err := pid(tx)
+	if err != nil || !ok {
 		return false, err
 	}
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&again); err != nil {
+	after, ok, err := pid(first)
+	if err != nil {
 		return false, err
 	}
-	return second == first || again != first, nil
+	if !ok {
+		return true, nil // the first lost its server connection to the second's transaction
+	}
+	return held == before || after != before, nil
 }
