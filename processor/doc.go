@@ -8,6 +8,19 @@
 // keyset order, hands them to the handler one by one, advances the position after each success, and
 // unlocks. When there is nothing to read, or another instance owns the process, it waits PollInterval.
 //
+// # Ownership
+//
+// Any number of instances may run one process (Config.Instance names each); one works it at a time. The
+// owner holds a lease in the cursor row, renewed in its batch transactions, and every position it writes
+// is checked against the lease's epoch in the transaction that holds the row lock, so an instance whose
+// lease another has taken can never write one. That holds through a connection pooler in session or
+// transaction mode (PgBouncer, or a hosted database's pooler; the URL then needs
+// default_query_exec_mode=exec or simple_protocol where the pooler keeps no prepared statements). A
+// standby takes over when the owner gives the lease up at a clean stop, when the lease runs out (Lease),
+// or, on a direct connection, as soon as the owner's session ends. After a reconnect (a server restart, a
+// failover to a standby) the processor goes on from the cursor row it finds, and names the records it
+// delivered that the server no longer has.
+//
 // # The horizon
 //
 // A row becomes visible when its transaction commits, but its created_at is set earlier, so a reader that

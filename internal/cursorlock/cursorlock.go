@@ -507,19 +507,16 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	r.tx = tx
-	if beat := r.beat; r.epoch != 0 {
-		if err := r.heartbeat(ctx, tx); err != nil {
-			r.dropTx(ctx)
-			return false, err
-		}
-		r.dirty = r.dirty || r.beat != beat
-	}
 	switch l := r.lease; {
 	case r.epoch != 0 && l.epoch == r.epoch:
-		// Ours. Renew when a third has passed, or when the row says this session holds the advisory
-		// lock and it does not (a reconnect lost it), or the other way round.
-		if l.left < r.cfg.lease()*2/3 || l.session != r.advisory {
-			err = r.claim(ctx, false)
+		// Ours. Renew when a third has passed (and say the instance is there, in the same transaction,
+		// so that an idle owner commits once per third of its lease), or when the row says this session
+		// holds the advisory lock and it does not (a reconnect lost it), or the other way round.
+		if l.left < r.cfg.lease()*2/3 || l.session != r.advisory || time.Since(r.beat) >= r.cfg.lease()/3 {
+			r.beat = time.Time{}
+			if err = r.heartbeat(ctx, tx); err == nil {
+				err = r.claim(ctx, false)
+			}
 		}
 	case l.free || (l.session && r.advisory):
 		// Nobody's, or the owner's session has ended: this instance's advisory lock proves it.

@@ -3,17 +3,13 @@ package fault
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
-
-	"github.com/inorder-dev/inorder/internal/pgcluster"
 )
 
 // failover runs a primary and an asynchronous streaming standby of its own (pg_basebackup); the children,
@@ -25,24 +21,7 @@ import (
 // record they delivered that the failover took back must be named in a child's log.
 func failover(t *testing.T) {
 	ctx := context.Background()
-	var logMu sync.Mutex
-	var serverLog []string
-	settings := map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
-	primary, err := pgcluster.Start(ctx, pgcluster.Config{Settings: settings, LogFunc: func(line string) {
-		logMu.Lock()
-		serverLog = append(serverLog, line)
-		logMu.Unlock()
-	}})
-	if errors.Is(err, pgcluster.ErrNoServer) {
-		t.Skip(err)
-	}
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = primary.Stop() })
-	admin, err := pgx.Connect(ctx, primary.URL("postgres"))
-	require.NoError(t, err)
-	_, err = admin.Exec(ctx, "CREATE DATABASE fault")
-	require.NoError(t, err)
-	require.NoError(t, admin.Close(ctx))
+	primary, primaryLog := ownCluster(t, "the primary's")
 	standby, err := primary.StartStandby(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = standby.Stop() })
@@ -50,11 +29,7 @@ func failover(t *testing.T) {
 	multi := fmt.Sprintf("postgres://postgres@127.0.0.1:%d,127.0.0.1:%d/fault?sslmode=disable&target_session_attrs=read-write",
 		primary.Port(), standby.Port())
 	w := newWorld(t, "failover", multi)
-	w.dumps = append(w.dumps, func() string {
-		logMu.Lock()
-		defer logMu.Unlock()
-		return "primary's log:\n" + tail(strings.Join(serverLog, "\n"), 40)
-	})
+	w.dumps = append(w.dumps, primaryLog)
 	sts := streamsFor("failover", "record")
 	w.write(writerCount)
 	for _, st := range sts {

@@ -229,6 +229,15 @@ func serverRestart(t *testing.T) {
 
 // ownWorld makes a world on a cluster of its own, for a scenario that does something to the whole server.
 func ownWorld(t *testing.T, name string) (*world, *pgcluster.Cluster) {
+	c, serverLog := ownCluster(t, "server")
+	w := newWorld(t, name, c.URL("fault"))
+	w.dumps = append(w.dumps, serverLog)
+	return w, c
+}
+
+// ownCluster starts a cluster of the scenario's own with a database named fault, stopped when the test
+// ends; the function returned gives the tail of the server's log, headed by who.
+func ownCluster(t *testing.T, who string) (*pgcluster.Cluster, func() string) {
 	ctx := context.Background()
 	var logMu sync.Mutex
 	var serverLog []string
@@ -251,14 +260,11 @@ func ownWorld(t *testing.T, name string) (*world, *pgcluster.Cluster) {
 	_, err = admin.Exec(ctx, "CREATE DATABASE fault")
 	require.NoError(t, err)
 	require.NoError(t, admin.Close(ctx))
-
-	w := newWorld(t, name, c.URL("fault"))
-	w.dumps = append(w.dumps, func() string {
+	return c, func() string {
 		logMu.Lock()
 		defer logMu.Unlock()
-		return "server log:\n" + tail(strings.Join(serverLog, "\n"), 60)
-	})
-	return w, c
+		return who + " log:\n" + tail(strings.Join(serverLog, "\n"), 60)
+	}
 }
 
 // crowdedLockTable runs processors on a server whose lock table is crowded: another session holds 20,000

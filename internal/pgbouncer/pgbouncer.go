@@ -24,15 +24,15 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/inorder-dev/inorder/internal/pgcluster"
 )
 
 // ErrNotInstalled is returned by Start when no pgbouncer binary can be found.
@@ -75,7 +75,7 @@ type Bouncer struct {
 
 	mu     sync.Mutex
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	out    bytes.Buffer
 }
 
@@ -113,22 +113,18 @@ func Start(ctx context.Context, cfg Config) (*Bouncer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgbouncer: %w", err)
 	}
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("pgbouncer refuses to run as root and there is no `postgres` user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
+	cred, err := pgcluster.ServerCredential()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("pgbouncer refuses to run as root: %w", err)
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("pgbouncer: %w", err)
 		}
 	}
-	port, err := freePort()
+	port, err := pgcluster.FreePort()
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -142,22 +138,8 @@ func Start(ctx context.Context, cfg Config) (*Bouncer, error) {
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = &lockedWriter{b: b}, &lockedWriter{b: b}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	// As in pgcluster: the parent-death signal follows the thread that started the child, so that thread
-	// stays locked until the child exits.
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	exited, err := pgcluster.StartTied(cmd)
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("start pgbouncer: %w", err)
 	}
@@ -276,13 +258,4 @@ func (w *lockedWriter) Write(p []byte) (int, error) {
 	w.b.mu.Lock()
 	defer w.b.mu.Unlock()
 	return w.b.out.Write(p)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -54,7 +54,7 @@ type Cluster struct {
 	cred    *syscall.Credential
 	mu      sync.Mutex
 	cmd     *exec.Cmd
-	exited  chan struct{}
+	exited  <-chan struct{}
 	stopped bool
 	// reaper is the write end of the reaper's pipe; closing it (or exiting) sets the reaper off.
 	reaper *os.File
@@ -134,21 +134,56 @@ func newCluster(cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("create cluster directory: %w", err)
 	}
 	c := &Cluster{dir: dir, bindir: bindir, cfg: cfg}
-	if os.Geteuid() == 0 {
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			os.RemoveAll(dir)
-			return nil, fmt.Errorf("running as root needs a `postgres` user to own the cluster: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		c.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
-		if err := os.Chown(dir, uid, gid); err != nil {
+	if c.cred, err = ServerCredential(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if c.cred != nil {
+		if err := os.Chown(dir, int(c.cred.Uid), int(c.cred.Gid)); err != nil {
 			os.RemoveAll(dir)
 			return nil, fmt.Errorf("chown cluster directory: %w", err)
 		}
 	}
 	return c, nil
+}
+
+// ServerCredential is who a server started by the tests runs as: the `postgres` user when running as root
+// (initdb, postgres and pgbouncer refuse root), nil (this process's user) otherwise.
+func ServerCredential() (*syscall.Credential, error) {
+	if os.Geteuid() != 0 {
+		return nil, nil
+	}
+	u, err := user.Lookup("postgres")
+	if err != nil {
+		return nil, fmt.Errorf("running as root needs a `postgres` user to run servers as: %w", err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
+}
+
+// StartTied starts cmd, whose SysProcAttr sets a parent-death signal, and returns a channel closed when
+// it exits. The parent-death signal comes when the thread that started the child exits, not the process:
+// the goroutine that starts it keeps its thread locked until the child exits, so that the thread lives
+// as long as the child (a Go thread exits only when a goroutine locked to it ends).
+func StartTied(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
 
 // launch starts the reaper and the server of a cluster whose data directory is ready.
@@ -166,22 +201,7 @@ func (c *Cluster) launch(ctx context.Context) error {
 
 // Kill stops the server at once, as a crash would: an immediate shutdown, which neither checkpoints nor
 // waits for a standby to receive what was committed. The cluster cannot be started again; Stop removes it.
-func (c *Cluster) Kill() error {
-	c.mu.Lock()
-	cmd, exited := c.cmd, c.exited
-	c.mu.Unlock()
-	if cmd == nil {
-		return nil
-	}
-	_ = cmd.Process.Signal(syscall.SIGQUIT) // immediate shutdown
-	select {
-	case <-exited:
-	case <-time.After(30 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exited
-	}
-	return nil
-}
+func (c *Cluster) Kill() error { return c.stopServerWith(syscall.SIGQUIT) }
 
 // Promote ends recovery on a standby and waits until it accepts writes.
 func (c *Cluster) Promote(ctx context.Context) error {
@@ -248,7 +268,7 @@ func (c *Cluster) command(ctx context.Context, name string, args ...string) *exe
 // connections.
 func (c *Cluster) start(ctx context.Context) error {
 	if c.port == 0 {
-		port, err := freePort()
+		port, err := FreePort()
 		if err != nil {
 			return err
 		}
@@ -284,23 +304,8 @@ func (c *Cluster) start(ctx context.Context) error {
 		w := &lineWriter{fn: c.cfg.LogFunc}
 		cmd.Stdout, cmd.Stderr = w, w
 	}
-	// The parent-death signal comes when the thread that started the server exits, not the process. The
-	// goroutine that starts the server keeps its thread locked until the server exits, so that the thread
-	// lives as long as the server (a Go thread exits only when a goroutine locked to it ends).
-	started := make(chan error, 1)
-	exited := make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		_ = cmd.Wait()
-		close(exited)
-	}()
-	if err := <-started; err != nil {
+	exited, err := StartTied(cmd)
+	if err != nil {
 		return fmt.Errorf("start postgres: %w", err)
 	}
 	c.mu.Lock()
@@ -349,14 +354,19 @@ func (c *Cluster) Restart(ctx context.Context, down time.Duration) error {
 	return c.start(ctx)
 }
 
-func (c *Cluster) stopServer() error {
+// stopServer stops the server with a fast shutdown: open transactions roll back, connections are cut.
+func (c *Cluster) stopServer() error { return c.stopServerWith(syscall.SIGINT) }
+
+// stopServerWith sends the postmaster sig (SIGINT fast shutdown, SIGQUIT immediate) and waits for it to exit,
+// killing it after 30s.
+func (c *Cluster) stopServerWith(sig syscall.Signal) error {
 	c.mu.Lock()
 	cmd, exited := c.cmd, c.exited
 	c.mu.Unlock()
 	if cmd == nil {
 		return nil
 	}
-	_ = cmd.Process.Signal(syscall.SIGINT) // fast shutdown: roll back open transactions, cut connections
+	_ = cmd.Process.Signal(sig)
 	select {
 	case <-exited:
 	case <-time.After(30 * time.Second):
@@ -385,7 +395,8 @@ func (c *Cluster) Stop() error {
 	return err
 }
 
-func freePort() (int, error) {
+// FreePort returns a TCP port on loopback that nothing listens on now.
+func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, fmt.Errorf("find a free port: %w", err)
