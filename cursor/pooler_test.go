@@ -20,7 +20,7 @@ import (
 // TestActionsThroughATransactionPooler runs a processor and every operator action through PgBouncer in
 // transaction mode with its default configuration, where no session stays a client's own: status names
 // the owner from its lease, skip, pause, resume and rewind act on the running processor, prune keeps what
-// it needs, and forget refuses while the instance runs and works once it stopped.
+// it needs, repartition and forget refuse while the instance runs and work once it stopped.
 func TestActionsThroughATransactionPooler(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -82,7 +82,14 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	_, err = cursor.Forget(ctx, pool, "billing", ops)
 	require.ErrorIs(t, err, cursor.ErrBusy, "the running instance's lease refuses it")
 	require.ErrorContains(t, err, "pooled-1")
+	_, err = cursor.Repartition(ctx, pool, "billing", 2, ops)
+	require.ErrorIs(t, err, cursor.ErrBusy, "not while an instance runs it")
 	require.NoError(t, stop())
+	_, err = cursor.Repartition(ctx, pool, "billing", 2, ops)
+	require.NoError(t, err, "drained and stopped")
+	infos, err := cursor.List(ctx, pool, "")
+	require.NoError(t, err)
+	require.Len(t, infos, 3, "the process and its two partitions")
 	_, err = cursor.Forget(ctx, pool, "billing", ops)
 	require.NoError(t, err)
 	entries, err := cursor.Audit(ctx, pool, cursor.AuditOpts{Process: "billing"})
@@ -91,6 +98,6 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	for _, e := range entries {
 		actions = append(actions, e.Action)
 	}
-	require.Equal(t, []string{"forget", "prune", "resume", "rewind", "pause", "skip"}, actions)
-	require.EqualValues(t, 5, entries[1].Detail.Rows, "the prune's entry counts every batch")
+	require.Equal(t, []string{"forget", "repartition", "prune", "resume", "rewind", "pause", "skip"}, actions)
+	require.EqualValues(t, 5, entries[2].Detail.Rows, "the prune's entry counts every batch")
 }
