@@ -13,7 +13,9 @@ import (
 // to it finds its cursor row behind what it delivered, and delivers again from there (at least once,
 // never a skip). Rows that the failover took back cannot be delivered again, yet the sink has them: after
 // every reconnect the processor looks up the records it delivered lately, says once how many will come
-// again, and names the ones that no longer exist, so that an operator can reconcile them with the sink.
+// again, and names the ones that no longer exist, so that an operator can reconcile them with the sink. It
+// remembers only what it delivered in its current tenure, and forgets what an operator's move or its own
+// deliberate move back makes come again.
 
 // deliveredKept is how many of the last delivered records a processor remembers for that check: a few
 // seconds of a fast stream, more than asynchronous replication lags behind in the usual case.
@@ -74,8 +76,9 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		return
 	}
 	p.log.Warn().Str("position", pos.String()).Int("records", r.After).
-		Msg("the position on the server is behind records this instance delivered (a failover to a standby that " +
-			"missed the last commits?): they are delivered again from there")
+		Msg("the position on the server is behind records this instance delivered, which are delivered again from " +
+			"there: a failover to a standby that missed the last commits, a rewind while this instance was away, or " +
+			"a batch cut off before its commit")
 	if len(r.Vanished) == 0 {
 		return
 	}
@@ -84,6 +87,6 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		ids = append(ids, v.ID)
 	}
 	p.log.Error().Strs("records", ids).Int("count", len(r.Vanished)).
-		Msg("records this instance delivered no longer exist on the server (commits lost in a failover): " +
-			"reconcile them with the sink")
+		Msg("records this instance delivered no longer exist on the server (commits lost in a failover, or rows " +
+			"deleted since): reconcile them with the sink")
 }

@@ -386,7 +386,7 @@ var ErrTransactionPooler = errors.New("a partitioned process coordinates its ins
 
 // needsSession refuses a connection that goes through a pooler in transaction mode.
 func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) error {
-	pooled, err := pooler.Pooled(ctx, conn)
+	pooled, _, err := pooler.Pooled(ctx, conn)
 	if err != nil || !pooled {
 		return err
 	}

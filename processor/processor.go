@@ -221,7 +221,7 @@ type Processor[T any] struct {
 	failing     failing         // what this instance last told of a failing record
 	lastPos     source.Position // the durable position after this instance's last batch
 	knownPos    bool            // lastPos is known (false before the first batch and after errors)
-	epoch       int64           // the tenure this instance last owned the process in
+	tenure      int64           // the tenure (its token) in which this instance last owned the process
 	standingBy  bool            // told that another instance works the process
 	pooling     pooling         // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
@@ -441,9 +441,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			}
 		}
 		woken = false
-		if p.owned {
-			wait = min(wait, p.cfg.Lease/3) // look at the row often enough to renew the lease
-		}
+		// Look at the row often enough to renew the lease (the owner) or to say the instance is there (a
+		// standby), both due at a third of it.
+		wait = min(wait, p.cfg.Lease/3)
 		if wait > 0 {
 			woken = p.idle(ctx, wait, wakeable)
 		}
@@ -594,6 +594,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// The move back is made durable at once: a batch that fails later must not take it back while
 			// the switch stays.
 			back := source.Position{CreatedAt: at.UTC()}
+			p.delivered.list() // delivered again on purpose
 			if _, err := p.cur.Checkpoint(work, back, 0, cursorlock.InFlight{}); err != nil {
 				return horizon{}, err
 			}
@@ -704,11 +705,12 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		p.standingBy = holder != ""
 		return false, nil
 	}
-	if epoch := p.cur.Epoch(); !p.owned || epoch != p.epoch {
+	if tenure := p.cur.Tenure(); !p.owned || tenure != p.tenure {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
-		// not by an operator.
-		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", epoch).Msg("cursor locked")
-		p.owned, p.sourceSaved, p.epoch, p.knownPos, p.standingBy = true, false, epoch, false, false
+		// not by an operator, and the records this instance delivered before are not its to recheck.
+		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
+		p.owned, p.sourceSaved, p.tenure, p.knownPos, p.standingBy = true, false, tenure, false, false
+		p.delivered.list()
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()
@@ -755,6 +757,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.knownPos && st.Position != p.lastPos {
 		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
+		p.delivered.list() // delivered again from where the operator said, not lost
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {

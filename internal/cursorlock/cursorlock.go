@@ -7,11 +7,13 @@
 //
 // Any number of instances may run a process; one works it at a time. Ownership lives in the cursor row, so
 // that it holds through any pooler: the owner's instance name, an epoch that grows by one at every change
-// of owner, and a lease. Each batch locks the row with SELECT ... FOR UPDATE SKIP LOCKED in a short
-// transaction; inside it the owner renews its lease when a third of it has passed, and an instance takes
-// the process when the lease has run out (or was given up at a clean stop). Every write of a position
-// checks the epoch in that same row-locked transaction, so an instance whose lease another has taken can
-// never write one. A frozen owner is replaced once its lease runs out; one frozen inside a transaction
+// of owner (for people), a token drawn at random at every change of owner (for the fence), and a lease.
+// Each batch locks the row with SELECT ... FOR UPDATE SKIP LOCKED in a short transaction; inside it the
+// owner renews its lease when a third of it has passed, and an instance takes the process when the lease
+// has run out (or was given up at a clean stop). Every write of a position checks the token in that same
+// row-locked transaction, so an instance whose lease another has taken can never write one. (An epoch can
+// be handed out twice: after a failover that lost the commit by which one instance took the process,
+// another takes it under the same epoch. A random 64-bit token practically cannot.) A frozen owner is replaced once its lease runs out; one frozen inside a transaction
 // first loses it to idle_in_transaction_session_timeout, set with SET LOCAL in every cursor transaction.
 //
 // On a direct connection the owner also holds a session-level advisory lock keyed by the process name, and
@@ -38,6 +40,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"strconv"
@@ -202,7 +205,8 @@ type Repository struct {
 	registered bool
 
 	// Ownership (see the package documentation).
-	epoch    int64 // the epoch of this instance's tenure; 0 when it does not own the process
+	epoch    int64 // the epoch of this instance's tenure, for people; 0 when it does not own the process
+	token    int64 // the tenure's random token, for the fence; 0 when it does not own the process
 	advisory bool  // this session holds the process's advisory lock
 	lease    lease // what the row said of its owner when last read
 	// The connection: whether it goes through a pooler, and whether the backend serving it changed
@@ -215,6 +219,7 @@ type Repository struct {
 // lease is what a cursor row says of its owner.
 type lease struct {
 	epoch    int64
+	token    int64
 	instance string
 	session  bool          // the owner holds the advisory lock on its session
 	free     bool          // nobody owns the process: the lease ran out or was given up
@@ -288,14 +293,14 @@ func (r *Repository) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	pooled, err := pooler.Pooled(ctx, conn)
+	pooled, backend, err := pooler.Pooled(ctx, conn)
 	if err != nil {
 		conn.Close(ctx)
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
 	r.mu.Lock()
 	r.conn, r.tx, r.dirty, r.advisory = conn, nil, false, false
-	r.pooled, r.backend = pooled, 0
+	r.pooled, r.backend = pooled, backend
 	r.inFlight = InFlight{Records: -1} // unknown: the first SetInFlight writes
 	r.mu.Unlock()
 	return nil
@@ -377,16 +382,21 @@ func (r *Repository) Tx() pgx.Tx { return r.tx }
 // Owner reports whether this instance owned the process at its last look at the cursor row. TryLock
 // returning false while Owner is true means the row itself is held for a moment by someone else: an
 // operator action.
-func (r *Repository) Owner() bool { return r.epoch != 0 }
+func (r *Repository) Owner() bool { return r.token != 0 }
 
-// Epoch returns the epoch of this instance's tenure as owner, 0 when it does not own the process. A
-// different epoch from one batch to the next means another instance owned the process in between.
+// Epoch returns the epoch of this instance's tenure as owner, 0 when it does not own the process: a
+// number for people (logs, status). Tenure tells tenures apart.
 func (r *Repository) Epoch() int64 { return r.epoch }
+
+// Tenure returns the random token of this instance's tenure as owner, 0 when it does not own the process.
+// Unlike the epoch it is never handed out twice, so a different tenure from one batch to the next always
+// means that another instance owned the process in between.
+func (r *Repository) Tenure() int64 { return r.token }
 
 // Holder names the instance that owned the process at the last look at its row, when that was not this
 // one; empty when nobody did.
 func (r *Repository) Holder() string {
-	if r.epoch != 0 || r.lease.free {
+	if r.token != 0 || r.lease.free {
 		return ""
 	}
 	return r.lease.instance
@@ -413,12 +423,12 @@ const StateColumns = `position_created_at, position_id, halted_record_id, halted
 	halted_at`
 
 // leaseColumns are what a cursor row says of its owner, as scanLease reads them.
-const leaseColumns = `owner_epoch, coalesce(owner_instance, ''), owner_session,
+const leaseColumns = `owner_epoch, owner_token, coalesce(owner_instance, ''), owner_session,
 	coalesce(lease_expires_at <= clock_timestamp(), true),
 	coalesce((extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, 0)`
 
 func scanLease(l *lease) []any {
-	return []any{&l.epoch, &l.instance, &l.session, &l.free, &leaseMillis{&l.left}}
+	return []any{&l.epoch, &l.token, &l.instance, &l.session, &l.free, &leaseMillis{&l.left}}
 }
 
 // leaseMillis scans milliseconds into a duration.
@@ -479,7 +489,7 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.tx != nil {
 		return true, nil
 	}
-	if r.epoch == 0 {
+	if r.token == 0 {
 		if err := r.heartbeat(ctx, r.conn); err != nil {
 			return false, err
 		}
@@ -498,7 +508,7 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	}
 	if err != nil || !ok {
 		_ = tx.Rollback(ctx)
-		if r.epoch == 0 {
+		if r.token == 0 {
 			r.giveUpSession(ctx)
 		}
 		if err != nil {
@@ -508,23 +518,23 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	}
 	r.tx = tx
 	switch l := r.lease; {
-	case r.epoch != 0 && l.epoch == r.epoch:
+	case r.token != 0 && l.token == r.token:
 		// Ours. Renew when a third has passed (and say the instance is there, in the same transaction,
 		// so that an idle owner commits once per third of its lease), or when the row says this session
 		// holds the advisory lock and it does not (a reconnect lost it), or the other way round.
-		if l.left < r.cfg.lease()*2/3 || l.session != r.advisory || time.Since(r.beat) >= r.cfg.lease()/3 {
+		if l.left < r.cfg.lease()*2/3 || l.session != r.session() || time.Since(r.beat) >= r.cfg.lease()/3 {
 			r.beat = time.Time{}
 			if err = r.heartbeat(ctx, tx); err == nil {
 				err = r.claim(ctx, false)
 			}
 		}
-	case l.free || (l.session && r.advisory):
+	case l.free || (l.session && r.session()):
 		// Nobody's, or the owner's session has ended: this instance's advisory lock proves it.
 		err = r.claim(ctx, true)
 	default:
 		// Another instance's lease runs: this one lost the process, or looked as it changed hands.
 		_ = tx.Rollback(ctx)
-		r.tx, r.epoch = nil, 0
+		r.tx, r.epoch, r.token = nil, 0, 0
 		r.giveUpSession(ctx)
 		return false, nil
 	}
@@ -557,7 +567,7 @@ func (r *Repository) vacant(ctx context.Context) (bool, error) {
 		return false, fmt.Errorf("read lease of cursor %q: %w", r.name, pooler.Explain(err))
 	}
 	r.advisory = r.advisory || took
-	return r.lease.free || r.advisory || (r.epoch != 0 && r.lease.epoch == r.epoch), nil
+	return r.lease.free || r.advisory || (r.token != 0 && r.lease.token == r.token), nil
 }
 
 // exists checks, when the row lock was skipped, that the row is there at all.
@@ -572,29 +582,43 @@ func (r *Repository) exists(ctx context.Context, tx pgx.Tx) error {
 	return nil
 }
 
-// claim takes the process (take: a new epoch) or renews this instance's lease, inside the row-locked
-// transaction, and takes the advisory lock on a direct connection if it can.
+// claim takes the process (take: a new epoch and token) or renews this instance's lease, inside the
+// row-locked transaction, and takes the advisory lock on a direct connection if it can.
 func (r *Repository) claim(ctx context.Context, take bool) error {
-	epoch := r.epoch
+	epoch, token := r.epoch, r.token
 	if take {
-		epoch = r.lease.epoch + 1
+		epoch, token = r.lease.epoch+1, newToken()
 	}
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
-		SET owner_epoch = $2, owner_instance = $3, lease_expires_at = clock_timestamp() + $4::interval,
-		    owner_since = CASE WHEN owner_epoch = $2 THEN owner_since ELSE clock_timestamp() END,
+		SET owner_epoch = $2, owner_token = $9, owner_instance = $3,
+		    lease_expires_at = clock_timestamp() + $4::interval,
+		    owner_since = CASE WHEN owner_token = $9 THEN owner_since ELSE clock_timestamp() END,
 		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7))
-		WHERE process_name = $1 AND owner_epoch = $8
+		WHERE process_name = $1 AND owner_token = $8
 		RETURNING owner_session`,
-		r.name, epoch, r.instance(), r.cfg.lease(), r.advisory, r.trySession(), LockKey(r.name), r.lease.epoch).
+		r.name, epoch, r.instance(), r.cfg.lease(), r.session(), r.trySession(), LockKey(r.name), r.lease.token, token).
 		Scan(&r.advisory)
 	if err != nil {
 		return err
 	}
-	r.epoch, r.dirty = epoch, true
-	r.lease = lease{epoch: epoch, instance: r.instance(), session: r.advisory, left: r.cfg.lease()}
+	r.epoch, r.token, r.dirty = epoch, token, true
+	r.lease = lease{epoch: epoch, token: token, instance: r.instance(), session: r.advisory, left: r.cfg.lease()}
 	return nil
 }
+
+// newToken draws a tenure's token: random, never 0 (which says "no owner").
+func newToken() int64 {
+	for {
+		if t := int64(rand.Uint64()); t != 0 {
+			return t
+		}
+	}
+}
+
+// session reports whether this instance holds the process's advisory lock on a session of its own, which
+// a standby can rely on: a pooler that turned out to pool by transaction makes its session no one's.
+func (r *Repository) session() bool { return r.advisory && !r.pooled && !r.movesBackends }
 
 // giveUpSession releases the advisory lock held by an instance that does not own the process, so that
 // only an owner ever holds it (owner_session relies on that).
@@ -661,7 +685,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handl
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := pos.Args()
-	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.epoch)
+	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.token)
 	if err == nil {
 		err = fenced(tag)
 	}
@@ -715,7 +739,7 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 
 // setPositionSQL moves the position, clears the halt state, counts $4 handled records, records what is in
 // flight ($5, $6) and renews the lease ($7); once a minute it starts a new throughput window with the count
-// so far. It writes only under the owner's epoch ($8): fencing.
+// so far. It writes only under the owner's token ($8): fencing.
 const setPositionSQL = `
 	UPDATE inorder.cursor
 	SET position_created_at = $2, position_id = $3,
@@ -730,7 +754,19 @@ const setPositionSQL = `
 	    window_started_at = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
 	                             THEN clock_timestamp() ELSE window_started_at END,
 	    lease_expires_at = clock_timestamp() + $7::interval
-	WHERE process_name = $1 AND owner_epoch = $8`
+	WHERE process_name = $1 AND owner_token = $8`
+
+// checkpointSQL is setPositionSQL made to fail when the fence refuses it (a division by zero, SQLSTATE
+// 22012): Checkpoint pipelines its COMMIT behind it, and a refused position must abort the transaction,
+// with whatever a transactional handler wrote in it, rather than let the COMMIT keep that without the
+// position.
+const checkpointSQL = `WITH moved AS (` + setPositionSQL + ` RETURNING 1) SELECT 1 / count(*)::int FROM moved`
+
+// isFenced reports whether err is checkpointSQL's refusal.
+func isFenced(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
+}
 
 // Checkpoint makes pos durable now, counting handled records and recording what is in flight: it updates
 // the row (renewing the lease), commits, and locks the row again in a new transaction, all in one round
@@ -744,14 +780,14 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 	args := pos.Args()
 	n, since := flying.args()
 	b := &pgx.Batch{}
-	b.Queue(setPositionSQL, r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.epoch)
+	b.Queue(checkpointSQL, r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.token)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
 	br := r.conn.SendBatch(ctx, b)
-	tag, err := br.Exec()
-	if err == nil {
-		err = fenced(tag)
+	_, err := br.Exec()
+	if isFenced(err) {
+		err = ErrFenced
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -776,15 +812,15 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 			r.state = State{Position: pos}
 		}
 		if errors.Is(err, ErrFenced) {
-			r.epoch = 0
+			r.epoch, r.token = 0, 0
 		}
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	if !ok || r.lease.epoch != r.epoch {
+	if !ok || r.lease.token != r.token {
 		r.dropTx(ctx)
 		r.state = State{Position: pos}
 		if ok { // relocked, but the lease is another's
-			r.epoch = 0
+			r.epoch, r.token = 0, 0
 			r.giveUpSession(ctx)
 		}
 		return false, nil
@@ -851,10 +887,10 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		          THEN clock_timestamp()
 		        END,
 		    lease_expires_at = clock_timestamp() + $11::interval
-		WHERE process_name = $1 AND owner_epoch = $12
+		WHERE process_name = $1 AND owner_token = $12
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at`,
 		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter,
-		r.cfg.lease(), r.epoch).
+		r.cfg.lease(), r.token).
 		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrFenced
@@ -983,13 +1019,13 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 // removes the repository from its registry. Opening the name again afterwards makes a new repository.
 func (r *Repository) Release(ctx context.Context) error {
 	err := r.Unlock(ctx)
-	if r.epoch != 0 && r.conn != nil && !r.conn.IsClosed() {
+	if r.token != 0 && r.conn != nil && !r.conn.IsClosed() {
 		// Give up the lease now, so a standby takes over at once rather than when it runs out.
 		if _, uerr := r.conn.Exec(ctx, `UPDATE inorder.cursor SET lease_expires_at = NULL, owner_session = false
-			WHERE process_name = $1 AND owner_epoch = $2`, r.name, r.epoch); uerr != nil && err == nil {
+			WHERE process_name = $1 AND owner_token = $2`, r.name, r.token); uerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
-		r.epoch = 0
+		r.epoch, r.token = 0, 0
 	}
 	if r.advisory && r.conn != nil && !r.conn.IsClosed() {
 		if _, uerr := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); uerr != nil && err == nil {

@@ -125,3 +125,46 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	require.Equal(t, "7", third.State().Position.ID, "an existing process keeps its position whatever StartFrom says")
 	require.NoError(t, third.Release(ctx))
 }
+
+// TestATakeLostInAFailoverDoesNotMakeTwoOwners: an epoch can be handed out twice. A failover that lost
+// the commit by which the first instance took the process leaves the row at the epoch before, with its
+// lease run out; the second instance takes it under the same epoch. The first, reconnected, must see that
+// the tenure is not its own (the token differs) and stand by.
+func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	ctx := context.Background()
+	cfg.Instance = "first"
+	first, err := cursorlock.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	defer first.Release(ctx) //nolint:errcheck // cleanup
+	cfg.Instance = "second"
+	second, err := cursorlock.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	defer second.Release(ctx) //nolint:errcheck // cleanup
+
+	ok, err := first.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, int64(1), first.Epoch())
+	require.NoError(t, first.Unlock(ctx))
+	// The promoted standby never saw the take.
+	db.Exec(t, `UPDATE inorder.cursor SET owner_epoch = 0, owner_token = 0, owner_instance = NULL, owner_session = false,
+		lease_expires_at = NULL WHERE process_name = 'orders'`)
+	require.NoError(t, first.Reconnect(ctx)) // its session and advisory lock went with the old primary
+	ok, err = second.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok, "the lease ran out: the second takes the process")
+	require.Equal(t, int64(1), second.Epoch(), "under the epoch the first had")
+	require.NoError(t, second.SetPosition(ctx, source.Position{CreatedAt: time.Now(), ID: "2"}, 1))
+	require.NoError(t, second.Unlock(ctx))
+
+	ok, err = first.TryLock(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "the first does not own the process")
+	require.False(t, first.Owner())
+	require.Equal(t, "second", first.Holder())
+	var owner string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT owner_instance FROM inorder.cursor WHERE process_name = 'orders'").Scan(&owner))
+	require.Equal(t, "second", owner)
+}

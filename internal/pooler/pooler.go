@@ -77,13 +77,14 @@ func Fatal(err error) bool {
 }
 
 // Pooled reports whether conn goes through a pooler: the backend process id Postgres sent at connect (which
-// a pooler makes up, since it answers cancel requests itself) is not the one serving the connection.
-func Pooled(ctx context.Context, conn *pgx.Conn) (bool, error) {
-	var pid uint32
-	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
-		return false, err
+// a pooler makes up, since it answers cancel requests itself) is not the one serving the connection. It
+// returns the one serving it too. A pooler that passes the server's own id through cannot be told from a
+// direct connection here; in transaction mode the serving backend changes between transactions later.
+func Pooled(ctx context.Context, conn *pgx.Conn) (pooled bool, backend uint32, err error) {
+	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&backend); err != nil {
+		return false, 0, err
 	}
-	return pid != conn.PgConn().PID(), nil
+	return backend != conn.PgConn().PID(), backend, nil
 }
 
 // PoolsTransactions reports whether the pooler that cc goes through (see Pooled) pools by transaction,

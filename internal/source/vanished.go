@@ -35,11 +35,11 @@ func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Posit
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	cond, args := t.After(pos, "u.", 3)
 	sql := fmt.Sprintf(`
-		SELECT (u.n - 1)::int, EXISTS (SELECT 1 FROM %[1]s AS s WHERE s.%[2]s = u.%[2]s AND s.%[3]s = u.%[3]s)
-		FROM (SELECT x.a AS %[2]s, x.i::text::%[4]s AS %[3]s, x.n
+		SELECT (u.inorder_ord - 1)::int, EXISTS (SELECT 1 FROM %[1]s AS s WHERE s.%[2]s = u.%[2]s AND s.%[3]s = u.%[3]s)
+		FROM (SELECT x.a AS %[2]s, x.i::text::%[4]s AS %[3]s, x.n AS inorder_ord
 		      FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS x(a, i, n)) AS u
 		WHERE %[5]s
-		ORDER BY u.n`, t.Ident, ca, id, t.IDCast, cond)
+		ORDER BY u.inorder_ord`, t.Ident, ca, id, t.IDCast, cond)
 	rows, err := q.Query(ctx, sql, append([]any{ats, ids}, args...)...)
 	if err != nil {
 		return r, fmt.Errorf("look up delivered records: %w", err)
