@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -117,7 +118,11 @@ func failover(t *testing.T) {
 		}
 		r := analyze(st.process, order, kept, nil, nil)
 		r.crashes = 1
-		t.Logf("%s; %d delivered records taken back by the failover, all named", r.line(w.name), len(vanished))
+		line := fmt.Sprintf("%s taken_back=%d", r.line(w.name), len(vanished))
+		t.Log(line)
+		if full {
+			fmt.Fprintln(os.Stdout, line)
+		}
 		if len(r.problems) > 0 {
 			t.Errorf("%s: %d problems:\n  %s", st.process, len(r.problems), strings.Join(r.problems[:min(20, len(r.problems))], "\n  "))
 		}

@@ -170,7 +170,7 @@ func (ws *writers) txn(conn *pgx.Conn, rng *rand.Rand) *pgx.Conn {
 	if err := tx.Commit(ctx); err != nil {
 		// The COMMIT may or may not have happened (the server can end the session right after it): ask.
 		_ = conn.Close(context.Background())
-		committed := ws.resolve(ids)
+		committed := ws.resolve(ids, agg, seq)
 		ws.mu.Lock()
 		for _, id := range ids {
 			if committed {
@@ -198,15 +198,18 @@ func (ws *writers) txn(conn *pgx.Conn, rng *rand.Rand) *pgx.Conn {
 	return conn
 }
 
-// resolve finds out whether the transaction that inserted ids committed, once the server answers again.
-func (ws *writers) resolve(ids []int64) bool {
+// resolve finds out whether the transaction that inserted ids (for aggregate agg, sequence numbers after
+// seq) committed, once the server answers again. It looks for the rows by their content too: after a
+// failover the promoted server may give the same ids to other rows.
+func (ws *writers) resolve(ids []int64, agg string, seq int) bool {
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		var n int
 		conn, err := pgx.Connect(ctx, ws.url)
 		if err == nil {
-			err = conn.QueryRow(ctx, "SELECT count(*) FROM events WHERE id = ANY($1)", ids).Scan(&n)
+			err = conn.QueryRow(ctx, `SELECT count(*) FROM events e, unnest($1::bigint[]) WITH ORDINALITY AS u(id, k)
+				WHERE e.id = u.id AND e.aggregate_id = $2 AND e.seq = $3 + u.k`, ids, agg, seq).Scan(&n)
 			_ = conn.Close(ctx)
 		}
 		cancel()
