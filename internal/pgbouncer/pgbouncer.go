@@ -21,11 +21,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -183,17 +184,10 @@ func (b *Bouncer) writeConfig(cred *syscall.Credential) error {
 		"max_client_conn":   "500",
 		"pidfile":           filepath.Join(b.dir, "pgbouncer.pid"),
 	}
-	for k, v := range b.cfg.Settings {
-		settings[k] = v
-	}
-	keys := make([]string, 0, len(settings))
-	for k := range settings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	maps.Copy(settings, b.cfg.Settings)
 	var ini strings.Builder
 	fmt.Fprintf(&ini, "[databases]\n* = %s\n\n[pgbouncer]\n", target)
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		fmt.Fprintf(&ini, "%s = %s\n", k, settings[k])
 	}
 	files := map[string]string{

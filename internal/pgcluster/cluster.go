@@ -15,13 +15,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"os/user"
 	"path/filepath"
 	"runtime"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,7 +68,7 @@ func FindBinDir() (string, error) {
 		candidates = append(candidates, strings.TrimSpace(string(out)))
 	}
 	versions, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
-	sort.Slice(versions, func(i, j int) bool { return versionOf(versions[i]) > versionOf(versions[j]) })
+	slices.SortFunc(versions, func(a, b string) int { return versionOf(b) - versionOf(a) })
 	candidates = append(candidates, versions...)
 	if p, err := exec.LookPath("postgres"); err == nil {
 		candidates = append(candidates, filepath.Dir(p))
@@ -284,15 +285,8 @@ func (c *Cluster) start(ctx context.Context) error {
 		"max_wal_size":            "1GB",
 		"unix_socket_permissions": "0777",
 	}
-	for k, v := range c.cfg.Settings {
-		settings[k] = v
-	}
-	keys := make([]string, 0, len(settings))
-	for k := range settings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
+	maps.Copy(settings, c.cfg.Settings)
+	for _, k := range slices.Sorted(maps.Keys(settings)) {
 		args = append(args, "-c", k+"="+settings[k])
 	}
 	// The server outlives the context that started it: it is stopped only by Stop.
