@@ -37,6 +37,9 @@ func (d *delivered) add(p source.Position) {
 	d.full = d.full || d.next == 0
 }
 
+// forget drops what is remembered.
+func (d *delivered) forget() { d.next, d.full = 0, false }
+
 // list returns what is remembered, oldest first, and forgets it.
 func (d *delivered) list() []source.Position {
 	var out []source.Position

@@ -594,7 +594,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// The move back is made durable at once: a batch that fails later must not take it back while
 			// the switch stays.
 			back := source.Position{CreatedAt: at.UTC()}
-			p.delivered.list() // delivered again on purpose
+			p.delivered.forget() // delivered again on purpose
 			if _, err := p.cur.Checkpoint(work, back, 0, cursorlock.InFlight{}); err != nil {
 				return horizon{}, err
 			}
@@ -710,7 +710,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
 		p.owned, p.sourceSaved, p.tenure, p.knownPos, p.standingBy = true, false, tenure, false, false
-		p.delivered.list()
+		p.delivered.forget()
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()
@@ -757,7 +757,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.knownPos && st.Position != p.lastPos {
 		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
-		p.delivered.list() // delivered again from where the operator said, not lost
+		p.delivered.forget() // delivered again from where the operator said, not lost
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {

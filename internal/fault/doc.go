@@ -21,6 +21,14 @@
 //     for longer than the idle timeouts, so PostgreSQL ends its session and the standby takes over; then it
 //     is thawed with SIGCONT, and no write of the thawed instance may land on the cursor row after the
 //     standby's first;
+//   - pooled_transaction and pooled_session: the children and the writers go through a real PgBouncer
+//     (the Debian package) with its default configuration; `inorder migrate` runs from four instances at
+//     once on the empty database, then the owner is killed with SIGKILL again and again, a standby taking
+//     over once the killed owner's lease (--lease 2s) has run out, within the lease and a poll interval;
+//   - failover: a primary and an asynchronous streaming standby of the scenario's own, every connection
+//     with a multi-host URL and target_session_attrs=read-write; replication is cut, the processors deliver
+//     rows only the primary has, the primary stops at once and the standby is promoted; the children must
+//     go on there by themselves and name every delivered record the failover took back;
 //   - crowded_lock_table: no fault but a crowded lock table on the scenario's own cluster (another session
 //     holds 20,000 advisory locks, as a pg_dump of a large schema or a query over thousands of partitions
 //     does), so that reading pg_locks takes tens of milliseconds; nothing may be lost.
@@ -30,7 +38,8 @@
 // the global (created_at, id) order and so, per aggregate, in increasing sequence; redeliveries at most
 // one per injected crash with `--checkpoint record` and one batch per crash with `--checkpoint batch`;
 // the durable position (polled, and logged by a trigger on every committed write of the cursor row) never
-// going back and never ahead of what the receiver had received. Each stream prints one line:
+// going back and never ahead of what the receiver had received; one owner at a time (every committed write
+// of the cursor row made by the instance the row names as owner, under an epoch that never goes back). Each stream prints one line:
 //
 //	faults: sigkill/sigkill_record writes=1534 delivered=1534 lost=0 redelivered=7 reorders=0 crashes=8
 //
