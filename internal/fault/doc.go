@@ -18,9 +18,10 @@
 //   - sigterm_in_flight: SIGTERM reaches the child while the receiver holds a request open; the child must
 //     exit 0 with the record in flight either recorded in the position or delivered again after restart;
 //   - frozen_owner: the owner is frozen with SIGSTOP (while its handler call is in flight, or anywhere)
-//     for longer than the idle timeouts, so PostgreSQL ends its session and the standby takes over; then it
-//     is thawed with SIGCONT, and no write of the thawed instance may land on the cursor row after the
-//     standby's first;
+//     for longer than its lease and idle timeout (PostgreSQL ends the session of one frozen holding the
+//     cursor row; the lease of one frozen between batches runs out), and the standby takes over within
+//     that bound; then it is thawed with SIGCONT, and no write of the thawed instance may land on the
+//     cursor row after the standby's first;
 //   - pooled_transaction and pooled_session: the children and the writers go through a real PgBouncer
 //     (the Debian package) with its default configuration; `inorder migrate` runs from four instances at
 //     once on the empty database, then the owner is killed with SIGKILL again and again, a standby taking

@@ -356,8 +356,9 @@ func sigtermInFlight(t *testing.T) {
 }
 
 // frozenOwner freezes the owner with SIGSTOP (every other time while its handler call is in flight) for
-// longer than its idle timeouts, so that PostgreSQL ends its session and the standby takes over, then
-// thaws it with SIGCONT. No write of the thawed instance may land on the cursor row after the standby's
+// longer than its lease and idle timeout, so that the standby takes over (PostgreSQL ends the session of
+// one frozen holding the cursor row; the lease of one frozen between batches runs out), then thaws it
+// with SIGCONT. No write of the thawed instance may land on the cursor row after the standby's
 // first.
 func frozenOwner(t *testing.T) {
 	w := sharedWorld(t, "frozen_owner")
