@@ -95,7 +95,8 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	h := &recorder{refuse: refuse}
 	logs := &logLines{}
 	cfg := processor.Config[booking]{
-		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: cursor.StartFromBeginning,
+		Process:   "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: poll, RetryMin: retryMin, RetryMax: retryMax, Logger: zerolog.New(logs),
 	}
 	for _, o := range opts {

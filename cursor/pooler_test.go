@@ -38,7 +38,8 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 
 	h := &recorder{refuse: 3}
 	p, err := processor.New(processor.Config[booking]{
-		Process: "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: cursor.StartFromBeginning,
+		Process:   "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 20 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
 		Instance: "pooled-1", Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})

@@ -106,7 +106,8 @@ func (o *outbox) left(t *testing.T) []string {
 func (o *outbox) run(t *testing.T, process string, h handlers.Handler[booking]) *processortest.Running {
 	t.Helper()
 	p, err := processor.New(processor.Config[booking]{
-		Process: process, ConnConfig: o.kit.ConnConfig(t), Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: cursor.StartFromBeginning,
+		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -438,7 +439,8 @@ func ExamplePrune() {
 		panic(err)
 	}
 	relay, err := processor.New(processor.Config[booking]{
-		Process: "relay", ConnConfig: cc, Source: processor.Source{Table: "outbox", Columns: []string{"id"}},
+		StartFrom: cursor.StartFromBeginning,
+		Process:   "relay", ConnConfig: cc, Source: processor.Source{Table: "outbox", Columns: []string{"id"}},
 		Handler:      handlers.HandlerFunc[booking](func(context.Context, *handlers.Record[booking]) error { return nil }),
 		PollInterval: 10 * time.Millisecond, Logger: zerolog.Nop(),
 	})
@@ -483,7 +485,8 @@ func (o *outbox) runSplit(t *testing.T, process string, h handlers.Handler[booki
 	t.Helper()
 	o.db.Exec(t, source.PartitionIndexSQL("bookings", "aggregate_id", "created_at", "id", 2))
 	p, err := processor.NewPartitioned(processor.Config[booking]{
-		Process: process, ConnConfig: o.kit.ConnConfig(t), Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: cursor.StartFromBeginning,
+		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	}, processor.PartitionOpts{Partitions: 2})
 	require.NoError(t, err)

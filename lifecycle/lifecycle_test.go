@@ -39,7 +39,8 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return db, processor.Config[row]{
-		Process: "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
+		StartFrom: cursor.StartFromBeginning,
+		Process:   "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
 		PollInterval: 20 * time.Millisecond,
 	}
 }

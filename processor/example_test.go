@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -39,6 +40,7 @@ func Example() {
 	delivered := 0
 	cc, _ := pgx.ParseConfig(url)
 	p, err := processor.New(processor.Config[Booking]{
+		StartFrom:  cursor.StartFromBeginning,
 		Process:    "booking_sms",
 		ConnConfig: cc,
 		Source:     processor.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},

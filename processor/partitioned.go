@@ -7,13 +7,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/pooler"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/rs/zerolog"
 )
 
@@ -73,9 +76,13 @@ func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], 
 	if cfg.Source.Partition != nil {
 		return nil, fmt.Errorf("processor %q: Source.Partition is set by NewPartitioned", cfg.Process)
 	}
+	if partitionName.MatchString(cfg.Process) || strings.Contains(cfg.Process, "#") {
+		return nil, fmt.Errorf("processor %q: a partitioned process's name may not hold '#', which names its partitions",
+			cfg.Process)
+	}
 	probe := cfg
 	probe.Process = PartitionName(cfg.Process, 0, opts.Partitions)
-	if _, err := New(probe); err != nil { // the same checks as for one stream
+	if _, err := newStream(probe); err != nil { // the same checks as for one stream
 		return nil, err
 	}
 	cfg.withDefaults()
@@ -95,6 +102,9 @@ func (p *Partitioned[T]) Run(ctx context.Context) error {
 	}
 	defer coord.close()
 	if err := coord.do(ctx, func(c *pgx.Conn) error {
+		if err := p.resolveStart(ctx, c); err != nil {
+			return err
+		}
 		return cursorlock.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
 	}); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
@@ -171,7 +181,7 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	cfg := p.cfg
 	cfg.Process = PartitionName(p.cfg.Process, i, p.opts.Partitions)
 	cfg.Source.Partition = &Partition{Index: i, Count: p.opts.Partitions}
-	proc, err := New(cfg)
+	proc, err := newStream(cfg)
 	if err != nil {
 		return stopped, err
 	}
@@ -375,6 +385,38 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 		c.conn = nil
 	}
 	return err
+}
+
+// resolveStart applies the rule of a new process (see Config.StartFrom) to the process as a whole, once:
+// a process that is not registered yet, without StartFrom, on a table that already has rows, is refused.
+// Otherwise a partition without a cursor row of its own yet starts where StartFrom says, or at the
+// beginning when the process existed or its table was empty.
+func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
+	if !p.cfg.StartFrom.IsZero() {
+		return nil
+	}
+	var exists bool
+	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)",
+		p.cfg.Process).Scan(&exists); err != nil {
+		return err
+	}
+	if !exists {
+		t, err := source.Inspect(ctx, c, p.cfg.Source.spec())
+		if err != nil {
+			return err
+		}
+		has, err := t.HasRows(ctx, c)
+		if err != nil {
+			return err
+		}
+		if has {
+			return fmt.Errorf("%w: the process has no cursor row and %s already has rows, which it would all "+
+				"deliver; say where it starts (Config.StartFrom, or inorder run --start-from beginning|now|<RFC 3339 time>)",
+				ErrStartFromUnset, t.Qualified)
+		}
+	}
+	p.cfg.StartFrom = cursor.StartFromBeginning
+	return nil
 }
 
 // ErrTransactionPooler is returned by a Partitioned runner whose database URL goes through a pooler in

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"regexp"
 	"sync"
 	"time"
 
@@ -82,7 +83,12 @@ type Config[T any] struct {
 	InsertLatency time.Duration
 	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
 	Checkpoint Checkpoint
-	// StartFrom is where a process without a cursor row starts. Zero means the beginning.
+	// StartFrom is where a process without a cursor row starts: cursor.StartFromBeginning,
+	// cursor.StartFromNow or cursor.StartFromTime. It has no default for a table that already has rows: a
+	// new process name (a typo beside the real one) would deliver the whole table again, so Run refuses to
+	// register one without it (ErrStartFromUnset), naming the processes that already read the table. On an
+	// empty table the zero value starts at the beginning. An existing process keeps its position whatever
+	// StartFrom says.
 	StartFrom cursor.StartFrom
 
 	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
@@ -231,6 +237,18 @@ type Processor[T any] struct {
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
 func New[T any](cfg Config[T]) (*Processor[T], error) {
+	if partitionName.MatchString(cfg.Process) {
+		return nil, fmt.Errorf("processor %q: the name has the form of a partition's (<process>#<index>/<count>), "+
+			"which inorder gives the partitions of a partitioned process; name the process otherwise", cfg.Process)
+	}
+	return newStream(cfg)
+}
+
+// partitionName matches the names inorder gives partitions (PartitionName).
+var partitionName = regexp.MustCompile(`#[0-9]+/[0-9]+$`)
+
+// newStream is New without the name check, for the partitions of a Partitioned runner.
+func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.Process == "" {
 		return nil, errors.New("processor: Config.Process is required")
 	}
@@ -456,9 +474,10 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		ConnConfig:               p.cfg.ConnConfig,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
-		StartFromNow:             p.cfg.StartFrom == cursor.StartFromNow,
-		Instance:                 p.cfg.Instance,
-		Transactional:            p.cfg.TxHandler != nil,
+		// No Start: the process is registered (see register) only once the source and the handler's
+		// columns have been checked, so that a configuration error leaves no cursor row behind.
+		Instance:      p.cfg.Instance,
+		Transactional: p.cfg.TxHandler != nil,
 	}
 	for attempt := 1; ; attempt++ {
 		cur, err := cursorlock.Open(work, p.cfg.Process, ccfg)
@@ -510,6 +529,10 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		if fields, ok := matchFields(p.structCols, t.Columns); ok {
 			p.positional = &positionalScanner[T]{fields: fields}
 		}
+	}
+	if err := p.register(work); err != nil {
+		p.abandon(work)
+		return err
 	}
 	p.obs.Connected(p.cfg.Process, true)
 	for _, w := range t.Warnings {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/migrations"
@@ -37,6 +38,7 @@ func Example_library() {
 		Process:    "booking_sms",
 		ConnConfig: cc,
 		Source:     processor.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
+		StartFrom:  cursor.StartFromNow, // a new process: the bookings from now on (or StartFromBeginning)
 		Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
 			return sendConfirmation(ctx, rec.Value.Customer) // nil: the position moves past the record
 		}),

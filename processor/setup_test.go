@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/internal/testrun"
@@ -119,6 +120,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	h := newCollector()
 	return &bundle{db: db, h: h, cfg: processor.Config[event]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      "test_process",
 		ConnConfig:   cc,
 		Source:       processor.Source{Table: "events", Columns: []string{"id", "aggregate_id", "seq", "created_at"}},

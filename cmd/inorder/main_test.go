@@ -163,7 +163,7 @@ func (b *bundle) position(t *testing.T) string {
 }
 
 func runArgs(extra ...string) []string {
-	return append([]string{"run", "--process", "booking_sms", "--table", "bookings", "--poll-interval", "20ms",
+	return append([]string{"run", "--process", "booking_sms", "--table", "bookings", "--start-from", "beginning", "--poll-interval", "20ms",
 		"--retry-min", "20ms", "--retry-max", "100ms"}, extra...)
 }
 
@@ -393,7 +393,7 @@ func TestMigrateNotifyAndRunListen(t *testing.T) {
 	require.Contains(t, stderr, `notify trigger: table "nope" does not exist`)
 
 	// With a poll interval of an hour, only the notification can deliver rows inserted after the start.
-	p := startBinary(t, b.env, "run", "--process", "booking_sms", "--table", "bookings", "--listen", "--poll-interval", "1h")
+	p := startBinary(t, b.env, "run", "--process", "booking_sms", "--table", "bookings", "--start-from", "beginning", "--listen", "--poll-interval", "1h")
 	require.Eventually(t, func() bool { return strings.Contains(p.logs(), "listening for insert notifications") },
 		20*time.Second, 5*time.Millisecond, p.logs())
 	b.book(t, 3, "1")
@@ -405,7 +405,7 @@ func TestHostileProcessNamesAndRefusedRolesAreHandled(t *testing.T) {
 	b := setup(t)
 	b.book(t, 3, "1")
 	name := `o'brien"; DROP TABLE bookings; --`
-	p := startBinary(t, b.env, "run", "--process", name, "--table", "bookings", "--poll-interval", "20ms")
+	p := startBinary(t, b.env, "run", "--process", name, "--table", "bookings", "--start-from", "beginning", "--poll-interval", "20ms")
 	require.Eventually(t, func() bool { return len(p.output()) == 3 }, 20*time.Second, 5*time.Millisecond, p.logs())
 	require.Contains(t, p.output()[0], `"process":"o'brien\"; DROP TABLE bookings; --"`)
 	code, stdout, stderr := runBinary(t, b.env, "status", "--json", "--process", name)

@@ -90,7 +90,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.probeInterval, "probe-interval", 25*time.Millisecond, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", 5*time.Millisecond, "safety margin below the horizon for clock steps")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
-	fs.StringVar(&f.startFrom, "start-from", "beginning", "where a new process starts: beginning or now")
+	fs.StringVar(&f.startFrom, "start-from", "", "where a new process starts: beginning, now or an RFC 3339 time "+
+		"(required when the table already has rows; an existing process keeps its position)")
 	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub or kafka")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", 60*time.Second, "idle_in_transaction_session_timeout of the cursor transactions")
@@ -326,13 +327,11 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		return cfg, usageErr("--checkpoint must be record or batch, got %q", f.checkpoint)
 	}
 	var start cursor.StartFrom
-	switch f.startFrom {
-	case "beginning":
-		start = cursor.StartFromBeginning
-	case "now":
-		start = cursor.StartFromNow
-	default:
-		return cfg, usageErr("--start-from must be beginning or now, got %q", f.startFrom)
+	if f.startFrom != "" {
+		var err error
+		if start, err = cursor.ParseStartFrom(f.startFrom); err != nil {
+			return cfg, usageErr("--start-from must be beginning, now or an RFC 3339 time, got %q", f.startFrom)
+		}
 	}
 	horizon, err := processor.ParseHorizon(f.horizon)
 	if err != nil {

@@ -128,7 +128,7 @@ func usageOutbox(t *testing.T, b *bundle, n, customers int) {
 }
 
 func billingArgs(process, url string) []string {
-	return []string{"run", "--process", process, "--table", "usage_outbox", "--key-column", "customer",
+	return []string{"run", "--process", process, "--table", "usage_outbox", "--start-from", "beginning", "--key-column", "customer",
 		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "100ms",
 		"--handler", "webhook", "--webhook-url", url + "/v1/usage", "--webhook-signature", "none",
 		"--webhook-header", "Authorization=Bearer ${BILLING_KEY}", "--webhook-header", "X-Api-Version: 2024-06-20",

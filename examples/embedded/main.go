@@ -35,6 +35,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/migrations"
@@ -82,6 +83,7 @@ func run(databaseURL, addr string, stdout io.Writer, log zerolog.Logger) error {
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	confirmations, err := processor.New(processor.Config[order]{
+		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
 		Source:     processor.Source{Table: "orders", Columns: []string{"id", "customer", "total_cents"}},

@@ -30,6 +30,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
@@ -128,6 +129,7 @@ func run(ctx context.Context, databaseURL string, checkpoint processor.Checkpoin
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[accountEvent]{
+		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
 		Source: processor.Source{

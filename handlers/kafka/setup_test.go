@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
 	"github.com/inorder-dev/inorder/processor"
@@ -84,6 +85,7 @@ type runOpts struct {
 func (b *bundle) run(t *testing.T, process string, h handlers.Handler[handlers.Row], o runOpts) *processortest.Running {
 	t.Helper()
 	p, err := processor.New(processor.Config[handlers.Row]{
+		StartFrom:      cursor.StartFromBeginning,
 		Process:        process,
 		ConnConfig:     b.db.ConnConfig(t),
 		Source:         processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},

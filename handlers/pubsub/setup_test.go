@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -200,6 +201,7 @@ func run(t *testing.T, d db, process, table string, h handlers.Handler[handlers.
 	cc, err := pgx.ParseConfig(d.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[handlers.Row]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      process,
 		ConnConfig:   cc,
 		Source:       processor.Source{Table: table},

@@ -10,6 +10,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/billingtest"
@@ -47,6 +48,7 @@ func (o *outbox) insert(t *testing.T, n, customers int) {
 func (o *outbox) run(t *testing.T, h handlers.Handler[handlers.Row], inFlight int) {
 	t.Helper()
 	p, err := processor.New(processor.Config[handlers.Row]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      "billing",
 		ConnConfig:   o.db.ConnConfig(t),
 		Source:       processor.Source{Table: "usage_outbox", KeyColumn: "customer"},

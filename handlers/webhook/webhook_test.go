@@ -17,6 +17,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -611,6 +612,7 @@ func (e *e2e) run(t *testing.T, h handlers.Handler[handlers.Row]) (stop func()) 
 	cc, err := pgx.ParseConfig(e.db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[handlers.Row]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      e.process,
 		ConnConfig:   cc,
 		Source:       processor.Source{Table: "bookings"},

@@ -133,7 +133,8 @@ func setupWindow(t *testing.T, inFlight int, maxLatency time.Duration) *windowBe
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return &windowBench{db: db, sink: sink, cfg: processor.Config[handlers.Row]{
-		Process: "billing", ConnConfig: cc, Handler: h, MaxInFlight: inFlight,
+		StartFrom: cursor.StartFromBeginning,
+		Process:   "billing", ConnConfig: cc, Handler: h, MaxInFlight: inFlight,
 		Source:       processor.Source{Table: "events", KeyColumn: "customer"},
 		PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),

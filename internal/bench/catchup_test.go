@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -60,6 +61,7 @@ func measureCatchUp(tb testing.TB, n int) catchUp {
 	tb.Cleanup(halt) // when drain fails the test
 
 	c.result = drain(tb, db, processor.Config[event]{
+		StartFrom:  cursor.StartFromBeginning,
 		Process:    "bench_catchup",
 		Source:     processor.Source{Table: "events", Columns: eventColumns},
 		Handler:    noopHandler,

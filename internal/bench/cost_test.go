@@ -13,6 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pgcluster"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
@@ -29,7 +30,8 @@ func runProcessor(tb testing.TB, db *pgtest.DB, process, mode string) {
 		tb.Fatalf("parse url: %v", err)
 	}
 	cfg := processor.Config[event]{
-		Process: process, ConnConfig: cc, Handler: noopHandler,
+		StartFrom: cursor.StartFromBeginning,
+		Process:   process, ConnConfig: cc, Handler: noopHandler,
 		Source:       processor.Source{Table: "events", Columns: eventColumns},
 		PollInterval: latencyPoll, Checkpoint: processor.CheckpointRecord,
 	}

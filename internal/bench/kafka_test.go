@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -122,6 +123,7 @@ func measureKafka(tb testing.TB, inFlight, n int) result {
 		tb.Fatalf("kafka handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
+		StartFrom:   cursor.StartFromBeginning,
 		Process:     fmt.Sprintf("bench_kafka_%d", inFlight),
 		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     h,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
@@ -148,6 +149,7 @@ func measureLatency(tb testing.TB, mode string, rate int, d time.Duration) laten
 	}
 	process := "bench_latency_" + mode
 	p, err := processor.New(processor.Config[event]{
+		StartFrom:  cursor.StartFromBeginning,
 		Process:    process,
 		ConnConfig: cc,
 		Source:     processor.Source{Table: "events", Columns: eventColumns},

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -345,6 +346,7 @@ func measureNoop(tb testing.TB, checkpoint processor.Checkpoint, n int) result {
 	lastID, lastAt := lastRow(tb, db, "events")
 	noteServer(tb, db.Pool)
 	return drain(tb, db, processor.Config[event]{
+		StartFrom:  cursor.StartFromBeginning,
 		Process:    "bench_noop_" + string(checkpoint),
 		Source:     processor.Source{Table: "events", Columns: eventColumns},
 		Handler:    noopHandler,
@@ -385,6 +387,7 @@ func measurePubsub(tb testing.TB, maxInFlight, n int) result {
 		tb.Fatalf("pubsub handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
+		StartFrom:  cursor.StartFromBeginning,
 		Process:    fmt.Sprintf("bench_pubsub_%d", maxInFlight),
 		Source:     processor.Source{Table: "outbox"},
 		Handler:    h,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -114,6 +115,7 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	runners := make([]*processor.Partitioned[event], instances)
 	for i := range runners {
 		runners[i], err = processor.NewPartitioned(processor.Config[event]{
+			StartFrom:  cursor.StartFromBeginning,
 			Process:    process,
 			ConnConfig: cc,
 			Source:     processor.Source{Table: "events", Columns: eventColumns},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/pgtest"
@@ -67,6 +68,7 @@ func measureWebhook(tb testing.TB, inFlight, keys, n int, latency time.Duration)
 		tb.Fatalf("webhook: %v", err)
 	}
 	return drain(tb, db, processor.Config[handlers.Row]{
+		StartFrom:   cursor.StartFromBeginning,
 		Process:     "bench_webhook",
 		Source:      processor.Source{Table: "events", KeyColumn: "aggregate_id"},
 		Handler:     h,

@@ -83,9 +83,9 @@ type Config struct {
 	// takes over as soon as the owner's session ends). Zero means 30 seconds.
 	Lease time.Duration
 
-	// StartFromNow registers an unknown process after every row created before the moment of
-	// registration; false registers it before every row.
-	StartFromNow bool
+	// Start is where the process starts if it has no cursor row. The zero value registers nothing: Open
+	// then leaves the row missing (Missing reports it) for the caller to Register once it has decided.
+	Start Start
 
 	// Instance names this instance in the cursor row's owner and in application_name, so that status can
 	// say who works a process. Empty means "<hostname>:<pid>".
@@ -110,6 +110,49 @@ func (c *Config) lease() time.Duration {
 		return 30 * time.Second
 	}
 	return c.Lease
+}
+
+// Start is where a process without a cursor row starts; cursor.StartFrom is its public name and documents
+// it. The zero value says nothing.
+type Start struct {
+	set, now bool
+	at       time.Time
+}
+
+// StartBeginning, StartNow and StartAt make the three starts.
+func StartBeginning() Start     { return Start{set: true} }
+func StartNow() Start           { return Start{set: true, now: true} }
+func StartAt(t time.Time) Start { return Start{set: true, at: t.UTC()} }
+
+// IsZero reports whether s says nothing.
+func (s Start) IsZero() bool { return !s.set }
+
+// String is "beginning", "now", an RFC 3339 time, or "" for the zero value.
+func (s Start) String() string {
+	switch {
+	case !s.set:
+		return ""
+	case s.now:
+		return "now"
+	case s.at.IsZero():
+		return "beginning"
+	}
+	return s.at.Format(time.RFC3339Nano)
+}
+
+// ParseStart reads what String writes.
+func ParseStart(v string) (Start, error) {
+	switch v {
+	case "beginning":
+		return StartBeginning(), nil
+	case "now":
+		return StartNow(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return Start{}, fmt.Errorf("start %q is none of beginning, now and an RFC 3339 time", v)
+	}
+	return StartAt(t), nil
 }
 
 // Halt is a stream stopped on a failing record, as stored in its cursor row; cursor.Halt documents the
@@ -203,6 +246,7 @@ type Repository struct {
 	// registered says this repository created the row (rather than finding it), so that Unregister
 	// may remove it while nothing has used it.
 	registered bool
+	missing    bool // opened with the zero Start, and the row is not there (see Missing)
 
 	// Ownership (see the package documentation).
 	epoch    int64 // the epoch of this instance's tenure, for people; 0 when it does not own the process
@@ -314,16 +358,46 @@ func LockKey(name string) int64 {
 	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
+// register registers the process as Config.Start says; with the zero Start it only looks whether the
+// row is there, and leaves Missing set when it is not.
 func (r *Repository) register(ctx context.Context) error {
+	if r.cfg.Start.IsZero() {
+		var there bool
+		if err := r.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)",
+			r.name).Scan(&there); err != nil {
+			return fmt.Errorf("look up cursor %q: %w", r.name, pooler.Explain(err))
+		}
+		r.missing = !there
+	} else if err := r.Register(ctx, r.cfg.Start); err != nil {
+		return err
+	}
+	return r.heartbeat(ctx, r.conn)
+}
+
+// Missing reports that the process had no cursor row when the repository was opened with the zero Start,
+// and has not been registered since: the caller decides where it starts and calls Register.
+func (r *Repository) Missing() bool { return r.missing }
+
+// Register creates the process's cursor row at start, unless it exists (another instance registered it
+// meanwhile: its position stands).
+func (r *Repository) Register(ctx context.Context, start Start) error {
+	if start.IsZero() {
+		return fmt.Errorf("register cursor %q: no start given", r.name)
+	}
+	var at any
+	if !start.at.IsZero() {
+		at = start.at.Add(-time.Microsecond) // after every row created before start.at
+	}
 	tag, err := r.conn.Exec(ctx, `
 		INSERT INTO inorder.cursor (process_name, position_created_at)
-		VALUES ($1, CASE WHEN $2 THEN clock_timestamp() END)
-		ON CONFLICT (process_name) DO NOTHING`, r.name, r.cfg.StartFromNow)
+		VALUES ($1, CASE WHEN $2 THEN clock_timestamp() ELSE $3::timestamptz END)
+		ON CONFLICT (process_name) DO NOTHING`, r.name, start.now, at)
 	if err != nil {
-		return fmt.Errorf("register cursor %q: %w", r.name, err)
+		return fmt.Errorf("register cursor %q: %w", r.name, pooler.Explain(err))
 	}
 	r.registered = r.registered || tag.RowsAffected() == 1
-	return r.heartbeat(ctx, r.conn)
+	r.missing = false
+	return nil
 }
 
 // heartbeatSQL says that this instance runs the process, for a lease from now: status counts such rows,

@@ -20,7 +20,7 @@ func setup(t *testing.T) (*pgtest.DB, cursorlock.Config) {
 	db := pgtest.New(t)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second}
+	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursorlock.StartBeginning()}
 }
 
 func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
@@ -79,7 +79,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	db, cfg := setup(t)
 	ctx := context.Background()
 	before := time.Now()
-	cfg.StartFromNow = true
+	cfg.Start = cursorlock.StartNow()
 	cfg.Instance = "first"
 	first, err := cursorlock.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
@@ -115,7 +115,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	require.Equal(t, "7", id)
 	require.NoError(t, second.Release(ctx))
 
-	cfg.StartFromNow = false
+	cfg.Start = cursorlock.StartBeginning()
 	cfg.Instance = "third"
 	third, err := cursorlock.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)

@@ -124,7 +124,7 @@ func run(ctx context.Context, opts options) (summary, error) {
 		return sum, err
 	}
 	defer os.RemoveAll(filepath.Dir(bin))
-	args := []string{"run", "--process", process, "--table", "bookings", "--handler", "pubsub",
+	args := []string{"run", "--process", process, "--table", "bookings", "--start-from", "beginning", "--handler", "pubsub",
 		"--pubsub-project", project, "--pubsub-topic", topic, "--checkpoint", "record", "--poll-interval", "100ms"}
 	fmt.Fprintf(out, "inorder demo: running  inorder %s\n\n", join(args))
 	child := exec.Command(bin, args...)

@@ -243,7 +243,7 @@ func (w *world) start(st stream, extra ...string) *child {
 	w.gen++
 	name := fmt.Sprintf("%s-%d", st.process, w.gen)
 	w.mu.Unlock()
-	args := []string{"run", "--process", st.process, "--table", "events",
+	args := []string{"run", "--process", st.process, "--table", "events", "--start-from", "beginning",
 		"--handler", "webhook", "--webhook-url", w.sink.url(), "--webhook-secret-env", secretEnv,
 		"--checkpoint", st.checkpoint, "--batch-size", strconv.Itoa(st.batch), "--horizon", st.horizon,
 		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "200ms", "--instance", name}

@@ -94,3 +94,16 @@ func (o Observation) InFlight(t *Table) []int {
 }
 
 func quote(name string) string { return pgx.Identifier{name}.Sanitize() }
+
+// HasRows reports whether t (its partition's rows, for a partition) has any row at all.
+func (t *Table) HasRows(ctx context.Context, q Querier) (bool, error) {
+	where := "true"
+	if t.Part != nil {
+		where = fmt.Sprintf("%s = %d", t.PartExpr(""), t.Part.Index)
+	}
+	var any bool
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", t.Ident, where)).Scan(&any); err != nil {
+		return false, fmt.Errorf("look for rows in %s: %w", t.Qualified, err)
+	}
+	return any, nil
+}

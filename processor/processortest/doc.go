@@ -14,6 +14,7 @@
 //			Process:    "booking_sms",
 //			ConnConfig: db.ConnConfig(t),
 //			Source:     processor.Source{Table: "bookings"},
+//			StartFrom:  cursor.StartFromBeginning, // the rows inserted above
 //			Handler:    rec,
 //		})
 //		require.NoError(t, err)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -38,6 +39,7 @@ func Example() {
 
 	sms := &processortest.Recorder[Booking]{} // stands in for the handler that sends the texts
 	p, err := processor.New(processor.Config[Booking]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      "booking_sms",
 		ConnConfig:   db.ConnConfig(t),
 		Source:       processor.Source{Table: "bookings"},

@@ -42,6 +42,7 @@ func book(t *testing.T, db *processortest.DB, n int) {
 func newProcessor(t *testing.T, db *processortest.DB, process string, h handlers.Handler[booking]) *processor.Processor[booking] {
 	t.Helper()
 	p, err := processor.New(processor.Config[booking]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      process,
 		ConnConfig:   db.ConnConfig(t),
 		Source:       processor.Source{Table: "bookings"},
@@ -170,6 +171,7 @@ func TestWaitCaughtUpPartitioned(t *testing.T) {
 	}
 	rec := &processortest.Recorder[event]{}
 	p, err := processor.NewPartitioned(processor.Config[event]{
+		StartFrom:    cursor.StartFromBeginning,
 		Process:      "fanout",
 		ConnConfig:   db.ConnConfig(t),
 		Source:       processor.Source{Table: "events"},

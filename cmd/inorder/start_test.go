@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestANewProcessNeverStartsByItself: a mistyped process name beside the real one is refused rather than
+// deliver the whole table again; the refusal names the process that reads the table and how far it is,
+// nothing is delivered and no cursor row is left. The same name with --start-from now starts after the
+// last row; a name in the form of a partition's is refused.
+func TestANewProcessNeverStartsByItself(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	b.book(t, 3, "1")
+	real := startBinary(t, b.env, "run", "--process", "order_payments", "--table", "bookings", "--start-from", "beginning",
+		"--poll-interval", "20ms")
+	require.Eventually(t, func() bool { return len(real.output()) == 3 }, 20*time.Second, 5*time.Millisecond, real.logs())
+	require.NoError(t, real.cmd.Process.Signal(syscall.SIGTERM))
+	require.Zero(t, real.wait(t), real.logs())
+
+	code, stdout, stderr := runBinary(t, b.env, "run", "--process", "order payments", "--table", "bookings")
+	require.Equal(t, 1, code, stderr)
+	require.Empty(t, stdout, "nothing delivered")
+	line := strings.TrimSpace(stderr)
+	lines := strings.Split(line, "\n")
+	line = lines[len(lines)-1]
+	require.Contains(t, line, `process "order payments": a new process needs a start`)
+	require.Contains(t, line, "--start-from beginning|now")
+	require.Contains(t, line, "processes that read it: order_payments (at ")
+	require.Contains(t, line, "/3, 0 behind)")
+	require.Contains(t, line, "did you mean order_payments?")
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT count(*) FROM inorder.cursor WHERE process_name = 'order payments'").Scan(&rows))
+	require.Zero(t, rows, "no cursor row left")
+
+	now := startBinary(t, b.env, "run", "--process", "order payments", "--table", "bookings", "--start-from", "now",
+		"--poll-interval", "20ms")
+	require.Eventually(t, func() bool { return strings.Contains(now.logs(), "cursor locked") }, 20*time.Second,
+		5*time.Millisecond, now.logs())
+	b.book(t, 2, "1")
+	require.Eventually(t, func() bool { return len(now.output()) == 2 }, 20*time.Second, 5*time.Millisecond, now.logs())
+	for i, l := range now.output() {
+		require.Contains(t, l, `"id":`+[]string{"4", "5"}[i]+`,`, "only the rows after the start")
+	}
+
+	code, _, stderr = runBinary(t, b.env, "run", "--process", "order_payments#1/2", "--table", "bookings",
+		"--start-from", "beginning")
+	require.NotZero(t, code)
+	require.Contains(t, stderr, "the name has the form of a partition's")
+}

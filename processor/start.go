@@ -1,0 +1,137 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/inorder-dev/inorder/cursor"
+)
+
+// A process that has no cursor row starts where Config.StartFrom says. Without it, on a table that already
+// has rows, Run refuses to register the process rather than deliver the whole table again: the usual way a
+// new name appears is a typo beside the real one (or a renamed deployment), and for a payment stream that
+// would charge every customer again under new idempotency keys.
+
+// ErrStartFromUnset is wrapped by Run's error when a process without a cursor row has no StartFrom and its
+// table already has rows. The message names the processes that read the table, and how far they are.
+var ErrStartFromUnset = errors.New("a new process needs a start")
+
+// register gives a process that has no cursor row one, at Config.StartFrom, or refuses (see
+// ErrStartFromUnset). An existing process is left as it is.
+func (p *Processor[T]) register(ctx context.Context) error {
+	if !p.cur.Missing() {
+		return nil
+	}
+	start := p.cfg.StartFrom
+	if start.IsZero() {
+		has, err := p.table.HasRows(ctx, p.cur.Conn())
+		if err != nil {
+			return err
+		}
+		if has {
+			return fatalError{p.unsetStart(ctx)}
+		}
+		start = cursor.StartFromBeginning // nothing to deliver twice
+	}
+	if err := p.cur.Register(ctx, start); err != nil {
+		return err
+	}
+	p.log.Info().Str("start", start.String()).Msg("registered a new process")
+	return nil
+}
+
+// unsetStart is the refusal of a new process without a start, naming the processes that read its table.
+func (p *Processor[T]) unsetStart(ctx context.Context) error {
+	what := fmt.Sprintf("the process has no cursor row and %s already has rows, which it would all deliver; "+
+		"say where it starts (Config.StartFrom, or inorder run --start-from beginning|now|<RFC 3339 time>)",
+		p.table.Qualified)
+	readers := p.readers(ctx)
+	if len(readers) == 0 {
+		return fmt.Errorf("%w: %s", ErrStartFromUnset, what)
+	}
+	best, parts := readers[0].name, make([]string, len(readers))
+	for i, r := range readers {
+		parts[i] = r.String()
+		if editDistance(r.name, p.cfg.Process) < editDistance(best, p.cfg.Process) {
+			best = r.name
+		}
+	}
+	return fmt.Errorf("%w: %s; processes that read it: %s; did you mean %s?", ErrStartFromUnset, what,
+		strings.Join(parts, ", "), best)
+}
+
+// reader is a process that reads the table: its name, position and the rows behind it (-1 unknown, a
+// partitioned process).
+type reader struct {
+	name       string
+	position   cursor.Position
+	behind     int64
+	partitions int
+}
+
+func (r reader) String() string {
+	switch {
+	case r.partitions > 0:
+		return fmt.Sprintf("%s (%d partitions)", r.name, r.partitions)
+	case r.behind >= 0:
+		return fmt.Sprintf("%s (at %s, %d behind)", r.name, r.position, r.behind)
+	}
+	return fmt.Sprintf("%s (at %s)", r.name, r.position)
+}
+
+// readers lists the processes whose cursor rows say they read the table (a partitioned process once, by
+// its name). What cannot be read is left out: the refusal stands without it.
+func (p *Processor[T]) readers(ctx context.Context) []reader {
+	infos, err := cursor.List(ctx, p.cur.Conn(), "")
+	if err != nil {
+		p.log.Debug().Err(err).Msg("could not list the processes that read the table")
+		return nil
+	}
+	byName := map[string]*reader{}
+	for _, in := range infos {
+		if in.Source.Table != p.table.Qualified || in.Process == p.cfg.Process {
+			continue
+		}
+		if in.Source.Partition != nil {
+			name, _, _ := strings.Cut(in.Process, "#")
+			byName[name] = &reader{name: name, partitions: in.Source.Partition.Count}
+			continue
+		}
+		r := &reader{name: in.Process, position: in.Position, behind: -1}
+		if lag, err := cursor.Behind(ctx, p.cur.Conn(), in); err == nil {
+			r.behind = lag.Rows
+		}
+		byName[in.Process] = r
+	}
+	out := make([]reader, 0, len(byName))
+	for _, r := range byName {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// editDistance is the Levenshtein distance between a and b, in runes.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur := make([]int, len(rb)+1)
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(rb)]
+}

@@ -1,0 +1,62 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// TestStartFromHasNoDefaultForATableWithRows: the library keeps the rule the CLI shows. A new process
+// without StartFrom on a table with rows is refused (ErrStartFromUnset), with no cursor row left; on an
+// empty table it starts at the beginning; StartFromTime delivers the rows created from then on.
+func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	empty := b.cfg
+	empty.StartFrom = cursor.StartFrom{}
+	empty.Process = "on_an_empty_table"
+	start(t, empty)
+	waitFor(t, "the process on an empty table to register", func() bool { return b.registered(t, empty.Process) })
+	first := b.insert(t, 3)
+	waitFor(t, "its rows", func() bool { return b.h.count() == 3 })
+	require.Equal(t, first, b.h.ids())
+
+	late := b.cfg
+	late.StartFrom, late.Process, late.Handler = cursor.StartFrom{}, "late", newCollector()
+	p, err := processor.New(late)
+	require.NoError(t, err)
+	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second) // without the rule it would run on
+	defer cancel()
+	err = p.Run(runCtx)
+	require.ErrorIs(t, err, processor.ErrStartFromUnset)
+	require.ErrorContains(t, err, "did you mean on_an_empty_table?")
+	require.False(t, b.registered(t, "late"), "no cursor row left")
+
+	var third time.Time
+	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT created_at FROM events WHERE id = $1", first[2]).Scan(&third))
+	h := newCollector()
+	from := b.cfg
+	from.StartFrom, from.Process, from.Handler = cursor.StartFromTime(third), "from_a_time", h
+	start(t, from)
+	waitFor(t, "the rows from the time on", func() bool { return h.count() == 1 })
+	require.Equal(t, first[2:], h.ids())
+
+	_, err = processor.New(processor.Config[event]{Process: "x#1/2", ConnConfig: b.cfg.ConnConfig, Handler: h,
+		Source: b.cfg.Source})
+	require.ErrorContains(t, err, "the name has the form of a partition's")
+}
+
+// registered reports whether process has a cursor row.
+func (b *bundle) registered(t *testing.T, process string) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM inorder.cursor WHERE process_name = $1", process).Scan(&n))
+	return n == 1
+}
