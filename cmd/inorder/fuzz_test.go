@@ -135,7 +135,7 @@ func FuzzRunFlags(f *testing.F) {
 		if !oneLine(msg) {
 			t.Fatalf("args %q: message is not one line: %q", args, msg)
 		}
-		if rf.databaseURL == url && !strings.Contains(fuzzed+user+host+rest, marker) && strings.Contains(msg, marker) {
+		if rf.databaseURL.get() == url && !strings.Contains(fuzzed+user+host+rest, marker) && strings.Contains(msg, marker) {
 			t.Fatalf("--database-url %q: the password shows in %q", url, msg)
 		}
 	})

@@ -143,6 +143,32 @@ func oneLineText(s string) string {
 	}, s)
 }
 
+// databaseURL is the --database-url flag: its value, or $DATABASE_URL when the flag is not given. Its
+// help names the variable and never shows its value, which holds a password.
+type databaseURL struct {
+	value string
+	set   bool
+}
+
+func (d *databaseURL) String() string { return "" } // the default shown in help: nothing
+func (d *databaseURL) Set(v string) error {
+	d.value, d.set = v, true
+	return nil
+}
+
+// get returns the URL to use.
+func (d *databaseURL) get() string {
+	if d.set {
+		return d.value
+	}
+	return os.Getenv("DATABASE_URL")
+}
+
+// registerDatabaseURL adds --database-url to fs, with what it is for.
+func registerDatabaseURL(fs *flag.FlagSet, d *databaseURL, what string) {
+	fs.Var(d, "database-url", what+" (default $DATABASE_URL)")
+}
+
 // connConfig parses the database URL, naming the flag in the error (never echoing a password).
 func connConfig(url string) (*pgx.ConnConfig, error) {
 	if url == "" {

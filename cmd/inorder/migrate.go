@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 
@@ -14,7 +13,8 @@ import (
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("migrate", stderr)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database to migrate (default $DATABASE_URL)")
+	var dbURL databaseURL
+	registerDatabaseURL(fs, &dbURL, "database to migrate")
 	print := fs.Bool("print", false, "print the SQL instead of applying it, for teams that use their own migration tool")
 	var notify, partitionIndexes tableList
 	fs.Var(&notify, "notify", "also create the insert-notification trigger on this source table, for run --listen (repeatable)")
@@ -42,7 +42,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := io.WriteString(stdout, script)
 		return err
 	}
-	conn, err := connect(ctx, *dbURL)
+	conn, err := connect(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}

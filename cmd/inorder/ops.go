@@ -20,7 +20,7 @@ import (
 
 // opFlags are the flags every operator action shares.
 type opFlags struct {
-	databaseURL string
+	databaseURL databaseURL
 	process     string
 	actor       string
 	reason      string
@@ -28,7 +28,7 @@ type opFlags struct {
 }
 
 func (o *opFlags) register(fs *flag.FlagSet, reasonRequired bool) {
-	fs.StringVar(&o.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "database (default $DATABASE_URL)")
+	registerDatabaseURL(fs, &o.databaseURL, "database")
 	fs.StringVar(&o.process, "process", "", "process to act on (required)")
 	fs.StringVar(&o.actor, "actor", defaultActor(), "who acts, recorded in the audit with the database role (default $USER, else the login name)")
 	help := "why, recorded in the audit"
@@ -67,7 +67,7 @@ func (o *opFlags) opts() cursor.ActionOpts {
 	return cursor.ActionOpts{Actor: o.actor, Reason: o.reason, Wait: o.wait}
 }
 
-func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, o.databaseURL) }
+func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, o.databaseURL.get()) }
 
 // actionErr says "no process named" for an unknown process, as every command does.
 func actionErr(err error, name string) error {
@@ -183,14 +183,15 @@ func processAction(ctx context.Context, name string, args []string, stdout, stde
 
 func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("audit", stderr)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database (default $DATABASE_URL)")
+	var dbURL databaseURL
+	registerDatabaseURL(fs, &dbURL, "database")
 	process := fs.String("process", "", "show only this process")
 	limit := fs.Int("limit", 50, "newest entries to show")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	conn, err := connect(ctx, *dbURL)
+	conn, err := connect(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -28,7 +27,8 @@ func parseAge(s string) (time.Duration, error) {
 
 func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("prune", stderr)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database (default $DATABASE_URL)")
+	var dbURL databaseURL
+	registerDatabaseURL(fs, &dbURL, "database")
 	table := fs.String("table", "", "source table to prune (required)")
 	olderThan := fs.String("older-than", "", "delete rows created longer ago than this by the database's clock (720h, 30d)")
 	before := fs.String("before", "", "delete rows created before this RFC 3339 time")
@@ -66,7 +66,7 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		opts.Before = at
 	}
-	conn, err := connect(ctx, *dbURL)
+	conn, err := connect(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}

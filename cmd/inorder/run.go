@@ -26,7 +26,7 @@ import (
 
 // runFlags are the flags of `inorder run`.
 type runFlags struct {
-	databaseURL     string
+	databaseURL     databaseURL
 	process         string
 	table           string
 	idColumn        string
@@ -76,7 +76,7 @@ type runFlags struct {
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&f.databaseURL, "database-url", os.Getenv("DATABASE_URL"), "database to read (default $DATABASE_URL)")
+	registerDatabaseURL(fs, &f.databaseURL, "database to read")
 	fs.StringVar(&f.process, "process", "", "process name: the stream and its cursor (required)")
 	fs.StringVar(&f.table, "table", "", "source table, optionally schema-qualified (required)")
 	fs.StringVar(&f.idColumn, "id-column", "id", "column that breaks ties on the created-at column")
@@ -337,7 +337,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if err != nil {
 		return cfg, usageErr("--horizon: %v", err)
 	}
-	cc, err := connConfig(f.databaseURL)
+	cc, err := connConfig(f.databaseURL.get())
 	if err != nil {
 		return cfg, err
 	}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -98,13 +97,14 @@ type holdJSON struct {
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("status", stderr)
-	dbURL := fs.String("database-url", os.Getenv("DATABASE_URL"), "database (default $DATABASE_URL)")
+	var dbURL databaseURL
+	registerDatabaseURL(fs, &dbURL, "database")
 	process := fs.String("process", "", "show only this process")
 	asJSON := fs.Bool("json", false, "print JSON (the documented, stable form)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	conn, err := connect(ctx, *dbURL)
+	conn, err := connect(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}
