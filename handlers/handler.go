@@ -89,3 +89,14 @@ type Result interface {
 	// Wait blocks until the sink has settled the record and reports whether it was accepted.
 	Wait(ctx context.Context) error
 }
+
+// ColumnReader is implemented by handlers of handlers.Row records that read columns by name: a webhook's
+// body column, a Kafka or Pub/Sub payload, topic or type column named in their configuration. A processor
+// checks at start, before it registers a process, that the columns it selects include every one of them,
+// so that a typo in a column name stops the start with the table's columns in the message, rather than
+// halting the stream on its first record.
+type ColumnReader interface {
+	// ReadsColumns returns the columns the handler needs in every record. A column it reads only when
+	// present (a payload column by default, say) is not one of them.
+	ReadsColumns() []string
+}

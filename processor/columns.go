@@ -1,11 +1,14 @@
 package processor
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -107,4 +110,45 @@ func resolveColumns(fields []structField, table []source.Column) []string {
 func sameName(a, b string) bool {
 	norm := func(s string) string { return strings.ToLower(strings.ReplaceAll(s, "_", "")) }
 	return norm(a) == norm(b)
+}
+
+// checkColumns finds at start what would otherwise fail at the first record, and halt the stream on it: a
+// struct whose fields do not pair up with the selected columns, and a column the handler reads by name
+// (handlers.ColumnReader) that is not selected. Either is an ErrInvalidSource naming the selected columns.
+func (p *Processor[T]) checkColumns(t *source.Table) error {
+	names := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		names[i] = c.Name
+	}
+	selected := strings.Join(names, ", ")
+	if p.structCols != nil && p.cfg.ScanFunc == nil && p.positional == nil {
+		var noColumn, noField []string
+		for _, f := range p.structCols {
+			if !slices.ContainsFunc(names, func(n string) bool { return n == f.column || sameName(n, f.column) }) {
+				noColumn = append(noColumn, f.column)
+			}
+		}
+		for _, n := range names {
+			if !slices.ContainsFunc(p.structCols, func(f structField) bool { return n == f.column || sameName(n, f.column) }) {
+				noField = append(noField, n)
+			}
+		}
+		var zero T
+		return fmt.Errorf("%w: %T does not match the columns read from %s (%s): fields without a column: [%s]; "+
+			"columns without a field: [%s]; set Source.Columns to the struct's columns, or tag the fields with db:\"column\"",
+			ErrInvalidSource, zero, t.Qualified, selected, strings.Join(noColumn, ", "), strings.Join(noField, ", "))
+	}
+	h := any(p.cfg.Handler)
+	if h == nil {
+		h = p.cfg.TxHandler
+	}
+	if r, ok := h.(handlers.ColumnReader); ok {
+		for _, c := range r.ReadsColumns() {
+			if !slices.Contains(names, c) {
+				return fmt.Errorf("%w: the handler reads column %q, which is not among the columns read from %s: %s",
+					ErrInvalidSource, c, t.Qualified, selected)
+			}
+		}
+	}
+	return nil
 }

@@ -530,6 +530,10 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			p.positional = &positionalScanner[T]{fields: fields}
 		}
 	}
+	if err := p.checkColumns(t); err != nil {
+		p.abandon(work)
+		return err
+	}
 	if err := p.register(work); err != nil {
 		p.abandon(work)
 		return err

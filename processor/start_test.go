@@ -60,3 +60,22 @@ func (b *bundle) registered(t *testing.T, process string) bool {
 		"SELECT count(*) FROM inorder.cursor WHERE process_name = $1", process).Scan(&n))
 	return n == 1
 }
+
+// TestAStructThatDoesNotMatchItsColumnsFailsAtStart: a record type whose fields do not pair up with
+// Source.Columns is found at start, naming both sides, with no cursor row left, rather than by pgx's scan
+// error at the first record.
+func TestAStructThatDoesNotMatchItsColumnsFailsAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.insert(t, 1)
+	cfg := b.cfg
+	cfg.Source.Columns = []string{"id", "aggregate_id", "payload", "created_at"} // no seq; payload has no field
+	p, err := processor.New(cfg)
+	require.NoError(t, err)
+	err = p.Run(context.Background())
+	require.ErrorIs(t, err, processor.ErrInvalidSource)
+	require.ErrorContains(t, err, "processor_test.event does not match the columns read from public.events "+
+		"(id, aggregate_id, payload, created_at): fields without a column: [seq]; columns without a field: [payload]")
+	require.False(t, b.registered(t, cfg.Process), "no cursor row")
+	require.Zero(t, b.h.count())
+}

@@ -55,3 +55,29 @@ func TestANewProcessNeverStartsByItself(t *testing.T) {
 	require.NotZero(t, code)
 	require.Contains(t, stderr, "the name has the form of a partition's")
 }
+
+// TestAColumnTypoFailsAtStart: a handler's column that the table lacks stops the start, naming the
+// table's columns, before any cursor row exists; it never halts a stream on a record an operator could
+// then be tempted to skip.
+func TestAColumnTypoFailsAtStart(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 2, "1")
+	code, stdout, stderr := runBinary(t, b.env, "run", "--process", "billing", "--table", "bookings",
+		"--start-from", "beginning", "--handler", "webhook", "--webhook-url", "http://127.0.0.1:1/hook",
+		"--webhook-signature", "none", "--webhook-body-column", "detials")
+	require.Equal(t, 1, code, stderr)
+	require.Empty(t, stdout)
+	var plain []string // the lines that are not log lines
+	for _, l := range strings.Split(strings.TrimSpace(stderr), "\n") {
+		if !strings.HasPrefix(l, "{") {
+			plain = append(plain, l)
+		}
+	}
+	require.Len(t, plain, 1, "one line of error: %s", stderr)
+	require.Contains(t, plain[0], `the handler reads column "detials", which is not among the columns read from `+
+		`public.bookings: id, aggregate_id, amount, details, created_at`)
+	var rows int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM inorder.cursor").Scan(&rows))
+	require.Zero(t, rows, "no cursor row")
+}

@@ -83,6 +83,8 @@ type Handler struct {
 	payloadColumn string
 	// typeColumns are the columns tried in turn for the event_type header.
 	typeColumns []string
+	// reads are the columns named in the configuration, which every record must have.
+	reads []string
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler)(nil)
@@ -116,12 +118,22 @@ func New(cfg Config) (*Handler, error) {
 		h.payloadColumn = DefaultPayloadColumn
 	case WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
+	default:
+		h.reads = append(h.reads, h.payloadColumn)
 	}
 	if cfg.TypeColumn != "" {
 		h.typeColumns = []string{cfg.TypeColumn}
+		h.reads = append(h.reads, cfg.TypeColumn)
+	}
+	if cfg.TopicColumn != "" {
+		h.reads = append(h.reads, cfg.TopicColumn)
 	}
 	return h, nil
 }
+
+// ReadsColumns implements handlers.ColumnReader: the payload, type and topic columns the configuration
+// names (not the default payload column, which a record may lack: it is then sent whole).
+func (h *Handler) ReadsColumns() []string { return h.reads }
 
 // checkClient refuses the client options under which an acknowledged record could be lost or written
 // twice by the client's own retries, or a record never sent. franz-go runs the idempotent producer only

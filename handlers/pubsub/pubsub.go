@@ -100,7 +100,8 @@ type Handler struct {
 	topicTemplate   string
 	topicFunc       func(rec *handlers.Record[handlers.Row]) (string, error)
 	maxInFlight     int
-	payloadColumn   string // Config.PayloadColumn with its default, "" for the whole record
+	payloadColumn   string   // Config.PayloadColumn with its default, "" for the whole record
+	reads           []string // the payload column, when the configuration names one
 	maxMessageBytes int
 	settings        *pubsub.PublishSettings
 
@@ -183,6 +184,8 @@ func New(cfg Config) (*Handler, error) {
 		h.payloadColumn = DefaultPayloadColumn
 	case WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
+	default:
+		h.reads = []string{h.payloadColumn}
 	}
 	if h.maxMessageBytes == 0 {
 		h.maxMessageBytes = DefaultMaxMessageBytes
@@ -535,3 +538,7 @@ func messageSize(m *pubsub.Message) int {
 	}
 	return n
 }
+
+// ReadsColumns implements handlers.ColumnReader: the payload column, when Config.PayloadColumn names one
+// (not the default, which a record may lack: it is then published whole).
+func (h *Handler) ReadsColumns() []string { return h.reads }

@@ -371,3 +371,11 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 	}
 	return 0, false
 }
+
+// ReadsColumns implements handlers.ColumnReader: the body column, when Config.BodyColumn is set.
+func (h *Handler[T]) ReadsColumns() []string {
+	if h.bodyColumn == "" {
+		return nil
+	}
+	return []string{h.bodyColumn}
+}
