@@ -67,7 +67,9 @@ func (o *opFlags) opts() cursor.ActionOpts {
 	return cursor.ActionOpts{Actor: o.actor, Reason: o.reason, Wait: o.wait}
 }
 
-func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) { return connect(ctx, o.databaseURL.get()) }
+func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) {
+	return connect(ctx, o.databaseURL.get())
+}
 
 // actionErr says "no process named" for an unknown process, as every command does.
 func actionErr(err error, name string) error {
