@@ -245,4 +245,28 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 			"the record after the skipped one once resumed, well before the backoff and the poll interval end")
 		require.Equal(t, []int64{1, 3}, h.got())
 	})
+	t.Run("retry", func(t *testing.T) {
+		t.Parallel()
+		db, h, _, logs := startBillingLogged(t, 3, 2, time.Minute, time.Minute, 30*time.Second)
+		halted(t, db, "2")
+		_, err := cursor.Resume(ctx, db.Pool, "billing", ops)
+		require.ErrorIs(t, err, cursor.ErrNotPaused, "a resume of a stream that is not paused says so")
+		h.mu.Lock()
+		h.refuse = 0 // the sink is fixed
+		h.mu.Unlock()
+		e, err := cursor.Retry(ctx, db.Pool, "billing", ops)
+		require.NoError(t, err)
+		require.Equal(t, "2", e.RecordID)
+		require.Eventually(t, func() bool { return len(h.got()) == 3 }, soon, 5*time.Millisecond,
+			"the fixed record and the next, well before the one-minute backoff ends")
+		require.Equal(t, []int64{1, 2, 3}, h.got())
+		require.True(t, logs.has("retrying the record now, as an operator asked"))
+		_, err = cursor.Retry(ctx, db.Pool, "billing", ops)
+		require.ErrorIs(t, err, cursor.ErrNotHalted, "nothing to retry")
+		entries, err := cursor.Audit(ctx, db.Pool, cursor.AuditOpts{Process: "billing"})
+		require.NoError(t, err)
+		require.Len(t, entries, 1, "only the retry is audited, not the refused resume nor the refused retry")
+		require.Equal(t, "retry", entries[0].Action)
+		require.Equal(t, "2", entries[0].RecordID)
+	})
 }

@@ -21,8 +21,10 @@ import (
 var (
 	// ErrUnknownProcess: no cursor row has the name.
 	ErrUnknownProcess = errors.New("no such process")
-	// ErrNotHalted: Skip was asked while the stream is not halted.
+	// ErrNotHalted: Skip or Retry was asked while the stream is neither halted nor retrying a record.
 	ErrNotHalted = errors.New("the stream is not halted")
+	// ErrNotPaused: Resume was asked while the stream is not paused; nothing changed.
+	ErrNotPaused = errors.New("the stream is not paused")
 	// ErrWrongRecord: Skip was asked for a record other than the one the stream is halted on.
 	ErrWrongRecord = errors.New("the stream is halted on another record")
 	// ErrNoRecord: the source has no record with the id.
@@ -227,8 +229,27 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 	if paused {
 		action = "pause"
 	}
-	return act(ctx, db, name, action, "", opts, func(tx pgx.Tx, _ cursorRow) (*Position, error) {
+	return act(ctx, db, name, action, "", opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+		if !paused && !row.state.Paused {
+			// An audit entry for doing nothing would only mislead whoever reads the trail.
+			return nil, fmt.Errorf("resume %q: %w; nothing changed", name, ErrNotPaused)
+		}
 		_, err := tx.Exec(ctx, "UPDATE inorder.cursor SET paused = $2 WHERE process_name = $1", name, paused)
+		return nil, err
+	})
+}
+
+// Retry ends the backoff of a stream that is retrying or halted on a record: the running processor tries
+// the record again at once (within a probe interval), as after its own backoff, without waiting the rest
+// of it. Use it once the sink or the record is fixed. It refuses a stream that is not failing
+// (ErrNotHalted). The record's attempts count on.
+func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
+	return act(ctx, db, name, "retry", "", opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+		if row.state.Halt == nil {
+			return nil, fmt.Errorf("retry %q: %w: it is not retrying a record either; nothing to retry", name, ErrNotHalted)
+		}
+		_, err := tx.Exec(ctx, `UPDATE inorder.cursor SET halted_next_attempt_at = clock_timestamp()
+			WHERE process_name = $1`, name)
 		return nil, err
 	})
 }
@@ -278,6 +299,9 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 	after, err := change(tx, row)
 	if err != nil {
 		return AuditEntry{}, err
+	}
+	if action == "retry" {
+		recordID = row.state.Halt.RecordID // known once the row is locked (Retry refuses a row without one)
 	}
 	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, RecordID: recordID,
 		PositionBefore: &before, PositionAfter: after}

@@ -124,7 +124,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.retryAt = time.Time{}
+		p.retryAt, p.nextAt = time.Time{}, time.Time{}
 		was := p.noteFailing(nil)
 		msg := "the record went through; retrying is over"
 		if was == failHalted {
@@ -266,7 +266,7 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
 	wait := time.Until(h.NextAttemptAt)
-	p.retryAt = time.Now().Add(wait)
+	p.retryAt, p.nextAt = time.Now().Add(wait), h.NextAttemptAt
 	was := p.noteFailing(&h)
 	// One line per change of state: retrying begins (a warning), the stream halts (an error: refused for
 	// good, or failing for longer than HaltAfter). Every attempt in between is a debug line.

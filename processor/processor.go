@@ -215,6 +215,7 @@ type Processor[T any] struct {
 	hold        holder // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
 	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
+	nextAt      time.Time // the next attempt the cursor row said last (an earlier one: an operator's retry)
 	wake        chan struct{}
 	lookSoon    bool          // the last poll found a writer just begun limiting the horizon
 	rowBusy     bool          // the last batch found the cursor row held by an operator action
@@ -794,6 +795,12 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if due.IsZero() { // recorded before next attempts were
 		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
 	}
+	if !p.nextAt.IsZero() && due.Before(p.nextAt) {
+		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.
+		p.log.Info().Str("record", st.Halt.RecordID).Msg("retrying the record now, as an operator asked")
+		p.retryAt = time.Time{}
+	}
+	p.nextAt = due
 	if p.retryAt.After(due) {
 		due = p.retryAt
 	}

@@ -142,8 +142,8 @@ func FuzzRunFlags(f *testing.F) {
 }
 
 // realMainCommands are the commands FuzzRealMain drives.
-var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "resume", "audit", "migrate", "repartition",
-	"prune", "forget"}
+var realMainCommands = []string{"run", "status", "skip", "rewind", "pause", "resume", "retry", "audit", "migrate",
+	"repartition", "prune", "forget"}
 
 // FuzzRealMain drives realMain itself with a command and fuzzed arguments, followed by two invalid database
 // URLs that keep it away from any database:

@@ -89,7 +89,7 @@ func (k *kafkaFlags) newHandler(cfg processor.Config[handlers.Row]) (handlers.Ha
 		return nil, nil, usageErr("--kafka-brokers: %v", err)
 	}
 	h, err := kafka.New(kafka.Config{Client: client, Topic: k.topic, TopicColumn: k.topicColumn,
-		PayloadColumn: k.payloadColumn, TypeColumn: k.typeColumn})
+		PayloadColumn: namedColumn(k.payloadColumn, kafka.DefaultPayloadColumn), TypeColumn: k.typeColumn})
 	if err != nil {
 		client.Close()
 		return nil, nil, usageErr("%v", err)

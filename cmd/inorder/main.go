@@ -25,6 +25,7 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pooler"
 )
 
@@ -37,6 +38,7 @@ Usage:
   inorder skip [flags]        move past the record a halted stream is stuck on (audited)
   inorder rewind [flags]      deliver again from a record or a time (audited)
   inorder pause | resume      stop a process at its next batch, or let it go on (audited)
+  inorder retry [flags]       try a retrying or halted stream's record again now, not after its backoff (audited)
   inorder repartition [flags] change the number of partitions of a drained, stopped process (audited)
   inorder audit [flags]       list the operator actions
   inorder prune [flags]       delete the rows every process of a table has passed (audited)
@@ -77,6 +79,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = pauseCmd(true)(ctx, args[1:], stdout, stderr)
 	case "resume":
 		err = pauseCmd(false)(ctx, args[1:], stdout, stderr)
+	case "retry":
+		_, err = processAction(ctx, "retry", args[1:], stdout, stderr, cursor.Retry)
 	case "repartition":
 		err = repartitionCmd(ctx, args[1:], stdout, stderr)
 	case "audit":

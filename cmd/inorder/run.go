@@ -243,7 +243,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		}
 		h, err := pubsub.New(pubsub.Config{
 			Client: client, Topic: f.pubsubTopic, TopicTemplate: f.pubsubTopicTemplate,
-			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: f.pubsubPayloadColumn, MaxMessageBytes: f.pubsubMaxBytes,
+			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: namedColumn(f.pubsubPayloadColumn, pubsub.DefaultPayloadColumn), MaxMessageBytes: f.pubsubMaxBytes,
 		})
 		if err != nil {
 			client.Close()
@@ -373,4 +373,13 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		Listen:                   f.listen,
 	}
 	return cfg, nil
+}
+
+// namedColumn is a payload column flag as the handler takes it: empty for the default column, which a
+// record may lack (it is then sent whole), so that only a column the flag names otherwise must exist.
+func namedColumn(flag, def string) string {
+	if flag == def {
+		return ""
+	}
+	return flag
 }
