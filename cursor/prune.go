@@ -97,7 +97,7 @@ type PruneResult struct {
 	// bound is at or before Passed.CreatedAt.
 	Passed Position
 	// Limit is the process holding Passed when it lies before Cut, so that it limits the prune; nil when
-	// every process has passed the cut-off.
+	// every process has passed the cut-off, or when several stand at Passed together.
 	Limit *PruneReader
 	// Readers are every process of the table, and every process that never ran (which might read it).
 	Readers []PruneReader
@@ -468,7 +468,15 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 			r.Note = "paused"
 		}
 	}
-	if passed := p.passed(); passed.IsBeginning() || passed.CreatedAt.Before(cut) {
+	// One process holds the prune back when it alone stands furthest back; when every stream furthest back
+	// belongs to processes at the very same place, none of them is more to blame than another.
+	tied := false
+	for _, bi := range ranked[1:] {
+		if p.positions[bi] == p.passed() && bounds[bi].reader != bounds[p.lowest].reader {
+			tied = true
+		}
+	}
+	if passed := p.passed(); !tied && (passed.IsBeginning() || passed.CreatedAt.Before(cut)) {
 		limit := p.readers[bounds[p.lowest].reader]
 		p.limit = &limit
 	}

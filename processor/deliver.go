@@ -281,7 +281,7 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 		ev, msg = p.log.Warn(), "handler failed; retrying the record with backoff (the stream waits on it)"
 	}
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
-		Time("failing_since", h.FirstFailureAt).Err(cause).Dur("retry_in", wait).Msg(msg)
+		Time("failing_since", h.FirstFailureAt).Err(cause).Str("retry_in", wait.Round(time.Millisecond).String()).Msg(msg)
 	return p.rowWatched(wait)
 }
 

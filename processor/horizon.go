@@ -196,7 +196,7 @@ func (p *Processor[T]) noteHold(work context.Context, h horizon) error {
 		age := h.now.Sub(hold.Since)
 		if age >= p.cfg.HoldWarnAfter && time.Since(p.holdWarned) >= p.cfg.HoldWarnAfter {
 			p.holdWarned = time.Now()
-			p.log.Warn().Int("pid", hold.PID).Time("since", hold.Since).Dur("held_for", age).
+			p.log.Warn().Int("pid", hold.PID).Time("since", hold.Since).Str("held_for", age.Round(time.Millisecond).String()).
 				Str("horizon", string(p.kind)).Msg(p.holdAdvice(hold))
 		}
 	}

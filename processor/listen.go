@@ -21,7 +21,7 @@ func (p *Processor[T]) listen(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		p.log.Warn().Err(err).Dur("poll_interval", p.cfg.PollInterval).
+		p.log.Warn().Err(err).Str("poll_interval", p.cfg.PollInterval.String()).
 			Msg("wake-up listener lost; polling until it is back")
 		if !sleep(ctx, backoff(max(attempt, 1), 100*time.Millisecond, p.cfg.ReconnectMax)) {
 			return

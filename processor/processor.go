@@ -378,7 +378,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer t.Stop()
 		select {
 		case <-t.C:
-			p.log.Warn().Dur("shutdown_timeout", p.cfg.ShutdownTimeout).Msg("record in flight did not finish in time; abandoning it")
+			p.log.Warn().Str("shutdown_timeout", p.cfg.ShutdownTimeout.String()).Msg("record in flight did not finish in time; abandoning it")
 			cancelWork()
 		case <-done:
 		}

@@ -122,7 +122,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 			if at >= 0 && at != warned && time.Since(f.Since) >= p.cfg.HandlerTimeout/2 {
 				warned = at
 				p.log.Warn().Str("record", items[at].rec.ID).Str("key", items[at].rec.Key).
-					Dur("in_flight_for", time.Since(f.Since)).Int("in_flight", f.Records).
+					Str("in_flight_for", time.Since(f.Since).Round(time.Millisecond).String()).Int("in_flight", f.Records).
 					Msg("a record has been in flight for long; the position waits on it")
 			}
 			// The cursor transaction idles while records are in flight: keep it from the idle timeout,

@@ -147,30 +147,42 @@ func oneLineText(s string) string {
 	}, s)
 }
 
-// databaseURL is the --database-url flag: its value, or $DATABASE_URL when the flag is not given. Its
-// help names the variable and never shows its value, which holds a password.
-type databaseURL struct {
+// flagWithDefault is a string flag whose default is worked out when it is used, and shown in its help by
+// what it is (the usage text says), never by its value: the database URL holds a password, the actor is
+// whoever runs the command.
+type flagWithDefault struct {
 	value string
 	set   bool
+	def   func() string
 }
 
-func (d *databaseURL) String() string { return "" } // the default shown in help: nothing
-func (d *databaseURL) Set(v string) error {
+func (d *flagWithDefault) String() string { return "" } // the default shown in help: nothing
+func (d *flagWithDefault) Set(v string) error {
 	d.value, d.set = v, true
 	return nil
 }
 
-// get returns the URL to use.
-func (d *databaseURL) get() string {
-	if d.set {
+// get returns the flag's value, or its default when it was not given.
+func (d *flagWithDefault) get() string {
+	if d.set || d.def == nil {
 		return d.value
 	}
-	return os.Getenv("DATABASE_URL")
+	return d.def()
 }
+
+// databaseURL is the --database-url flag: its value, or $DATABASE_URL when the flag is not given.
+type databaseURL = flagWithDefault
 
 // registerDatabaseURL adds --database-url to fs, with what it is for.
 func registerDatabaseURL(fs *flag.FlagSet, d *databaseURL, what string) {
-	fs.Var(d, "database-url", what+" (default $DATABASE_URL)")
+	d.def = func() string { return os.Getenv("DATABASE_URL") }
+	fs.Var(d, "database-url", "`url` of the "+what+" (default $DATABASE_URL)")
+}
+
+// registerActor adds --actor to fs: who acts, for the audit, by default $USER, else the login name.
+func registerActor(fs *flag.FlagSet, d *flagWithDefault, who string) {
+	d.def = defaultActor
+	fs.Var(d, "actor", "`name` of "+who+", recorded in the audit with the database role (default $USER, else the login name)")
 }
 
 // connConfig parses the database URL, naming the flag in the error (never echoing a password).

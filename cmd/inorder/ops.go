@@ -22,7 +22,7 @@ import (
 type opFlags struct {
 	databaseURL databaseURL
 	process     string
-	actor       string
+	actor       flagWithDefault
 	reason      string
 	wait        time.Duration
 }
@@ -30,7 +30,7 @@ type opFlags struct {
 func (o *opFlags) register(fs *flag.FlagSet, reasonRequired bool) {
 	registerDatabaseURL(fs, &o.databaseURL, "database")
 	fs.StringVar(&o.process, "process", "", "process to act on (required)")
-	fs.StringVar(&o.actor, "actor", defaultActor(), "who acts, recorded in the audit with the database role (default $USER, else the login name)")
+	registerActor(fs, &o.actor, "whoever acts")
 	help := "why, recorded in the audit"
 	if reasonRequired {
 		help += " (required)"
@@ -54,7 +54,7 @@ func (o *opFlags) check(reasonRequired bool) error {
 	if o.process == "" {
 		return usageErr("--process is required")
 	}
-	if o.actor == "" {
+	if o.actor.get() == "" {
 		return usageErr("--actor is required: who acts, for the audit")
 	}
 	if reasonRequired && o.reason == "" {
@@ -64,7 +64,7 @@ func (o *opFlags) check(reasonRequired bool) error {
 }
 
 func (o *opFlags) opts() cursor.ActionOpts {
-	return cursor.ActionOpts{Actor: o.actor, Reason: o.reason, Wait: o.wait}
+	return cursor.ActionOpts{Actor: o.actor.get(), Reason: o.reason, Wait: o.wait}
 }
 
 func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) {
@@ -208,10 +208,12 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enc.Encode(map[string]any{"entries": entries})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "AT\tPROCESS\tACTION\tBY\tRECORD\tREASON\tDETAIL")
+	// The reason comes last and whole: an audit trail should show why in full.
+	fmt.Fprintln(tw, "AT\tPROCESS\tACTION\tBY\tRECORD\tDETAIL\tREASON")
 	for _, e := range entries {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05"), clip(e.Process, 20),
-			e.Action, clip(e.Actor, 12), clip(e.Role, 12), clip(e.RecordID, 12), clip(e.Reason, 30), auditDetail(e.Detail))
+			e.Action, clip(e.Actor, 12), clip(e.Role, 12), clip(e.RecordID, 12), auditDetail(e.Detail),
+			oneLineText(e.Reason))
 	}
 	return tw.Flush()
 }

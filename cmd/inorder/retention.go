@@ -34,13 +34,16 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	before := fs.String("before", "", "delete rows created before this RFC 3339 time")
 	dryRun := fs.Bool("dry-run", false, "say how many rows and up to where, delete nothing")
 	batch := fs.Int("batch", cursor.DefaultPruneBatch, "rows deleted per batch, each batch its own short transaction")
-	actor := fs.String("actor", defaultActor(), "who prunes, recorded in the audit with the database role (default $USER, else the login name)")
+	var actorFlag flagWithDefault
+	registerActor(fs, &actorFlag, "whoever prunes")
 	reason := fs.String("reason", "", "why, recorded in the audit")
 	wait := fs.Duration("wait", 10*time.Second, "how long a batch waits for a lock (a rewind, a registering process)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	actor := &actorFlag.value
+	*actor = actorFlag.get()
 	opts := cursor.PruneOpts{Table: *table, DryRun: *dryRun, BatchSize: *batch,
 		ActionOpts: cursor.ActionOpts{Actor: *actor, Reason: *reason, Wait: *wait}}
 	switch {
@@ -96,6 +99,9 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if l := res.Limit; l != nil {
 		fmt.Fprintf(stdout, "inorder: every process of %s has passed %s; %s holds the prune there%s\n",
 			res.Table, res.Passed, stream(*l), note(l.Note))
+	} else if res.Passed.IsBeginning() || res.Passed.CreatedAt.Before(res.Cut) {
+		fmt.Fprintf(stdout, "inorder: the processes of %s furthest back stand together at %s, before the cut-off: "+
+			"the prune stops there\n", res.Table, res.Passed)
 	} else {
 		fmt.Fprintf(stdout, "inorder: every process of %s has passed the cut-off (the furthest back is at %s)\n",
 			res.Table, res.Passed)

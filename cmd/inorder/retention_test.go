@@ -189,3 +189,22 @@ func TestPruneAndForgetAgainstARunningProcessor(t *testing.T) {
 	require.Eventually(t, func() bool { return len(again.output()) == 5 }, 20*time.Second, 10*time.Millisecond, again.logs())
 	require.Equal(t, []string{"12", "13", "14", "15", "16"}, deliveredIDs(again))
 }
+
+// TestPruneNamesNoProcessWhenSeveralStandTogether: when the processes furthest back stand at the same
+// place, the prune stops there without blaming one of them.
+func TestPruneNamesNoProcessWhenSeveralStandTogether(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 4, "1")
+	for _, name := range []string{"billing", "sms"} {
+		p := startBinary(t, b.env, "run", "--process", name, "--table", "bookings", "--start-from", "beginning",
+			"--poll-interval", "20ms")
+		require.Eventually(t, func() bool { return len(p.output()) == 4 }, 20*time.Second, 10*time.Millisecond, p.logs())
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		require.Zero(t, p.wait(t), p.logs())
+	}
+	code, stdout, stderr := runBinary(t, b.env, "prune", "--table", "bookings", "--before", "2999-01-01T00:00:00Z", "--dry-run")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, "the processes of public.bookings furthest back stand together at ")
+	require.NotContains(t, stdout, "holds the prune there")
+}

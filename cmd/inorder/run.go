@@ -105,7 +105,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
 	fs.IntVar(&f.partitions, "partitions", 0, "split the process into N ordered streams by a hash of the key column (default: one stream)")
 	fs.IntVar(&f.maxPartitions, "max-partitions", 0, "partitions this instance works at once, one connection each (default all)")
-	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger of `inorder migrate --notify TABLE`); polling stays the fallback")
+	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")

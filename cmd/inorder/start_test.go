@@ -81,3 +81,18 @@ func TestAColumnTypoFailsAtStart(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM inorder.cursor").Scan(&rows))
 	require.Zero(t, rows, "no cursor row")
 }
+
+// TestAuditShowsTheWholeReason: an audit trail shows why in full, however long.
+func TestAuditShowsTheWholeReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.book(t, 1, "1")
+	p := startBinary(t, b.env, runArgs()...)
+	require.Eventually(t, func() bool { return len(p.output()) == 1 }, 20*time.Second, 5*time.Millisecond, p.logs())
+	const reason = "the billing provider asked us to hold every charge until their incident INC-4711 is resolved"
+	code, _, stderr := runBinary(t, b.env, "pause", "--process", "booking_sms", "--reason", reason)
+	require.Zero(t, code, stderr)
+	code, stdout, stderr := runBinary(t, b.env, "audit")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, reason)
+}
