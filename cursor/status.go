@@ -13,10 +13,18 @@ import (
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
-// Info is what the database says about one process, read without disturbing it.
+// Info is what the database says about one process, read without disturbing it. It encodes to JSON as
+// `inorder status --json` prints a process (MarshalJSON), so that an admin endpoint can serve it as it is.
 type Info struct {
 	Process string
 	State
+	// Status is what the process is doing (StatusOf). List decides it without the rows behind, which
+	// separate running from idle and held; Measure reads them and decides it again.
+	Status StreamStatus
+	// Lag is how far behind the process is, once Measure has read it; nil before. LagError is why Measure
+	// could not read it.
+	Lag      *Lag
+	LagError string
 	// Source is what the process last ran against; its Table is empty until it first locked its cursor.
 	Source Source
 	// Partitions is set on the parent row of a partitioned process: how many partitions it has.
@@ -141,6 +149,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 			}
 		}
 		in.Connected = live[in.Process]
+		in.Status = StatusOf(*in, nil)
 	}
 	return infos, nil
 }

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -227,7 +228,7 @@ func TestRunPrintsJSONLinesInOrderAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	require.Equal(t, "8", pos, "the position is durable")
 	code, stdout, _ := runBinary(t, b.env, "status", "--json")
 	require.Zero(t, code)
-	var rep statusReport
+	var rep statusDoc
 	require.NoError(t, json.Unmarshal([]byte(stdout), &rep))
 	require.Len(t, rep.Processes, 1)
 	require.False(t, rep.Processes[0].Locked, "ownership given up before exit")
@@ -235,7 +236,7 @@ func TestRunPrintsJSONLinesInOrderAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	// The server drops the closed session from pg_stat_activity a moment after the client hung up.
 	require.Eventually(t, func() bool {
 		_, stdout, _ := runBinary(t, b.env, "status", "--json")
-		var rep statusReport
+		var rep statusDoc
 		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 && rep.Processes[0].State == "not running"
 	}, 10*time.Second, 20*time.Millisecond)
 }
@@ -252,10 +253,18 @@ func TestAKilledInstanceIsTakenOverByTheStandby(t *testing.T) {
 	second := startBinary(t, b.env, runArgs("--instance", "second")...)
 	require.Eventually(t, func() bool {
 		_, stdout, _ := runBinary(t, b.env, "status", "--json")
-		var rep statusReport
+		var rep statusDoc
 		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&
 			rep.Processes[0].Connected == 2 && rep.Processes[0].Holder == "first"
 	}, 20*time.Second, 20*time.Millisecond)
+	code, text, stderr := runBinary(t, b.env, "status")
+	require.Zero(t, code, stderr)
+	require.Regexp(t, `first \(pid \d+\) \+1 standing by`, text, "text status shows the standby")
+	require.Eventually(t, func() bool {
+		return regexp.MustCompile(`"owner":"first",.*"message":"another instance works the process; standing by"`).
+			MatchString(second.logs())
+	}, 20*time.Second, 20*time.Millisecond, "the standby says once that it stands by, and who works the process")
+	require.Equal(t, 1, strings.Count(second.logs(), "standing by"))
 
 	require.NoError(t, first.cmd.Process.Kill()) // SIGKILL: no chance to unlock
 	first.wait(t)
@@ -273,7 +282,7 @@ func TestStatusExplainsAHaltedStream(t *testing.T) {
 	b.book(t, 1, "'NaN'") // JSON has no NaN: the stdout handler cannot encode record 3
 	b.book(t, 1, "1")
 	p := startBinary(t, b.env, runArgs()...)
-	var rep statusReport
+	var rep statusDoc
 	require.Eventually(t, func() bool {
 		_, stdout, _ := runBinary(t, b.env, "status", "--json", "--process", "booking_sms")
 		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&

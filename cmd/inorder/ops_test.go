@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func statusOf(t *testing.T, b *bundle) processStatus {
+func statusOf(t *testing.T, b *bundle) processDoc {
 	t.Helper()
 	ps, err := tryStatus(t, b)
 	require.NoError(t, err)
@@ -20,18 +20,18 @@ func statusOf(t *testing.T, b *bundle) processStatus {
 
 // tryStatus is statusOf for polling: a process that has not registered itself yet is an error to wait out,
 // not a failure.
-func tryStatus(t *testing.T, b *bundle) (processStatus, error) {
+func tryStatus(t *testing.T, b *bundle) (processDoc, error) {
 	t.Helper()
 	code, stdout, stderr := runBinary(t, b.env, "status", "--json", "--process", "booking_sms")
 	if code != 0 {
-		return processStatus{}, fmt.Errorf("status exited %d: %s", code, stderr)
+		return processDoc{}, fmt.Errorf("status exited %d: %s", code, stderr)
 	}
-	var rep statusReport
+	var rep statusDoc
 	if err := json.Unmarshal([]byte(stdout), &rep); err != nil {
-		return processStatus{}, err
+		return processDoc{}, err
 	}
 	if len(rep.Processes) != 1 {
-		return processStatus{}, fmt.Errorf("%d processes in %s", len(rep.Processes), stdout)
+		return processDoc{}, fmt.Errorf("%d processes in %s", len(rep.Processes), stdout)
 	}
 	return rep.Processes[0], nil
 }

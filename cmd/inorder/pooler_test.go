@@ -25,7 +25,7 @@ func TestTheCLIThroughATransactionPooler(t *testing.T) {
 	p := startBinary(t, env, runArgs("--instance", "pooled")...)
 	require.Eventually(t, func() bool { return len(p.output()) == 3 }, 20*time.Second, 5*time.Millisecond, p.logs())
 	require.Contains(t, p.logs(), `"pool_mode":"transaction"`)
-	var rep statusReport
+	var rep statusDoc
 	require.Eventually(t, func() bool {
 		code, stdout, _ := runBinary(t, env, "status", "--json")
 		return code == 0 && json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&

@@ -166,7 +166,7 @@ func TestWebhookCallsABillingAPIWithAKeyFromTheEnvironment(t *testing.T) {
 
 	const revoked = "sk_test_topsecret_revoked_0000"
 	bad := startBinary(t, append([]string{"BILLING_KEY=" + revoked}, b.env...), billingArgs("billing_revoked", api.URL)...)
-	var rep statusReport
+	var rep statusDoc
 	require.Eventually(t, func() bool {
 		_, stdout, _ := runBinary(t, b.env, "status", "--json", "--process", "billing_revoked")
 		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&

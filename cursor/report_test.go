@@ -1,0 +1,71 @@
+package cursor_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+)
+
+// TestStatusOf: the rules `inorder status` shows, decided in one place. A pause says paused whatever else
+// holds; a stream retrying a record says retrying, one halted on it (refused, or failing past its
+// halt-after threshold) says halted; rows behind separate running and held from idle, and without them a
+// running instance counts as running.
+func TestStatusOf(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	behind, none := &cursor.Lag{Rows: 3}, &cursor.Lag{}
+	for _, tc := range []struct {
+		name string
+		in   cursor.Info
+		lag  *cursor.Lag
+		want cursor.StreamStatus
+	}{
+		{"retrying", cursor.Info{Connected: 1, State: cursor.State{Halt: &cursor.Halt{RecordID: "7"}}}, behind, cursor.StatusRetrying},
+		{"halted", cursor.Info{Connected: 1, State: cursor.State{Halt: &cursor.Halt{RecordID: "7", HaltedAt: now}}}, behind, cursor.StatusHalted},
+		{"halted and stopped", cursor.Info{State: cursor.State{Halt: &cursor.Halt{RecordID: "7", HaltedAt: now}}}, nil, cursor.StatusHalted},
+		{"paused while retrying", cursor.Info{Connected: 1, State: cursor.State{Paused: true, Halt: &cursor.Halt{}}}, behind, cursor.StatusPaused},
+		{"partitioned", cursor.Info{Partitions: 4}, nil, cursor.StatusPartitioned},
+		{"not running", cursor.Info{}, behind, cursor.StatusNotRunning},
+		{"running", cursor.Info{Connected: 1}, behind, cursor.StatusRunning},
+		{"idle", cursor.Info{Connected: 1, Locked: true}, none, cursor.StatusIdle},
+		{"held", cursor.Info{Connected: 1, HeldSince: now}, behind, cursor.StatusHeld},
+		{"held with nothing behind is idle", cursor.Info{Connected: 1, HeldSince: now}, none, cursor.StatusIdle},
+		{"running, behind unknown", cursor.Info{Locked: true}, nil, cursor.StatusRunning},
+		{"held, behind unknown", cursor.Info{Locked: true, HeldSince: now}, nil, cursor.StatusHeld},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, cursor.StatusOf(tc.in, tc.lag))
+		})
+	}
+}
+
+// TestInfoEncodesAsStatusDoes: a service's admin endpoint can serve cursor.Info as it is, with the names
+// of `inorder status --json` and null for times that are unset.
+func TestInfoEncodesAsStatusDoes(t *testing.T) {
+	t.Parallel()
+	in := cursor.Info{Process: "billing", Status: cursor.StatusHalted, Locked: true, Holder: "a", Epoch: 3,
+		State: cursor.State{Halt: &cursor.Halt{RecordID: "7", Error: "400", Attempts: 2, Permanent: true}}}
+	b, err := json.Marshal(in)
+	require.NoError(t, err)
+	var got map[string]any
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, "billing", got["process"])
+	require.Equal(t, "halted", got["state"])
+	require.Equal(t, true, got["locked"])
+	require.Equal(t, "a", got["holder"])
+	require.EqualValues(t, 3, got["owner_epoch"])
+	require.Nil(t, got["lease_expires_at"], "an unset time is null")
+	require.Nil(t, got["hold"])
+	require.Equal(t, map[string]any{"created_at": nil, "id": nil}, got["position"], "the beginning")
+	halt := got["halt"].(map[string]any)
+	require.Equal(t, "7", halt["record_id"])
+	require.Nil(t, halt["next_attempt_at"])
+	require.Nil(t, halt["status"])
+	require.NotContains(t, got, "Process")
+	require.NotContains(t, got, "HeldSince")
+}
