@@ -10,9 +10,13 @@
 //
 // # Failures
 //
-// Any error halts the stream on its record; the processor retries with capped exponential backoff and
-// never moves past a failing record on its own. Wrap an error with Permanent when retrying soon is
-// pointless (the record itself was rejected) and with RetryAfter when the sink said when to come back.
+// An error stops the stream on its record: the processor retries it with capped exponential backoff and
+// never moves past a failing record on its own. An error that may pass (a 5xx, a timeout) makes the stream
+// retrying, and only halted once the record has failed for longer than the processor's HaltAfter; one
+// wrapped with Permanent (the sink refused the record itself) halts it at once. Either way the record is
+// retried until it goes through, an operator retries it now (`inorder retry`) or skips it. Wrap an error
+// with RetryAfter when the sink said when to come back. A handler that reads columns by name says which
+// (ColumnReader), so that a typo fails at start.
 //
 // # Sinks
 //

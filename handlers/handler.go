@@ -28,8 +28,9 @@ type Record[T any] struct {
 }
 
 // Handler receives records one at a time, in order. Returning nil lets the position move past the record;
-// returning an error halts the stream on it: the processor records the error in the cursor row and calls
-// Handle again for the same record after a backoff, forever unless an operator skips it.
+// returning an error stops the stream on it (retrying, or halted for a Permanent error or after the
+// processor's HaltAfter): the processor records the error in the cursor row and calls Handle again for the
+// same record after a backoff, forever unless an operator skips it.
 //
 // Handle must not return before the record's effect is durable at the sink (the HTTP response received,
 // the message acknowledged): once it returns nil, the record may never be delivered again.

@@ -6,7 +6,9 @@
 // A Processor owns one named process. Each batch it locks the process's cursor row (see package cursor),
 // computes the horizon, reads at most BatchSize records after its position and below the horizon in
 // keyset order, hands them to the handler one by one, advances the position after each success, and
-// unlocks. When there is nothing to read, or another instance owns the process, it waits PollInterval.
+// unlocks. When there is nothing to read it probes (ProbeInterval): one shared, index-only statement asks
+// whether a row lies after its position, and only a yes runs a batch. Without the probe, and while another
+// instance owns the process, it waits PollInterval.
 //
 // # Ownership
 //
@@ -43,10 +45,14 @@
 //
 // # Failures
 //
-// A handler error halts the stream on its record: the processor keeps what succeeded before it, writes
-// the halt state (record, error, attempts, since when) into the cursor row, and retries the same record
-// with capped exponential backoff, forever. Only an operator moves past it (`inorder skip`, audited).
-// A lost database connection is not a failure of the record: the processor reconnects with backoff.
+// A handler error stops the stream on its record: the processor keeps what succeeded before it, writes
+// the failure (record, error, attempts, since when, the next attempt) into the cursor row, and retries the
+// same record with capped exponential backoff, forever. The stream counts as retrying (a warning, the
+// inorder_retrying metric) until the record has failed for longer than HaltAfter, or at once for a
+// handlers.Permanent error, when it counts as halted (an error line, inorder_halted). Only an operator
+// moves past it (`inorder skip`, cursor.Skip, audited), or has it tried again now (`inorder retry`,
+// cursor.Retry). A lost database connection is not a failure of the record: the processor reconnects with
+// backoff.
 //
 // # Records
 //
