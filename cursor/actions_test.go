@@ -270,3 +270,28 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 		require.Equal(t, "2", entries[0].RecordID)
 	})
 }
+
+// TestASkipClearsEveryPartOfTheHalt: after a skip the cursor row keeps nothing of the halted record, its
+// halted_at included, as after the processor's own advance past a record that went through.
+func TestASkipClearsEveryPartOfTheHalt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// The halted record is the last: no advance of the processor's clears anything after the skip.
+	db, h, _ := startBilling(t, 2, 2, time.Minute, time.Minute, 30*time.Second)
+	await(t, "the halt on record 2", func() bool {
+		infos, err := cursor.List(ctx, db.Pool, "billing")
+		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusHalted
+	})
+	_, err := cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "closed account"})
+	require.NoError(t, err)
+	require.Equal(t, []int64{1}, h.got())
+	var left string
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT concat_ws(',',
+			CASE WHEN halted_record_id IS NOT NULL THEN 'record' END, CASE WHEN halted_error IS NOT NULL THEN 'error' END,
+			CASE WHEN halted_attempts <> 0 THEN 'attempts' END, CASE WHEN halted_first_failure_at IS NOT NULL THEN 'first' END,
+			CASE WHEN halted_last_failure_at IS NOT NULL THEN 'last' END, CASE WHEN halted_permanent THEN 'permanent' END,
+			CASE WHEN halted_status IS NOT NULL THEN 'status' END, CASE WHEN halted_next_attempt_at IS NOT NULL THEN 'next' END,
+			CASE WHEN halted_at IS NOT NULL THEN 'halted_at' END)
+		FROM inorder.cursor WHERE process_name = 'billing'`).Scan(&left))
+	require.Empty(t, left, "what the skip left of the halt")
+}

@@ -257,11 +257,7 @@ func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry
 func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Position) error {
 	args := source.Position(pos).Args()
 	_, err := tx.Exec(ctx, `
-		UPDATE inorder.cursor
-		SET position_created_at = $2, position_id = $3,
-		    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
-		    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
-		    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL
+		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3, `+cursorlock.ClearHalt+`
 		WHERE process_name = $1`, name, args[0], args[1])
 	return err
 }

@@ -811,15 +811,18 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 	return nil
 }
 
+// ClearHalt is the SET list that clears every column of a failing record's state: a position that moves
+// past the record (the processor's or an operator's) clears it with this, and nothing else does.
+const ClearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
+	    halted_first_failure_at = NULL, halted_last_failure_at = NULL, halted_permanent = false,
+	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL`
+
 // setPositionSQL moves the position, clears the halt state, counts $4 handled records, records what is in
 // flight ($5, $6) and renews the lease ($7); once a minute it starts a new throughput window with the count
 // so far. It writes only under the owner's token ($8): fencing.
 const setPositionSQL = `
 	UPDATE inorder.cursor
-	SET position_created_at = $2, position_id = $3,
-	    halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
-	    halted_first_failure_at = NULL, halted_last_failure_at = NULL,
-	    halted_permanent = false, halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL,
+	SET position_created_at = $2, position_id = $3, ` + ClearHalt + `,
 	    updated_at = clock_timestamp(),
 	    in_flight = $5, in_flight_since = $6,
 	    records_handled = records_handled + $4,
