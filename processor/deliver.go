@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"runtime/debug"
 	"time"
 
 	"github.com/inorder-dev/inorder/handlers"
@@ -177,7 +178,7 @@ func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (e
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v", r)
+			err = p.panicked(rec, r)
 		}
 		err = explain(hctx, err)
 		done()
@@ -294,4 +295,23 @@ func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {
 		d = min(after, p.cfg.RetryMax)
 	}
 	return d
+}
+
+// PanicError is the failure of a record whose handler panicked: the panic's value, which the cursor row
+// keeps as the error, and the stack, which goes to the log (once per panic) for whoever debugs it.
+type PanicError struct {
+	// Value is what the handler panicked with.
+	Value any
+	// Stack is the goroutine's stack at the panic.
+	Stack []byte
+}
+
+func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
+
+// panicked turns a recovered panic of rec's handler into its failure, and logs where it happened.
+func (p *Processor[T]) panicked(rec *handlers.Record[T], v any) error {
+	e := &PanicError{Value: v, Stack: debug.Stack()}
+	p.log.Error().Str("record", rec.ID).Str("panic", fmt.Sprint(v)).Str("stack", string(e.Stack)).
+		Msg("the handler panicked; the record counts as failed")
+	return e
 }

@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/inorder-dev/inorder/handlers"
@@ -210,7 +209,7 @@ func (p *Processor[T]) handleConcurrently(work context.Context, rec *handlers.Re
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
-			err = fmt.Errorf("handler panicked: %v", r)
+			err = p.panicked(rec, r)
 		}
 		err = explain(hctx, err)
 	}()

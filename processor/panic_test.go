@@ -1,0 +1,45 @@
+package processor_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// TestAHandlersPanicKeepsItsStack: a panicking handler fails its record like an error; the cursor row
+// keeps the panic's value, and the log the stack that says where it happened.
+func TestAHandlersPanicKeepsItsStack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	ids := b.insert(t, 2)
+	logs := &logBuffer{}
+	cfg := b.cfg
+	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t)))
+	cfg.Handler = handlers.HandlerFunc[event](func(_ context.Context, rec *handlers.Record[event]) error {
+		if rec.Value.ID == ids[1] {
+			explode(rec.Value.Seq)
+		}
+		return nil
+	})
+	start(t, cfg)
+	waitFor(t, "the record that panics to fail", func() bool {
+		infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
+		return err == nil && len(infos) == 1 && infos[0].Halt != nil
+	})
+	infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
+	require.NoError(t, err)
+	require.Equal(t, "handler panicked: seq 2 does not add up", infos[0].Halt.Error)
+	// Every attempt panics again and logs again: at least the first is there.
+	require.GreaterOrEqual(t, logs.count("the handler panicked; the record counts as failed"), 1)
+	require.GreaterOrEqual(t, logs.count("processor_test.explode"), 1, "the stack names the function that panicked")
+}
+
+func explode(seq int) {
+	panic("seq " + string(rune('0'+seq)) + " does not add up")
+}
