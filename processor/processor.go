@@ -142,6 +142,30 @@ type Config[T any] struct {
 	Listen bool
 }
 
+// checkSigns refuses the negative settings the CLI refuses: zero means the default, a negative value is a
+// mistake rather than a request for the default.
+func (c *Config[T]) checkSigns() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(c.BatchSize)}, {"MaxInFlight", int64(c.MaxInFlight)},
+		{"PollInterval", int64(c.PollInterval)}, {"InsertLatency", int64(c.InsertLatency)},
+		{"RetryMin", int64(c.RetryMin)}, {"RetryMax", int64(c.RetryMax)}, {"HaltAfter", int64(c.HaltAfter)},
+		{"IdleInTransactionTimeout", int64(c.IdleInTransactionTimeout)}, {"Lease", int64(c.Lease)},
+		{"HandlerTimeout", int64(c.HandlerTimeout)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)},
+		{"HoldWarnAfter", int64(c.HoldWarnAfter)}, {"ReconnectMax", int64(c.ReconnectMax)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("Config.%s is negative; zero means its default", f.name)
+		}
+	}
+	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryMin {
+		return fmt.Errorf("Config.RetryMax (%s) is below Config.RetryMin (%s)", c.RetryMax, c.RetryMin)
+	}
+	return nil
+}
+
 func (c *Config[T]) withDefaults() {
 	if c.BatchSize <= 0 {
 		c.BatchSize = 100
@@ -262,6 +286,9 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.MaxInFlight > 1 && cfg.TxHandler != nil {
 		return nil, fmt.Errorf("processor %q: a TxHandler writes in the cursor transaction, one record at a time; "+
 			"MaxInFlight must be at most 1", cfg.Process)
+	}
+	if err := cfg.checkSigns(); err != nil {
+		return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
 	}
 	if cfg.Checkpoint != "" && cfg.Checkpoint != CheckpointRecord && cfg.Checkpoint != CheckpointBatch {
 		return nil, fmt.Errorf("processor %q: checkpoint %q is neither %q nor %q", cfg.Process, cfg.Checkpoint,

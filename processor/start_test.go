@@ -79,3 +79,24 @@ func TestAStructThatDoesNotMatchItsColumnsFailsAtStart(t *testing.T) {
 	require.False(t, b.registered(t, cfg.Process), "no cursor row")
 	require.Zero(t, b.h.count())
 }
+
+// TestNewRefusesWhatTheCLIRefuses: a negative setting is a mistake, not a request for the default.
+func TestNewRefusesWhatTheCLIRefuses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		name string
+		set  func(*processor.Config[event])
+		want string
+	}{
+		{"batch size", func(c *processor.Config[event]) { c.BatchSize = -1 }, "Config.BatchSize is negative"},
+		{"lease", func(c *processor.Config[event]) { c.Lease = -time.Second }, "Config.Lease is negative"},
+		{"retries", func(c *processor.Config[event]) { c.RetryMin, c.RetryMax = time.Minute, time.Second },
+			"Config.RetryMax (1s) is below Config.RetryMin (1m0s)"},
+	} {
+		cfg := b.cfg
+		tc.set(&cfg)
+		_, err := processor.New(cfg)
+		require.ErrorContains(t, err, tc.want, tc.name)
+	}
+}
