@@ -520,7 +520,11 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 			case s.Locked:
 				return fail("%w: %s is running (owned by %s); stop every instance first", ErrBusy, s.Process, s.Holder)
 			case s.Halt != nil:
-				return fail("%w: %s is halted on record %s; resolve that first", ErrNotDrained, s.Process, s.Halt.RecordID)
+				what := "halted on"
+				if s.Halt.Retrying() {
+					what = "retrying"
+				}
+				return fail("%w: %s is %s record %s; resolve that first", ErrNotDrained, s.Process, what, s.Halt.RecordID)
 			case s.Source.Table == "":
 				return fail("%w: %s has never run; run it until it is drained first", ErrNeverRan, s.Process)
 			}

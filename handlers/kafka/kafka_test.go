@@ -270,9 +270,9 @@ func TestTransientFailureRetries(t *testing.T) {
 	ids := b.insertOutbox(t, 0, 200, 5)
 	b.run(t, "transient", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 64, handlerTimeout: 20 * time.Second})
 
-	halt := processortest.WaitHalted(t, b.db, "transient", nil)
+	halt := processortest.WaitFailing(t, b.db, "transient", nil)
 	require.Eventually(t, func() bool {
-		halt = processortest.WaitHalted(t, b.db, "transient", nil)
+		halt = processortest.WaitFailing(t, b.db, "transient", nil)
 		return halt.Attempts >= 2
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, ids[0], halt.RecordID)

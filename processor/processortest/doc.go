@@ -54,10 +54,11 @@
 // # Waiting
 //
 // WaitCaughtUp waits until a process's durable position has reached the last row of its source: every
-// record committed so far has been handled. WaitHalted waits until the process is halted on a failing
-// record and returns the halt. Both poll the cursor row, never sleep a fixed time, and fail the test after
-// WaitOpts.Timeout (10s by default) with a message that names the process and where it stands. They must
-// be called from the test's goroutine.
+// record committed so far has been handled. WaitFailing waits until a record fails (the stream retrying
+// it, or halted on it), WaitHalted until the stream is halted (the sink refused the record, or it failed
+// for longer than the processor's HaltAfter); both return the failure. They poll the cursor row, never
+// sleep a fixed time, and fail the test after WaitOpts.Timeout (10s by default) with a message that names
+// the process and where it stands. They must be called from the test's goroutine.
 //
 // # Recording records
 //

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -57,7 +58,7 @@ func Example() {
 		fmt.Printf("booking %d: %d seats for %s\n", b.ID, b.Seats, b.Customer)
 	}
 
-	sms.Fail("4", errors.New("no such phone number"))
+	sms.Fail("4", handlers.Permanent(errors.New("no such phone number"))) // refused: halted at once
 	db.Exec(t, "INSERT INTO bookings (customer, seats) VALUES ('ada', 4), ('alan', 3)")
 	halt := processortest.WaitHalted(t, db, "booking_sms", nil)
 	fmt.Printf("halted on booking %s: %s; %d delivered\n", halt.RecordID, halt.Error, sms.Len())
@@ -65,7 +66,7 @@ func Example() {
 	// Output:
 	// booking 1: 2 seats for ada
 	// booking 2: 1 seats for grace
-	// halted on booking 4: no such phone number; 3 delivered
+	// halted on booking 4: permanent: no such phone number; 3 delivered
 }
 
 // ExampleStart runs a function that builds and runs its own processors, such as a service's run

@@ -204,11 +204,11 @@ func TestWaitFailsNamingTheProcess(t *testing.T) {
 	rec := &processortest.Recorder[booking]{}
 	rec.Fail("2", errors.New("sink down"))
 	processortest.Start(t, newProcessor(t, db, "stuck", rec), nil)
-	processortest.WaitHalted(t, db, "stuck", nil)
+	processortest.WaitFailing(t, db, "stuck", nil)
 	f = &fakeT{}
 	inGoroutine(func() { processortest.WaitCaughtUp(f, db, "stuck", short) })
 	require.Contains(t, f.fatalMsg(), `process "stuck" did not catch up within 100ms: position `)
-	require.Contains(t, f.fatalMsg(), "/1, 1 rows behind, halted on record 2 after ")
+	require.Contains(t, f.fatalMsg(), "/1, 1 rows behind, retrying record 2 after ")
 	require.Contains(t, f.fatalMsg(), "sink down")
 
 	rec.Fail("2", nil)

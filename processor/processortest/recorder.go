@@ -38,9 +38,9 @@ func (r *Recorder[T]) Handle(_ context.Context, rec *handlers.Record[T]) error {
 }
 
 // Fail makes Handle return err for the record whose ID is id, every time, until Fail is called again for
-// it with a nil err. The processor halts on the record and retries it with backoff (WaitHalted sees the
-// halt); once the failure is lifted, the next retry goes through. Wrap err with handlers.Permanent to
-// play a sink that rejects the record itself.
+// it with a nil err. The processor retries the record with backoff (WaitFailing sees it fail); once the
+// failure is lifted, the next retry goes through. Wrap err with handlers.Permanent to play a sink that
+// rejects the record itself: the stream is then halted on it at once (WaitHalted sees the halt).
 func (r *Recorder[T]) Fail(id string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()

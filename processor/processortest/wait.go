@@ -63,21 +63,38 @@ func WaitCaughtUp(t testing.TB, db *DB, process string, opts *WaitOpts) {
 	})
 }
 
-// WaitHalted waits until process is halted on a failing record and returns the halt: the record, the
-// handler's last error and how many attempts failed so far. For a partitioned process it returns the halt
-// of the first partition found halted. It fails the test after opts.Timeout, saying where the process
-// stands. Call it from the test's goroutine.
+// WaitHalted waits until process is halted on a failing record (refused by the sink, or failing for
+// longer than the processor's HaltAfter; a stream only retrying a record is not halted: see WaitFailing)
+// and returns the halt: the record, the handler's last error and how many attempts failed so far. For a
+// partitioned process it returns the halt of the first partition found halted. It fails the test after
+// opts.Timeout, saying where the process stands. Call it from the test's goroutine.
 func WaitHalted(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
 	t.Helper()
+	return waitFailure(t, db, process, "halt", opts, func(h *cursor.Halt) bool { return !h.Retrying() })
+}
+
+// WaitFailing waits until a record of process fails, whether the stream is retrying it or halted on it,
+// and returns the failure as WaitHalted does.
+func WaitFailing(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
+	t.Helper()
+	return waitFailure(t, db, process, "failing record", opts, func(*cursor.Halt) bool { return true })
+}
+
+func waitFailure(t testing.TB, db *DB, process, what string, opts *WaitOpts, enough func(*cursor.Halt) bool) cursor.Halt {
+	t.Helper()
 	var halt cursor.Halt
-	wait(t, db, process, "halt", opts, func(ctx context.Context, streams []cursor.Info) (bool, string, error) {
+	wait(t, db, process, what, opts, func(ctx context.Context, streams []cursor.Info) (bool, string, error) {
 		var states []string
 		for _, in := range streams {
-			if in.Halt != nil {
+			if in.Halt != nil && enough(in.Halt) {
 				halt = *in.Halt
 				return true, "", nil
 			}
-			states = append(states, name(in, process)+"position "+in.Position.String())
+			state := name(in, process) + "position " + in.Position.String()
+			if in.Halt != nil {
+				state += fmt.Sprintf(", retrying record %s (%d attempts)", in.Halt.RecordID, in.Halt.Attempts)
+			}
+			states = append(states, state)
 		}
 		return false, strings.Join(states, "; "), nil
 	})
@@ -170,7 +187,11 @@ func describe(in cursor.Info, lag cursor.Lag) string {
 		s = fmt.Sprintf("position %s, at least %d rows behind", in.Position, lag.Rows)
 	}
 	if h := in.Halt; h != nil {
-		s += fmt.Sprintf(", halted on record %s after %d attempts: %s", h.RecordID, h.Attempts, h.Error)
+		what := "halted on"
+		if h.Retrying() {
+			what = "retrying"
+		}
+		s += fmt.Sprintf(", %s record %s after %d attempts: %s", what, h.RecordID, h.Attempts, h.Error)
 	}
 	if in.Paused {
 		s += ", paused"
