@@ -74,6 +74,10 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	require.NoError(t, err)
 	await(t, "the rewound records", func() bool { return len(h.got()) == 6 })
 	require.Equal(t, []int64{1, 2, 4, 5, 4, 5}, h.got())
+	await(t, "the position to be durable at the last record", func() bool {
+		infos, err := cursor.List(ctx, pool, "billing")
+		return err == nil && len(infos) == 1 && infos[0].Position.ID == "5"
+	})
 
 	res, err := cursor.Prune(ctx, pool, cursor.PruneOpts{ActionOpts: ops, Table: "bookings",
 		Before: time.Now().Add(time.Hour), BatchSize: 2})
