@@ -42,10 +42,9 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	actor := &actorFlag.value
-	*actor = actorFlag.get()
+	actor := actorFlag.get()
 	opts := cursor.PruneOpts{Table: *table, DryRun: *dryRun, BatchSize: *batch,
-		ActionOpts: cursor.ActionOpts{Actor: *actor, Reason: *reason, Wait: *wait}}
+		ActionOpts: cursor.ActionOpts{Actor: actor, Reason: *reason, Wait: *wait}}
 	switch {
 	case *table == "":
 		return usageErr("--table is required")
@@ -53,7 +52,7 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return usageErr("give exactly one of --older-than and --before")
 	case *batch < 1:
 		return usageErr("--batch must be at least 1")
-	case *actor == "" && !*dryRun:
+	case actor == "" && !*dryRun:
 		return usageErr("--actor is required: who prunes, for the audit")
 	}
 	if *olderThan != "" {

@@ -101,9 +101,9 @@ func (t *Table) HasRows(ctx context.Context, q Querier) (bool, error) {
 	if t.Part != nil {
 		where = fmt.Sprintf("%s = %d", t.PartExpr(""), t.Part.Index)
 	}
-	var any bool
-	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", t.Ident, where)).Scan(&any); err != nil {
+	var has bool
+	if err := q.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", t.Ident, where)).Scan(&has); err != nil {
 		return false, fmt.Errorf("look for rows in %s: %w", t.Qualified, err)
 	}
-	return any, nil
+	return has, nil
 }
