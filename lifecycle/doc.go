@@ -3,10 +3,11 @@
 //
 // # Stopping
 //
-// SIGINT or SIGTERM asks every actor to stop. A processor stops taking records, lets the record in flight
-// finish (bounded by its shutdown timeout), makes its position durable, unlocks its cursor and closes its
-// connection; Run then returns nil and the program exits 0. A second signal during that shutdown exits at
-// once with code 130.
+// SIGINT or SIGTERM, or the end of the context given to Run, asks every actor to stop. A processor stops
+// taking records, lets the record in flight finish (bounded by its shutdown timeout), makes its position
+// durable, unlocks its cursor and closes its connection; Run then returns nil and the program exits 0. A
+// second signal during that shutdown exits at once with code 130. A service that handles its own signals
+// sets Config.NoSignals and cancels the context instead.
 //
 // # Failing
 //

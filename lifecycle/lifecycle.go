@@ -24,6 +24,10 @@ type Config struct {
 	// Signals stop the group. Nil or empty means SIGINT and SIGTERM: an empty list must not mean every
 	// signal, as it would to signal.Notify.
 	Signals []os.Signal
+	// NoSignals leaves signals to the caller: the group then listens for none and stops only when Run's
+	// context is done or an actor returns. A service that already handles its signals, or runs several
+	// groups, sets it and cancels the context instead. The zero value listens for Signals.
+	NoSignals bool
 	// ExitFunc ends the program when a second signal arrives during shutdown. Nil means os.Exit.
 	ExitFunc func(code int)
 }
@@ -47,11 +51,9 @@ func (c *Config) exit(code int) {
 	c.ExitFunc(code)
 }
 
-// signalError is what the signal actor returns when a signal stopped the group, for Run to tell a clean
-// stop from an actor's failure.
-type signalError struct{ signal os.Signal }
-
-func (e *signalError) Error() string { return "received " + e.signal.String() }
+// errCleanStop is what the stopping actor returns when a signal or the context stopped the group, for Run
+// to tell a clean stop from an actor's failure.
+var errCleanStop = errors.New("stopped cleanly")
 
 // Runner is anything with a name that runs until its context is done: a processor.
 type Runner interface {
@@ -62,8 +64,8 @@ type Runner interface {
 // Group runs actors together: when one returns, every other is interrupted, and Run returns once all
 // have. It is built on github.com/oklog/run.
 //
-// The zero Group is ready to use, configured as by the zero Config: it stops on SIGINT or SIGTERM and
-// exits with os.Exit on a second signal.
+// The zero Group is ready to use, configured as by the zero Config: it stops when Run's context is done
+// or on SIGINT or SIGTERM, and exits with os.Exit on a second signal.
 type Group struct {
 	cfg Config
 	g   run.Group
@@ -117,15 +119,18 @@ func (g *Group) AddHTTPServer(name, addr string, h http.Handler, shutdownTimeout
 	return ln.Addr(), nil
 }
 
-// Run adds the signal actor and runs the group until an actor returns. After the first signal every actor
-// is asked to stop (processors finish the record in flight, make the position durable and unlock); a
-// second signal during that shutdown ends the program at once with exit code 130. Run returns nil after a
-// signal, else the error of the actor that stopped the group.
-func (g *Group) Run() error {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, g.cfg.signals()...)
-	defer signal.Stop(sigs)
-	stop := make(chan struct{})     // the signal actor is interrupted
+// Run runs the group until ctx is done, a signal arrives or an actor returns, then asks every actor to
+// stop (processors finish the record in flight, make the position durable and unlock) and returns once
+// all have. A second signal during that shutdown ends the program at once with exit code 130. Run returns
+// nil after a clean stop (ctx done or a signal), else the error of the actor that stopped the group.
+func (g *Group) Run(ctx context.Context) error {
+	var sigs chan os.Signal // nil with NoSignals: a receive from it never happens
+	if !g.cfg.NoSignals {
+		sigs = make(chan os.Signal, 2)
+		signal.Notify(sigs, g.cfg.signals()...)
+		defer signal.Stop(sigs)
+	}
+	stop := make(chan struct{})     // the stopping actor is interrupted
 	finished := make(chan struct{}) // every actor has returned
 	var once sync.Once
 	g.g.Add(func() error {
@@ -140,16 +145,18 @@ func (g *Group) Run() error {
 				case <-finished:
 				}
 			}()
-			return &signalError{signal: s}
+			return errCleanStop
+		case <-ctx.Done():
+			g.cfg.Logger.Info().Msg("stopping: the context is done; finishing the records in flight")
+			return errCleanStop
 		case <-stop:
 			return nil
 		}
 	}, func(error) { once.Do(func() { close(stop) }) })
 	err := g.g.Run()
 	close(finished)
-	var sigErr *signalError
-	if errors.As(err, &sigErr) {
-		return nil // a clean stop
+	if errors.Is(err, errCleanStop) {
+		return nil
 	}
 	return err
 }

@@ -5,12 +5,15 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -25,10 +28,6 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 type row struct {
 	ID int64 `db:"id"`
 }
-
-// signalMu serialises the tests that signal the test binary itself: a signal reaches every group
-// listening at that moment.
-var signalMu sync.Mutex
 
 func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	t.Helper()
@@ -45,9 +44,8 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	}
 }
 
-func TestSIGTERMMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
-	signalMu.Lock()
-	defer signalMu.Unlock()
+func TestStoppingMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
+	t.Parallel()
 	db, cfg := setup(t)
 	inFlight := make(chan int64)
 	release := make(chan struct{})
@@ -65,10 +63,12 @@ func TestSIGTERMMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	})
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
-	g := lifecycle.New(lifecycle.Config{})
+	g := lifecycle.New(lifecycle.Config{NoSignals: true})
 	g.AddRunner(p)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
 	result := make(chan error, 1)
-	go func() { result <- g.Run() }()
+	go func() { result <- g.Run(ctx) }()
 
 	select {
 	case id := <-inFlight:
@@ -76,7 +76,7 @@ func TestSIGTERMMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	case err := <-result:
 		t.Fatalf("the group stopped before the record was in flight: %v", err)
 	}
-	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+	stop() // what SIGTERM does to a group that listens for it
 	// The group must wait for the record in flight, not cut it off.
 	select {
 	case err := <-result:
@@ -102,37 +102,6 @@ func TestSIGTERMMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	}, 10*time.Second, 5*time.Millisecond, "the cursor is unlocked and its connection closed")
 }
 
-func TestSecondSignalExitsAtOnce(t *testing.T) {
-	signalMu.Lock()
-	defer signalMu.Unlock()
-	exited := make(chan int, 1)
-	g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) { exited <- code }})
-	stuck := make(chan struct{})
-	started := make(chan struct{})
-	stopping := make(chan struct{})
-	g.Add("stuck", func(ctx context.Context) error {
-		close(started)
-		<-ctx.Done()
-		close(stopping)
-		<-stuck // a shutdown that hangs
-		return nil
-	})
-	result := make(chan error, 1)
-	go func() { result <- g.Run() }()
-	<-started
-	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
-	<-stopping // the first signal began the shutdown
-	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
-	select {
-	case code := <-exited:
-		require.Equal(t, 130, code)
-	case <-time.After(10 * time.Second):
-		t.Fatal("the second signal did not exit")
-	}
-	close(stuck)
-	require.NoError(t, <-result)
-}
-
 func TestAFatalProcessorErrorStopsTheGroupNamingTheProcess(t *testing.T) {
 	t.Parallel()
 	_, cfg := setup(t)
@@ -144,7 +113,7 @@ func TestAFatalProcessorErrorStopsTheGroupNamingTheProcess(t *testing.T) {
 	g2 := lifecycle.New(lifecycle.Config{})
 	g2.AddRunner(p)
 	g2.Add("bystander", func(ctx context.Context) error { <-ctx.Done(); close(other); return nil })
-	err = g2.Run()
+	err = g2.Run(context.Background())
 	require.Error(t, err)
 	require.True(t, errors.Is(err, processor.ErrInvalidSource))
 	require.Contains(t, err.Error(), `process "jobs": invalid source: table "missing_table" does not exist`)
@@ -169,7 +138,7 @@ func TestZeroGroupReturnsWhatStoppedIt(t *testing.T) {
 			interrupted := make(chan struct{})
 			g.Add("first", func(context.Context) error { return tt.result })
 			g.Add("bystander", func(ctx context.Context) error { <-ctx.Done(); close(interrupted); return nil })
-			err := g.Run()
+			err := g.Run(context.Background())
 			<-interrupted // every other actor was interrupted
 			if tt.wantErr == "" {
 				require.NoError(t, err)
@@ -181,42 +150,59 @@ func TestZeroGroupReturnsWhatStoppedIt(t *testing.T) {
 	}
 }
 
-// TestZeroGroupStopsCleanlyOnSIGTERM signals the test binary, so it does not run in parallel: parallel
-// tests run once every sequential one has returned, and no other group listens meanwhile.
-func TestZeroGroupStopsCleanlyOnSIGTERM(t *testing.T) {
-	signalMu.Lock()
-	defer signalMu.Unlock()
-	var g lifecycle.Group
-	started := make(chan struct{})
-	stopped := make(chan struct{})
-	g.Add("worker", func(ctx context.Context) error {
-		close(started) // Run listens for signals before any actor starts
-		<-ctx.Done()
-		close(stopped)
-		return nil
-	})
-	result := make(chan error, 1)
-	go func() { result <- g.Run() }()
-	<-started
-	require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
-	select {
-	case err := <-result:
-		require.NoError(t, err, "a signal is a clean stop")
-	case <-time.After(10 * time.Second):
-		t.Fatal("SIGTERM did not stop a zero Group")
+// childEnv names, in a copy of the test binary started by inChild, the test that copy runs.
+const childEnv = "INORDER_LIFECYCLE_CHILD"
+
+// inChild runs the calling test's body in a copy of the test binary and returns that copy's exit code and
+// output; in the copy it runs body and reports true. Tests that signal themselves run there, so that no
+// signal reaches a group another test runs.
+func inChild(t *testing.T, body func(t *testing.T)) (code int, out string, isChild bool) {
+	t.Helper()
+	if os.Getenv(childEnv) == t.Name() {
+		body(t)
+		return 0, "", true
 	}
-	<-stopped
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^"+t.Name()+"$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
+	b, err := cmd.CombinedOutput()
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		return exitErr.ExitCode(), string(b), false
+	}
+	require.NoError(t, err, "the child: %s", b)
+	return 0, string(b), false
 }
 
-// zeroGroupChildEnv marks the copy of the test binary that TestZeroGroupExitsWithOSExitOnASecondSignal
-// starts.
-const zeroGroupChildEnv = "INORDER_LIFECYCLE_ZERO_GROUP_CHILD"
+// TestZeroGroupStopsCleanlyOnSIGTERM: a zero Group listens for SIGTERM and takes it as a clean stop.
+func TestZeroGroupStopsCleanlyOnSIGTERM(t *testing.T) {
+	t.Parallel()
+	code, out, child := inChild(t, func(t *testing.T) {
+		var g lifecycle.Group
+		stopped := make(chan struct{})
+		g.Add("worker", func(ctx context.Context) error {
+			// Run listens for signals before any actor starts.
+			require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+			<-ctx.Done()
+			close(stopped)
+			return nil
+		})
+		require.NoError(t, g.Run(context.Background()), "a signal is a clean stop")
+		<-stopped
+	})
+	if !child {
+		require.Equal(t, 0, code, "the child's output: %s", out)
+		require.Contains(t, out, "--- PASS: "+t.Name())
+	}
+}
 
-// TestZeroGroupExitsWithOSExitOnASecondSignal runs a zero Group in a copy of the test binary, whose
-// shutdown hangs after a first SIGTERM; a second SIGTERM must end that process with code 130 through
-// os.Exit, the zero Group's ExitFunc.
+// TestZeroGroupExitsWithOSExitOnASecondSignal runs a zero Group whose shutdown hangs after a first
+// SIGTERM; a second SIGTERM must end that process with code 130 through os.Exit, the zero Group's
+// ExitFunc.
 func TestZeroGroupExitsWithOSExitOnASecondSignal(t *testing.T) {
-	if os.Getenv(zeroGroupChildEnv) == "1" {
+	t.Parallel()
+	code, out, child := inChild(t, func(t *testing.T) {
 		var g lifecycle.Group
 		g.Add("stuck", func(ctx context.Context) error {
 			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
@@ -228,16 +214,107 @@ func TestZeroGroupExitsWithOSExitOnASecondSignal(t *testing.T) {
 			}
 			select {} // a shutdown that hangs
 		})
-		err := g.Run()
+		err := g.Run(context.Background())
 		t.Fatalf("Run returned (%v) instead of exiting", err)
+	})
+	if !child {
+		require.Equal(t, 130, code, "the child's output: %s", out)
 	}
+}
+
+// TestSecondSignalCallsExitFunc: a second signal during a shutdown that hangs ends the program through
+// Config.ExitFunc, with code 130, even when the first stop came from the context.
+func TestSecondSignalCallsExitFunc(t *testing.T) {
 	t.Parallel()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestZeroGroupExitsWithOSExitOnASecondSignal$", "-test.count=1")
-	cmd.Env = append(os.Environ(), zeroGroupChildEnv+"=1")
-	out, err := cmd.CombinedOutput()
-	var exitErr *exec.ExitError
-	require.ErrorAs(t, err, &exitErr, "the child exited: %s", out)
-	require.Equal(t, 130, exitErr.ExitCode(), "the child's output: %s", out)
+	code, out, child := inChild(t, func(t *testing.T) {
+		exited := make(chan int, 1)
+		g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) { exited <- code }})
+		stuck := make(chan struct{})
+		stopping := make(chan struct{})
+		g.Add("stuck", func(ctx context.Context) error {
+			require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+			<-ctx.Done()
+			close(stopping)
+			<-stuck // a shutdown that hangs
+			return nil
+		})
+		result := make(chan error, 1)
+		go func() { result <- g.Run(context.Background()) }()
+		<-stopping // the first signal began the shutdown
+		require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+		select {
+		case code := <-exited:
+			require.Equal(t, 130, code)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the second signal did not exit")
+		}
+		close(stuck)
+		require.NoError(t, <-result)
+	})
+	if !child {
+		require.Equal(t, 0, code, "the child's output: %s", out)
+		require.Contains(t, out, "--- PASS: "+t.Name())
+	}
+}
+
+// TestNoSignalsLeavesSignalsToTheCaller: with NoSignals the group does not take SIGTERM (the caller
+// handles it) and stops when its context is done.
+func TestNoSignalsLeavesSignalsToTheCaller(t *testing.T) {
+	t.Parallel()
+	code, out, child := inChild(t, func(t *testing.T) {
+		var logs syncBuffer
+		g := lifecycle.New(lifecycle.Config{NoSignals: true, Logger: zerolog.New(&logs)})
+		own := make(chan os.Signal, 1)
+		signal.Notify(own, syscall.SIGTERM) // the caller's own handling; without it SIGTERM would kill the test
+		ctx, stop := context.WithCancel(context.Background())
+		g.Add("worker", func(ctx context.Context) error {
+			require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
+			<-own // the signal has been delivered to every listener
+			stop()
+			<-ctx.Done()
+			return nil
+		})
+		require.NoError(t, g.Run(ctx))
+		require.Contains(t, logs.String(), "the context is done")
+		require.NotContains(t, logs.String(), "signal", "the group took the signal it was told to leave")
+	})
+	if !child {
+		require.Equal(t, 0, code, "the child's output: %s", out)
+		require.Contains(t, out, "--- PASS: "+t.Name())
+	}
+}
+
+// TestCancelledContextStopsAZeroGroupCleanly: a parent stops a group by cancelling Run's context; every
+// actor is interrupted and Run returns nil.
+func TestCancelledContextStopsAZeroGroupCleanly(t *testing.T) {
+	t.Parallel()
+	var g lifecycle.Group
+	ctx, stop := context.WithCancel(context.Background())
+	interrupted := make(chan struct{})
+	g.Add("worker", func(actx context.Context) error {
+		stop()
+		<-actx.Done()
+		close(interrupted)
+		return nil
+	})
+	require.NoError(t, g.Run(ctx))
+	<-interrupted
+}
+
+// syncBuffer is a log destination the test reads while the group writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -48,7 +48,7 @@ func Example_library() {
 	}
 	var g lifecycle.Group // SIGTERM: finish the record in flight, make the position durable, unlock, exit 0
 	g.AddRunner(p)
-	if err := g.Run(); err != nil {
+	if err := g.Run(ctx); err != nil {
 		log.Fatal(err) // `process "booking_sms": ...` — something retrying cannot fix
 	}
 }

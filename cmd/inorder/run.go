@@ -129,9 +129,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
 	// A signal during start-up (connecting a sink, the metrics pool) stops it cleanly too: from here on
-	// it cancels ctx instead of killing the program, and the group is not started. (One landing in the
-	// microseconds between that check and the group listening is seen by this context only; the next
-	// signal then stops the group as a first one.)
+	// it cancels ctx instead of killing the program, and the group is not started. The group runs with
+	// the same context, so a signal landing between that check and the group listening stops it too.
 	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stopSignals()
 	fs := newFlagSet("run", stderr)
@@ -198,7 +197,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		return nil
 	}
 	g.AddRunner(p)
-	return g.Run()
+	return g.Run(ctx)
 }
 
 // newHandler builds the sink named by --handler from its flags. The returned function releases it.

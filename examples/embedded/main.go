@@ -59,16 +59,18 @@ func main() {
 	}
 	log := zerolog.New(logOut).With().Timestamp().Logger()
 
-	if err := run(databaseURL, *addr, os.Stdout, log); err != nil {
+	// The group stops on SIGTERM or Ctrl-C by itself; a service with its own shutdown would cancel this
+	// context instead (and set lifecycle.Config.NoSignals if it handles the signals itself).
+	if err := run(context.Background(), databaseURL, *addr, os.Stdout, log); err != nil {
 		log.Error().Err(err).Msg("stopped")
 		os.Exit(1)
 	}
 }
 
-// run serves the HTTP API on addr and confirms orders until a signal arrives, then stops both. It writes
-// "listening on <address>" to stdout once the port is open, and returns nil after a clean stop.
-func run(databaseURL, addr string, stdout io.Writer, log zerolog.Logger) error {
-	ctx := context.Background()
+// run serves the HTTP API on addr and confirms orders until a signal arrives or ctx is done, then stops
+// both. It writes "listening on <address>" to stdout once the port is open, and returns nil after a clean
+// stop.
+func run(ctx context.Context, databaseURL, addr string, stdout io.Writer, log zerolog.Logger) error {
 	if err := setup(ctx, databaseURL); err != nil {
 		return err
 	}
@@ -101,7 +103,7 @@ func run(databaseURL, addr string, stdout io.Writer, log zerolog.Logger) error {
 	}
 	g.AddRunner(confirmations)
 	fmt.Fprintf(stdout, "listening on %s\n", bound)
-	return g.Run()
+	return g.Run(ctx)
 }
 
 // setup applies inorder's migrations and creates the orders table.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -193,4 +195,43 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 	require.Len(t, infos, 1)
 	require.False(t, infos[0].Locked, "no instance owns the process: its ownership lock is free")
 	require.Zero(t, infos[0].Connected, "no instance is connected")
+}
+
+// TestRunStopsWhenItsContextIsDone runs the service in the test's own process and stops it by cancelling
+// the context given to run, as a service that owns its shutdown would: run returns nil once the processor
+// has made its position durable and released the cursor.
+func TestRunStopsWhenItsContextIsDone(t *testing.T) {
+	t.Parallel()
+	db := processortest.NewDB(t, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	stdout := &syncBuffer{}
+	logs := &syncBuffer{}
+	result := make(chan error, 1)
+	go func() { result <- run(ctx, db.URL, "127.0.0.1:0", stdout, zerolog.New(logs)) }()
+
+	var base string
+	require.Eventually(t, func() bool {
+		if m := listening.FindStringSubmatch(stdout.String()); m != nil {
+			base = "http://" + m[1]
+		}
+		return base != ""
+	}, 60*time.Second, 10*time.Millisecond, "waiting for the service to listen")
+	id, err := postOrder(base, "ada@example.com", 4200)
+	require.NoError(t, err)
+	processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 30 * time.Second})
+
+	cancel()
+	select {
+	case err := <-result:
+		require.NoError(t, err, "a cancelled context is a clean stop")
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return within 30s of its context being cancelled")
+	}
+	require.Equal(t, []int64{id}, confirmations(logs.String()))
+	require.Contains(t, logs.String(), "cursor released", "the processor released its cursor before returning")
+	infos, err := cursor.List(context.Background(), db.Pool, process)
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, strconv.FormatInt(id, 10), infos[0].Position.ID, "the position of the last order is durable")
 }

@@ -69,29 +69,22 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	require.NoError(t, err)
 
 	// The wiring of `inorder run --metrics-addr`.
-	g := lifecycle.New(lifecycle.Config{})
+	g := lifecycle.New(lifecycle.Config{NoSignals: true})
 	m.Track(p.Name())
 	h := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, PingTimeout: time.Second, Metrics: m})
 	addr, err := g.AddHTTPServer("ops", "127.0.0.1:0", ops.NewHandler(m, h), 5*time.Second)
 	require.NoError(t, err)
 	g.Add("lag", m.WatchLag(pool, 50*time.Millisecond))
 	g.AddRunner(p)
-	stop := make(chan struct{})
-	g.Add("test", func(ctx context.Context) error {
-		select {
-		case <-stop:
-		case <-ctx.Done():
-		}
-		return nil
-	})
 
 	require.Equal(t, []string{"process jobs: starting (not connected yet)"}, h.Check(ctx),
 		"a tracked processor that has not connected yet is not ready")
 
+	runCtx, stop := context.WithCancel(ctx)
 	result := make(chan error, 1)
-	go func() { result <- g.Run() }()
+	go func() { result <- g.Run(runCtx) }()
 	t.Cleanup(func() {
-		close(stop)
+		stop()
 		require.NoError(t, <-result)
 	})
 	base := "http://" + addr.String()
