@@ -7,7 +7,6 @@ import (
 	"os"
 	"reflect"
 	"regexp"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -350,10 +349,6 @@ func defaultLogger(l zerolog.Logger) zerolog.Logger {
 	return l
 }
 
-// forcedWriters holds the names of processes that tests run with the writers horizon whatever their
-// source's default, to show what the transactions horizon prevents. Nothing else sets it.
-var forcedWriters sync.Map
-
 // fatalError marks an error that retrying cannot fix.
 type fatalError struct{ err error }
 
@@ -537,9 +532,6 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	if err != nil {
 		p.abandon(work)
 		return err
-	}
-	if _, forced := forcedWriters.Load(p.cfg.Process); forced {
-		t.Horizon = HorizonWriters
 	}
 	p.table, p.kind = t, t.Horizon
 	if p.generic && p.cfg.ScanFunc == nil {
