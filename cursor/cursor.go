@@ -37,8 +37,10 @@ type Source struct {
 	Partition *Partition
 }
 
-// Partition is one of Count streams a partitioned process is split into: the rows whose key column
-// hashes to Index (processor.PartitionExpr). processor.Partition is the same type.
+// Partition is one of Count streams a partitioned process is split into (processor.NewPartitioned): the
+// rows whose key column, as text, hashes (hashtextextended, as hash partitioning does) to Index modulo
+// Count, so that one key always lands in one partition and keeps its order. Its cursor row is named
+// "<process>#<Index>/<Count>"; Process groups such rows with their process.
 type Partition = source.Partition
 
 // spec is the recorded source as the machinery takes it.

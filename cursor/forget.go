@@ -33,113 +33,22 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	if err != nil {
 		return AuditEntry{}, err
 	}
-	if hash := strings.LastIndexByte(name, '#'); hash > 0 {
+	if parent, ok := cursorlock.PartitionOf(name); ok {
 		var parts *int32
-		err := tx.QueryRow(ctx, "SELECT partitions FROM inorder.cursor WHERE process_name = $1", name[:hash]).Scan(&parts)
+		err := tx.QueryRow(ctx, "SELECT partitions FROM inorder.cursor WHERE process_name = $1", parent).Scan(&parts)
 		if err == nil && parts != nil {
-			return fail("it is a partition of %q; forget the whole process: inorder forget --process %s", name[:hash], name[:hash])
+			return fail("it is a partition of %q; forget the whole process: inorder forget --process %s", parent, parent)
 		}
 	}
-
-	// The rows to remove: the process's own, and its partitions' when it is partitioned. A partition a
-	// processor works is locked: refuse rather than wait.
-	streams := []StreamPosition{{Process: name, Position: row.state.Position}}
-	table := row.src.Table
-	if row.partitions != nil {
-		rows, err := tx.Query(ctx, `SELECT `+cursorlock.StateColumns+`, process_name, coalesce(source_table, '')
-			FROM inorder.cursor WHERE starts_with(process_name, $1 || '#') ORDER BY process_name FOR UPDATE NOWAIT`, name)
-		var parts []StreamPosition
-		if err == nil {
-			parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamPosition, error) {
-				var s StreamPosition
-				var src string
-				st, _, err := cursorlock.ScanState(r, &s.Process, &src)
-				s.Position = Position(st.Position)
-				if src != "" {
-					table = src
-				}
-				return s, err
-			})
-		}
-		if isLockTimeout(err) {
-			return fail("%w: a processor is working one of its partitions; stop every instance first", ErrBusy)
-		}
-		if err != nil {
-			return fail("%w", err)
-		}
-		streams = append(streams, parts...)
-	}
-
-	// An owner keeps its process's advisory lock between batches, and every instance of a partitioned
-	// process keeps the process's instances lock: taking them here refuses while one runs, and keeps a
-	// standby from becoming the owner of a row about to vanish.
-	keys := []int64{}
-	for _, s := range streams {
-		keys = append(keys, cursorlock.LockKey(s.Process))
-	}
-	if row.partitions != nil {
-		keys = append(keys, cursorlock.InstancesLockKey(name))
-	}
-	var free bool
-	if err := tx.QueryRow(ctx, "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys).
-		Scan(&free); err != nil {
+	partitioned := row.partitions != nil
+	streams, table, err := lockPartitions(ctx, tx, name, row)
+	if err != nil {
 		return fail("%w", err)
 	}
-	if !free {
-		return fail("%w: an instance is running it; stop every instance first", ErrBusy)
-	}
-	// An owner through a pooler holds no advisory lock: its lease says it runs. (One on a direct connection
-	// holds the lock, checked above, whatever its lease says.)
-	var leased string
-	err = tx.QueryRow(ctx, `SELECT process_name || ' (owned by ' || coalesce(owner_instance, '?') || ' until ' ||
-		       to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
-		FROM inorder.cursor
-		WHERE (process_name = $1 OR ($2 AND starts_with(process_name, $1 || '#')))
-		  AND lease_expires_at > clock_timestamp() AND NOT owner_session
-		ORDER BY process_name LIMIT 1`, name, row.partitions != nil).Scan(&leased)
-	switch {
-	case err == nil:
-		return fail("%w: an instance is running it: %s; stop every instance first (a crashed one's lease "+
-			"runs out by then)", ErrBusy, leased)
-	case !errors.Is(err, pgx.ErrNoRows):
+	if err := refuseRunning(ctx, tx, name, partitioned, streams); err != nil {
 		return fail("%w", err)
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE process_name = $1
-		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {
-		return fail("%w", err)
-	}
-	// An instance that registered before the delete (standing by, or about to lock) has said it runs, so
-	// look at the instances only after it: refuse while one is there. An instance that registers later
-	// waits for this transaction and then registers the process anew; one that registered in between finds
-	// its row gone and stops (cursorlock.ErrForgotten).
-	var who string
-	err = tx.QueryRow(ctx, `SELECT process_name || ' by ' || instance FROM inorder.instance
-		WHERE (process_name = $1 OR ($2 AND starts_with(process_name, $1 || '#'))) AND seen_until > clock_timestamp()
-		ORDER BY process_name, instance LIMIT 1`, name, row.partitions != nil).Scan(&who)
-	switch {
-	case err == nil:
-		return fail("%w: an instance runs it (%s); stop every instance first", ErrBusy, who)
-	case !errors.Is(err, pgx.ErrNoRows):
-		return fail("%w", err)
-	}
-	if row.partitions != nil {
-		// The coordinating sessions of a partitioned process's instances, which run on direct or
-		// session-pooled connections: read afresh, after the delete.
-		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-			return fail("%w", err)
-		}
-		apps, err := coordinators(ctx, tx)
-		if err != nil {
-			return fail("%w", err)
-		}
-		for _, a := range apps {
-			if coordinatorOf(a, name) {
-				return fail("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
-			}
-		}
-	}
-	if _, err := tx.Exec(ctx, `DELETE FROM inorder.instance WHERE process_name = $1
-		OR ($2 AND starts_with(process_name, $1 || '#'))`, name, row.partitions != nil); err != nil {
+	if err := removeProcess(ctx, tx, name, partitioned); err != nil {
 		return fail("%w", err)
 	}
 	before := row.state.Position
@@ -159,4 +68,116 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 func coordinatorOf(app, process string) bool {
 	want := "inorder-partitions:" + process + "@"
 	return strings.HasPrefix(app, want) || (len(app) >= 63 && strings.HasPrefix(want, app))
+}
+
+// lockPartitions locks the rows a forget removes besides the process's own, its partitions' when it is
+// partitioned, and returns where each stream stands and the table the process read. A partition a
+// processor works is locked: refuse rather than wait.
+func lockPartitions(ctx context.Context, tx pgx.Tx, name string, row cursorRow) ([]StreamPosition, string, error) {
+	streams := []StreamPosition{{Process: name, Position: row.state.Position}}
+	table := row.src.Table
+	if row.partitions == nil {
+		return streams, table, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT `+cursorlock.StateColumns+`, process_name, coalesce(source_table, '')
+		FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL+` ORDER BY process_name FOR UPDATE NOWAIT`, name)
+	var parts []StreamPosition
+	if err == nil {
+		parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamPosition, error) {
+			var s StreamPosition
+			var src string
+			st, _, err := cursorlock.ScanState(r, &s.Process, &src)
+			s.Position = st.Position
+			if src != "" {
+				table = src
+			}
+			return s, err
+		})
+	}
+	if isLockTimeout(err) {
+		return nil, "", fmt.Errorf("%w: a processor is working one of its partitions; stop every instance first", ErrBusy)
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	return append(streams, parts...), table, nil
+}
+
+// refuseRunning refuses (ErrBusy) while an instance owns one of the streams. An owner keeps its process's
+// advisory lock between batches, and every instance of a partitioned process keeps the process's
+// instances lock: taking them here refuses while one runs, and keeps a standby from becoming the owner of
+// a row about to vanish. An owner through a pooler holds no advisory lock: its lease says it runs.
+func refuseRunning(ctx context.Context, tx pgx.Tx, name string, partitioned bool, streams []StreamPosition) error {
+	keys := []int64{}
+	for _, s := range streams {
+		keys = append(keys, cursorlock.LockKey(s.Process))
+	}
+	if partitioned {
+		keys = append(keys, cursorlock.InstancesLockKey(name))
+	}
+	var free bool
+	if err := tx.QueryRow(ctx, "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys).
+		Scan(&free); err != nil {
+		return err
+	}
+	if !free {
+		return fmt.Errorf("%w: an instance is running it; stop every instance first", ErrBusy)
+	}
+	// One on a direct connection holds the lock, checked above, whatever its lease says.
+	var leased string
+	err := tx.QueryRow(ctx, `SELECT process_name || ' (owned by ' || coalesce(owner_instance, '?') || ' until ' ||
+		       to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
+		FROM inorder.cursor
+		WHERE (process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`))
+		  AND lease_expires_at > clock_timestamp() AND NOT owner_session
+		ORDER BY process_name LIMIT 1`, name, partitioned).Scan(&leased)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: an instance is running it: %s; stop every instance first (a crashed one's lease "+
+			"runs out by then)", ErrBusy, leased)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return err
+	}
+	return nil
+}
+
+// removeProcess deletes the process's cursor rows and its instances' rows, refusing (ErrBusy) while an
+// instance says it runs. An instance that registered before the delete (standing by, or about to lock)
+// has said so, so the instances are read only after it. One that registers later waits for this
+// transaction and then registers the process anew; one that registered in between finds its row gone and
+// stops (cursorlock.ErrForgotten).
+func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool) error {
+	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE process_name = $1
+		OR ($2 AND `+cursorlock.PartitionRowSQL+")", name, partitioned); err != nil {
+		return err
+	}
+	var who string
+	err := tx.QueryRow(ctx, `SELECT process_name || ' by ' || instance FROM inorder.instance
+		WHERE (process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`)) AND seen_until > clock_timestamp()
+		ORDER BY process_name, instance LIMIT 1`, name, partitioned).Scan(&who)
+	switch {
+	case err == nil:
+		return fmt.Errorf("%w: an instance runs it (%s); stop every instance first", ErrBusy, who)
+	case !errors.Is(err, pgx.ErrNoRows):
+		return err
+	}
+	if partitioned {
+		// The coordinating sessions of a partitioned process's instances, which run on direct or
+		// session-pooled connections: read afresh, after the delete.
+		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+			return err
+		}
+		apps, err := coordinators(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, a := range apps {
+			if coordinatorOf(a, name) {
+				return fmt.Errorf("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
+			}
+		}
+	}
+	_, err = tx.Exec(ctx, `DELETE FROM inorder.instance WHERE process_name = $1
+		OR ($2 AND `+cursorlock.PartitionRowSQL+")", name, partitioned)
+	return err
 }

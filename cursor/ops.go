@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -102,41 +101,6 @@ type StreamPosition struct {
 	Position Position `json:"position"`
 }
 
-// MarshalJSON encodes a position as {"created_at": ..., "id": ...}, null parts for the beginning.
-func (p Position) MarshalJSON() ([]byte, error) {
-	var v struct {
-		CreatedAt *time.Time `json:"created_at"`
-		ID        *string    `json:"id"`
-	}
-	if !p.IsBeginning() {
-		at := p.CreatedAt.UTC()
-		v.CreatedAt = &at
-		if p.ID != "" {
-			v.ID = &p.ID
-		}
-	}
-	return json.Marshal(v)
-}
-
-// UnmarshalJSON decodes what MarshalJSON wrote.
-func (p *Position) UnmarshalJSON(b []byte) error {
-	var v struct {
-		CreatedAt *time.Time `json:"created_at"`
-		ID        *string    `json:"id"`
-	}
-	if err := json.Unmarshal(b, &v); err != nil {
-		return err
-	}
-	*p = Position{}
-	if v.CreatedAt != nil {
-		p.CreatedAt = v.CreatedAt.UTC()
-	}
-	if v.ID != nil {
-		p.ID = *v.ID
-	}
-	return nil
-}
-
 // Skip moves the position past the record the stream is halted on, and only that record: it refuses when
 // the stream is not halted (ErrNotHalted) or is halted on another record (ErrWrongRecord). It is the only
 // action that moves a position past an undelivered record, and it needs a reason. The running processor
@@ -157,11 +121,11 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 		if err != nil {
 			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
 		}
-		loc, err := t.Locate(ctx, tx, recordID, source.Position(st.Position))
+		loc, err := t.Locate(ctx, tx, recordID, st.Position)
 		if err != nil {
 			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
 		}
-		to := Position(loc.Record)
+		to := loc.Record
 		return &to, setOperatorPosition(ctx, tx, name, to)
 	})
 }
@@ -193,7 +157,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 			if err != nil {
 				return nil, fmt.Errorf("rewind %q: %w", name, err)
 			}
-			loc, err := t.Locate(ctx, tx, to.RecordID, source.Position(cur))
+			loc, err := t.Locate(ctx, tx, to.RecordID, cur)
 			if err != nil {
 				return nil, fmt.Errorf("rewind %q: %w", name, err)
 			}
@@ -201,7 +165,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 				return nil, fmt.Errorf("rewind %q to record %s: %w, and moving there would skip the records in between; "+
 					"rewind only moves back", name, to.RecordID, ErrForward)
 			}
-			back := Position(loc.Before)
+			back := loc.Before
 			return &back, setOperatorPosition(ctx, tx, name, back)
 		}
 		// The position just before the time: every record created at or after it is delivered again.
@@ -255,7 +219,7 @@ func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry
 }
 
 func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Position) error {
-	args := source.Position(pos).Args()
+	args := pos.Args()
 	_, err := tx.Exec(ctx, `
 		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3, `+cursorlock.ClearHalt+`
 		WHERE process_name = $1`, name, args[0], args[1])
@@ -365,7 +329,7 @@ func lockRow(ctx context.Context, tx pgx.Tx, name, action string, opts ActionOpt
 	if !ok {
 		return row, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
 	}
-	row.state = fromLock(st)
+	row.state = st
 	if parts != nil && part != nil {
 		row.src.Partition = &Partition{Index: int(*part), Count: int(*parts)}
 	}
@@ -471,104 +435,33 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		fail := func(format string, args ...any) (*Position, error) {
 			return nil, fmt.Errorf("repartition %q: "+format, append([]any{name}, args...)...)
 		}
-		var idle bool
-		if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", cursorlock.InstancesLockKey(name)).Scan(&idle); err != nil {
+		if err := lockForRepartition(ctx, tx, name); err != nil {
 			return fail("%w", err)
 		}
-		if !idle {
-			return fail("%w: an instance is running it; stop every instance first", ErrBusy)
-		}
-		rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')
-			FOR UPDATE NOWAIT`, name)
-		if err == nil {
-			_, err = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		if isLockTimeout(err) {
-			return fail("%w: a processor is working a partition; stop every instance first", ErrBusy)
-		}
+		procs, err := ListProcesses(ctx, tx, name)
 		if err != nil {
 			return fail("%w", err)
 		}
-		infos, err := List(ctx, tx, "")
-		if err != nil {
-			return fail("%w", err)
-		}
-		var parent *Info
-		var streams []Info
-		for i := range infos {
-			switch {
-			case infos[i].Process == name:
-				parent = &infos[i]
-			case strings.HasPrefix(infos[i].Process, name+"#"):
-				streams = append(streams, infos[i])
-			}
-		}
-		if parent == nil {
+		if len(procs) == 0 {
 			return fail("%w", ErrUnknownProcess)
 		}
-		if parent.Partitions == 0 {
-			streams = []Info{*parent} // a single stream becomes partitioned
-		} else if len(streams) < parent.Partitions {
+		proc := procs[0] // a single stream becomes partitioned, or the partitions are split anew
+		if n := len(proc.Unregistered); n > 0 {
 			return fail("%w: only %d of its %d partitions ever ran; run them until they are drained first",
-				ErrNeverRan, len(streams), parent.Partitions)
+				ErrNeverRan, len(proc.Streams), proc.Info.Partitions)
 		}
-		// Every old stream must have delivered everything: their positions differ, but once nothing is
-		// behind anywhere, the last row of the table is where all of them stand.
-		var t *source.Table
-		for _, s := range streams {
-			switch {
-			case s.Locked:
-				return fail("%w: %s is running (owned by %s); stop every instance first", ErrBusy, s.Process, s.Holder)
-			case s.Halt != nil:
-				what := "halted on"
-				if s.Halt.Retrying() {
-					what = "retrying"
-				}
-				return fail("%w: %s is %s record %s; resolve that first", ErrNotDrained, s.Process, what, s.Halt.RecordID)
-			case s.Source.Table == "":
-				return fail("%w: %s has never run; run it until it is drained first", ErrNeverRan, s.Process)
-			}
-			if t, err = source.Inspect(ctx, tx, s.Source.spec()); err != nil {
-				return fail("%w", err)
-			}
-			lag, err := t.Behind(ctx, tx, source.Position(s.Position))
-			if err != nil {
-				return fail("%w", err)
-			}
-			if lag.Rows > 0 {
-				return fail("%w: %s is %d rows behind; let it drain, then stop it, then repartition",
-					ErrNotDrained, s.Process, lag.Rows)
-			}
-		}
-		whole := streams[0].Source
-		whole.Partition = nil
-		if t, err = source.Inspect(ctx, tx, whole.spec()); err != nil {
-			return fail("%w", err)
-		}
-		// The backends' status was read for the list above: read it anew for the transactions in flight.
-		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-			return fail("%w", err)
-		}
-		o, err := t.PollLocks(ctx, tx)
+		t, err := drained(ctx, tx, proc.Streams)
 		if err != nil {
 			return fail("%w", err)
 		}
-		if pids := o.InFlight(t); len(pids) > 0 {
-			return fail("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
-				"try again when they are done", ErrInFlight, t.Qualified, pids)
-		}
-		// Nothing was in flight when the locks were read: every row dated before then (less the guard the
-		// processors use) is visible now. Rows dated after it may still come from transactions begun
-		// since: the new partitions start before them, so they are delivered, perhaps again, never skipped.
-		tail, err := t.TailBefore(ctx, tx, o.Now.Add(-repartitionGuard))
+		at, err := repartitionStart(ctx, tx, t)
 		if err != nil {
 			return fail("%w", err)
 		}
-		at := Position(tail)
-		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE starts_with(process_name, $1 || '#')`, name); err != nil {
+		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL, name); err != nil {
 			return fail("%w", err)
 		}
-		args := source.Position(at).Args()
+		args := at.Args()
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
 			SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,
@@ -581,4 +474,82 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		}
 		return &at, nil
 	})
+}
+
+// lockForRepartition refuses (ErrBusy) while an instance of the process runs: every instance of a
+// partitioned process holds its instances lock shared, and a processor working a partition holds its row.
+func lockForRepartition(ctx context.Context, tx pgx.Tx, name string) error {
+	var idle bool
+	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", cursorlock.InstancesLockKey(name)).Scan(&idle); err != nil {
+		return err
+	}
+	if !idle {
+		return fmt.Errorf("%w: an instance is running it; stop every instance first", ErrBusy)
+	}
+	rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL+`
+		FOR UPDATE NOWAIT`, name)
+	if err == nil {
+		_, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if isLockTimeout(err) {
+		return fmt.Errorf("%w: a processor is working a partition; stop every instance first", ErrBusy)
+	}
+	return err
+}
+
+// drained checks that every stream has delivered everything, and returns the whole source table. Their
+// positions differ, but once nothing is behind anywhere, the last row of the table is where all of them
+// stand.
+func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, error) {
+	for _, s := range streams {
+		switch {
+		case s.Locked:
+			return nil, fmt.Errorf("%w: %s is running (owned by %s); stop every instance first", ErrBusy, s.Process, s.Holder)
+		case s.Halt != nil:
+			what := "halted on"
+			if s.Halt.Retrying() {
+				what = "retrying"
+			}
+			return nil, fmt.Errorf("%w: %s is %s record %s; resolve that first", ErrNotDrained, s.Process, what, s.Halt.RecordID)
+		case s.Source.Table == "":
+			return nil, fmt.Errorf("%w: %s has never run; run it until it is drained first", ErrNeverRan, s.Process)
+		}
+		t, err := source.Inspect(ctx, tx, s.Source.spec())
+		if err != nil {
+			return nil, err
+		}
+		lag, err := t.Behind(ctx, tx, s.Position)
+		if err != nil {
+			return nil, err
+		}
+		if lag.Rows > 0 {
+			return nil, fmt.Errorf("%w: %s is %d rows behind; let it drain, then stop it, then repartition",
+				ErrNotDrained, s.Process, lag.Rows)
+		}
+	}
+	whole := streams[0].Source
+	whole.Partition = nil
+	return source.Inspect(ctx, tx, whole.spec())
+}
+
+// repartitionStart is where the new partitions start: after the last row dated before the instant at
+// which nothing was in flight, less the guard the processors use. It refuses (ErrInFlight) while a
+// transaction that could still add rows before it is open.
+func repartitionStart(ctx context.Context, tx pgx.Tx, t *source.Table) (Position, error) {
+	// The backends' status was read for the list above: read it anew for the transactions in flight.
+	if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
+		return Position{}, err
+	}
+	o, err := t.PollLocks(ctx, tx)
+	if err != nil {
+		return Position{}, err
+	}
+	if pids := o.InFlight(t); len(pids) > 0 {
+		return Position{}, fmt.Errorf("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
+			"try again when they are done", ErrInFlight, t.Qualified, pids)
+	}
+	// Nothing was in flight when the locks were read: every row dated before then is visible now. Rows
+	// dated after it may still come from transactions begun since: the new partitions start before them,
+	// so they are delivered, perhaps again, never skipped.
+	return t.TailBefore(ctx, tx, o.Now.Add(-repartitionGuard))
 }

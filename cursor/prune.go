@@ -10,7 +10,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -166,7 +165,7 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 		if opts.DryRun || n < int64(batch) {
 			return res, nil
 		}
-		from = source.Position(res.Through)
+		from = res.Through
 	}
 }
 
@@ -201,14 +200,14 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	if err != nil {
 		return fail(err)
 	}
-	res.Table, res.Readers, res.Passed, res.Limit = p.table.Qualified, p.readers, Position(p.passed()), p.limit
+	res.Table, res.Readers, res.Passed, res.Limit = p.table.Qualified, p.readers, p.passed(), p.limit
 	sel := source.Prunable{Cut: res.Cut, Passed: p.positions, Lowest: p.lowest, From: from}
 	if opts.DryRun {
 		n, last, err := p.table.CountPrunable(ctx, tx, sel)
 		if err != nil {
 			return fail(err)
 		}
-		res.Rows, res.Through = n, Position(last)
+		res.Rows, res.Through = n, last
 		return n, nil
 	}
 	n, last := int64(0), source.Position{}
@@ -220,7 +219,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	if n == 0 {
 		return 0, nil // nothing changed: the transaction rolls back
 	}
-	total, through := res.Rows+n, Position(last)
+	total, through := res.Rows+n, last
 	detail := AuditDetail{Table: p.table.Qualified, Rows: total, Through: &through, Before: &res.Cut}
 	if len(res.Entries) == 0 {
 		entries := make([]AuditEntry, 0, len(p.readers))
@@ -277,124 +276,82 @@ type prunePlan struct {
 // passed is the position every process of the table has passed.
 func (p *prunePlan) passed() source.Position { return p.positions[p.lowest] }
 
-// pruneRow is a cursor row as a prune reads it.
-type pruneRow struct {
-	name       string
-	state      cursorlock.State
-	src        Source
-	partitions *int32
+// pruneBound is one stream of a process of the table, which bounds the prune at its position.
+type pruneBound struct {
+	reader int // index in prunePlan.readers
+	stream string
+	pos    source.Position
+	row    *Info // nil for a partition that never ran, or a process that never ran
+	paused bool  // the stream or its process is paused
 }
 
-// planPrune reads every cursor row, finds the processes of table (and those that never ran), checks
-// their halts against cut and finds the lowest position.
+// planPrune reads every process, finds those of table (and those that never ran), checks their halts
+// against cut and finds the lowest position.
 func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*prunePlan, error) {
 	qualified, err := source.Resolve(ctx, tx, table)
 	if err != nil {
 		return nil, err
 	}
-	rows, err := tx.Query(ctx, `
-		SELECT `+cursorlock.StateColumns+`, process_name,
-		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       partitions
-		FROM inorder.cursor ORDER BY process_name`)
+	procs, err := ListProcesses(ctx, tx, "")
 	if err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
-	}
-	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (pruneRow, error) {
-		var pr pruneRow
-		st, _, err := cursorlock.ScanState(r, &pr.name, &pr.src.Table, &pr.src.IDColumn, &pr.src.CreatedAtColumn, &pr.partitions)
-		pr.state = st
-		return pr, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
-	}
-
-	// Group the rows into processes: a partitioned process is its parent row (whose own position nobody
-	// reads) and its partitions' rows, a partition that never ran standing at the beginning.
-	byName := map[string]pruneRow{}
-	for _, r := range all {
-		byName[r.name] = r
-	}
-	type stream struct {
-		name string
-		row  *pruneRow // nil: a partition that never ran
-	}
-	groups := map[string][]stream{}
-	var order []string
-	add := func(process string, s stream) {
-		if _, ok := groups[process]; !ok {
-			order = append(order, process)
-		}
-		groups[process] = append(groups[process], s)
-	}
-	for i, r := range all {
-		if r.partitions != nil {
-			if _, ok := groups[r.name]; !ok {
-				order = append(order, r.name)
-				groups[r.name] = nil
-			}
-			for k := 0; k < int(*r.partitions); k++ {
-				if _, ok := byName[cursorlock.PartitionName(r.name, k, int(*r.partitions))]; !ok {
-					add(r.name, stream{name: cursorlock.PartitionName(r.name, k, int(*r.partitions))})
-				}
-			}
-			continue
-		}
-		process := r.name
-		if hash := strings.LastIndexByte(r.name, '#'); hash > 0 {
-			if parent, ok := byName[r.name[:hash]]; ok && parent.partitions != nil {
-				process = parent.name
-			}
-		}
-		add(process, stream{name: r.name, row: &all[i]})
-	}
-
-	// Every stream of a process of the table bounds the prune at its position; a process that never ran
-	// bounds it at the beginning.
-	type bound struct {
-		reader int // index in p.readers
-		stream string
-		pos    source.Position
-		row    *pruneRow // nil for a partition that never ran, or a process that never ran
+		return nil, err
 	}
 	p := &prunePlan{}
-	var bounds []bound
+	bounds, spec, err := p.boundsOf(procs, qualified)
+	if err != nil {
+		return nil, err
+	}
+	whole := spec
+	whole.Table, whole.Partition, whole.KeyColumn = qualified, nil, ""
+	if p.table, err = source.Inspect(ctx, tx, whole.spec()); err != nil {
+		return nil, err
+	}
+	if err := p.checkHalts(ctx, tx, bounds, cut); err != nil {
+		return nil, err
+	}
+	return p, p.rank(ctx, tx, bounds, cut)
+}
+
+// boundsOf finds the processes that read qualified, and those that never ran (the table they read is
+// unknown, so they might read this one), as readers, and every stream of theirs as a bound. It returns
+// how the table is ordered, which every reader must agree on.
+func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, Source, error) {
+	var bounds []pruneBound
 	var spec *Source
-	for _, process := range order {
-		streams := groups[process]
+	for _, proc := range procs {
 		reads, ran := false, false
-		for _, s := range streams {
-			if s.row == nil || s.row.src.Table == "" {
+		for _, s := range proc.Streams {
+			if s.Source.Table == "" {
 				continue
 			}
 			ran = true
-			if s.row.src.Table != qualified {
+			if s.Source.Table != qualified {
 				continue
 			}
 			reads = true
-			src := s.row.src
+			src := s.Source
 			if spec == nil {
 				spec = &src
 			} else if src.IDColumn != spec.IDColumn || src.CreatedAtColumn != spec.CreatedAtColumn {
-				return nil, fmt.Errorf("processes read %s ordered by different columns (%s by %s, %s; another by %s, %s), "+
-					"so no one position says what all of them passed", qualified, s.name, src.CreatedAtColumn,
+				return nil, Source{}, fmt.Errorf("processes read %s ordered by different columns (%s by %s, %s; another by %s, %s), "+
+					"so no one position says what all of them passed", qualified, s.Process, src.CreatedAtColumn,
 					src.IDColumn, spec.CreatedAtColumn, spec.IDColumn)
 			}
 		}
 		switch {
 		case reads:
-			for _, s := range streams {
-				b := bound{reader: len(p.readers), stream: s.name, row: s.row}
-				if s.row != nil {
-					b.pos = s.row.state.Position
-				}
-				bounds = append(bounds, b)
+			for i := range proc.Streams {
+				s := &proc.Streams[i]
+				bounds = append(bounds, pruneBound{reader: len(p.readers), stream: s.Process, pos: s.Position, row: s,
+					paused: s.Paused || proc.Info.Paused})
 			}
-			p.readers = append(p.readers, PruneReader{Process: process})
+			for _, name := range proc.Unregistered {
+				bounds = append(bounds, pruneBound{reader: len(p.readers), stream: name})
+			}
+			p.readers = append(p.readers, PruneReader{Process: proc.Name})
 		case !ran:
-			bounds = append(bounds, bound{reader: len(p.readers), stream: process})
-			p.readers = append(p.readers, PruneReader{Process: process, Stream: process, Note: noteUnknown})
+			bounds = append(bounds, pruneBound{reader: len(p.readers), stream: proc.Name})
+			p.readers = append(p.readers, PruneReader{Process: proc.Name, Stream: proc.Name, Note: noteUnknown})
 		}
 	}
 	if spec == nil {
@@ -406,45 +363,46 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 			}
 			never = fmt.Sprintf(" (never ran, so their tables are unknown: %s)", strings.Join(names, ", "))
 		}
-		return nil, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
+		return nil, Source{}, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
 			ErrNoReaders, qualified, never)
 	}
-	whole := *spec
-	whole.Table, whole.Partition, whole.KeyColumn = qualified, nil, ""
-	t, err := source.Inspect(ctx, tx, whole.spec())
-	if err != nil {
-		return nil, err
-	}
-	p.table = t
+	return bounds, *spec, nil
+}
 
-	// A halted stream waits for an operator to fix or skip its record: no cut-off may reach it. One that
-	// is only retrying a record is held back by its position like any other.
+// checkHalts refuses a cut-off that reaches the record a stream is halted on: it waits for an operator to
+// fix or skip it. A stream only retrying a record is held back by its position like any other.
+func (p *prunePlan) checkHalts(ctx context.Context, tx pgx.Tx, bounds []pruneBound, cut time.Time) error {
 	for _, b := range bounds {
-		if b.row == nil || b.row.state.Halt == nil || b.row.state.Halt.HaltedAt.IsZero() {
+		if b.row == nil || b.row.Halt == nil || b.row.Halt.Retrying() {
 			continue
 		}
-		h := b.row.state.Halt
-		rec, err := t.Find(ctx, tx, h.RecordID)
+		h := b.row.Halt
+		rec, err := p.table.Find(ctx, tx, h.RecordID)
 		if errors.Is(err, source.ErrNoRecord) {
 			rec = b.pos // gone from the table: it was after the position, so judge by that
 		} else if err != nil {
-			return nil, err
+			return err
 		}
 		if !rec.CreatedAt.After(cut) {
-			return nil, fmt.Errorf("%w: %s is halted on record %s, created %s, at or before the cut-off %s; "+
+			return fmt.Errorf("%w: %s is halted on record %s, created %s, at or before the cut-off %s; "+
 				"resolve the halt first (inorder status --process %s), or prune to an earlier time", ErrHalted, b.stream,
 				h.RecordID, rec.CreatedAt.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano),
 				p.readers[b.reader].Process)
 		}
 	}
+	return nil
+}
 
-	// Where each process stands: its stream furthest back. One query orders every stream's position.
+// rank orders every stream's position in one query: each reader stands where its stream furthest back
+// does, the lowest of all is what every process passed, and the reader that alone stands there is the
+// limit.
+func (p *prunePlan) rank(ctx context.Context, tx pgx.Tx, bounds []pruneBound, cut time.Time) error {
 	for _, b := range bounds {
 		p.positions = append(p.positions, b.pos)
 	}
-	ranked, err := t.Order(ctx, tx, p.positions)
+	ranked, err := p.table.Order(ctx, tx, p.positions)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	p.lowest = ranked[0]
 	placed := make([]bool, len(p.readers))
@@ -455,16 +413,16 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		}
 		placed[b.reader] = true
 		r := &p.readers[b.reader]
-		r.Stream, r.Position = b.stream, Position(b.pos)
+		r.Stream, r.Position = b.stream, b.pos
 		switch {
 		case r.Note != "":
 		case b.row == nil:
 			r.Note = "never ran"
-		case b.row.state.Halt != nil && b.row.state.Halt.HaltedAt.IsZero():
-			r.Note = "retrying record " + b.row.state.Halt.RecordID
-		case b.row.state.Halt != nil:
-			r.Note = "halted on record " + b.row.state.Halt.RecordID
-		case b.row.state.Paused || byName[r.Process].state.Paused:
+		case b.row.Halt != nil && b.row.Halt.Retrying():
+			r.Note = "retrying record " + b.row.Halt.RecordID
+		case b.row.Halt != nil:
+			r.Note = "halted on record " + b.row.Halt.RecordID
+		case b.paused:
 			r.Note = "paused"
 		}
 	}
@@ -480,5 +438,5 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		limit := p.readers[bounds[p.lowest].reader]
 		p.limit = &limit
 	}
-	return p, nil
+	return nil
 }

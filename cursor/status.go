@@ -64,6 +64,11 @@ type Info struct {
 // List reads every process's cursor row, or only the named one when name is not empty, and which instance
 // owns each. It takes no lock and does not disturb running processors.
 func List(ctx context.Context, db DB, name string) ([]Info, error) {
+	return list(ctx, db, name, false)
+}
+
+// list is List, with the rows of name's partitions too when partitions is set.
+func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
@@ -80,8 +85,8 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
 		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session
 		FROM inorder.cursor
-		WHERE $1 = '' OR process_name = $1
-		ORDER BY process_name`, name)
+		WHERE $1 = '' OR process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`)
+		ORDER BY process_name`, name, partitions)
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
@@ -108,7 +113,7 @@ func List(ctx context.Context, db DB, name string) ([]Info, error) {
 		if in.Locked {
 			in.Holder = owner
 		}
-		in.State = fromLock(st)
+		in.State = st
 		if part.Valid && parts.Valid {
 			in.Source.Partition = &Partition{Index: int(part.Int32), Count: int(parts.Int32)}
 		}
@@ -215,6 +220,6 @@ func Behind(ctx context.Context, db DB, in Info) (Lag, error) {
 	if err != nil {
 		return Lag{}, err
 	}
-	lag, err := t.Behind(ctx, tx, source.Position(in.Position))
+	lag, err := t.Behind(ctx, tx, in.Position)
 	return Lag(lag), err
 }

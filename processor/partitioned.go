@@ -23,18 +23,12 @@ import (
 // PartitionOpts configures NewPartitioned.
 type PartitionOpts struct {
 	// Partitions is how many ordered streams the process is split into, by a stable hash of the key
-	// column (PartitionExpr); records of one key stay in one stream, in order. Required, at least 1.
+	// column (see cursor.Partition); records of one key stay in one stream, in order. Required, at least 1.
 	// Changing it is an explicit operation: drain, then `inorder repartition`.
 	Partitions int
 	// Slots bounds how many partitions this instance works at once, and with it the cursor connections it
 	// holds (one each, plus one to coordinate). Zero means every partition.
 	Slots int
-}
-
-// PartitionName is the process name of partition index of count: "<process>#<index>/<count>". Each
-// partition has its own cursor row under that name.
-func PartitionName(process string, index, count int) string {
-	return cursorlock.PartitionName(process, index, count)
 }
 
 // left says why the processor of one partition stopped.
@@ -76,12 +70,12 @@ func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], 
 	if cfg.Source.Partition != nil {
 		return nil, fmt.Errorf("processor %q: Source.Partition is set by NewPartitioned", cfg.Process)
 	}
-	if partitionName.MatchString(cfg.Process) || strings.Contains(cfg.Process, "#") {
+	if strings.Contains(cfg.Process, "#") {
 		return nil, fmt.Errorf("processor %q: a partitioned process's name may not hold '#', which names its partitions",
 			cfg.Process)
 	}
 	probe := cfg
-	probe.Process = PartitionName(cfg.Process, 0, opts.Partitions)
+	probe.Process = cursorlock.PartitionName(cfg.Process, 0, opts.Partitions)
 	if _, err := newStream(probe); err != nil { // the same checks as for one stream
 		return nil, err
 	}
@@ -179,8 +173,8 @@ func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) er
 // over, and says which.
 func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	cfg := p.cfg
-	cfg.Process = PartitionName(p.cfg.Process, i, p.opts.Partitions)
-	cfg.Source.Partition = &Partition{Index: i, Count: p.opts.Partitions}
+	cfg.Process = cursorlock.PartitionName(p.cfg.Process, i, p.opts.Partitions)
+	cfg.Source.Partition = &cursor.Partition{Index: i, Count: p.opts.Partitions}
 	proc, err := newStream(cfg)
 	if err != nil {
 		return stopped, err
@@ -277,7 +271,7 @@ func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int
 	n := p.opts.Partitions
 	names, classids, objids := make([]string, n), make([]int64, n), make([]int64, n)
 	for i := range n {
-		names[i] = PartitionName(p.cfg.Process, i, n)
+		names[i] = cursorlock.PartitionName(p.cfg.Process, i, n)
 		k := uint64(cursorlock.LockKey(names[i]))
 		classids[i], objids[i] = int64(k>>32), int64(k&0xffffffff)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -57,7 +58,7 @@ func TestPartitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T) {
 func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon processor.Horizon) {
 	b := setup(t)
 	b.cfg.Source.Horizon = horizon
-	b.db.Exec(t, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
+	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
 	d := &deliveries{by: map[string]int{}, seen: map[int64]int{}}
 	instance := func(name string) processor.Config[event] {
 		cfg := b.cfg
@@ -113,7 +114,7 @@ func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon proce
 func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
+	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
 	cfg := b.cfg
 	cfg.Process = "split"
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 4, Slots: 1})
@@ -147,7 +148,7 @@ func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 func TestRepartitionIsRefusedWhileAnInstanceRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 2))
+	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 2))
 	cfg := b.cfg
 	cfg.Process = "busy"
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"reflect"
-	"regexp"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -261,15 +260,13 @@ type Processor[T any] struct {
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
 func New[T any](cfg Config[T]) (*Processor[T], error) {
-	if partitionName.MatchString(cfg.Process) {
+	if _, ok := cursorlock.PartitionOf(cfg.Process); ok {
 		return nil, fmt.Errorf("processor %q: the name has the form of a partition's (<process>#<index>/<count>), "+
 			"which inorder gives the partitions of a partitioned process; name the process otherwise", cfg.Process)
 	}
 	return newStream(cfg)
 }
 
-// partitionName matches the names inorder gives partitions (PartitionName).
-var partitionName = regexp.MustCompile(`#[0-9]+/[0-9]+$`)
 
 // newStream is New without the name check, for the partitions of a Partitioned runner.
 func newStream[T any](cfg Config[T]) (*Processor[T], error) {

@@ -25,18 +25,14 @@ type Source struct {
 	// Pub/Sub ordering key). Empty means "aggregate_id" when the table has such a column, else none.
 	KeyColumn string
 	// Partition, when set, narrows the source to one partition of a partitioned process: the rows whose
-	// key column hashes to Partition.Index of Partition.Count (see PartitionExpr). NewPartitioned sets it
-	// for each partition; set it yourself only to read a single partition.
-	Partition *Partition
+	// key column hashes to Partition.Index of Partition.Count. NewPartitioned sets it for each partition;
+	// set it yourself only to read a single partition.
+	Partition *cursor.Partition
 	// Columns are the columns selected for each record, in this order. Empty means, for a struct record
 	// type scanned by name (no ScanFunc), the struct's columns (db tags, else field names); otherwise all
 	// of the table's columns, in table order. Either way a missing column is an error at start-up.
 	Columns []string
 }
-
-// Partition is one of Count streams a partitioned process is split into: the rows whose key column
-// hashes to Index (see PartitionExpr). It is cursor.Partition, which status reports.
-type Partition = cursor.Partition
 
 // Horizon says which transactions a processor waits for before it reads past a time: the ones that could
 // still commit rows dated before it. See the package documentation, "The horizon".
@@ -65,16 +61,8 @@ func ParseHorizon(s string) (Horizon, error) { return source.ParseHorizon(s) }
 // table, column or index, or a column of the wrong type. Retrying does not help; fix the configuration.
 var ErrInvalidSource = source.ErrInvalidSource
 
-// PartitionExpr is the SQL expression that puts a row in one of n partitions by its key column: a stable
-// hash of the key as text (hashtextextended, which hash partitioning uses too), so one key always lands in
-// one partition and keeps its order. Rows whose key is NULL all land in one partition.
-func PartitionExpr(keyColumn string, n int) string { return source.PartitionExpr(keyColumn, n) }
-
-// PartitionIndexSQL is the index that serves the reads of an n-way partitioned process: the partition
-// expression, then the keyset columns. `inorder migrate --partition-index TABLE:KEY:N` creates it.
-func PartitionIndexSQL(table, keyColumn, createdAtColumn, idColumn string, n int) string {
-	return source.PartitionIndexSQL(table, keyColumn, createdAtColumn, idColumn, n)
-}
-
 // spec is the source as the machinery takes it.
-func (s Source) spec() source.Spec { return source.Spec(s) }
+func (s Source) spec() source.Spec {
+	return source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, Horizon: s.Horizon,
+		KeyColumn: s.KeyColumn, Partition: s.Partition, Columns: s.Columns}
+}

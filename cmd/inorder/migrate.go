@@ -7,8 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/migrations"
-	"github.com/inorder-dev/inorder/processor"
 )
 
 func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -29,7 +29,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		if len(parts) != 3 || err != nil || n < 1 || parts[0] == "" || parts[1] == "" {
 			return usageErr("--partition-index %q: want TABLE:KEY_COLUMN:N, e.g. bookings:aggregate_id:4", spec)
 		}
-		indexes = append(indexes, processor.PartitionIndexSQL(parts[0], parts[1], "created_at", "id", n))
+		indexes = append(indexes, source.PartitionIndexSQL(parts[0], parts[1], "created_at", "id", n))
 	}
 	if *print {
 		script := migrations.Script()

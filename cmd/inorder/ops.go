@@ -9,7 +9,6 @@ import (
 	"io"
 	"os"
 	"os/user"
-	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -253,14 +252,16 @@ func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	defer conn.Close(ctx)
 	// The source, for the index hint: the single stream's, or any partition's (gone after the split).
-	infos, err := cursor.List(ctx, conn, "")
+	procs, err := cursor.ListProcesses(ctx, conn, o.process)
 	if err != nil {
 		return err
 	}
 	var src cursor.Source
-	for _, in := range infos {
-		if (in.Process == o.process || strings.HasPrefix(in.Process, o.process+"#")) && in.Source.Table != "" {
-			src = in.Source
+	for _, p := range procs {
+		for _, s := range p.Streams {
+			if s.Source.Table != "" {
+				src = s.Source
+			}
 		}
 	}
 	e, err := cursor.Repartition(ctx, conn, o.process, *n, o.opts())

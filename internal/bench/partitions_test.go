@@ -13,7 +13,9 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -72,7 +74,7 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	db.Exec(tb, eventsDDL)
 	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'k' || (g % $2), g FROM generate_series(1, $1) g`,
 		n, keys)
-	db.Exec(tb, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", partitions))
+	db.Exec(tb, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", partitions))
 	db.Exec(tb, "VACUUM ANALYZE events")
 	noteServer(tb, db.Pool)
 	ctx := context.Background()
@@ -80,7 +82,7 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	process := fmt.Sprintf("bench_part_%d_%d", partitions, instances)
 	rows, err := db.Pool.Query(ctx, `
 		SELECT DISTINCT ON (p) p, id::text, created_at, count(*) OVER (PARTITION BY p)
-		FROM (SELECT `+processor.PartitionExpr("aggregate_id", partitions)+` AS p, id, created_at FROM events) s
+		FROM (SELECT `+source.PartitionExpr("aggregate_id", partitions)+` AS p, id, created_at FROM events) s
 		ORDER BY p, created_at DESC, id DESC`)
 	if err != nil {
 		tb.Fatalf("last rows of the partitions: %v", err)
@@ -94,7 +96,7 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 		if err := rows.Scan(&p, &e.id, &e.at, &count); err != nil {
 			tb.Fatalf("last rows of the partitions: %v", err)
 		}
-		ends[processor.PartitionName(process, p, partitions)] = e
+		ends[cursorlock.PartitionName(process, p, partitions)] = e
 		largest = max(largest, count)
 	}
 	if err := rows.Err(); err != nil {

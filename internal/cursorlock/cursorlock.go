@@ -43,6 +43,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -155,26 +156,46 @@ func ParseStart(v string) (Start, error) {
 	return StartAt(t), nil
 }
 
-// Halt is a stream stopped on a failing record, as stored in its cursor row; cursor.Halt documents the
-// fields and converts from it.
+// Halt is the state of a stream stopped on a failing record. It is kept in the cursor row, so an operator
+// sees it with `inorder status` without reading logs, and retries keep counting across instances.
+// cursor.Halt is this type.
 type Halt struct {
-	RecordID       string
-	Error          string
-	Permanent      bool
-	Status         int
-	Attempts       int
+	// RecordID is the id of the record that fails.
+	RecordID string
+	// Error is the last error the handler returned for it.
+	Error string
+	// Permanent reports that the sink refused the record itself (handlers.Permanent: an HTTP 4xx, an
+	// oversized message): retrying soon will not help, so an operator should fix the sink or the record,
+	// or skip it. False means the failure may pass (a 5xx, a timeout, a network error).
+	Permanent bool
+	// Status is the sink's own status code for the last failure, where it has one (the HTTP status of a
+	// webhook); 0 otherwise.
+	Status int
+	// Attempts counts the failed deliveries of the record.
+	Attempts int
+	// FirstFailureAt and LastFailureAt bound the time the stream has been failing on the record.
 	FirstFailureAt time.Time
 	LastFailureAt  time.Time
-	NextAttemptAt  time.Time
-	HaltedAt       time.Time
+	// NextAttemptAt is when the record is tried again.
+	NextAttemptAt time.Time
+	// HaltedAt is when the stream counted as halted on the record: at its first failure for a permanent
+	// one, else once it had failed for longer than the processor's HaltAfter. Zero while the stream is
+	// only retrying it, which a short blip at the sink should not turn into a page.
+	HaltedAt time.Time
 }
 
-// State is what a locked cursor row holds; cursor.State is its public form.
+// Retrying reports whether the record is being retried with backoff and the stream has not yet counted as
+// halted (see HaltedAt).
+func (h *Halt) Retrying() bool { return h.HaltedAt.IsZero() }
+
+// State is what a locked cursor row holds. cursor.State is this type.
 type State struct {
+	// Position is where the process stands: just after the last record it handled.
 	Position source.Position
-	// Halt is nil when the stream is not halted.
+	// Halt is nil when no record is failing; otherwise the stream is retrying the record or halted on it
+	// (Halt.Retrying).
 	Halt *Halt
-	// Paused is set by an operator and stops the process at its next batch until resumed.
+	// Paused is set by an operator (cursor.Pause) and stops the process at its next batch until resumed.
 	Paused bool
 }
 
@@ -1188,9 +1209,26 @@ func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int
 }
 
 // PartitionName is the process name of partition index of count, "<process>#<index>/<count>": the name
-// of its own cursor row (processor.PartitionName documents it for users).
+// of its own cursor row. cursor.Process groups the rows back into their process.
 func PartitionName(process string, index, count int) string {
 	return fmt.Sprintf("%s#%d/%d", process, index, count)
+}
+
+// PartitionRowSQL is the SQL condition "the row is a partition's of the process named by $1": its name is
+// PartitionName's form for that process. A process named "<process>#<something else>" is not one.
+const PartitionRowSQL = `(starts_with(process_name, $1 || '#') AND regexp_replace(process_name, '#[0-9]+/[0-9]+$', '') = $1)`
+
+// partitionName matches the names PartitionName gives.
+var partitionName = regexp.MustCompile(`^(.+)#[0-9]+/[0-9]+$`)
+
+// PartitionOf returns the process whose partition name would be by its form, "<process>#<index>/<count>",
+// and false for any other name. Processes are refused such names, so that none is taken for a partition.
+func PartitionOf(name string) (process string, ok bool) {
+	m := partitionName.FindStringSubmatch(name)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
 }
 
 // InstancesLockKey is the key of the advisory lock that every running instance of partitioned process

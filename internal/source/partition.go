@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Partition is one of Count streams a partitioned process is split into; processor.Partition documents it.
+// Partition is one of Count streams a partitioned process is split into; cursor.Partition documents it.
 type Partition struct {
 	Index, Count int
 }

@@ -1,16 +1,22 @@
 package source
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 )
 
-// Position is a place in a stream, as cursor.Position (same fields, so one converts to the other): just
-// after the row (CreatedAt, ID), after every row created at CreatedAt when ID is empty, or the beginning
-// when CreatedAt is zero.
+// Position is where a process stands in its source: the (created_at, id) pair of the last record it
+// handled. The pair identifies one row totally, so ties on created_at are neither lost nor reordered.
+// cursor.Position is this type.
 type Position struct {
+	// CreatedAt is the created_at of the last record handled. The zero value means the beginning: every
+	// row is ahead of the position.
 	CreatedAt time.Time
-	ID        string
+	// ID is the id of the last record handled, as text. An empty ID with a non-zero CreatedAt means "after
+	// every row created at or before CreatedAt", the position a process registered with StartFromNow
+	// starts at.
+	ID string
 }
 
 // IsBeginning reports whether p is before every row.
@@ -53,4 +59,39 @@ func (t *Table) After(p Position, prefix string, n int) (cond string, args []any
 	default:
 		return fmt.Sprintf("(%s, %s) > ($%d, $%d::text::%s)", ca, id, n, n+1, t.IDCast), []any{p.CreatedAt, p.ID}
 	}
+}
+
+// MarshalJSON encodes a position as {"created_at": ..., "id": ...}, null parts for the beginning.
+func (p Position) MarshalJSON() ([]byte, error) {
+	var v struct {
+		CreatedAt *time.Time `json:"created_at"`
+		ID        *string    `json:"id"`
+	}
+	if !p.IsBeginning() {
+		at := p.CreatedAt.UTC()
+		v.CreatedAt = &at
+		if p.ID != "" {
+			v.ID = &p.ID
+		}
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON decodes what MarshalJSON wrote.
+func (p *Position) UnmarshalJSON(b []byte) error {
+	var v struct {
+		CreatedAt *time.Time `json:"created_at"`
+		ID        *string    `json:"id"`
+	}
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	*p = Position{}
+	if v.CreatedAt != nil {
+		p.CreatedAt = v.CreatedAt.UTC()
+	}
+	if v.ID != nil {
+		p.ID = *v.ID
+	}
+	return nil
 }

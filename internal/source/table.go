@@ -15,8 +15,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// Spec names the table a process reads and the columns that order it; processor.Source is its public
-// form, with the same fields in the same order (documented there), so that one converts to the other.
+// Spec names the table a process reads and the columns that order it; processor.Source, whose fields
+// document these, and cursor.Source, what a cursor row records of it, give it to the machinery.
 type Spec struct {
 	Table           string
 	IDColumn        string

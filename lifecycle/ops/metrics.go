@@ -350,12 +350,18 @@ func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping f
 		}
 		return false
 	}
-	rows := make(map[string]cursor.Info, len(infos))
-	for _, in := range infos {
-		rows[in.Process] = in
+	// A tracked name is a process, or a partition an instance works, measured on its own.
+	procs := map[string]cursor.Process{}
+	for _, p := range cursor.Processes(infos) {
+		procs[p.Name] = p
+		if p.Partitioned() {
+			for _, s := range p.Streams {
+				procs[s.Process] = cursor.Process{Name: s.Process, Info: s, Streams: []cursor.Info{s}}
+			}
+		}
 	}
 	for i, name := range names {
-		measured, err := m.measureOne(ctx, conn.Conn(), rows, name)
+		measured, err := m.measureOne(ctx, conn.Conn(), procs, name)
 		if err != nil {
 			fail(name)
 			if ctx.Err() != nil { // out of time: the rest are cut off too
@@ -371,28 +377,16 @@ func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping f
 }
 
 // measureOne measures the lag of one process from the cursor rows read for this round; it reports false
-// when there is nothing to measure against yet.
-func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, cursors map[string]cursor.Info, name string) (bool, error) {
-	in, ok := cursors[name]
-	if !ok {
+// when there is nothing to measure against yet. The lag of a partitioned process is that of its
+// partitions together: the rows behind every partition's position and the oldest of them.
+func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[string]cursor.Process, name string) (bool, error) {
+	p, ok := procs[name]
+	if !ok || len(p.Unregistered) > 0 {
 		return false, nil // not registered yet
 	}
 	var rows int64
 	var oldest, now time.Time
-	parts := []cursor.Info{in}
-	if in.Partitions > 0 {
-		// The parent row of a partitioned process: its lag is that of its partitions together, the
-		// rows behind every partition's position and the oldest of them.
-		parts = parts[:0]
-		for i := range in.Partitions {
-			pi, ok := cursors[processor.PartitionName(name, i, in.Partitions)]
-			if !ok {
-				return false, nil
-			}
-			parts = append(parts, pi)
-		}
-	}
-	for _, pi := range parts {
+	for _, pi := range p.Streams {
 		if pi.Source.Table == "" {
 			return false, nil // never locked: nothing to measure against yet
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
 // ForgetOnCleanup removes the cursor rows of process from db when the test ends: its own row, the rows of
@@ -31,8 +33,8 @@ func ForgetOnCleanup(t testing.TB, db *DB, process string) {
 			}
 		}
 		if _, err := db.Pool.Exec(ctx, `
-			WITH audit AS (DELETE FROM inorder.audit WHERE process_name = $1 OR starts_with(process_name, $1 || '#'))
-			DELETE FROM inorder.cursor WHERE process_name = $1 OR starts_with(process_name, $1 || '#')`,
+			WITH audit AS (DELETE FROM inorder.audit WHERE process_name = $1 OR `+cursorlock.PartitionRowSQL+`)
+			DELETE FROM inorder.cursor WHERE process_name = $1 OR `+cursorlock.PartitionRowSQL,
 			process); err != nil {
 			t.Errorf("processortest: forget process %q: %v", process, err)
 		}

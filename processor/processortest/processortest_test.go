@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -163,7 +164,7 @@ func TestWaitCaughtUpPartitioned(t *testing.T) {
 			created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 		);
 		CREATE INDEX ON events (created_at, id);`)
-	db.Exec(t, processor.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 3))
+	db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 3))
 	db.Exec(t, "INSERT INTO events (aggregate_id) SELECT 'agg-' || (g % 10) FROM generate_series(1, 200) g")
 	type event struct {
 		ID          int64  `db:"id"`

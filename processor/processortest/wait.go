@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/processor"
 )
 
 // WaitOpts configures WaitCaughtUp and WaitHalted. The zero value, like a nil *WaitOpts, uses the
@@ -145,31 +144,17 @@ func poll(db *DB, process string, done func(ctx context.Context, streams []curso
 // streamsOf returns the cursor rows of process's streams: its own, or for a partitioned process those of
 // its partitions (fewer than it has when some are not registered yet). None means no cursor row yet.
 func streamsOf(ctx context.Context, db *DB, process string) ([]cursor.Info, error) {
-	infos, err := cursor.List(ctx, db.Pool, process)
-	if err != nil || len(infos) == 0 || infos[0].Partitions == 0 {
-		return infos, err
-	}
-	n := infos[0].Partitions
-	all, err := cursor.List(ctx, db.Pool, "")
-	if err != nil {
+	procs, err := cursor.ListProcesses(ctx, db.Pool, process)
+	if err != nil || len(procs) == 0 {
 		return nil, err
 	}
-	want := map[string]bool{}
-	for i := range n {
-		want[processor.PartitionName(process, i, n)] = true
-	}
-	var parts []cursor.Info
-	for _, in := range all {
-		if want[in.Process] {
-			parts = append(parts, in)
-		}
-	}
-	if len(parts) < n {
+	p := procs[0]
+	if len(p.Unregistered) > 0 {
 		// A partition without a row yet has not run: the process cannot be caught up, nor halted there.
-		parts = append(parts, cursor.Info{Process: fmt.Sprintf("%s (%d of %d partitions registered)",
-			process, len(parts), n)})
+		return append(p.Streams, cursor.Info{Process: fmt.Sprintf("%s (%d of %d partitions registered)",
+			process, len(p.Streams), p.Info.Partitions)}), nil
 	}
-	return parts, nil
+	return p.Streams, nil
 }
 
 // name prefixes a state with the stream's name when it is a partition of process.
