@@ -10,7 +10,9 @@ import (
 
 func TestProcessesGroupsPartitionsWithTheirProcess(t *testing.T) {
 	t.Parallel()
-	row := func(name string, partitions int) cursor.Info { return cursor.Info{Process: name, Partitions: partitions} }
+	row := func(name string, partitions int) cursor.Info {
+		return cursor.Info{Process: name, Partitions: partitions}
+	}
 	type want struct {
 		name         string
 		streams      []string

@@ -267,7 +267,6 @@ func New[T any](cfg Config[T]) (*Processor[T], error) {
 	return newStream(cfg)
 }
 
-
 // newStream is New without the name check, for the partitions of a Partitioned runner.
 func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.Process == "" {
