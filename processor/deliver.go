@@ -11,50 +11,63 @@ import (
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
+// outcome is what delivering a batch came to, whatever the strategy (one at a time, the keyed window, an
+// AsyncHandler). The batch turns it into the position, the halt and the next wait in one place.
+type outcome[T any] struct {
+	// n counts the records the position moved past, and last is where it moved to: after the last record
+	// of the contiguous prefix that succeeded.
+	n    int
+	last source.Position
+	// failed is the first record in order that did not succeed, with its cause; nil when none failed.
+	failed *handlers.Record[T]
+	cause  error
+	// err is a checkpoint that failed; lost says that the cursor went to another instance between a
+	// checkpoint's commit and the relock. Either way the batch ends there, with nothing more to record.
+	err  error
+	lost bool
+}
+
+// checkpointed records what a per-record checkpoint came to, reporting whether to go on.
+func (o *outcome[T]) checkpointed(stillLocked bool, err error) bool {
+	o.err, o.lost = err, err == nil && !stillLocked
+	return err == nil && stillLocked
+}
+
+// cutOff reports that the shutdown timeout cut a handler off: its failure is not the record's fault, so
+// it is not recorded, and the record is delivered again by whoever runs the process next.
+func cutOff(ctx, work context.Context) bool { return ctx.Err() != nil && work.Err() != nil }
+
 // deliverSync hands records to a Handler or TxHandler one at a time.
-func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.State, items []item[T]) (int, time.Duration, error) {
-	last := st.Position
-	n := 0
+func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+	o := outcome[T]{last: st.Position}
 	for i := range items {
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
 		}
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
-		err := p.deliver(work, &it.rec)
-		if err != nil {
-			if ctx.Err() != nil && work.Err() != nil {
-				break // the shutdown timeout cut the handler off: not the record's fault
-			}
-			return n, p.fail(work, last, &it.rec, err), nil
+		if err := p.deliver(work, &it.rec); err != nil {
+			o.failed, o.cause = &it.rec, err
+			break
 		}
-		last, n = it.pos, n+1
+		o.last, o.n = it.pos, o.n+1
 		p.resumed(&it.rec)
-		if p.cfg.Checkpoint == CheckpointRecord {
-			if stillLocked, err := p.checkpoint(work, last, 1, cursorlock.InFlight{}); err != nil || !stillLocked {
-				return n, 0, err
-			}
+		if p.cfg.Checkpoint == CheckpointRecord && !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{})) {
+			break
 		}
 	}
-	return n, 0, p.finish(work, st.Position, last, n)
+	return o
 }
 
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
-func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.State, items []item[T]) (int, time.Duration, error) {
+func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
 	type flight struct {
 		it  *item[T]
 		res handlers.Result
 	}
 	maxIn := max(1, p.async.MaxInFlight())
 	var window []flight
-	last := st.Position
-	n := 0
-	var (
-		failed  *item[T] // the first record that failed; nothing after it counts
-		failErr error
-		lost    bool  // the cursor went to someone else between a checkpoint's commit and relock
-		err     error // a checkpoint failed
-	)
+	o := outcome[T]{last: st.Position}
 	// settle waits for the oldest result and advances past it; it reports whether to go on.
 	settle := func() bool {
 		f := window[0]
@@ -65,16 +78,13 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		werr := f.res.Wait(wctx)
 		p.obs.Handled(p.cfg.Process, time.Since(start), werr)
 		if werr != nil {
-			failed, failErr = f.it, werr
+			o.failed, o.cause = &f.it.rec, werr
 			return false
 		}
-		last, n = f.it.pos, n+1
+		o.last, o.n = f.it.pos, o.n+1
 		p.resumed(&f.it.rec)
 		if p.cfg.Checkpoint == CheckpointRecord {
-			var stillLocked bool
-			stillLocked, err = p.checkpoint(work, last, 1, cursorlock.InFlight{})
-			lost = err == nil && !stillLocked
-			return err == nil && stillLocked
+			return o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}))
 		}
 		return true
 	}
@@ -91,7 +101,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 				goOn = settle()
 			}
 			if goOn {
-				failed, failErr = it, serr
+				o.failed, o.cause = &it.rec, serr
 			}
 			goOn = false
 			break
@@ -112,14 +122,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		_ = f.res.Wait(drain)
 	}
 	cancelDrain()
-	switch {
-	case err != nil || lost:
-		return n, 0, err
-	case failed != nil && !(ctx.Err() != nil && work.Err() != nil): // not cut off by the shutdown timeout
-		return n, p.fail(work, last, &failed.rec, failErr), nil
-	default:
-		return n, 0, p.finish(work, st.Position, last, n)
-	}
+	return o
 }
 
 // resumed notes that a record which had failed before went through.

@@ -708,13 +708,22 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if len(items) == 0 {
 		return 0, 0, nil
 	}
+	var o outcome[T]
 	switch {
 	case p.async != nil:
-		n, wait, err = p.deliverAsync(ctx, work, st, items)
+		o = p.deliverAsync(ctx, work, st, items)
 	case p.windowed():
-		n, wait, err = p.deliverWindow(ctx, work, st, items)
+		o = p.deliverWindow(ctx, work, st, items)
 	default:
-		n, wait, err = p.deliverSync(ctx, work, st, items)
+		o = p.deliverSync(ctx, work, st, items)
+	}
+	n, wait, err = o.n, 0, o.err
+	switch {
+	case o.err != nil || o.lost:
+	case o.failed != nil && !cutOff(ctx, work):
+		wait = p.fail(work, o.last, o.failed, o.cause)
+	default:
+		err = p.finish(work, st.Position, o.last, o.n)
 	}
 	for _, it := range items[:n] {
 		p.delivered.add(it.pos)

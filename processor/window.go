@@ -34,155 +34,182 @@ type done struct {
 	took time.Duration
 }
 
-// deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
-func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.State, items []item[T]) (int, time.Duration, error) {
-	const (
-		waiting = iota
-		flying
-		succeeded
-		failed
-	)
-	state := make([]int, len(items))
-	errs := make([]error, len(items))
-	began := make([]time.Time, len(items))
-	results := make(chan done, len(items))
-	head, inFlight, n := 0, 0, 0 // first record not succeeded; records in flight; records the prefix passed
-	counted := 0                 // records the prefix passed that a checkpoint has counted
-	last := st.Position
-	stopping := false // the context is done or the cursor is lost: start nothing more
+// slot is where one record of the batch is in the window.
+type slot int
+
+const (
+	waiting   slot = iota // not started
+	flying                // its handler runs
+	succeeded             // its handler returned nil
+	failed                // its handler returned an error
+)
+
+// window is the keyed window over one batch: which records are where, and how far the prefix of
+// completed records reaches.
+type window[T any] struct {
+	p       *Processor[T]
+	work    context.Context
+	st      cursorlock.State
+	items   []item[T]
+	slots   []slot
+	errs    []error
+	began   []time.Time
+	results chan done
+	// head is the first record not succeeded; inFlight counts the records whose handler runs; counted is
+	// how many of the records the prefix passed (outcome.n) a checkpoint has counted.
+	head, inFlight, counted int
 	// failedAt is the first record in order that failed: nothing from it on starts any more, but the
 	// records before it still do, so that the prefix reaches it and the stream halts on it.
-	failedAt := len(items)
+	failedAt int
+	// stopping: the context is done or the cursor is lost; start nothing more.
+	stopping bool
+	warned   int // the record last warned about for being in flight long
+	o        outcome[T]
+}
 
-	// start sends every record of the window that may go now.
-	start := func() {
-		busy := map[string]bool{} // keys with an incomplete record before the one looked at
-		for i := head; i < failedAt && i < head+p.cfg.MaxInFlight; i++ {
-			key := items[i].rec.Key
-			switch {
-			case state[i] == succeeded:
-				continue
-			case state[i] != waiting:
-				busy[key] = true
-				if key == "" {
-					return // a keyless record holds everything after it
-				}
-				continue
-			case key == "" && i != head:
-				return // a keyless record waits for everything before it
-			case busy[key]:
-				continue
-			}
-			busy[key] = true
-			state[i], inFlight, began[i] = flying, inFlight+1, time.Now()
-			it := &items[i]
-			it.rec.Attempt = attemptOf(st, it.rec.ID)
-			go func(i int, rec *handlers.Record[T]) {
-				t0 := time.Now()
-				err := p.handleConcurrently(work, rec)
-				results <- done{i: i, err: err, took: time.Since(t0)}
-			}(i, &it.rec)
-			if key == "" {
-				return
-			}
-		}
-	}
-
-	// oldest is what is in flight: how many records, and since when the oldest of them.
-	oldest := func() (cursorlock.InFlight, int) {
-		f, at := cursorlock.InFlight{Records: inFlight}, -1
-		for i := head; i < len(items) && i < head+p.cfg.MaxInFlight; i++ {
-			if state[i] == flying && (at < 0 || began[i].Before(f.Since)) {
-				f.Since, at = began[i], i
-			}
-		}
-		return f, at
-	}
+// deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
+func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+	w := &window[T]{p: p, work: work, st: st, items: items, slots: make([]slot, len(items)),
+		errs: make([]error, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
+		failedAt: len(items), warned: -1, o: outcome[T]{last: st.Position}}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
-	warned := -1 // the record last warned about
-
-	var cperr error
-	lost := false
 	for {
-		if !stopping && ctx.Err() == nil {
-			start()
+		if !w.stopping && ctx.Err() == nil {
+			w.start()
 		}
-		if inFlight == 0 {
+		if w.inFlight == 0 {
 			break
 		}
-		// Take every result there is, so that records completing together advance the prefix once.
-		var d done
 		select {
-		case d = <-results:
+		case d := <-w.results:
+			w.take(d)
+			w.advance()
 		case <-tick.C:
-			f, at := oldest()
-			p.noteInFlight(f)
-			if at >= 0 && at != warned && time.Since(f.Since) >= p.cfg.HandlerTimeout/2 {
-				warned = at
-				p.log.Warn().Str("record", items[at].rec.ID).Str("key", items[at].rec.Key).
-					Str("in_flight_for", time.Since(f.Since).Round(time.Millisecond).String()).Int("in_flight", f.Records).
-					Msg("a record has been in flight for long; the position waits on it")
-			}
-			// The cursor transaction idles while records are in flight: keep it from the idle timeout,
-			// which would end the session and the process's ownership.
-			if cperr == nil && !lost && p.cur.Locked() {
-				if _, err := p.cur.Tx().Exec(work, "SELECT 1"); err != nil {
-					cperr, stopping = err, true
-				}
-			}
-			continue
-		}
-		for {
-			inFlight--
-			p.obs.Handled(p.cfg.Process, d.took, d.err)
-			if d.err != nil {
-				state[d.i], errs[d.i] = failed, d.err
-				failedAt = min(failedAt, d.i)
-			} else {
-				state[d.i] = succeeded
-			}
-			select {
-			case d = <-results:
-				continue
-			default:
-			}
-			break
-		}
-		moved := false
-		for head < len(items) && state[head] == succeeded {
-			last, n, moved = items[head].pos, n+1, true
-			p.resumed(&items[head].rec)
-			head++
-		}
-		if moved {
-			f, _ := oldest()
-			p.noteInFlight(f)
-			if p.cfg.Checkpoint == CheckpointRecord && !lost && cperr == nil {
-				stillLocked, err := p.checkpoint(work, last, n-counted, f)
-				counted = n
-				if err != nil || !stillLocked {
-					// Whatever is in flight still finishes; only its advance is not recorded here.
-					cperr, lost, stopping = err, err == nil, true
-				}
-			}
+			w.watch()
 		}
 		if ctx.Err() != nil {
-			stopping = true
+			w.stopping = true
 		}
 	}
 	p.noteInFlight(cursorlock.InFlight{})
-	if cperr == nil && !lost && p.cur.Locked() {
-		cperr = p.cur.SetInFlight(work, cursorlock.InFlight{})
+	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
+		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
 	}
-	switch {
-	case cperr != nil || lost:
-		return n, 0, cperr
-	case head < len(items) && state[head] == failed && !(ctx.Err() != nil && work.Err() != nil):
-		return n, p.fail(work, last, &items[head].rec, errs[head]), nil
-	default:
-		return n, 0, p.finish(work, st.Position, last, n)
+	if w.head < len(items) && w.slots[w.head] == failed {
+		w.o.failed, w.o.cause = &items[w.head].rec, w.errs[w.head]
 	}
+	return w.o
+}
+
+// start sends every record of the window that may go now.
+func (w *window[T]) start() {
+	busy := map[string]bool{} // keys with an incomplete record before the one looked at
+	for i := w.head; i < w.failedAt && i < w.head+w.p.cfg.MaxInFlight; i++ {
+		key := w.items[i].rec.Key
+		switch {
+		case w.slots[i] == succeeded:
+			continue
+		case w.slots[i] != waiting:
+			busy[key] = true
+			if key == "" {
+				return // a keyless record holds everything after it
+			}
+			continue
+		case key == "" && i != w.head:
+			return // a keyless record waits for everything before it
+		case busy[key]:
+			continue
+		}
+		busy[key] = true
+		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
+		it := &w.items[i]
+		it.rec.Attempt = attemptOf(w.st, it.rec.ID)
+		go func(i int, rec *handlers.Record[T]) {
+			t0 := time.Now()
+			err := w.p.handleConcurrently(w.work, rec)
+			w.results <- done{i: i, err: err, took: time.Since(t0)}
+		}(i, &it.rec)
+		if key == "" {
+			return
+		}
+	}
+}
+
+// take records d and every other result there is, so that records completing together advance the
+// prefix once.
+func (w *window[T]) take(d done) {
+	for {
+		w.inFlight--
+		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
+		if d.err != nil {
+			w.slots[d.i], w.errs[d.i] = failed, d.err
+			w.failedAt = min(w.failedAt, d.i)
+		} else {
+			w.slots[d.i] = succeeded
+		}
+		select {
+		case d = <-w.results:
+			continue
+		default:
+		}
+		return
+	}
+}
+
+// advance moves the prefix past the records that succeeded at its head and, with CheckpointRecord,
+// commits the advance once.
+func (w *window[T]) advance() {
+	moved := false
+	for w.head < len(w.items) && w.slots[w.head] == succeeded {
+		w.o.last, w.o.n, moved = w.items[w.head].pos, w.o.n+1, true
+		w.p.resumed(&w.items[w.head].rec)
+		w.head++
+	}
+	if !moved {
+		return
+	}
+	f, _ := w.oldest()
+	w.p.noteInFlight(f)
+	if w.p.cfg.Checkpoint == CheckpointRecord && w.o.err == nil && !w.o.lost {
+		// Whatever is in flight still finishes when this fails; only its advance is not recorded.
+		stillLocked, err := w.p.checkpoint(w.work, w.o.last, w.o.n-w.counted, f)
+		w.counted = w.o.n
+		if !w.o.checkpointed(stillLocked, err) {
+			w.stopping = true
+		}
+	}
+}
+
+// watch runs every second while records are in flight: it reports what is in flight, warns once about a
+// record in flight for long, and keeps the idle cursor transaction from the idle timeout, which would end
+// the session and the process's ownership.
+func (w *window[T]) watch() {
+	f, at := w.oldest()
+	w.p.noteInFlight(f)
+	if at >= 0 && at != w.warned && time.Since(f.Since) >= w.p.cfg.HandlerTimeout/2 {
+		w.warned = at
+		w.p.log.Warn().Str("record", w.items[at].rec.ID).Str("key", w.items[at].rec.Key).
+			Str("in_flight_for", time.Since(f.Since).Round(time.Millisecond).String()).Int("in_flight", f.Records).
+			Msg("a record has been in flight for long; the position waits on it")
+	}
+	if w.o.err == nil && !w.o.lost && w.p.cur.Locked() {
+		if _, err := w.p.cur.Tx().Exec(w.work, "SELECT 1"); err != nil {
+			w.o.err, w.stopping = err, true
+		}
+	}
+}
+
+// oldest is what is in flight: how many records, and since when the oldest of them (at its index, -1
+// for none).
+func (w *window[T]) oldest() (cursorlock.InFlight, int) {
+	f, at := cursorlock.InFlight{Records: w.inFlight}, -1
+	for i := w.head; i < len(w.items) && i < w.head+w.p.cfg.MaxInFlight; i++ {
+		if w.slots[i] == flying && (at < 0 || w.began[i].Before(f.Since)) {
+			f.Since, at = w.began[i], i
+		}
+	}
+	return f, at
 }
 
 // InFlightObserver is an Observer that is also told what a keyed window has in flight (see
