@@ -221,33 +221,8 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	}
 	total, through := res.Rows+n, last
 	detail := AuditDetail{Table: p.table.Qualified, Rows: total, Through: &through, Before: &res.Cut}
-	if len(res.Entries) == 0 {
-		entries := make([]AuditEntry, 0, len(p.readers))
-		// Every reader is a process of the table: one that never ran would have kept the prune at the
-		// beginning, so nothing would have been deleted.
-		for _, r := range p.readers {
-			pos := r.Position
-			d := detail
-			e := AuditEntry{Process: r.Process, Action: "prune", Actor: opts.Actor, Reason: opts.Reason,
-				PositionBefore: &pos, Detail: &d}
-			if err := insertAudit(ctx, tx, &e); err != nil {
-				return fail(err)
-			}
-			entries = append(entries, e)
-		}
-		res.Entries = entries
-	} else {
-		ids := make([]int64, len(res.Entries))
-		for i, e := range res.Entries {
-			ids[i] = e.ID
-		}
-		text, err := json.Marshal(detail) // JSON text: see insertAudit
-		if err != nil {
-			return fail(fmt.Errorf("update audit: %w", err))
-		}
-		if _, err := tx.Exec(ctx, "UPDATE inorder.audit SET detail = $2::text::jsonb WHERE id = ANY($1)", ids, string(text)); err != nil {
-			return fail(fmt.Errorf("update audit: %w", err))
-		}
+	if err := auditPrune(ctx, tx, opts, res, p.readers, detail); err != nil {
+		return fail(err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return fail(fmt.Errorf("commit: %w", err))
@@ -259,6 +234,40 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	}
 	res.Batches++
 	return n, nil
+}
+
+// auditPrune writes one audit entry per reader for the first batch that deleted rows, and brings them up
+// to date (detail: the rows deleted so far, through where) in every batch after it.
+func auditPrune(ctx context.Context, tx pgx.Tx, opts PruneOpts, res *PruneResult, readers []PruneReader, detail AuditDetail) error {
+	if len(res.Entries) == 0 {
+		entries := make([]AuditEntry, 0, len(readers))
+		// Every reader is a process of the table: one that never ran would have kept the prune at the
+		// beginning, so nothing would have been deleted.
+		for _, r := range readers {
+			pos := r.Position
+			d := detail
+			e := AuditEntry{Process: r.Process, Action: "prune", Actor: opts.Actor, Reason: opts.Reason,
+				PositionBefore: &pos, Detail: &d}
+			if err := insertAudit(ctx, tx, &e); err != nil {
+				return err
+			}
+			entries = append(entries, e)
+		}
+		res.Entries = entries
+		return nil
+	}
+	ids := make([]int64, len(res.Entries))
+	for i, e := range res.Entries {
+		ids[i] = e.ID
+	}
+	text, err := json.Marshal(detail) // JSON text: see insertAudit
+	if err != nil {
+		return fmt.Errorf("update audit: %w", err)
+	}
+	if _, err := tx.Exec(ctx, "UPDATE inorder.audit SET detail = $2::text::jsonb WHERE id = ANY($1)", ids, string(text)); err != nil {
+		return fmt.Errorf("update audit: %w", err)
+	}
+	return nil
 }
 
 // noteUnknown marks a process that never ran: the table it reads is unknown, so it might read this one.

@@ -133,30 +133,37 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 	for i := range infos {
 		in := &infos[i]
 		if in.Locked && ownSession[in.Process] {
-			// The owner holds the process's advisory lock on its session (see cursorlock): pg_locks shows
-			// its backend to every role, and no holder means that session has ended, whatever the lease
-			// says (a standby takes over at once).
-			key := cursorlock.LockKey(in.Process)
-			var pid int32
-			err := tx.QueryRow(ctx, `
-				SELECT l.pid FROM pg_locks l
-				WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-				  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
-				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-				int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&pid)
-			switch {
-			case errors.Is(err, pgx.ErrNoRows):
-				in.Locked, in.Holder = false, ""
-			case err != nil:
-				return nil, fmt.Errorf("find owner of cursor %q: %w", in.Process, err)
-			default:
-				in.HolderPID = int(pid)
+			if err := holderOnSession(ctx, tx, in); err != nil {
+				return nil, err
 			}
 		}
 		in.Connected = live[in.Process]
 		in.Status = StatusOf(*in, nil)
 	}
 	return infos, nil
+}
+
+// holderOnSession checks the owner that said it holds the process's advisory lock on its session (see
+// cursorlock): pg_locks shows its backend to every role, and no holder means that session has ended,
+// whatever the lease says (a standby takes over at once).
+func holderOnSession(ctx context.Context, tx pgx.Tx, in *Info) error {
+	key := cursorlock.LockKey(in.Process)
+	var pid int32
+	err := tx.QueryRow(ctx, `
+		SELECT l.pid FROM pg_locks l
+		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+		  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
+		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
+		int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&pid)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		in.Locked, in.Holder = false, ""
+	case err != nil:
+		return fmt.Errorf("find owner of cursor %q: %w", in.Process, err)
+	default:
+		in.HolderPID = int(pid)
+	}
+	return nil
 }
 
 // instances counts, by process, the instances whose row in inorder.instance is live.

@@ -384,23 +384,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	// work outlives ctx by at most ShutdownTimeout: the record in flight and the final commit use it.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	done := make(chan struct{})
-	defer close(done)
-	go func() {
-		select {
-		case <-ctx.Done():
-		case <-done:
-			return
-		}
-		t := time.NewTimer(p.cfg.ShutdownTimeout)
-		defer t.Stop()
-		select {
-		case <-t.C:
-			p.log.Warn().Str("shutdown_timeout", p.cfg.ShutdownTimeout.String()).Msg("record in flight did not finish in time; abandoning it")
-			cancelWork()
-		case <-done:
-		}
-	}()
+	defer p.cutOffAfterShutdownTimeout(ctx, cancelWork)()
 
 	if err := p.open(ctx, work); err != nil {
 		if ctx.Err() != nil && !isFatal(err) {
@@ -462,30 +446,59 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			p.log.Error().Err(err).Msg("batch failed; retrying")
 			wait = p.cfg.RetryMin
 		}
-		wakeable := false
-		if n == 0 && wait == 0 {
-			wait, wakeable = p.cfg.PollInterval, true
-			switch {
-			case woken || p.lookSoon || p.rowBusy:
-				// A notification came, or a writer had just begun, yet nothing was readable: the new rows
-				// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
-				// operator action held the row for a moment.) Look again just after the margin.
-				wait = 2*p.cfg.InsertLatency + time.Millisecond
-			case p.probesRows():
-				// The probe watches for what a batch would look for; a batch still comes now and then to
-				// keep the session and the holds up to date.
-				wait *= idleTicks
-			}
-		}
+		wait, wakeable := p.nextWait(n, wait, woken)
 		woken = false
-		// Look at the row often enough to renew the lease (the owner) or to say the instance is there (a
-		// standby), both due at a third of it.
-		wait = min(wait, p.cfg.Lease/3)
 		if wait > 0 {
 			woken = p.idle(ctx, wait, wakeable)
 		}
 	}
 	return nil
+}
+
+// cutOffAfterShutdownTimeout cancels work once ShutdownTimeout has passed since ctx was done: the record
+// in flight is abandoned then. The returned function ends the watch.
+func (p *Processor[T]) cutOffAfterShutdownTimeout(ctx context.Context, cancelWork context.CancelFunc) func() {
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-done:
+			return
+		}
+		t := time.NewTimer(p.cfg.ShutdownTimeout)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			p.log.Warn().Str("shutdown_timeout", p.cfg.ShutdownTimeout.String()).Msg("record in flight did not finish in time; abandoning it")
+			cancelWork()
+		case <-done:
+		}
+	}()
+	return func() { close(done) }
+}
+
+// nextWait is how long to wait before the next batch, after one that delivered n records and asked to wait
+// wait (a retry's backoff), and whether a notification may cut the wait short. woken says a notification
+// came during the last wait.
+func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Duration, bool) {
+	wakeable := false
+	if n == 0 && wait == 0 {
+		wait, wakeable = p.cfg.PollInterval, true
+		switch {
+		case woken || p.lookSoon || p.rowBusy:
+			// A notification came, or a writer had just begun, yet nothing was readable: the new rows
+			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
+			// operator action held the row for a moment.) Look again just after the margin.
+			wait = 2*p.cfg.InsertLatency + time.Millisecond
+		case p.probesRows():
+			// The probe watches for what a batch would look for; a batch still comes now and then to
+			// keep the session and the holds up to date.
+			wait *= idleTicks
+		}
+	}
+	// Look at the row often enough to renew the lease (the owner) or to say the instance is there (a
+	// standby), both due at a third of it.
+	return min(wait, p.cfg.Lease/3), wakeable
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {

@@ -116,6 +116,22 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 		return nil, invalid("the role cannot read %s: GRANT SELECT ON %s TO <role>", t.Qualified, t.Ident)
 	}
 
+	all, err := columnsOf(ctx, conn, t)
+	if err != nil {
+		return nil, err
+	}
+	cac, idc, err := t.checkColumns(src, all)
+	if err != nil {
+		return nil, err
+	}
+	if err := t.checkIndex(ctx, conn, rel, part, cac, idc); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// columnsOf reads the table's columns, in table order.
+func columnsOf(ctx context.Context, conn Querier, t *Table) ([]Column, error) {
 	rows, err := conn.Query(ctx, `
 		SELECT a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), t.typname,
 		       coalesce(pg_get_expr(d.adbin, d.adrelid), '')
@@ -135,6 +151,12 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 	if err != nil {
 		return nil, fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
 	}
+	return all, nil
+}
+
+// checkColumns finds the id, created_at, key and selected columns among all, checks their types, chooses
+// the horizon, and returns the created_at and id columns.
+func (t *Table) checkColumns(src Spec, all []Column) (cac, idc Column, err error) {
 	byName := map[string]Column{}
 	for _, c := range all {
 		byName[c.Name] = c
@@ -147,20 +169,18 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 		return c, nil
 	}
 
-	idc, err := find("id", src.IDColumn)
-	if err != nil {
-		return nil, err
+	if idc, err = find("id", src.IDColumn); err != nil {
+		return cac, idc, err
 	}
 	cast, ok := idTypes[idc.TypName]
 	if !ok {
-		return nil, invalid("id column %s.%s is %s; it must be smallint, integer, bigint, uuid, text or varchar",
+		return cac, idc, invalid("id column %s.%s is %s; it must be smallint, integer, bigint, uuid, text or varchar",
 			t.Qualified, idc.Name, idc.Type)
 	}
 	t.IDCast = cast
 
-	cac, err := find("created_at", src.CreatedAtColumn)
-	if err != nil {
-		return nil, err
+	if cac, err = find("created_at", src.CreatedAtColumn); err != nil {
+		return cac, idc, err
 	}
 	switch cac.TypName {
 	case "timestamptz":
@@ -168,11 +188,11 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 		t.Warnings = append(t.Warnings, fmt.Sprintf("%s.%s is timestamp without time zone: writers in sessions "+
 			"with different TimeZone settings store incomparable values; prefer timestamptz", t.Qualified, cac.Name))
 	default:
-		return nil, invalid("created_at column %s.%s is %s; it must be timestamptz or timestamp", t.Qualified, cac.Name, cac.Type)
+		return cac, idc, invalid("created_at column %s.%s is %s; it must be timestamptz or timestamp", t.Qualified, cac.Name, cac.Type)
 	}
 	t.CreatedAtNum, t.Default = cac.Num, cac.Default
 	if err := t.chooseHorizon(src.Horizon, cac); err != nil {
-		return nil, err
+		return cac, idc, err
 	}
 
 	if src.KeyColumn == "" {
@@ -180,28 +200,52 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 			t.Spec.KeyColumn = "aggregate_id"
 		}
 	} else if _, err := find("key", src.KeyColumn); err != nil {
-		return nil, err
+		return cac, idc, err
 	}
 
 	if len(src.Columns) == 0 {
 		t.Columns = all
-	} else {
-		seen := map[string]bool{}
-		for _, n := range src.Columns {
-			c, err := find("selected", n)
-			if err != nil {
-				return nil, err
-			}
-			if seen[n] {
-				return nil, invalid("column %q is selected twice", n)
-			}
-			seen[n] = true
-			t.Columns = append(t.Columns, c)
-		}
+		return cac, idc, nil
 	}
+	seen := map[string]bool{}
+	for _, n := range src.Columns {
+		c, err := find("selected", n)
+		if err != nil {
+			return cac, idc, err
+		}
+		if seen[n] {
+			return cac, idc, invalid("column %q is selected twice", n)
+		}
+		seen[n] = true
+		t.Columns = append(t.Columns, c)
+	}
+	return cac, idc, nil
+}
 
+// checkIndex refuses a table without the index its reads need: (created_at, id) for a stream, the
+// partition expression before them for a partition. The error says what to create.
+func (t *Table) checkIndex(ctx context.Context, conn Querier, rel relation, part *Partition, cac, idc Column) error {
+	if part != nil {
+		t.Part = part
+		if t.Spec.KeyColumn == "" {
+			return invalid("a partitioned process splits %s by its key column; the table has no aggregate_id, so name one with the key column setting", t.Qualified)
+		}
+		if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
+			return invalid("partition %d of %d does not exist", part.Index, part.Count)
+		}
+		ok, err := hasPartitionIndex(ctx, conn, t, part.Count)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return invalid("no index serves the partitioned read on %s; create one (or run inorder migrate --partition-index %s:%s:%d): %s",
+				t.Qualified, t.Qualified, t.Spec.KeyColumn, part.Count,
+				PartitionIndexSQL(t.Qualified, t.Spec.KeyColumn, cac.Name, idc.Name, part.Count))
+		}
+		return nil
+	}
 	var indexed bool
-	err = conn.QueryRow(ctx, `
+	err := conn.QueryRow(ctx, `
 		SELECT EXISTS (
 			SELECT 1 FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
 			WHERE i.indrelid = $1 AND am.amname = 'btree' AND i.indpred IS NULL AND i.indnkeyatts >= 2
@@ -209,33 +253,14 @@ func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
 			  AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $3)
 			  AND i.indoption[0] & 1 = i.indoption[1] & 1)`, t.OID, cac.Name, idc.Name).Scan(&indexed)
 	if err != nil {
-		return nil, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
-	}
-	if part != nil {
-		t.Part = part
-		if t.Spec.KeyColumn == "" {
-			return nil, invalid("a partitioned process splits %s by its key column; the table has no aggregate_id, so name one with the key column setting", t.Qualified)
-		}
-		if part.Count < 1 || part.Index < 0 || part.Index >= part.Count {
-			return nil, invalid("partition %d of %d does not exist", part.Index, part.Count)
-		}
-		ok, err := hasPartitionIndex(ctx, conn, t, part.Count)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			return nil, invalid("no index serves the partitioned read on %s; create one (or run inorder migrate --partition-index %s:%s:%d): %s",
-				t.Qualified, t.Qualified, t.Spec.KeyColumn, part.Count,
-				PartitionIndexSQL(t.Qualified, t.Spec.KeyColumn, cac.Name, idc.Name, part.Count))
-		}
-		return t, nil
+		return fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
 	}
 	if !indexed {
 		idx := pgx.Identifier{rel.name + "_" + cac.Name + "_" + idc.Name + "_idx"}.Sanitize()
-		return nil, invalid("no index serves the keyset read on %s; create one: CREATE INDEX CONCURRENTLY %s ON %s (%s, %s)",
+		return invalid("no index serves the keyset read on %s; create one: CREATE INDEX CONCURRENTLY %s ON %s (%s, %s)",
 			t.Qualified, idx, t.Ident, pgx.Identifier{cac.Name}.Sanitize(), pgx.Identifier{idc.Name}.Sanitize())
 	}
-	return t, nil
+	return nil
 }
 
 // relation is a table as the catalog names it.
