@@ -109,7 +109,8 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 	if opts.Reason == "" {
 		return AuditEntry{}, fmt.Errorf("skip on %q: a reason is required", name)
 	}
-	return act(ctx, db, name, "skip", recordID, opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+	return act(ctx, db, name, "skip", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
+		e.RecordID = recordID
 		st := row.state
 		if st.Halt == nil {
 			return nil, fmt.Errorf("skip record %s on %q: %w; skip only moves past a halted record", recordID, name, ErrNotHalted)
@@ -145,7 +146,8 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 	if (to.RecordID == "") == to.Time.IsZero() {
 		return AuditEntry{}, fmt.Errorf("rewind %q: give exactly one of a record id and a time", name)
 	}
-	return act(ctx, db, name, "rewind", to.RecordID, opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+	return act(ctx, db, name, "rewind", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
+		e.RecordID = to.RecordID
 		// Wait for a prune batch in progress, and keep the next from starting until this commits: the
 		// batch then sees the new position, or this sees what the batch deleted.
 		if err := holdOffPrune(ctx, tx); err != nil {
@@ -193,7 +195,7 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 	if paused {
 		action = "pause"
 	}
-	return act(ctx, db, name, action, "", opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+	return act(ctx, db, name, action, opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*Position, error) {
 		if !paused && !row.state.Paused {
 			// An audit entry for doing nothing would only mislead whoever reads the trail.
 			return nil, fmt.Errorf("resume %q: %w; nothing changed", name, ErrNotPaused)
@@ -208,10 +210,11 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 // of it. Use it once the sink or the record is fixed. It refuses a stream that is not failing
 // (ErrNotHalted). The record's attempts count on.
 func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
-	return act(ctx, db, name, "retry", "", opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+	return act(ctx, db, name, "retry", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
 		if row.state.Halt == nil {
 			return nil, fmt.Errorf("retry %q: %w: it is not retrying a record either; nothing to retry", name, ErrNotHalted)
 		}
+		e.RecordID = row.state.Halt.RecordID
 		_, err := tx.Exec(ctx, `UPDATE inorder.cursor SET halted_next_attempt_at = clock_timestamp()
 			WHERE process_name = $1`, name)
 		return nil, err
@@ -243,9 +246,10 @@ func (r cursorRow) table(ctx context.Context, q source.Querier, name string) (*s
 }
 
 // act runs an operator action: it locks the cursor row (waiting at most opts.Wait for a running batch to
-// end), checks and applies change, and writes the audit entry, all in one transaction.
-func act(ctx context.Context, db DB, name, action, recordID string, opts ActionOpts,
-	change func(tx pgx.Tx, row cursorRow) (*Position, error)) (AuditEntry, error) {
+// end), checks and applies change, and writes the audit entry, all in one transaction. change returns
+// the new position, if it moved one, and fills in what else the entry says (the record it acted on).
+func act(ctx context.Context, db DB, name, action string, opts ActionOpts,
+	change func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error)) (AuditEntry, error) {
 	tx, err := beginAction(ctx, db, name, action, opts)
 	if err != nil {
 		return AuditEntry{}, err
@@ -256,15 +260,10 @@ func act(ctx context.Context, db DB, name, action, recordID string, opts ActionO
 		return AuditEntry{}, err
 	}
 	before := row.state.Position
-	after, err := change(tx, row)
-	if err != nil {
+	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, PositionBefore: &before}
+	if e.PositionAfter, err = change(tx, row, &e); err != nil {
 		return AuditEntry{}, err
 	}
-	if action == "retry" {
-		recordID = row.state.Halt.RecordID // known once the row is locked (Retry refuses a row without one)
-	}
-	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, RecordID: recordID,
-		PositionBefore: &before, PositionAfter: after}
 	if err := insertAudit(ctx, tx, &e); err != nil {
 		return AuditEntry{}, err
 	}
@@ -431,7 +430,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 	if n < 1 {
 		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
 	}
-	return act(ctx, db, name, "repartition", "", opts, func(tx pgx.Tx, row cursorRow) (*Position, error) {
+	return act(ctx, db, name, "repartition", opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*Position, error) {
 		fail := func(format string, args ...any) (*Position, error) {
 			return nil, fmt.Errorf("repartition %q: "+format, append([]any{name}, args...)...)
 		}

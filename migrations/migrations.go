@@ -82,12 +82,19 @@ type Applied struct {
 	Current int
 }
 
+// DB is what Migrate runs on: a *pgx.Conn, a *pgxpool.Pool, or a pgx.Tx (Migrate then works in a
+// savepoint of it, and the migrations commit with it). It is the interface the actions of package cursor
+// take (cursor.DB), so one value serves both.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
 // Migrate applies the migrations the database does not have yet, in one transaction, and records each in
 // inorder.schema_migration. Concurrent calls from several instances are safe: they serialise on a
 // transaction-level advisory lock, and the later ones find nothing left to do.
-func Migrate(ctx context.Context, conn *pgx.Conn) (Applied, error) {
+func Migrate(ctx context.Context, db DB) (Applied, error) {
 	var res Applied
-	tx, err := conn.Begin(ctx)
+	tx, err := db.Begin(ctx)
 	if err != nil {
 		return res, fmt.Errorf("migrate: begin: %w", err)
 	}

@@ -53,3 +53,39 @@ func TestUpgradeKeepsALeastPrivilegedRoleWorking(t *testing.T) {
 		require.Equal(t, want, may, role)
 	}
 }
+
+// TestMigrateTakesAPoolOrATransaction: Migrate runs on what the cursor actions take. In a transaction it
+// commits, or not, with it; through a pool it applies everything once.
+func TestMigrateTakesAPoolOrATransaction(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.NewDB(t, pgtest.Options{Empty: true})
+	last := migrations.All()[len(migrations.All())-1].Version
+	applied := func() int {
+		var n int
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_tables
+			WHERE schemaname = 'inorder' AND tablename = 'schema_migration'`).Scan(&n))
+		if n == 0 {
+			return 0
+		}
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM inorder.schema_migration").Scan(&n))
+		return n
+	}
+
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	res, err := migrations.Migrate(ctx, tx)
+	require.NoError(t, err)
+	require.Equal(t, last, res.Current)
+	require.NoError(t, tx.Rollback(ctx))
+	require.Zero(t, applied(), "migrations made in a transaction roll back with it")
+
+	res, err = migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Len(t, res.Versions, len(migrations.All()))
+	require.Equal(t, len(migrations.All()), applied())
+	res, err = migrations.Migrate(ctx, db.Pool)
+	require.NoError(t, err)
+	require.Empty(t, res.Versions, "a second call finds nothing to do")
+	require.Equal(t, last, res.Current)
+}

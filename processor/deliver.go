@@ -215,7 +215,7 @@ func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, han
 	}
 	if err == nil && !ok {
 		p.log.Info().Msg("cursor taken by another instance between batches; standing by")
-		p.owned = false
+		p.role = roleNone
 		p.obs.Locked(p.cfg.Process, false)
 	}
 	return ok, err

@@ -92,7 +92,7 @@ func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool)
 	if wakeable {
 		wake = p.wake
 	}
-	if p.prober != nil && p.owned {
+	if p.prober != nil && p.role == roleOwner {
 		start := time.Now()
 		found, ok := p.probeWait(ctx, d, wakeable && p.probesRows(), wake)
 		if ok || ctx.Err() != nil {

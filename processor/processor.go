@@ -53,7 +53,7 @@ type Config[T any] struct {
 	// for struct types, and the generic column-ordered form for handlers.Row.
 	ScanFunc func(row pgx.CollectableRow) (T, error)
 
-	// BatchSize bounds the records read per batch; every read is bounded. Zero means 100. With
+	// BatchSize bounds the records read per batch; every read is bounded. Zero means DefaultBatchSize (100). With
 	// MaxInFlight above 1, a batch holds at least four windows.
 	BatchSize int
 	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
@@ -66,18 +66,18 @@ type Config[T any] struct {
 	// means one record at a time. Not for a TxHandler, and an AsyncHandler keeps its own window.
 	MaxInFlight int
 	// PollInterval is the wait when there is nothing to read or another instance holds the cursor, and
-	// the fallback when the probe cannot help (see ProbeInterval). Zero means 200ms.
+	// the fallback when the probe cannot help (see ProbeInterval). Zero means DefaultPollInterval (200ms).
 	PollInterval time.Duration
 	// ProbeInterval is the longest wait between probes while there is nothing to read: a probe is one
 	// index-only statement asking whether any row lies after the position, and only a yes runs a batch,
 	// so a new row is delivered within a few milliseconds without the cost of a batch (pg_locks and the
 	// cursor lock) at that rate. Right after records were handled it probes after 2ms, doubling up to
 	// ProbeInterval; a stream with nothing for 10s probes at four times it. A negative value turns probing
-	// off: the processor then waits PollInterval. Zero means 25ms.
+	// off: the processor then waits PollInterval. Zero means DefaultProbeInterval (25ms).
 	ProbeInterval time.Duration
 	// InsertLatency is a safety margin subtracted from the horizon for clock steps (and, for transaction
 	// time, the microseconds between a statement's arrival and its transaction's lock). It is not what keeps
-	// rows from being skipped (tracking transactions is); keep it small. Zero means 5ms.
+	// rows from being skipped (tracking transactions is); keep it small. Zero means DefaultInsertLatency (5ms).
 	InsertLatency time.Duration
 	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
 	Checkpoint Checkpoint
@@ -90,36 +90,36 @@ type Config[T any] struct {
 	StartFrom cursor.StartFrom
 
 	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
-	// 1s and 1m. Permanent failures (handlers.Permanent) are retried at RetryMax.
+	// DefaultRetryMin (1s) and DefaultRetryMax (1m). Permanent failures (handlers.Permanent) are retried at RetryMax.
 	RetryMin, RetryMax time.Duration
 	// HaltAfter is how long a record may fail with errors that may pass (a 5xx, a timeout) while the stream
 	// counts as retrying, before it counts as halted: a warning is logged when retrying begins, an error
 	// when the stream halts, and the inorder_halted metric (and the alert on it) only sees the latter. A
 	// permanent failure (handlers.Permanent) halts at once. Either way the record is retried until it goes
 	// through or an operator skips it; the state is what people are told. It is checked at each failed
-	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means 5m.
+	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means DefaultHaltAfter (5m).
 	HaltAfter time.Duration
 	// IdleInTransactionTimeout is set (SET LOCAL) in every cursor transaction; an instance frozen while it
-	// holds the cursor row loses its session, and with it the row, after it. Zero means 60s.
+	// holds the cursor row loses its session, and with it the row, after it. Zero means DefaultIdleInTransactionTimeout (60s).
 	IdleInTransactionTimeout time.Duration
 	// Lease is how long an instance owns the process without renewing it. The owner renews it in its batch
 	// transactions once a third of it has passed, waiting at most a third of it between batches; another
 	// instance takes the process once it has run out. So a frozen or vanished owner is replaced within
 	// Lease (within IdleInTransactionTimeout if it froze holding the cursor row, whichever is longer) plus
 	// PollInterval; on a direct connection, as soon as its session ends. Ownership through a pooler rests on
-	// the lease alone. Zero means 30s.
+	// the lease alone. Zero means DefaultLease (30s).
 	Lease time.Duration
 	// HandlerTimeout bounds one handler call (and one wait on an async result). It must stay below
 	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs. Zero means half
 	// of IdleInTransactionTimeout.
 	HandlerTimeout time.Duration
 	// ShutdownTimeout bounds how long the record in flight may take to finish after Run's context is
-	// done. Zero means 15s.
+	// done. Zero means DefaultShutdownTimeout (15s).
 	ShutdownTimeout time.Duration
-	// HoldWarnAfter is how long a writer may hold the horizon before a warning is logged. Zero means 1m.
+	// HoldWarnAfter is how long a writer may hold the horizon before a warning is logged. Zero means DefaultHoldWarnAfter (1m).
 	HoldWarnAfter time.Duration
 	// ReconnectMax caps the backoff between reconnection attempts after the database went away. Zero
-	// means 30s.
+	// means DefaultReconnectMax (30s).
 	ReconnectMax time.Duration
 
 	// Logger receives the processor's logs: one line per change of state (locked, released, held,
@@ -164,53 +164,78 @@ func (c *Config[T]) checkSigns() error {
 	return nil
 }
 
+// The defaults of Config, which the zero value of each field takes, and which the CLI's flags default to.
+const (
+	DefaultBatchSize                = 100
+	DefaultPollInterval             = 200 * time.Millisecond
+	DefaultProbeInterval            = 25 * time.Millisecond
+	DefaultInsertLatency            = 5 * time.Millisecond
+	DefaultRetryMin                 = time.Second
+	DefaultRetryMax                 = time.Minute
+	DefaultHaltAfter                = 5 * time.Minute
+	DefaultIdleInTransactionTimeout = 60 * time.Second
+	DefaultLease                    = 30 * time.Second
+	DefaultShutdownTimeout          = 15 * time.Second
+	DefaultHoldWarnAfter            = time.Minute
+	DefaultReconnectMax             = 30 * time.Second
+)
+
 func (c *Config[T]) withDefaults() {
 	if c.BatchSize <= 0 {
-		c.BatchSize = 100
+		c.BatchSize = DefaultBatchSize
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = 200 * time.Millisecond
+		c.PollInterval = DefaultPollInterval
 	}
 	if c.ProbeInterval == 0 {
-		c.ProbeInterval = 25 * time.Millisecond
+		c.ProbeInterval = DefaultProbeInterval
 	}
 	if c.InsertLatency <= 0 {
-		c.InsertLatency = 5 * time.Millisecond
+		c.InsertLatency = DefaultInsertLatency
 	}
 	if c.Checkpoint == "" {
 		c.Checkpoint = CheckpointRecord
 	}
 	if c.RetryMin <= 0 {
-		c.RetryMin = time.Second
+		c.RetryMin = DefaultRetryMin
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = time.Minute
+		c.RetryMax = DefaultRetryMax
 	}
 	if c.HaltAfter <= 0 {
-		c.HaltAfter = 5 * time.Minute
+		c.HaltAfter = DefaultHaltAfter
 	}
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = c.RetryMin
 	}
 	if c.IdleInTransactionTimeout <= 0 {
-		c.IdleInTransactionTimeout = 60 * time.Second
+		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
 	}
 	if c.HandlerTimeout <= 0 {
 		c.HandlerTimeout = c.IdleInTransactionTimeout / 2
 	}
 	if c.Lease <= 0 {
-		c.Lease = 30 * time.Second
+		c.Lease = DefaultLease
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = 15 * time.Second
+		c.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if c.HoldWarnAfter <= 0 {
-		c.HoldWarnAfter = time.Minute
+		c.HoldWarnAfter = DefaultHoldWarnAfter
 	}
 	if c.ReconnectMax <= 0 {
-		c.ReconnectMax = 30 * time.Second
+		c.ReconnectMax = DefaultReconnectMax
 	}
 }
+
+// role is what this instance is to the process, as the last batch found.
+type role int
+
+const (
+	roleNone    role = iota // starting, reconnecting, or the row was found free of any owner
+	roleOwner               // it owns the process and delivers its records
+	roleStandby             // another instance owns the process; this one waits to take over
+)
 
 // Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
 type Processor[T any] struct {
@@ -232,7 +257,7 @@ type Processor[T any] struct {
 	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
-	owned       bool
+	role        role
 	sourceSaved bool
 	hold        holder // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
@@ -251,7 +276,6 @@ type Processor[T any] struct {
 	lastPos     source.Position // the durable position after this instance's last batch
 	knownPos    bool            // lastPos is known (false before the first batch and after errors)
 	tenure      int64           // the tenure (its token) in which this instance last owned the process
-	standingBy  bool            // told that another instance works the process
 	pooling     pooling         // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
@@ -400,7 +424,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 		p.cur.Unclaim()
 		p.obs.Locked(p.cfg.Process, false)
-		if p.owned {
+		if p.role == roleOwner {
 			p.log.Info().Msg("cursor released")
 		}
 	}()
@@ -428,7 +452,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		if n > 0 {
 			p.probeGap, p.lastRecords = 0, time.Now()
 		}
-		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.owned, n == 0 && wait == 0) {
+		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.role == roleOwner, n == 0 && wait == 0) {
 			return nil // the runner above moves on
 		}
 		if err != nil {
@@ -600,7 +624,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.log.Warn().Err(cause).Msg("database connection lost; reconnecting")
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
-	p.owned = false
+	p.role = roleNone
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
@@ -752,7 +776,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	}
 	p.notePooler()
 	if !ok {
-		if p.owned && p.cur.Owner() {
+		if p.role == roleOwner && p.cur.Owner() {
 			// Still the owner: an operator action holds the row for the moment it takes. Look again
 			// shortly rather than stand by for a poll interval.
 			p.rowBusy = true
@@ -760,21 +784,23 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		}
 		holder := p.cur.Holder()
 		switch {
-		case p.owned:
+		case p.role == roleOwner:
 			p.log.Info().Str("owner", holder).Msg("cursor taken by another instance; standing by")
-			p.owned = false
 			p.obs.Locked(p.cfg.Process, false)
-		case !p.standingBy && holder != "":
+		case p.role != roleStandby && holder != "":
 			p.log.Info().Str("owner", holder).Msg("another instance works the process; standing by")
 		}
-		p.standingBy = holder != ""
+		p.role = roleNone
+		if holder != "" {
+			p.role = roleStandby
+		}
 		return false, nil
 	}
-	if tenure := p.cur.Tenure(); !p.owned || tenure != p.tenure {
+	if tenure := p.cur.Tenure(); p.role != roleOwner || tenure != p.tenure {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
-		p.owned, p.sourceSaved, p.tenure, p.knownPos, p.standingBy = true, false, tenure, false, false
+		p.role, p.sourceSaved, p.tenure, p.knownPos = roleOwner, false, tenure, false
 		p.delivered.forget()
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {

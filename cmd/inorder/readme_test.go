@@ -1,0 +1,54 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readmeDefault finds a flag and the default the README gives it in parentheses: "`--batch-size` (100)",
+// "`--idle-timeout`\n(60s)", "`--checkpoint record|batch` (record)".
+var readmeDefault = regexp.MustCompile("`--([a-z-]+)[^`]*`\\s+\\((?:default )?`?([^`);:, \\n]+)")
+
+// TestREADMEGivesTheFlagsTheirDefaults reads every default the README's list of `run` flags states and
+// compares it with the flag's own, which comes from the library's exported defaults: a default changed in
+// one place and not the others fails here.
+func TestREADMEGivesTheFlagsTheirDefaults(t *testing.T) {
+	t.Parallel()
+	readme, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	// The paragraph that lists the run flags.
+	para := regexp.MustCompile("(?s)`run` flags:.*?per handler:").Find(readme)
+	require.NotNil(t, para, "the README lists the run flags")
+	fs := newFlagSet("run", io.Discard)
+	var f runFlags
+	f.register(fs)
+	checked := 0
+	for _, m := range readmeDefault.FindAllStringSubmatch(string(para), -1) {
+		name, said := m[1], m[2]
+		fl := fs.Lookup(name)
+		if fl == nil || fl.DefValue == "" || said == "default" {
+			continue // another command's flag, a default worked out at run time, or the handler chosen by default
+		}
+		checked++
+		switch v := fl.Value.(flag.Getter).Get().(type) {
+		case time.Duration:
+			d, err := time.ParseDuration(said)
+			require.NoError(t, err, "--%s: the README says (%s)", name, said)
+			require.Equal(t, v, d, "--%s: the README says %s, the flag defaults to %s", name, said, fl.DefValue)
+		case int:
+			n, err := strconv.Atoi(said)
+			require.NoError(t, err, "--%s: the README says (%s)", name, said)
+			require.Equal(t, v, n, "--%s: the README says %s, the flag defaults to %s", name, said, fl.DefValue)
+		default:
+			require.Equal(t, fl.DefValue, said, "--%s: the README says %s", name, said)
+		}
+	}
+	require.GreaterOrEqual(t, checked, 10, "the README's run flags with their defaults are found")
+}
