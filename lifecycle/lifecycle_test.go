@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -175,10 +175,20 @@ func inChild(t *testing.T, body func(t *testing.T)) (code int, out string, isChi
 	return 0, string(b), false
 }
 
+// passesInChild runs body in a copy of the test binary (see inChild) and requires that it passed there.
+func passesInChild(t *testing.T, body func(t *testing.T)) {
+	t.Helper()
+	code, out, child := inChild(t, body)
+	if !child {
+		require.Equal(t, 0, code, "the child's output: %s", out)
+		require.Contains(t, out, "--- PASS: "+t.Name())
+	}
+}
+
 // TestZeroGroupStopsCleanlyOnSIGTERM: a zero Group listens for SIGTERM and takes it as a clean stop.
 func TestZeroGroupStopsCleanlyOnSIGTERM(t *testing.T) {
 	t.Parallel()
-	code, out, child := inChild(t, func(t *testing.T) {
+	passesInChild(t, func(t *testing.T) {
 		var g lifecycle.Group
 		stopped := make(chan struct{})
 		g.Add("worker", func(ctx context.Context) error {
@@ -191,10 +201,6 @@ func TestZeroGroupStopsCleanlyOnSIGTERM(t *testing.T) {
 		require.NoError(t, g.Run(context.Background()), "a signal is a clean stop")
 		<-stopped
 	})
-	if !child {
-		require.Equal(t, 0, code, "the child's output: %s", out)
-		require.Contains(t, out, "--- PASS: "+t.Name())
-	}
 }
 
 // TestZeroGroupExitsWithOSExitOnASecondSignal runs a zero Group whose shutdown hangs after a first
@@ -226,7 +232,7 @@ func TestZeroGroupExitsWithOSExitOnASecondSignal(t *testing.T) {
 // Config.ExitFunc, with code 130, even when the first stop came from the context.
 func TestSecondSignalCallsExitFunc(t *testing.T) {
 	t.Parallel()
-	code, out, child := inChild(t, func(t *testing.T) {
+	passesInChild(t, func(t *testing.T) {
 		exited := make(chan int, 1)
 		g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) { exited <- code }})
 		stuck := make(chan struct{})
@@ -251,18 +257,14 @@ func TestSecondSignalCallsExitFunc(t *testing.T) {
 		close(stuck)
 		require.NoError(t, <-result)
 	})
-	if !child {
-		require.Equal(t, 0, code, "the child's output: %s", out)
-		require.Contains(t, out, "--- PASS: "+t.Name())
-	}
 }
 
 // TestNoSignalsLeavesSignalsToTheCaller: with NoSignals the group does not take SIGTERM (the caller
 // handles it) and stops when its context is done.
 func TestNoSignalsLeavesSignalsToTheCaller(t *testing.T) {
 	t.Parallel()
-	code, out, child := inChild(t, func(t *testing.T) {
-		var logs syncBuffer
+	passesInChild(t, func(t *testing.T) {
+		var logs testrun.Buffer
 		g := lifecycle.New(lifecycle.Config{NoSignals: true, Logger: zerolog.New(&logs)})
 		own := make(chan os.Signal, 1)
 		signal.Notify(own, syscall.SIGTERM) // the caller's own handling; without it SIGTERM would kill the test
@@ -278,10 +280,6 @@ func TestNoSignalsLeavesSignalsToTheCaller(t *testing.T) {
 		require.Contains(t, logs.String(), "the context is done")
 		require.NotContains(t, logs.String(), "signal", "the group took the signal it was told to leave")
 	})
-	if !child {
-		require.Equal(t, 0, code, "the child's output: %s", out)
-		require.Contains(t, out, "--- PASS: "+t.Name())
-	}
 }
 
 // TestCancelledContextStopsAZeroGroupCleanly: a parent stops a group by cancelling Run's context; every
@@ -299,22 +297,4 @@ func TestCancelledContextStopsAZeroGroupCleanly(t *testing.T) {
 	})
 	require.NoError(t, g.Run(ctx))
 	<-interrupted
-}
-
-// syncBuffer is a log destination the test reads while the group writes to it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

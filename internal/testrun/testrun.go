@@ -5,6 +5,7 @@ package testrun
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -43,4 +44,24 @@ func Start(t testing.TB, run func(ctx context.Context) error) (stop func() error
 		}
 	})
 	return stop
+}
+
+// Buffer collects what something running in the background writes (a log, a child process's output)
+// while the test reads it.
+type Buffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *Buffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+// String returns everything written so far.
+func (b *Buffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
