@@ -147,7 +147,9 @@ func (g *Group) Run(ctx context.Context) error {
 			}()
 			return errCleanStop
 		case <-ctx.Done():
-			g.cfg.Logger.Info().Msg("stopping: the context is done; finishing the records in flight")
+			// The same line as for a signal: what stopped the group is in its fields (a context made by
+			// signal.NotifyContext names the signal as its cause).
+			g.cfg.Logger.Info().Str("cause", context.Cause(ctx).Error()).Msg("stopping: finishing the records in flight")
 			return errCleanStop
 		case <-stop:
 			return nil

@@ -277,8 +277,8 @@ func TestNoSignalsLeavesSignalsToTheCaller(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, g.Run(ctx))
-		require.Contains(t, logs.String(), "the context is done")
-		require.NotContains(t, logs.String(), "signal", "the group took the signal it was told to leave")
+		require.Contains(t, logs.String(), `"cause":"context canceled"`)
+		require.NotContains(t, logs.String(), `"signal"`, "the group took the signal it was told to leave")
 	})
 }
 
