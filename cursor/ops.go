@@ -93,6 +93,9 @@ type AuditDetail struct {
 	// Streams are the cursor rows Forget removed (the process's own and its partitions'), with the
 	// position each held.
 	Streams []StreamPosition `json:"streams,omitempty"`
+	// Keys are the parked keys Redrive asked for, with their records; for a Skip of a parked record, its
+	// key and the records left behind it (Through is then the record dropped).
+	Keys []ParkedCount `json:"keys,omitempty"`
 }
 
 // StreamPosition is one cursor row and its position.
@@ -105,6 +108,9 @@ type StreamPosition struct {
 // the stream is not halted (ErrNotHalted) or is halted on another record (ErrWrongRecord). It is the only
 // action that moves a position past an undelivered record, and it needs a reason. The running processor
 // goes on after it at its next batch.
+//
+// Skip also drops the first parked record of a key (see Parked): the rest of the key is then redriven, or
+// the key unparked when nothing is left. It refuses a record parked behind another (ErrNotParked).
 func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (AuditEntry, error) {
 	if opts.Reason == "" {
 		return AuditEntry{}, fmt.Errorf("skip on %q: a reason is required", name)
@@ -112,6 +118,15 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 	return act(ctx, db, name, "skip", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
 		e.RecordID = recordID
 		st := row.state
+		if st.Halt == nil || st.Halt.RecordID != recordID {
+			// The first parked record of a key: dropped, and the rest of the key redriven.
+			if found, err := skipParked(ctx, tx, name, recordID, e); found || err != nil {
+				if err != nil {
+					return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+				}
+				return nil, nil
+			}
+		}
 		if st.Halt == nil {
 			return nil, fmt.Errorf("skip record %s on %q: %w; skip only moves past a halted record", recordID, name, ErrNotHalted)
 		}

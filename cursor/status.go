@@ -55,6 +55,13 @@ type Info struct {
 	// InFlightSince is since when the oldest of them had been (see processor.Config.MaxInFlight).
 	InFlight      int
 	InFlightSince time.Time
+	// ParkedKeys and ParkedRecords count the keys parked in the stream and their records (see Parked);
+	// ParkedSince is when the longest parked of them was parked, and OldestParked the first parked record
+	// in the stream's order, whose row a prune keeps.
+	ParkedKeys    int
+	ParkedRecords int
+	ParkedSince   time.Time
+	OldestParked  *Position
 	// RecordsHandled counts the records the process advanced past since it was registered.
 	RecordsHandled int64
 	// Throughput is records per second over roughly the last minute (one to two minutes of history).
@@ -83,8 +90,8 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 		       (records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
-		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session
-		FROM inorder.cursor
+		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session, `+parkedColumns+`
+		FROM inorder.cursor `+parkedJoin+`
 		WHERE $1 = '' OR process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`)
 		ORDER BY process_name`, name, partitions)
 	if err != nil {
@@ -101,12 +108,14 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 			since, exp  pgtype.Timestamptz
 			owner       string
 			session     bool
+			parked      parkedSummary
 		)
-		st, _, err := cursorlock.ScanState(r, &in.Process,
+		st, _, err := cursorlock.ScanState(r, append([]any{&in.Process,
 			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
 			&part, &parts, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
 			&in.RecordsHandled, &flying, &fsin, &in.Throughput,
-			&in.Epoch, &owner, &since, &exp, &in.Locked, &session)
+			&in.Epoch, &owner, &since, &exp, &in.Locked, &session}, parked.scan()...)...)
+		parked.fill(&in)
 		ownSession[in.Process] = session
 		in.InFlight, in.InFlightSince = int(flying), fsin.Time
 		in.OwnerSince, in.LeaseExpiresAt = since.Time, exp.Time

@@ -19,7 +19,7 @@ type outcome[T any] struct {
 	n    int
 	last source.Position
 	// failed is the first record in order that did not succeed, with its cause; nil when none failed.
-	failed *handlers.Record[T]
+	failed *item[T]
 	cause  error
 	// err is a checkpoint that failed; lost says that the cursor went to another instance between a
 	// checkpoint's commit and the relock. Either way the batch ends there, with nothing more to record.
@@ -46,12 +46,24 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 		}
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
-		if err := p.deliver(work, &it.rec); err != nil {
-			o.failed, o.cause = &it.rec, err
-			break
+		if p.keyParked(&it.rec) {
+			if err := p.park(work, st, it, nil); err != nil {
+				o.err = err
+				break
+			}
+		} else if err := p.deliver(work, &it.rec); err != nil {
+			if !p.parksOnFailure(st, &it.rec, err) {
+				o.failed, o.cause = it, err
+				break
+			}
+			if err := p.park(work, st, it, err); err != nil {
+				o.err = err
+				break
+			}
+		} else {
+			p.resumed(&it.rec)
 		}
 		o.last, o.n = it.pos, o.n+1
-		p.resumed(&it.rec)
 		if p.cfg.Checkpoint == CheckpointRecord && !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{})) {
 			break
 		}
@@ -75,33 +87,68 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
 		defer cancel()
 		start := time.Now()
-		werr := f.res.Wait(wctx)
-		p.obs.Handled(p.cfg.Process, time.Since(start), werr)
-		if werr != nil {
-			o.failed, o.cause = &f.it.rec, werr
+		var werr error
+		if f.res != nil {
+			werr = f.res.Wait(wctx)
+			p.obs.Handled(p.cfg.Process, time.Since(start), werr)
+		}
+		switch {
+		case f.res == nil || p.keyParked(&f.it.rec):
+			// Parked behind its key: sent before the key was parked, it is delivered again after the
+			// key's first record, whatever the sink said of it.
+			if err := p.park(work, st, f.it, nil); err != nil {
+				o.err = err
+				return false
+			}
+		case werr != nil && p.parksOnFailure(st, &f.it.rec, werr):
+			if err := p.park(work, st, f.it, werr); err != nil {
+				o.err = err
+				return false
+			}
+		case werr != nil:
+			o.failed, o.cause = f.it, werr
 			return false
+		default:
+			p.resumed(&f.it.rec)
 		}
 		o.last, o.n = f.it.pos, o.n+1
-		p.resumed(&f.it.rec)
 		if p.cfg.Checkpoint == CheckpointRecord {
 			return o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}))
 		}
 		return true
 	}
+	refused := map[string]bool{} // keys whose record the sink refused at once, in this batch
 	goOn := true
 	for i := 0; i < len(items) && goOn && ctx.Err() == nil; i++ {
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		if p.keyParked(&it.rec) || refused[it.rec.Key] {
+			window = append(window, flight{it, nil}) // parked in its turn, without reaching the sink
+			if len(window) >= maxIn {
+				goOn = settle()
+			}
+			continue
+		}
 		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
 		res, serr := p.async.Send(sctx, &it.rec)
 		cancel()
+		if serr != nil && p.parksOnFailure(st, &it.rec, serr) {
+			// Refused before it was sent: parked in its turn, the records before it settling first, and
+			// the key's later records are not sent.
+			window = append(window, flight{it, failedResult{serr}})
+			refused[it.rec.Key] = true
+			if len(window) >= maxIn {
+				goOn = settle()
+			}
+			continue
+		}
 		if serr != nil {
 			// Earlier records settle first; this one is the failure only if they all succeed.
 			for len(window) > 0 && goOn {
 				goOn = settle()
 			}
 			if goOn {
-				o.failed, o.cause = &it.rec, serr
+				o.failed, o.cause = it, serr
 			}
 			goOn = false
 			break
@@ -119,7 +166,9 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 	// longer than one handler call.
 	drain, cancelDrain := context.WithTimeout(work, p.cfg.HandlerTimeout)
 	for _, f := range window {
-		_ = f.res.Wait(drain)
+		if f.res != nil {
+			_ = f.res.Wait(drain)
+		}
 	}
 	cancelDrain()
 	return o
@@ -249,7 +298,8 @@ func (p *Processor[T]) finish(work context.Context, from, to source.Position, ha
 
 // fail records a failing record's halt state with the position of the last success before it, and
 // returns how long to wait before trying it again.
-func (p *Processor[T]) fail(work context.Context, last source.Position, rec *handlers.Record[T], cause error) time.Duration {
+func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last source.Position, it *item[T], cause error) time.Duration {
+	rec := &it.rec
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
@@ -261,6 +311,14 @@ func (p *Processor[T]) fail(work context.Context, last source.Position, rec *han
 		Permanent: handlers.IsPermanent(cause), Status: status,
 		RetryIn:   func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
 		HaltAfter: p.cfg.HaltAfter})
+	if err == nil && !h.HaltedAt.IsZero() && p.parksOnFailure(cursorlock.State{Halt: &h}, rec, cause) {
+		// It has failed for longer than HaltAfter now: the key parks, and the stream goes on at once.
+		if err = p.parkFailed(work, st, it, cause); err == nil {
+			if err = p.cur.Unlock(work); err == nil {
+				return 0
+			}
+		}
+	}
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		_ = p.cur.Abort(work)
@@ -318,3 +376,8 @@ func (p *Processor[T]) panicked(rec *handlers.Record[T], v any) error {
 		Msg("the handler panicked; the record counts as failed")
 	return e
 }
+
+// failedResult is the settled failure of a record the sink refused before it was sent.
+type failedResult struct{ err error }
+
+func (r failedResult) Wait(context.Context) error { return r.err }

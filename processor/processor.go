@@ -89,6 +89,14 @@ type Config[T any] struct {
 	// StartFrom says.
 	StartFrom cursor.StartFrom
 
+	// OnHalt says what a record that would halt the stream does: refused by the sink (handlers.Permanent),
+	// or failing for longer than HaltAfter. Empty (OnHaltHalt) halts the stream on it, every key waiting,
+	// until it goes through or an operator skips it. OnHaltPark parks its key instead: the record is
+	// stored as parked, the position moves past it, every later record of the key is parked behind it
+	// without reaching the handler, and the other keys go on. cursor.Redrive delivers a key's parked
+	// records in order and unparks it. A record without a key halts the stream either way.
+	OnHalt OnHalt
+
 	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
 	// DefaultRetryMin (1s) and DefaultRetryMax (1m). Permanent failures (handlers.Permanent) are retried at RetryMax.
 	RetryMin, RetryMax time.Duration
@@ -272,6 +280,7 @@ type Processor[T any] struct {
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
 	paused      bool
+	parked      map[string]bool // the keys parked in the stream (OnHaltPark); nil until read in this tenure
 	failing     failing         // what this instance last told of a failing record
 	lastPos     source.Position // the durable position after this instance's last batch
 	knownPos    bool            // lastPos is known (false before the first batch and after errors)
@@ -308,6 +317,9 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	}
 	if err := cfg.checkSigns(); err != nil {
 		return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
+	}
+	if cfg.OnHalt != "" && cfg.OnHalt != OnHaltHalt && cfg.OnHalt != OnHaltPark {
+		return nil, fmt.Errorf("processor %q: on-halt %q is neither %q nor %q", cfg.Process, cfg.OnHalt, OnHaltHalt, OnHaltPark)
 	}
 	if cfg.Checkpoint != "" && cfg.Checkpoint != CheckpointRecord && cfg.Checkpoint != CheckpointBatch {
 		return nil, fmt.Errorf("processor %q: checkpoint %q is neither %q nor %q", cfg.Process, cfg.Checkpoint,
@@ -719,6 +731,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
 	}
+	if goOn, err := p.followRedrive(ctx, work); err != nil || !goOn {
+		return 0, 0, err
+	}
 	if wait := p.followOperator(); wait > 0 {
 		return 0, wait, nil
 	}
@@ -758,7 +773,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	switch {
 	case o.err != nil || o.lost:
 	case o.failed != nil && !cutOff(ctx, work):
-		wait = p.fail(work, o.last, o.failed, o.cause)
+		wait = p.fail(work, st, o.last, o.failed, o.cause)
 	default:
 		err = p.finish(work, st.Position, o.last, o.n)
 	}
@@ -800,7 +815,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
-		p.role, p.sourceSaved, p.tenure, p.knownPos = roleOwner, false, tenure, false
+		p.role, p.sourceSaved, p.tenure, p.knownPos, p.parked = roleOwner, false, tenure, false, nil
 		p.delivered.forget()
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {

@@ -32,8 +32,14 @@ func (p *Processor[T]) read(work context.Context, pos source.Position, horizon t
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
+	return p.scanItems(rows, min(limit, 1024))
+}
+
+// scanItems scans the rows of a read, each with its position.
+func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error) {
 	defer rows.Close()
-	items := make([]item[T], 0, min(limit, 1024))
+	items := make([]item[T], 0, capacity)
+	var err error
 	hr := &hiddenRow{Rows: rows}
 	var posScan positionScanner
 	for rows.Next() {

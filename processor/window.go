@@ -41,6 +41,7 @@ const (
 	waiting   slot = iota // not started
 	flying                // its handler runs
 	succeeded             // its handler returned nil
+	parked                // parked (OnHaltPark): complete without having gone through
 	failed                // its handler returned an error
 )
 
@@ -77,6 +78,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	for {
 		if !w.stopping && ctx.Err() == nil {
 			w.start()
+			w.advance() // past the records parked without a handler call
 		}
 		if w.inFlight == 0 {
 			break
@@ -97,7 +99,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
 	}
 	if w.head < len(items) && w.slots[w.head] == failed {
-		w.o.failed, w.o.cause = &items[w.head].rec, w.errs[w.head]
+		w.o.failed, w.o.cause = &items[w.head], w.errs[w.head]
 	}
 	return w.o
 }
@@ -108,7 +110,7 @@ func (w *window[T]) start() {
 	for i := w.head; i < w.failedAt && i < w.head+w.p.cfg.MaxInFlight; i++ {
 		key := w.items[i].rec.Key
 		switch {
-		case w.slots[i] == succeeded:
+		case w.slots[i] == succeeded || w.slots[i] == parked:
 			continue
 		case w.slots[i] != waiting:
 			busy[key] = true
@@ -121,10 +123,16 @@ func (w *window[T]) start() {
 		case busy[key]:
 			continue
 		}
-		busy[key] = true
-		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		it := &w.items[i]
 		it.rec.Attempt = attemptOf(w.st, it.rec.ID)
+		if w.p.keyParked(&it.rec) {
+			// Parked behind its key without reaching the handler: complete at once. (No record of a
+			// parked key is in flight: its first failed, and the key's next had waited for it.)
+			w.parkAt(i, nil)
+			continue
+		}
+		busy[key] = true
+		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		go func(i int, rec *handlers.Record[T]) {
 			t0 := time.Now()
 			err := w.p.handleConcurrently(w.work, rec)
@@ -142,10 +150,13 @@ func (w *window[T]) take(d done) {
 	for {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
-		if d.err != nil {
+		switch {
+		case d.err != nil && w.p.parksOnFailure(w.st, &w.items[d.i].rec, d.err):
+			w.parkAt(d.i, d.err)
+		case d.err != nil:
 			w.slots[d.i], w.errs[d.i] = failed, d.err
 			w.failedAt = min(w.failedAt, d.i)
-		} else {
+		default:
 			w.slots[d.i] = succeeded
 		}
 		select {
@@ -157,13 +168,30 @@ func (w *window[T]) take(d done) {
 	}
 }
 
+// parkAt parks record i (as its key's first, failed with cause, or behind the key when cause is nil):
+// it counts as complete, and the prefix moves past it. A failure to store it stops the window.
+func (w *window[T]) parkAt(i int, cause error) {
+	if err := w.p.park(w.work, w.st, &w.items[i], cause); err != nil {
+		w.slots[i], w.errs[i] = failed, err
+		w.failedAt = min(w.failedAt, i)
+		if w.o.err == nil {
+			w.o.err = err
+		}
+		w.stopping = true
+		return
+	}
+	w.slots[i] = parked
+}
+
 // advance moves the prefix past the records that succeeded at its head and, with CheckpointRecord,
 // commits the advance once.
 func (w *window[T]) advance() {
 	moved := false
-	for w.head < len(w.items) && w.slots[w.head] == succeeded {
+	for w.head < len(w.items) && (w.slots[w.head] == succeeded || w.slots[w.head] == parked) {
 		w.o.last, w.o.n, moved = w.items[w.head].pos, w.o.n+1, true
-		w.p.resumed(&w.items[w.head].rec)
+		if w.slots[w.head] == succeeded {
+			w.p.resumed(&w.items[w.head].rec)
+		}
 		w.head++
 	}
 	if !moved {

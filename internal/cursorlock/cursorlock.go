@@ -197,6 +197,9 @@ type State struct {
 	Halt *Halt
 	// Paused is set by an operator (cursor.Pause) and stops the process at its next batch until resumed.
 	Paused bool
+	// RedriveRequestedAt, when not zero, is when an operator last asked for parked records to be
+	// delivered (cursor.Redrive, or a skip of a parked record) and the processor has not looked yet.
+	RedriveRequestedAt time.Time
 }
 
 // registry hands out one Repository per database, process name and instance name.
@@ -515,7 +518,7 @@ func (r *Repository) State() State { return r.state }
 // StateColumns are the columns of a cursor row that ScanState reads, in its order.
 const StateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
-	halted_at`
+	halted_at, redrive_requested_at`
 
 // leaseColumns are what a cursor row says of its owner, as scanLease reads them.
 const leaseColumns = `owner_epoch, owner_token, coalesce(owner_instance, ''), owner_session,
@@ -748,19 +751,19 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 		haltErr           pgtype.Text
 		attempts          int32
 		first, last, next pgtype.Timestamptz
-		haltedAt          pgtype.Timestamptz
+		haltedAt, redrive pgtype.Timestamptz
 		paused, permanent bool
 		status            pgtype.Int4
 	)
 	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused,
-		&permanent, &status, &next, &haltedAt}, extra...)...)
+		&permanent, &status, &next, &haltedAt, &redrive}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return State{}, false, nil
 	}
 	if err != nil {
 		return State{}, false, err
 	}
-	st := State{Paused: paused}
+	st := State{Paused: paused, RedriveRequestedAt: redrive.Time}
 	if posAt.Valid {
 		st.Position = source.Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
 	}
@@ -788,7 +791,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handl
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
 	r.dirty, r.inFlight = true, InFlight{}
-	r.state = State{Position: pos, Paused: r.state.Paused}
+	r.state = State{Position: pos, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	return nil
 }
 
@@ -877,8 +880,34 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 	}
 	args := pos.Args()
 	n, since := flying.args()
+	return r.commitRelock(ctx, "checkpoint", pos, checkpointSQL,
+		[]any{r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.token}, func() { r.inFlight = flying })
+}
+
+// commitSQL is checkpointSQL without the position: it counts $2 handled records and renews the lease ($3)
+// under the owner's token ($4), and fails (SQLSTATE 22012) when the fence refuses, which aborts what the
+// transaction holds.
+const commitSQL = `WITH held AS (
+	UPDATE inorder.cursor
+	SET records_handled = records_handled + $2, updated_at = clock_timestamp(),
+	    lease_expires_at = clock_timestamp() + $3::interval
+	WHERE process_name = $1 AND owner_token = $4 RETURNING 1) SELECT 1 / count(*)::int FROM held`
+
+// Commit makes what the open transaction holds durable now, without moving the position or touching the
+// halt state (a parked record delivered, and removed, by a redrive), counting handled records, and locks
+// the row again, as Checkpoint does; it reports false as Checkpoint does.
+func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
+	if r.tx == nil {
+		return false, fmt.Errorf("commit cursor %q: %w", r.name, ErrNotLocked)
+	}
+	return r.commitRelock(ctx, "commit", r.state.Position, commitSQL, []any{r.name, handled, r.cfg.lease(), r.token}, func() {})
+}
+
+// commitRelock runs first (a fenced write), commits, and locks the row again in a new transaction, all in
+// one round trip. pos is where the position stands once first has run.
+func (r *Repository) commitRelock(ctx context.Context, what string, pos source.Position, first string, args []any, committed func()) (bool, error) {
 	b := &pgx.Batch{}
-	b.Queue(checkpointSQL, r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.token)
+	b.Queue(first, args...)
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
@@ -890,9 +919,9 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 	if err == nil {
 		_, err = br.Exec()
 	}
-	committed := err == nil
-	if committed {
-		r.inFlight = flying
+	done := err == nil
+	if done {
+		committed()
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -906,13 +935,13 @@ func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handle
 	}
 	if err != nil {
 		r.dropTx(ctx)
-		if committed {
+		if done {
 			r.state = State{Position: pos}
 		}
 		if errors.Is(err, ErrFenced) {
 			r.epoch, r.token = 0, 0
 		}
-		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, pooler.Explain(err))
+		return false, fmt.Errorf("%s cursor %q: %w", what, r.name, pooler.Explain(err))
 	}
 	if !ok || r.lease.token != r.token {
 		r.dropTx(ctx)
@@ -998,7 +1027,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 	}
 	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
 	h.HaltedAt = haltedAt.Time
-	r.state = State{Position: pos, Halt: &h}
+	r.state = State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	r.dirty = true
 	return h, nil
 }

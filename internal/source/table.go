@@ -419,29 +419,64 @@ func GenericExpr(c Column) (expr string, raw bool) {
 // order, and its arguments. Every row starts with the three position columns (created_at, the id as text,
 // the key as text), then the selected columns.
 func (t *Table) ReadSQL(generic bool, pos Position, horizon time.Time, limit int) (string, []any) {
-	// Every column reference is qualified with the alias src: selected columns may be named like the
-	// position columns, and ORDER BY would otherwise resolve to an output column.
+	var b strings.Builder
+	t.selectFrom(&b, generic)
+	after, args := t.After(pos, "src.", 1)
+	fmt.Fprintf(&b, " WHERE %s AND ", after)
+	if t.Part != nil {
+		fmt.Fprintf(&b, "%s = %d AND ", t.PartExpr("src."), t.Part.Index)
+	}
+	ca, id := "src."+quote(t.Spec.CreatedAtColumn), "src."+quote(t.Spec.IDColumn)
+	n := len(args) + 1
+	fmt.Fprintf(&b, "%s < $%d::timestamptz ORDER BY %s, %s LIMIT $%d", ca, n, ca, id, n+1)
+	return b.String(), append(args, horizon, limit)
+}
+
+// RecordSQL builds the read of the one row at pos (a record's own position), with the columns ReadSQL
+// selects: a parked record read again for its redrive.
+func (t *Table) RecordSQL(generic bool, pos Position) (string, []any) {
+	var b strings.Builder
+	t.selectFrom(&b, generic)
+	fmt.Fprintf(&b, " WHERE src.%s = $1 AND src.%s = $2::text::%s", quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn), t.IDCast)
+	return b.String(), []any{pos.CreatedAt, pos.ID}
+}
+
+// selectFrom writes the select list (the three position columns, then the selected columns) and the FROM
+// clause of a read. Every column reference is qualified with the alias src: selected columns may be named
+// like the position columns, and ORDER BY would otherwise resolve to an output column.
+func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 	ca := "src." + quote(t.Spec.CreatedAtColumn)
 	id := "src." + quote(t.Spec.IDColumn)
 	key := "NULL::text"
 	if t.Spec.KeyColumn != "" {
 		key = "src." + quote(t.Spec.KeyColumn) + "::text"
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
+	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
 	for _, c := range t.Columns {
 		expr := quote(c.Name)
 		if generic {
 			expr, _ = GenericExpr(c)
 		}
-		fmt.Fprintf(&b, ", src.%s AS %s", expr, quote(c.Name))
+		fmt.Fprintf(b, ", src.%s AS %s", expr, quote(c.Name))
 	}
-	after, args := t.After(pos, "src.", 1)
-	fmt.Fprintf(&b, " FROM %s AS src WHERE %s AND ", t.Ident, after)
-	if t.Part != nil {
-		fmt.Fprintf(&b, "%s = %d AND ", t.PartExpr("src."), t.Part.Index)
+	fmt.Fprintf(b, " FROM %s AS src", t.Ident)
+}
+
+// Before returns the position just before the row at pos: that of the row before it, or the beginning
+// when there is none. A prune bounded there keeps the row at pos.
+func (t *Table) Before(ctx context.Context, q Querier, pos Position) (Position, error) {
+	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s
+		WHERE (%[1]s, %[2]s) < ($1, $2::text::%[4]s) ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1`, ca, id, t.Ident, t.IDCast)
+	var at time.Time
+	var prev Position
+	err := q.QueryRow(ctx, sql, pos.CreatedAt, pos.ID).Scan(&at, &prev.ID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Position{}, nil
 	}
-	n := len(args) + 1
-	fmt.Fprintf(&b, "%s < $%d::timestamptz ORDER BY %s, %s LIMIT $%d", ca, n, ca, id, n+1)
-	return b.String(), append(args, horizon, limit)
+	if err != nil {
+		return Position{}, fmt.Errorf("find the row before %s in %s: %w", pos, t.Qualified, err)
+	}
+	prev.CreatedAt = at.UTC()
+	return prev, nil
 }

@@ -1,0 +1,166 @@
+package cursorlock
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/internal/source"
+)
+
+// Parked is a record parked in its stream (see migration 11): the key's first, which failed (Error set),
+// or one parked behind it.
+type Parked struct {
+	Key       string
+	Position  source.Position
+	Error     string
+	Status    int
+	Permanent bool
+	Attempts  int
+	// FirstFailureAt is when the record first failed; zero for a record parked behind another.
+	FirstFailureAt time.Time
+}
+
+// maxErrorLen bounds the error text stored with a failing or parked record.
+const maxErrorLen = 4000
+
+func clip(msg string) string {
+	if len(msg) > maxErrorLen {
+		return msg[:maxErrorLen] + "…"
+	}
+	return msg
+}
+
+// Park stores a parked record in the open transaction; it commits with the position that moves past it.
+// Parking a record again (delivered again after a crash) changes nothing.
+func (r *Repository) Park(ctx context.Context, p Parked) error {
+	if r.tx == nil {
+		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
+	}
+	var status, first any
+	if p.Status != 0 {
+		status = p.Status
+	}
+	if !p.FirstFailureAt.IsZero() {
+		first = p.FirstFailureAt
+	}
+	_, err := r.tx.Exec(ctx, `
+		INSERT INTO inorder.parked (process_name, key, record_created_at, record_id, error, status, permanent,
+		                            attempts, first_failure_at, last_failure_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, CASE WHEN $5 <> '' THEN clock_timestamp() END),
+		        CASE WHEN $5 <> '' THEN clock_timestamp() END)
+		ON CONFLICT DO NOTHING`,
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, clip(p.Error), status, p.Permanent, p.Attempts, first)
+	if err != nil {
+		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, err)
+	}
+	r.dirty = true
+	return nil
+}
+
+// ParkedKeys returns the keys parked in this stream.
+func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
+	if r.tx == nil {
+		return nil, fmt.Errorf("read parked keys of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	rows, err := r.tx.Query(ctx, `SELECT DISTINCT key FROM inorder.parked WHERE process_name = $1`, r.name)
+	if err == nil {
+		var keys []string
+		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
+			return keys, nil
+		}
+	}
+	return nil, fmt.Errorf("read parked keys of cursor %q: %w", r.name, err)
+}
+
+// RedriveQueue returns the parked records an operator asked to redrive, key by key, each key's in
+// (created_at, id) order.
+func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
+	if r.tx == nil {
+		return nil, fmt.Errorf("read redrives of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	rows, err := r.tx.Query(ctx, `
+		SELECT key, record_created_at, record_id, error, coalesce(status, 0), permanent, attempts,
+		       first_failure_at
+		FROM inorder.parked WHERE process_name = $1 AND redrive_at IS NOT NULL
+		ORDER BY key, record_created_at, record_id`, r.name)
+	if err == nil {
+		var out []Parked
+		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Parked, error) {
+			var p Parked
+			var first pgtype.Timestamptz
+			err := row.Scan(&p.Key, &p.Position.CreatedAt, &p.Position.ID, &p.Error, &p.Status, &p.Permanent,
+				&p.Attempts, &first)
+			p.Position.CreatedAt, p.FirstFailureAt = p.Position.CreatedAt.UTC(), first.Time
+			return p, err
+		})
+		if err == nil {
+			return out, nil
+		}
+	}
+	return nil, fmt.Errorf("read redrives of cursor %q: %w", r.name, err)
+}
+
+// Unpark removes a parked record that has been delivered, in the open transaction: it commits with the
+// handler's writes, if any.
+func (r *Repository) Unpark(ctx context.Context, p Parked) error {
+	if r.tx == nil {
+		return fmt.Errorf("unpark record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
+	}
+	_, err := r.tx.Exec(ctx, `DELETE FROM inorder.parked
+		WHERE process_name = $1 AND key = $2 AND record_created_at = $3 AND record_id = $4`,
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID)
+	if err != nil {
+		return fmt.Errorf("unpark record %s on cursor %q: %w", p.Position.ID, r.name, err)
+	}
+	r.dirty = true
+	return nil
+}
+
+// RedriveFailed keeps a key parked whose first record failed again during its redrive: the record takes
+// the new error, and the key's redrive request ends, so that it waits for the next.
+func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
+	if r.tx == nil {
+		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, ErrNotLocked)
+	}
+	var status any
+	if p.Status != 0 {
+		status = p.Status
+	}
+	_, err := r.tx.Exec(ctx, `
+		UPDATE inorder.parked
+		SET error = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $5 ELSE error END,
+		    status = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $6 ELSE status END,
+		    permanent = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $7 ELSE permanent END,
+		    attempts = CASE WHEN record_created_at = $3 AND record_id = $4 THEN attempts + 1 ELSE attempts END,
+		    first_failure_at = CASE WHEN record_created_at = $3 AND record_id = $4
+		                            THEN coalesce(first_failure_at, clock_timestamp()) ELSE first_failure_at END,
+		    last_failure_at = CASE WHEN record_created_at = $3 AND record_id = $4
+		                           THEN clock_timestamp() ELSE last_failure_at END,
+		    redrive_at = NULL
+		WHERE process_name = $1 AND key = $2`,
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, clip(p.Error), status, p.Permanent)
+	if err != nil {
+		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, err)
+	}
+	r.dirty = true
+	return nil
+}
+
+// RedriveSeen ends an operator's redrive request once the processor has acted on every request made up
+// to seen (the RedriveRequestedAt it read); a request made since stays for the next batch.
+func (r *Repository) RedriveSeen(ctx context.Context, seen time.Time) error {
+	if r.tx == nil {
+		return fmt.Errorf("end redrive request on cursor %q: %w", r.name, ErrNotLocked)
+	}
+	if _, err := r.tx.Exec(ctx, `UPDATE inorder.cursor SET redrive_requested_at = NULL
+		WHERE process_name = $1 AND redrive_requested_at <= $2`, r.name, seen); err != nil {
+		return fmt.Errorf("end redrive request on cursor %q: %w", r.name, err)
+	}
+	r.state.RedriveRequestedAt = time.Time{}
+	r.dirty = true
+	return nil
+}

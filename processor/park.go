@@ -1,0 +1,227 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+)
+
+// OnHalt says what a stream does with a record that would halt it (see Config.OnHalt).
+type OnHalt string
+
+const (
+	// OnHaltHalt halts the stream on the record: every key waits until it goes through or an operator
+	// skips it. The default.
+	OnHaltHalt OnHalt = "halt"
+	// OnHaltPark parks the record's key: the other keys go on, and the key's records wait, in order, for
+	// an operator's redrive.
+	OnHaltPark OnHalt = "park"
+)
+
+// Parking a key. With OnHaltPark, a record that would halt the stream is stored as parked (its row stays
+// in the source; inorder.parked refers to it, with the error), and the position moves past it as past a
+// record that succeeded. From then on every record of its key is parked behind it, in (created_at, id)
+// order, without reaching the handler, so that nothing of the key overtakes it; the other keys go on with
+// the window. The parked keys of a stream are read once per tenure and kept in memory: only the owner
+// parks, and an operator's redrive or skip is seen in the cursor row.
+//
+// A redrive happens in the owner, between two batches, in the goroutine that delivers the stream: the
+// key's parked records are delivered one at a time, in order, each removed from inorder.parked in the
+// transaction that commits after it (a transactional handler's writes with it), and the key is unparked
+// once none is left. No batch runs meanwhile, and every record of the key up to the position is among the
+// parked ones, so a new record of the key (after the position) can only come after them. A crash during a
+// redrive delivers again at most the record in flight. A first record that fails again keeps the key
+// parked, with the new error, until the next redrive.
+
+// parking reports whether the stream parks keys.
+func (p *Processor[T]) parking() bool { return p.cfg.OnHalt == OnHaltPark }
+
+// keyParked reports whether rec's key is parked in this stream: the record goes behind it.
+func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
+	return rec.Key != "" && p.parked[rec.Key]
+}
+
+// parksOnFailure reports whether rec, failed with err, is parked now instead of failing the batch: the
+// stream parks keys, the record has one, and the failure would halt the stream: a refusal, or a record
+// failing for longer than HaltAfter (as the cursor row said when the batch began). A failure that may
+// still pass is retried as without parking, the stream waiting on it.
+func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[T], err error) bool {
+	if !p.parking() || rec.Key == "" {
+		return false
+	}
+	if handlers.IsPermanent(err) {
+		return true
+	}
+	h := st.Halt
+	return h != nil && h.RecordID == rec.ID && (!h.HaltedAt.IsZero() || time.Since(h.FirstFailureAt) >= p.cfg.HaltAfter)
+}
+
+// park stores it as parked, in the open cursor transaction: as its key's first record, failed with
+// cause, or behind the key's parked records when cause is nil. The key is parked from now on.
+func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[T], cause error) error {
+	pk := cursorlock.Parked{Key: it.rec.Key, Position: it.pos}
+	if cause != nil {
+		pk.Error, pk.Permanent, pk.Attempts = cause.Error(), handlers.IsPermanent(cause), it.rec.Attempt
+		pk.Status, _ = handlers.StatusOf(cause)
+		if h := st.Halt; h != nil && h.RecordID == it.rec.ID {
+			pk.FirstFailureAt = h.FirstFailureAt
+		}
+	}
+	if err := p.cur.Park(work, pk); err != nil {
+		return err
+	}
+	if cause == nil || p.parked[pk.Key] {
+		return nil
+	}
+	if p.parked == nil {
+		p.parked = map[string]bool{}
+	}
+	p.parked[pk.Key] = true
+	p.retryAt, p.nextAt = time.Time{}, time.Time{}
+	p.noteFailing(nil) // the stream goes on; the key is what waits now
+	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
+		Int("status", pk.Status).Err(cause).
+		Msg("key parked: its records wait in order, the other keys go on; redrive it once the sink accepts it (inorder redrive)")
+	return nil
+}
+
+// parkFailed parks a record whose failure the cursor row has just counted as halting the stream
+// (RecordFailure said so): the position moves past it, in the transaction that fail commits.
+func (p *Processor[T]) parkFailed(work context.Context, st cursorlock.State, it *item[T], cause error) error {
+	if err := p.park(work, st, it, cause); err != nil {
+		return err
+	}
+	return p.cur.SetPosition(work, it.pos, 0)
+}
+
+// loadParked reads the stream's parked keys, once per tenure and again after an operator's redrive or
+// skip.
+func (p *Processor[T]) loadParked(work context.Context) error {
+	keys, err := p.cur.ParkedKeys(work)
+	if err != nil {
+		return err
+	}
+	p.parked = make(map[string]bool, len(keys))
+	for _, k := range keys {
+		p.parked[k] = true
+	}
+	return nil
+}
+
+// followRedrive acts on an operator's redrive request, seen in the cursor row: it delivers the parked
+// records of every key asked for, key by key, and reads the parked keys again (a skip may have unparked
+// one). It reports false when the stream must stop here (stopping, or the cursor lost).
+func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
+	st := p.cur.State()
+	if !p.parking() || st.RedriveRequestedAt.IsZero() || st.Paused {
+		if p.parking() && p.parked == nil {
+			return true, p.loadParked(work)
+		}
+		return true, nil
+	}
+	queue, err := p.cur.RedriveQueue(work)
+	if err != nil {
+		return false, err
+	}
+	for i := 0; i < len(queue); {
+		j := i
+		for j < len(queue) && queue[j].Key == queue[i].Key {
+			j++
+		}
+		if goOn, err := p.redriveKey(ctx, work, queue[i:j]); err != nil || !goOn {
+			return false, err
+		}
+		i = j
+	}
+	if err := p.cur.RedriveSeen(work, st.RedriveRequestedAt); err != nil {
+		return false, err
+	}
+	return true, p.loadParked(work)
+}
+
+// redriveKey delivers one key's parked records in order, each removed as it goes through; a record that
+// fails ends the key's redrive with the key still parked. It reports false when the stream must stop.
+func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.Parked) (bool, error) {
+	key := recs[0].Key
+	for n, pk := range recs {
+		if ctx.Err() != nil {
+			return false, nil
+		}
+		it, err := p.readParked(work, pk)
+		var cause error
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			cause = fmt.Errorf("record %s is no longer in %s, so it cannot be delivered; skip it (inorder skip "+
+				"--record %s) to redrive the rest of key %s", pk.Position.ID, p.table.Qualified, pk.Position.ID, key)
+		case err != nil:
+			return false, err
+		default:
+			it.rec.Attempt = pk.Attempts + 1
+			cause = p.deliver(work, &it.rec)
+		}
+		if cause != nil {
+			if cutOff(ctx, work) {
+				return false, nil
+			}
+			pk.Error, pk.Permanent = cause.Error(), handlers.IsPermanent(cause)
+			pk.Status, _ = handlers.StatusOf(cause)
+			if err := p.cur.RedriveFailed(work, pk); err != nil {
+				return false, err
+			}
+			if ok, err := p.commit(work, 0); err != nil || !ok {
+				return false, err
+			}
+			p.log.Warn().Str("key", key).Str("record", pk.Position.ID).Int("delivered", n).Int("left", len(recs)-n).
+				Err(cause).Msg("redrive: the key's first parked record failed again; the key stays parked")
+			return true, nil
+		}
+		if err := p.cur.Unpark(work, pk); err != nil {
+			return false, err
+		}
+		if ok, err := p.commit(work, 1); err != nil || !ok {
+			return false, err
+		}
+		p.delivered.add(pk.Position)
+	}
+	delete(p.parked, key)
+	p.log.Info().Str("key", key).Int("records", len(recs)).
+		Msg("key redriven: its parked records went through in order; the key is unparked")
+	return true, nil
+}
+
+// readParked reads a parked record's row from the source again.
+func (p *Processor[T]) readParked(work context.Context, pk cursorlock.Parked) (*item[T], error) {
+	sql, args := p.table.RecordSQL(p.generic, pk.Position)
+	rows, err := p.cur.Tx().Query(work, sql, args...)
+	if err != nil {
+		return nil, fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err)
+	}
+	items, err := p.scanItems(rows, 1)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, pgx.ErrNoRows
+	}
+	return &items[0], nil
+}
+
+// commit makes a redrive's step durable, the handler flushed first, without moving the position.
+func (p *Processor[T]) commit(work context.Context, handled int) (bool, error) {
+	if err := p.flush(work); err != nil {
+		return false, err
+	}
+	ok, err := p.cur.Commit(work, handled)
+	if err == nil && !ok && !p.cur.Owner() {
+		p.log.Info().Msg("cursor taken by another instance during a redrive; standing by")
+		p.role = roleNone
+		p.obs.Locked(p.cfg.Process, false)
+	}
+	return ok, err
+}
