@@ -292,6 +292,7 @@ type pruneBound struct {
 	pos    source.Position
 	row    *Info // nil for a partition that never ran, or a process that never ran
 	paused bool  // the stream or its process is paused
+	note   string
 }
 
 // planPrune reads every process, finds those of table (and those that never ran), checks their halts
@@ -316,6 +317,9 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		return nil, err
 	}
 	if err := p.checkHalts(ctx, tx, bounds, cut); err != nil {
+		return nil, err
+	}
+	if bounds, err = p.keepParked(ctx, tx, bounds); err != nil {
 		return nil, err
 	}
 	return p, p.rank(ctx, tx, bounds, cut)
@@ -378,6 +382,23 @@ func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, S
 	return bounds, *spec, nil
 }
 
+// keepParked adds, for every stream with parked records, a bound just before the first of them, so that
+// their rows stay for the redrive: the stream's position has passed them, but they were not delivered.
+func (p *prunePlan) keepParked(ctx context.Context, tx pgx.Tx, bounds []pruneBound) ([]pruneBound, error) {
+	for _, b := range bounds {
+		if b.row == nil || b.row.OldestParked == nil {
+			continue
+		}
+		before, err := p.table.Before(ctx, tx, *b.row.OldestParked)
+		if err != nil {
+			return nil, err
+		}
+		bounds = append(bounds, pruneBound{reader: b.reader, stream: b.stream, pos: before,
+			note: fmt.Sprintf("parked record %s (%d keys parked; redrive or skip them)", b.row.OldestParked.ID, b.row.ParkedKeys)})
+	}
+	return bounds, nil
+}
+
 // checkHalts refuses a cut-off that reaches the record a stream is halted on: it waits for an operator to
 // fix or skip it. A stream only retrying a record is held back by its position like any other.
 func (p *prunePlan) checkHalts(ctx context.Context, tx pgx.Tx, bounds []pruneBound, cut time.Time) error {
@@ -425,6 +446,8 @@ func (p *prunePlan) rank(ctx context.Context, tx pgx.Tx, bounds []pruneBound, cu
 		r.Stream, r.Position = b.stream, b.pos
 		switch {
 		case r.Note != "":
+		case b.note != "":
+			r.Note = b.note
 		case b.row == nil:
 			r.Note = "never ran"
 		case b.row.Halt != nil && b.row.Halt.Retrying():

@@ -301,3 +301,40 @@ func TestARedriveThatFailsAgainKeepsTheKeyParked(t *testing.T) {
 	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "zzz"}, ops)
 	require.ErrorIs(t, err, cursor.ErrNotParked)
 }
+
+// TestPruneKeepsParkedRows: a prune beside a parked key deletes what every process passed up to the first
+// parked record and keeps that record's row and every row after it; its result names the parked record
+// as what holds it back. The key's redrive then finds every row.
+func TestPruneKeepsParkedRows(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.OnHalt = processor.OnHaltPark
+	ids := b.insertKeys(t, []string{"a", "b"}, 5)
+	head := ids["a"][2]
+	b.h.setFail(head, handlers.Permanent(errors.New("400 Bad Request")))
+	start(t, b.cfg)
+	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 3 })
+	waitFor(t, "the other key", func() bool { return len(byKeyOf(b.h.records())["b"]) == 5 })
+	waitFor(t, "the position at the last record", func() bool {
+		_, id := b.position(t, b.cfg.Process)
+		return id == idText(ids["b"][4])
+	})
+
+	res, err := cursor.Prune(context.Background(), b.db.Pool, cursor.PruneOpts{ActionOpts: ops, Table: "events",
+		Before: time.Now().Add(time.Hour)})
+	require.NoError(t, err)
+	require.NotNil(t, res.Limit)
+	require.Contains(t, res.Limit.Note, "parked record "+idText(head))
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events ORDER BY created_at, id")
+	require.NoError(t, err)
+	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Equal(t, head, left[0], "every row before the first parked record went, and it stayed")
+	require.Len(t, left, 10-4, "the rows from the parked record on stayed") // a0 b0 a1 b1 went
+
+	b.h.setFail(head, nil)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	require.NoError(t, err)
+	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["a"]) == 5 })
+	require.Equal(t, ids["a"], byKeyOf(b.h.records())["a"])
+}
