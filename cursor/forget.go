@@ -13,7 +13,7 @@ import (
 
 // Forget deletes the cursor rows of process name (its partitions' too), for a process that is retired or
 // is to start afresh. It refuses while an instance runs the process or stands by for it (ErrBusy): stop
-// every instance first. Run again afterwards, the process starts like a new one: from the beginning of
+// every instance first, and while keys are parked in it (ErrParked): redrive or skip them. Run again afterwards, the process starts like a new one: from the beginning of
 // its table, or from then with StartFromNow (`--start-from now`). A process that is forgotten no longer
 // holds back Prune.
 //
@@ -46,6 +46,9 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 		return fail("%w", err)
 	}
 	if err := refuseRunning(ctx, tx, name, partitioned, streams); err != nil {
+		return fail("%w", err)
+	}
+	if err := refuseParked(ctx, tx, streams); err != nil {
 		return fail("%w", err)
 	}
 	if err := removeProcess(ctx, tx, name, partitioned); err != nil {
@@ -180,4 +183,22 @@ func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 	_, err = tx.Exec(ctx, `DELETE FROM inorder.instance WHERE process_name = $1
 		OR ($2 AND `+cursorlock.PartitionRowSQL+")", name, partitioned)
 	return err
+}
+
+// refuseParked refuses (ErrParked) while records are parked in one of the streams: forgetting the process
+// would lose them without a word.
+func refuseParked(ctx context.Context, tx pgx.Tx, streams []StreamPosition) error {
+	names := make([]string, len(streams))
+	for i, s := range streams {
+		names[i] = s.Process
+	}
+	var keys, records int
+	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT (process_name, key))::int, count(*)::int FROM inorder.parked
+		WHERE process_name = ANY($1)`, names).Scan(&keys, &records); err != nil {
+		return err
+	}
+	if keys > 0 {
+		return fmt.Errorf("%w: %d keys (%d records); redrive or skip them first (inorder parked)", ErrParked, keys, records)
+	}
+	return nil
 }

@@ -439,8 +439,9 @@ const repartitionGuard = 5 * time.Millisecond
 // Repartition splits process name into n partitions anew (n = 1 included), every one starting after the
 // last row of the source, in one transaction, audited. Positions do not carry over between splits, so it
 // refuses unless that start skips nothing: an instance running the process (ErrBusy), a stream that never
-// ran (ErrNeverRan), is halted or has records behind its position (ErrNotDrained), or a transaction in
-// flight that could still add rows before the start (ErrInFlight).
+// ran (ErrNeverRan), is halted or has records behind its position (ErrNotDrained), has keys parked
+// (ErrParked: a key's parked records belong to the stream that parked them), or a transaction in flight
+// that could still add rows before the start (ErrInFlight).
 func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts) (AuditEntry, error) {
 	if n < 1 {
 		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
@@ -527,6 +528,9 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 			return nil, fmt.Errorf("%w: %s is %s record %s; resolve that first", ErrNotDrained, s.Process, what, s.Halt.RecordID)
 		case s.Source.Table == "":
 			return nil, fmt.Errorf("%w: %s has never run; run it until it is drained first", ErrNeverRan, s.Process)
+		case s.ParkedKeys > 0:
+			return nil, fmt.Errorf("%w: %s has %d keys parked (%d records); redrive or skip them first (inorder parked)",
+				ErrParked, s.Process, s.ParkedKeys, s.ParkedRecords)
 		}
 		t, err := source.Inspect(ctx, tx, s.Source.spec())
 		if err != nil {

@@ -10,9 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// ErrNotParked: Redrive was asked for a key (or for every key) of a process that has none parked, or Skip
-// for a parked record that is not its key's first.
-var ErrNotParked = errors.New("not parked")
+var (
+	// ErrNotParked: Redrive was asked for a key (or for every key) of a process that has none parked, or
+	// Skip for a parked record that is not its key's first.
+	ErrNotParked = errors.New("not parked")
+	// ErrParked: Repartition or Forget was asked for a process with parked keys, whose records would be
+	// lost with its streams; redrive or skip them first.
+	ErrParked = errors.New("keys are parked")
+)
 
 // ParkedKey is a key parked in one stream of a process run with processor.OnHaltPark: its first record
 // failed in a way that would have halted the stream, and every later record of the key waits behind it,

@@ -338,3 +338,24 @@ func TestPruneKeepsParkedRows(t *testing.T) {
 	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["a"]) == 5 })
 	require.Equal(t, ids["a"], byKeyOf(b.h.records())["a"])
 }
+
+// TestRepartitionAndForgetRefuseWhileKeysAreParked: a key's parked records belong to the stream that
+// parked them; neither a repartition nor a forget may drop them.
+func TestRepartitionAndForgetRefuseWhileKeysAreParked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.OnHalt = processor.OnHaltPark
+	ids := b.insertKeys(t, []string{"a"}, 2)
+	b.h.setFail(ids["a"][0], handlers.Permanent(errors.New("400 Bad Request")))
+	stop := start(t, b.cfg)
+	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 2 })
+	waitFor(t, "the position past the key", func() bool { _, id := b.position(t, b.cfg.Process); return id == idText(ids["a"][1]) })
+	require.NoError(t, stop())
+
+	_, err := cursor.Repartition(context.Background(), b.db.Pool, b.cfg.Process, 2, ops)
+	require.ErrorIs(t, err, cursor.ErrParked)
+	require.Contains(t, err.Error(), "1 keys parked (2 records)")
+	_, err = cursor.Forget(context.Background(), b.db.Pool, b.cfg.Process, ops)
+	require.ErrorIs(t, err, cursor.ErrParked)
+	require.Len(t, b.parkedIDs(t, "a"), 2)
+}
