@@ -97,6 +97,7 @@ type infoJSON struct {
 	Halt           *haltJSON     `json:"halt"`
 	Hold           *holdJSON     `json:"hold"`
 	InFlight       *inFlightJSON `json:"in_flight"`
+	Parked         *parkedJSON   `json:"parked"`
 	Error          string        `json:"error,omitempty"`
 	UpdatedAt      time.Time     `json:"updated_at"`
 }
@@ -138,6 +139,15 @@ type holdJSON struct {
 	Since     time.Time `json:"since"`
 }
 
+type parkedJSON struct {
+	Keys           int       `json:"keys"`
+	Records        int       `json:"records"`
+	Since          time.Time `json:"since"`
+	AgeSeconds     float64   `json:"age_seconds"`
+	OldestRecordID string    `json:"oldest_record_id"`
+	OldestRecordAt time.Time `json:"oldest_record_created_at"`
+}
+
 type inFlightJSON struct {
 	Records     int       `json:"records"`
 	OldestSince time.Time `json:"oldest_since"`
@@ -166,6 +176,11 @@ func (in Info) report() infoJSON {
 	}
 	if in.InFlight > 0 && (in.Locked || in.Connected > 0) {
 		r.InFlight = &inFlightJSON{Records: in.InFlight, OldestSince: in.InFlightSince.UTC()}
+	}
+	if in.ParkedRecords > 0 && in.OldestParked != nil {
+		r.Parked = &parkedJSON{Keys: in.ParkedKeys, Records: in.ParkedRecords, Since: in.ParkedSince.UTC(),
+			AgeSeconds: max(0, time.Since(in.ParkedSince).Seconds()), OldestRecordID: in.OldestParked.ID,
+			OldestRecordAt: in.OldestParked.CreatedAt.UTC()}
 	}
 	if s := in.Source; s.Table != "" {
 		r.Source = &sourceJSON{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn,

@@ -33,19 +33,19 @@ ALTER TABLE inorder.audit DROP CONSTRAINT audit_action_check;
 ALTER TABLE inorder.audit ADD CONSTRAINT audit_action_check
     CHECK (action IN ('skip', 'rewind', 'pause', 'resume', 'repartition', 'prune', 'forget', 'retry', 'redrive'));
 
--- The roles that run processors may write their cursor rows: let them park records too.
+-- The roles that run processors may write their cursor rows: let them park records too. The roles that may
+-- read the cursor rows (status) may read the parked records.
 DO $$
 DECLARE
     r record;
 BEGIN
-    FOR r IN SELECT DISTINCT a.grantee FROM pg_class AS c, aclexplode(c.relacl) AS a
-             WHERE c.oid = 'inorder.cursor'::regclass AND a.privilege_type = 'UPDATE' AND a.grantee <> c.relowner
+    FOR r IN SELECT DISTINCT a.grantee, a.privilege_type FROM pg_class AS c, aclexplode(c.relacl) AS a
+             WHERE c.oid = 'inorder.cursor'::regclass AND a.privilege_type IN ('SELECT', 'UPDATE')
+               AND a.grantee <> c.relowner
     LOOP
-        IF r.grantee = 0 THEN
-            GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO PUBLIC;
-        ELSE
-            EXECUTE format('GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO %s', r.grantee::regrole);
-        END IF;
+        EXECUTE format('GRANT %s ON inorder.parked TO %s',
+                       CASE r.privilege_type WHEN 'UPDATE' THEN 'SELECT, INSERT, UPDATE, DELETE' ELSE 'SELECT' END,
+                       CASE r.grantee WHEN 0 THEN 'PUBLIC' ELSE r.grantee::regrole::text END);
     END LOOP;
 END
 $$;

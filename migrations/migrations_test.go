@@ -14,8 +14,8 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// TestUpgradeKeepsALeastPrivilegedRoleWorking: migration 9 adds inorder.instance, which every running
-// instance writes. A role that could write cursor rows before the upgrade may write instance rows after
+// TestUpgradeKeepsALeastPrivilegedRoleWorking: migrations 9 and 11 add inorder.instance and
+// inorder.parked, which running instances write. A role that could write cursor rows before the upgrade may write instance rows after
 // it, without a grant by hand; a role that could only read them may not.
 func TestUpgradeKeepsALeastPrivilegedRoleWorking(t *testing.T) {
 	t.Parallel()
@@ -51,6 +51,12 @@ func TestUpgradeKeepsALeastPrivilegedRoleWorking(t *testing.T) {
 		require.NoError(t, conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'inorder.instance', 'INSERT, UPDATE, DELETE')",
 			role).Scan(&may))
 		require.Equal(t, want, may, role)
+		// Migration 11: the runner parks records, and both read them (status).
+		require.NoError(t, conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'inorder.parked', 'INSERT, UPDATE, DELETE')",
+			role).Scan(&may))
+		require.Equal(t, want, may, role)
+		require.NoError(t, conn.QueryRow(ctx, "SELECT has_table_privilege($1, 'inorder.parked', 'SELECT')", role).Scan(&may))
+		require.True(t, may, role)
 	}
 }
 

@@ -39,6 +39,8 @@ Usage:
   inorder rewind [flags]      deliver again from a record or a time (audited)
   inorder pause | resume      stop a process at its next batch, or let it go on (audited)
   inorder retry [flags]       try a retrying or halted stream's record again now, not after its backoff (audited)
+  inorder parked [flags]      list a process's parked keys (run with --on-halt park)
+  inorder redrive [flags]     deliver a parked key's records in order, then unpark it (audited)
   inorder repartition [flags] change the number of partitions of a drained, stopped process (audited)
   inorder audit [flags]       list the operator actions
   inorder prune [flags]       delete the rows every process of a table has passed (audited)
@@ -79,6 +81,10 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = pauseCmd(true)(ctx, args[1:], stdout, stderr)
 	case "resume":
 		err = pauseCmd(false)(ctx, args[1:], stdout, stderr)
+	case "parked":
+		err = parkedCmd(ctx, args[1:], stdout, stderr)
+	case "redrive":
+		err = redriveCmd(ctx, args[1:], stdout, stderr)
 	case "retry":
 		_, err = processAction(ctx, "retry", args[1:], stdout, stderr, cursor.Retry)
 	case "repartition":

@@ -443,7 +443,7 @@ func TestALeastPrivilegedRoleRunsTheProcessor(t *testing.T) {
 		GRANT SELECT ON bookings TO %[1]s;
 		GRANT USAGE ON SCHEMA inorder TO %[1]s;
 		GRANT SELECT, INSERT, UPDATE ON inorder.cursor TO %[1]s;
-		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance TO %[1]s`, role, b.db.Name))
+		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance, inorder.parked TO %[1]s`, role, b.db.Name))
 	env := []string{"DATABASE_URL=" + strings.Replace(b.db.URL, "postgres://postgres@", "postgres://"+role+"@", 1)}
 	b.book(t, 4, "1")
 	p := startBinary(t, env, runArgs()...)

@@ -87,7 +87,7 @@ func skipCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	fs := newFlagSet("skip", stderr)
 	var o opFlags
 	o.register(fs, true)
-	record := fs.String("record", "", "id of the record the stream is halted on (required)")
+	record := fs.String("record", "", "id of the record the stream is halted on, or of a parked key's first record (required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -228,6 +228,17 @@ func auditDetail(d *cursor.AuditDetail) string {
 		return "its cursor row removed"
 	case len(d.Streams) > 1:
 		return fmt.Sprintf("%d cursor rows removed", len(d.Streams))
+	case len(d.Keys) == 1 && d.Through != nil:
+		return fmt.Sprintf("parked record dropped; %d records of key %s redriven", d.Keys[0].Records, clip(d.Keys[0].Key, 30))
+	case len(d.Keys) > 0:
+		n := 0
+		for _, k := range d.Keys {
+			n += k.Records
+		}
+		if len(d.Keys) == 1 {
+			return fmt.Sprintf("key %s redriven (%d records)", clip(d.Keys[0].Key, 30), n)
+		}
+		return fmt.Sprintf("%d keys redriven (%d records)", len(d.Keys), n)
 	}
 	return ""
 }
@@ -272,5 +283,84 @@ func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	printEntry(stdout, e)
 	fmt.Fprintf(stdout, "inorder: %s now has %d partitions, each starting at %s; create their index before running: "+
 		"inorder migrate --partition-index %s:%s:%d\n", o.process, *n, at, src.Table, src.KeyColumn, *n)
+	return nil
+}
+
+func parkedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("parked", stderr)
+	var dbURL databaseURL
+	registerDatabaseURL(fs, &dbURL, "database")
+	process := fs.String("process", "", "process whose parked keys to list (required)")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *process == "" {
+		return usageErr("--process is required")
+	}
+	conn, err := connect(ctx, dbURL.get())
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	infos, err := cursor.List(ctx, conn, *process)
+	if err != nil {
+		return err
+	}
+	if len(infos) == 0 {
+		return fmt.Errorf("no process named %q", *process)
+	}
+	keys, err := cursor.Parked(ctx, conn, *process)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if keys == nil {
+			keys = []cursor.ParkedKey{}
+		}
+		return enc.Encode(map[string]any{"process": *process, "keys": keys})
+	}
+	if len(keys) == 0 {
+		fmt.Fprintf(stdout, "inorder: no key is parked in %s\n", *process)
+		return nil
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tRECORDS\tHEAD\tPARKED SINCE\tATTEMPTS\tSTREAM\tERROR")
+	for _, k := range keys {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%s\n", clip(k.Key, 30), k.Records, clip(k.Head, 20),
+			k.Since.UTC().Format("2006-01-02 15:04:05"), k.Attempts, clip(k.Stream, 30), clip(oneLineText(k.Error), 100))
+	}
+	return tw.Flush()
+}
+
+func redriveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("redrive", stderr)
+	var o opFlags
+	o.register(fs, false)
+	key := fs.String("key", "", "the parked key to deliver (or --all)")
+	all := fs.Bool("all", false, "deliver every parked key of the process")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := o.check(false); err != nil {
+		return err
+	}
+	if (*key == "") == !*all {
+		return usageErr("give exactly one of --key and --all")
+	}
+	conn, err := o.connect(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(ctx)
+	e, err := cursor.Redrive(ctx, conn, o.process, cursor.RedriveOpts{Key: *key, All: *all}, o.opts())
+	if err != nil {
+		return actionErr(err, o.process)
+	}
+	printEntry(stdout, e)
+	fmt.Fprintf(stdout, "inorder: %s; the owning instance delivers them in order within a probe interval (inorder parked shows what is left)\n",
+		auditDetail(e.Detail))
 	return nil
 }

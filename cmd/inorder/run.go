@@ -39,6 +39,7 @@ type runFlags struct {
 	probeInterval   time.Duration
 	insertLatency   time.Duration
 	checkpoint      string
+	onHalt          string
 	startFrom       string
 	handler         string
 	logLevel        string
@@ -100,6 +101,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", processor.DefaultShutdownTimeout, "how long the record in flight may take after a signal")
 	fs.DurationVar(&f.retryMin, "retry-min", processor.DefaultRetryMin, "first wait before retrying a failing record")
 	fs.DurationVar(&f.retryMax, "retry-max", processor.DefaultRetryMax, "longest wait between retries of a failing record")
+	fs.StringVar(&f.onHalt, "on-halt", string(processor.OnHaltHalt), "what a record that would halt the stream does: halt (every key waits) "+
+		"or park (its key waits, parked, until inorder redrive; the other keys go on; a record without a key halts)")
 	fs.DurationVar(&f.haltAfter, "halt-after", processor.DefaultHaltAfter, "how long a record may fail (retrying) before the stream counts as halted; a refusal halts at once")
 	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", processor.DefaultHoldWarnAfter, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
@@ -325,6 +328,10 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	default:
 		return cfg, usageErr("--checkpoint must be record or batch, got %q", f.checkpoint)
 	}
+	onHalt := processor.OnHalt(f.onHalt)
+	if onHalt != processor.OnHaltHalt && onHalt != processor.OnHaltPark {
+		return cfg, usageErr("--on-halt must be halt or park, got %q", f.onHalt)
+	}
 	var start cursor.StartFrom
 	if f.startFrom != "" {
 		var err error
@@ -362,6 +369,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		RetryMin:                 f.retryMin,
 		RetryMax:                 f.retryMax,
 		HaltAfter:                f.haltAfter,
+		OnHalt:                   onHalt,
 		IdleInTransactionTimeout: f.idleTimeout,
 		Lease:                    f.lease,
 		HandlerTimeout:           f.handlerTimeout,

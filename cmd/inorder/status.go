@@ -147,6 +147,13 @@ func printStatus(w io.Writer, rep statusReport) {
 				ps.Process, plural(ps.InFlight, "record"), ps.InFlightSince.UTC().Format(time.RFC3339),
 				humanAge(time.Since(ps.InFlightSince).Seconds())), "", 100))
 		}
+		if ps.ParkedKeys > 0 {
+			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s: %s parked (%s), the longest since %s (%s); the other keys go on",
+				ps.Process, plural(ps.ParkedKeys, "key"), plural(ps.ParkedRecords, "record"),
+				ps.ParkedSince.UTC().Format(time.RFC3339), humanAge(time.Since(ps.ParkedSince).Seconds())), "", 100),
+				wrap(fmt.Sprintf("see them: inorder parked --process %s; once the sink accepts them: inorder redrive --process %s --all",
+					ps.Process, ps.Process), "  ", 100))
+		}
 		if ps.LagError != "" {
 			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.LagError)
 		}

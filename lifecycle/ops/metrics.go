@@ -46,6 +46,7 @@ type Metrics struct {
 	connected                                   *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
+	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
 
 	mu    sync.Mutex
 	procs map[string]*procMetrics
@@ -142,10 +143,19 @@ func NewMetrics() *Metrics {
 			Name: "inorder_in_flight_oldest_seconds",
 			Help: "How long the oldest record in flight has been; the position waits on it. 0 when none.",
 		}, label),
+		parkedKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_parked_keys", Help: "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag.",
+		}, label),
+		parkedRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_parked_records", Help: "Records parked behind their keys, the first failed ones included; measured with the lag.",
+		}, label),
+		parkedOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_parked_oldest_seconds", Help: "How long the key parked longest has been parked; 0 when none.",
+		}, label),
 	}
 	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.parkedKeys, m.parkedRecords, m.parkedOldest, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
 
@@ -406,7 +416,27 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 	}
 	m.lagRows.WithLabelValues(name).Set(float64(rows))
 	m.lagSeconds.WithLabelValues(name).Set(age)
+	m.noteParked(name, p.Streams)
 	return true, nil
+}
+
+// noteParked sets the parked series of process name from its streams' rows, as read for this round.
+func (m *Metrics) noteParked(name string, streams []cursor.Info) {
+	keys, records := 0, 0
+	var since time.Time
+	for _, s := range streams {
+		keys, records = keys+s.ParkedKeys, records+s.ParkedRecords
+		if s.ParkedKeys > 0 && (since.IsZero() || s.ParkedSince.Before(since)) {
+			since = s.ParkedSince
+		}
+	}
+	age := 0.0
+	if !since.IsZero() {
+		age = max(0, time.Since(since).Seconds())
+	}
+	m.parkedKeys.WithLabelValues(name).Set(float64(keys))
+	m.parkedRecords.WithLabelValues(name).Set(float64(records))
+	m.parkedOldest.WithLabelValues(name).Set(age)
 }
 
 // NewPool returns a small, lazily connecting pool on the database cc names, for Health's ping and
