@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAParkedKeyLetsTheOtherCustomersThrough runs the real binary with --on-halt park and a webhook window
+// of 16 over 50 customers, against a receiver that refuses (400) every record of 2 customers after their
+// 10th. The other 48 customers get all their records, in order and once; the 2 get their first 10 and
+// nothing after, their later records parked. Once the receiver accepts them, `inorder redrive --all`
+// delivers every parked record once, in order per customer.
+func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const customers, total = 50, 2000
+	closed := map[string]bool{"customer-7": true, "customer-31": true}
+	var mu sync.Mutex
+	accepting := false
+	seen := map[string]int{} // records of a customer the receiver accepted
+	var got []delivery        // every accepted request, in order
+	sentAfterRefusal := 0     // requests for a closed customer's record after its first refusal
+	refused := map[string]bool{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var body struct{ ID, Key string }
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		id, _ := strconv.ParseInt(body.ID, 10, 64)
+		mu.Lock()
+		defer mu.Unlock()
+		if closed[body.Key] && !accepting && seen[body.Key] >= 10 {
+			if refused[body.Key] {
+				sentAfterRefusal++
+			}
+			refused[body.Key] = true
+			http.Error(w, "account closed", http.StatusBadRequest)
+			return
+		}
+		seen[body.Key]++
+		got = append(got, delivery{id, body.Key})
+	}))
+	t.Cleanup(srv.Close)
+	b.db.Exec(t, fmt.Sprintf(`INSERT INTO bookings (aggregate_id, amount)
+		SELECT 'customer-' || (g %% %d), 1 FROM generate_series(1, %d) g`, customers, total))
+	env := append(append([]string{}, b.env...), "INORDER_TEST_SECRET=s3cret")
+	p := startBinary(t, env, runArgs("--columns", "id,aggregate_id", "--handler", "webhook", "--webhook-url", srv.URL,
+		"--webhook-secret-env", "INORDER_TEST_SECRET", "--webhook-max-in-flight", "16", "--on-halt", "park")...)
+
+	perCustomer := total / customers
+	accepted := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got)
+	}
+	require.Eventually(t, func() bool { return accepted() == total-2*(perCustomer-10) }, 60*time.Second,
+		10*time.Millisecond, p.logs())
+	code, out, errOut := runBinary(t, b.env, "parked", "--process", "booking_sms", "--json")
+	require.Zero(t, code, errOut)
+	var parked struct {
+		Keys []struct {
+			Key     string `json:"key"`
+			Records int    `json:"records"`
+			Status  int    `json:"status"`
+			Error   string `json:"error"`
+		} `json:"keys"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &parked), out)
+	require.Len(t, parked.Keys, 2)
+	for _, k := range parked.Keys {
+		require.True(t, closed[k.Key], k.Key)
+		require.Equal(t, perCustomer-10, k.Records)
+		require.Equal(t, http.StatusBadRequest, k.Status)
+	}
+	code, out, _ = runBinary(t, b.env, "status")
+	require.Zero(t, code)
+	require.Contains(t, out, fmt.Sprintf("2 keys parked (%d records)", 2*(perCustomer-10)))
+
+	mu.Lock()
+	require.Zero(t, sentAfterRefusal, "a parked customer's later record was sent")
+	accepting = true
+	mu.Unlock()
+	code, out, errOut = runBinary(t, b.env, "redrive", "--process", "booking_sms", "--all", "--actor", "test")
+	require.Zero(t, code, errOut)
+	require.Contains(t, out, fmt.Sprintf("2 keys redriven (%d records)", 2*(perCustomer-10)))
+	require.Eventually(t, func() bool { return accepted() == total }, 60*time.Second, 10*time.Millisecond, p.logs())
+
+	mu.Lock()
+	defer mu.Unlock()
+	perKey := map[string][]int64{}
+	for _, d := range got {
+		perKey[d.Key] = append(perKey[d.Key], d.ID)
+	}
+	require.Len(t, perKey, customers)
+	for key, ids := range perKey {
+		require.Len(t, ids, perCustomer, "customer %s: every record once", key)
+		require.True(t, slices.IsSorted(ids), "customer %s out of order: %v", key, ids)
+	}
+	code, out, _ = runBinary(t, b.env, "parked", "--process", "booking_sms")
+	require.Zero(t, code)
+	require.Contains(t, out, "no key is parked")
+}
