@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -358,4 +359,63 @@ func TestRepartitionAndForgetRefuseWhileKeysAreParked(t *testing.T) {
 	_, err = cursor.Forget(context.Background(), b.db.Pool, b.cfg.Process, ops)
 	require.ErrorIs(t, err, cursor.ErrParked)
 	require.Len(t, b.parkedIDs(t, "a"), 2)
+}
+
+// TestNoNewRecordOvertakesAParkedOneDuringARedrive: while a parked key is redriven (its records slow at
+// the sink), writers keep adding records of that key. Every record of the key reaches the handler once,
+// and in (created_at, id) order: none of the new ones before a parked one.
+func TestNoNewRecordOvertakesAParkedOneDuringARedrive(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.OnHalt = processor.OnHaltPark
+	b.cfg.BatchSize = 7
+	// The handler is slow for the key once the redrive begins, so that writers get in between its records.
+	var slow atomic.Bool
+	b.cfg.Handler = handlers.HandlerFunc[event](func(ctx context.Context, rec *handlers.Record[event]) error {
+		if slow.Load() && rec.Key == "a" {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return b.h.Handle(ctx, rec)
+	})
+	ids := b.insertKeys(t, []string{"a", "b"}, 30)
+	b.h.setFail(ids["a"][0], handlers.Permanent(errors.New("400 Bad Request")))
+	start(t, b.cfg)
+	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 30 })
+	waitFor(t, "the other key", func() bool { return len(byKeyOf(b.h.records())["b"]) == 30 })
+	b.h.setFail(ids["a"][0], nil)
+	slow.Store(true)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var wg sync.WaitGroup
+	var added sync.Map
+	for w := range 3 {
+		wg.Go(func() {
+			for i := 0; ctx.Err() == nil; i++ {
+				var id int64
+				if err := b.db.Pool.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ('a', $1) RETURNING id",
+					1000*w+i).Scan(&id); err != nil {
+					return
+				}
+				added.Store(id, true)
+				time.Sleep(time.Millisecond)
+			}
+		})
+	}
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	require.NoError(t, err)
+	waitFor(t, "the parked records redriven", func() bool { return len(b.parkedIDs(t, "a")) == 0 })
+	count := func() (n int) { added.Range(func(any, any) bool { n++; return true }); return n }
+	unparked := count()
+	waitFor(t, "records added after the key was unparked", func() bool { return count() >= unparked+10 })
+	cancel()
+	wg.Wait()
+	var want []int64
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events WHERE aggregate_id = 'a' ORDER BY created_at, id")
+	require.NoError(t, err)
+	want, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	require.Greater(t, unparked, 10, "writers added records during the redrive")
+	waitFor(t, "every record of the key", func() bool { return len(byKeyOf(b.h.records())["a"]) >= len(want) })
+	require.Equal(t, want, byKeyOf(b.h.records())["a"], "the key's records once each, in order")
 }

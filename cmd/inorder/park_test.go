@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -109,4 +110,90 @@ func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
 	code, out, _ = runBinary(t, b.env, "parked", "--process", "booking_sms")
 	require.Zero(t, code)
 	require.Contains(t, out, "no key is parked")
+}
+
+// TestSIGKILLDuringARedriveLosesNothing parks a customer with 200 records, redrives it against a slow
+// receiver, kills the instance with SIGKILL in the middle, and starts another: it goes on with the
+// redrive. Every record arrives, first deliveries in order, at most the record in flight delivered again,
+// and nothing is left parked.
+func TestSIGKILLDuringARedriveLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	refuse := true
+	var got []delivery
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var body struct{ ID, Key string }
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		id, _ := strconv.ParseInt(body.ID, 10, 64)
+		mu.Lock()
+		no := refuse && body.Key == "customer-0"
+		mu.Unlock()
+		if no {
+			http.Error(w, "account closed", http.StatusBadRequest)
+			return
+		}
+		if body.Key == "customer-0" {
+			time.Sleep(3 * time.Millisecond) // slow enough to be killed mid-redrive
+		}
+		mu.Lock()
+		got = append(got, delivery{id, body.Key})
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+	b.db.Exec(t, `INSERT INTO bookings (aggregate_id, amount) SELECT 'customer-' || (g % 2), 1 FROM generate_series(1, 400) g`)
+	env := append(append([]string{}, b.env...), "INORDER_TEST_SECRET=s3cret")
+	args := runArgs("--columns", "id,aggregate_id", "--handler", "webhook", "--webhook-url", srv.URL,
+		"--webhook-secret-env", "INORDER_TEST_SECRET", "--on-halt", "park")
+	count := func(key string) (n int) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, d := range got {
+			if d.Key == key {
+				n++
+			}
+		}
+		return n
+	}
+	first := startBinary(t, env, args...)
+	require.Eventually(t, func() bool { return count("customer-1") == 200 }, 30*time.Second, 10*time.Millisecond, first.logs())
+	mu.Lock()
+	refuse = false
+	mu.Unlock()
+	code, _, errOut := runBinary(t, b.env, "redrive", "--process", "booking_sms", "--key", "customer-0", "--actor", "test")
+	require.Zero(t, code, errOut)
+	require.Eventually(t, func() bool { return count("customer-0") >= 60 }, 30*time.Second, 5*time.Millisecond, first.logs())
+	require.NoError(t, first.cmd.Process.Kill())
+	first.wait(t)
+	killedAt := count("customer-0")
+	require.Less(t, killedAt, 200, "killed before the redrive ended")
+
+	second := startBinary(t, env, args...)
+	require.Eventually(t, func() bool {
+		code, out, _ := runBinary(t, b.env, "parked", "--process", "booking_sms")
+		return code == 0 && strings.Contains(out, "no key is parked")
+	}, 60*time.Second, 20*time.Millisecond, second.logs())
+	mu.Lock()
+	defer mu.Unlock()
+	seen := map[int64]bool{}
+	var firsts []int64
+	again := 0
+	for _, d := range got {
+		if d.Key != "customer-0" {
+			continue
+		}
+		if seen[d.ID] {
+			again++
+			continue
+		}
+		seen[d.ID] = true
+		firsts = append(firsts, d.ID)
+	}
+	require.Len(t, firsts, 200, "every record of the key")
+	require.True(t, slices.IsSorted(firsts), "first deliveries in order")
+	require.LessOrEqual(t, again, 1, "at most the record in flight delivered again")
+	t.Logf("killed after %d of 200 redriven records; %d delivered again", killedAt, again)
 }
