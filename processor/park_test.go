@@ -14,6 +14,8 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -418,4 +420,38 @@ func TestNoNewRecordOvertakesAParkedOneDuringARedrive(t *testing.T) {
 	require.Greater(t, unparked, 10, "writers added records during the redrive")
 	waitFor(t, "every record of the key", func() bool { return len(byKeyOf(b.h.records())["a"]) >= len(want) })
 	require.Equal(t, want, byKeyOf(b.h.records())["a"], "the key's records once each, in order")
+}
+
+// TestAPartitionParksAKey: in a partitioned process the key parks in its partition's stream; the process's
+// parked keys list it, and a redrive named by the process delivers it.
+func TestAPartitionParksAKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 3))
+	b.cfg.OnHalt = processor.OnHaltPark
+	b.cfg.Process = "split"
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	ids := b.insertKeys(t, keys, 10)
+	b.h.setFail(ids["c"][3], handlers.Permanent(errors.New("400 Bad Request")))
+	p, err := processor.NewPartitioned(b.cfg, processor.PartitionOpts{Partitions: 3})
+	require.NoError(t, err)
+	testrun.Start(t, p.Run)
+
+	waitFor(t, "the other keys", func() bool { return b.h.count() == 5*10+3 })
+	var parked []cursor.ParkedKey
+	waitFor(t, "the key parked", func() bool {
+		parked, err = cursor.Parked(context.Background(), b.db.Pool, "split")
+		require.NoError(t, err)
+		return len(parked) == 1 && parked[0].Records == 7
+	})
+	require.Equal(t, "c", parked[0].Key)
+	require.Contains(t, parked[0].Stream, "split#")
+	b.h.setFail(ids["c"][3], nil)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, "split", cursor.RedriveOpts{Key: "c"}, ops)
+	require.NoError(t, err)
+	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["c"]) == 10 })
+	got := byKeyOf(b.h.records())
+	for _, k := range keys {
+		require.Equal(t, ids[k], got[k], "key %s", k)
+	}
 }

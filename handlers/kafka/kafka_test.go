@@ -16,8 +16,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
+	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -467,4 +469,62 @@ func TestNew(t *testing.T) {
 		_, err := kafka.New(cfg)
 		require.NoError(t, err)
 	}
+}
+
+// TestAMissingTopicParksItsKey relays with --on-halt park: a record for a topic that does not exist parks
+// its key, and the other keys are written in full. Once the topic exists, a redrive writes the key's
+// records, the first to its topic, in order.
+func TestAMissingTopicParksItsKey(t *testing.T) {
+	t.Parallel()
+	b := setup(t, []kgo.Opt{kgo.MetadataMinAge(100 * time.Millisecond)})
+	insert := func(key, topic string) string {
+		return b.insert(t, `INSERT INTO outbox (aggregate_id, type, topic, payload) VALUES ($1, 't', $2, '{}') RETURNING id`,
+			key, topic)[0]
+	}
+	var others, parked []string
+	for i := range 6 {
+		others = append(others, insert(fmt.Sprintf("k%d", i%3*2), "bookings")) // k0, k2, k4
+	}
+	refund := insert("k1", "refunds")
+	parked = append(parked, refund)
+	for i := range 6 {
+		others = append(others, insert(fmt.Sprintf("k%d", i%3*2), ""))
+		parked = append(parked, insert("k1", ""))
+	}
+	b.run(t, "topics", b.newHandler(t, kafka.Config{Topic: "bookings", TopicColumn: "topic"}),
+		runOpts{maxInFlight: 64, onHalt: processor.OnHaltPark})
+
+	newConsumer(t, b.cluster, "bookings").awaitIDs(t, others)
+	var keys []cursor.ParkedKey
+	require.Eventually(t, func() bool {
+		var err error
+		keys, err = cursor.Parked(context.Background(), b.db.Pool, "topics")
+		require.NoError(t, err)
+		return len(keys) == 1 && keys[0].Records == len(parked)
+	}, 30*time.Second, 20*time.Millisecond)
+	require.Equal(t, "k1", keys[0].Key)
+	require.Equal(t, refund, keys[0].Head)
+	require.True(t, keys[0].Permanent)
+	require.Contains(t, keys[0].Error, "UNKNOWN_TOPIC_OR_PARTITION")
+	processortest.WaitCaughtUp(t, b.db, "topics", nil) // the position went past the parked key
+
+	require.NoError(t, b.cluster.CreateTopic("refunds", 1, nil))
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, "topics", cursor.RedriveOpts{Key: "k1"},
+		cursor.ActionOpts{Actor: "test", Reason: "the topic exists now"})
+	require.NoError(t, err)
+	recs := newConsumer(t, b.cluster, "bookings", "refunds").awaitIDs(t, append(others, parked...))
+	var k1 []string
+	seen := map[string]bool{}
+	for _, r := range recs {
+		if id := header(r, kafka.HeaderID); string(r.Key) == "k1" && r.Topic == "bookings" && !seen[id] {
+			seen[id] = true
+			k1 = append(k1, id)
+		}
+	}
+	require.Equal(t, parked[1:], k1, "the key's records in the topic, first written in order")
+	require.Eventually(t, func() bool {
+		keys, err := cursor.Parked(context.Background(), b.db.Pool, "topics")
+		require.NoError(t, err)
+		return len(keys) == 0
+	}, 30*time.Second, 20*time.Millisecond)
 }

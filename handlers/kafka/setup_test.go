@@ -79,6 +79,7 @@ func (b *bundle) newHandler(t *testing.T, cfg kafka.Config) *kafka.Handler {
 type runOpts struct {
 	maxInFlight    int
 	handlerTimeout time.Duration
+	onHalt         processor.OnHalt
 }
 
 // run starts a processor of process on the outbox with h until the test ends or the result's Stop.
@@ -92,6 +93,7 @@ func (b *bundle) run(t *testing.T, process string, h handlers.Handler[handlers.R
 		Handler:        h,
 		MaxInFlight:    o.maxInFlight,
 		HandlerTimeout: o.handlerTimeout,
+		OnHalt:         o.onHalt,
 		PollInterval:   20 * time.Millisecond,
 		RetryMin:       20 * time.Millisecond,
 		RetryMax:       200 * time.Millisecond,

@@ -12,8 +12,10 @@ import (
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 // TestOrderPerKey runs the processor over an outbox table with several aggregates interleaved and checks
@@ -417,4 +419,51 @@ func TestNewAndClose(t *testing.T) {
 	_, err = h.Send(context.Background(), rec)
 	require.ErrorContains(t, err, "handler is closed")
 	require.NoError(t, h.Close())
+}
+
+// TestARefusedKeyParks relays with OnHaltPark: the publishes of one record of k1 are refused for longer
+// than HaltAfter, so k1 parks; the other keys are published in full while nothing of k1 after the record
+// is acknowledged. Once the refusals stop, a redrive publishes k1's records, first acknowledgements in
+// order per key.
+func TestARefusedKeyParks(t *testing.T) {
+	t.Parallel()
+	f := newFake(t)
+	topic := f.topic(t, "bookings")
+	d := newDB(t, outboxDDL)
+	h := newHandler(t, pubsub.Config{Client: f.client, Topic: topic, MaxInFlight: 50,
+		PublishSettings: &gpubsub.PublishSettings{CountThreshold: 1}})
+	ids := d.insertOutbox(t, 0, 90, 3) // keys k1, k2, k0, k1, ...
+	target := ids[30]                  // a record of k1 in the middle
+	f.inject.arm(target, true)
+	runWith(t, d, "parking", "outbox", h, func(c *processor.Config[handlers.Row]) {
+		c.OnHalt, c.HaltAfter = processor.OnHaltPark, 200*time.Millisecond
+	})
+
+	last := ids[len(ids)-1]
+	eventually(t, "the key parked and the stream at its end", func() bool {
+		c := d.cursor(t, "parking")
+		return c.PositionID == last && c.HaltedRecordID == ""
+	})
+	keys, err := cursor.Parked(context.Background(), d.Pool, "parking")
+	require.NoError(t, err)
+	require.Len(t, keys, 1)
+	require.Equal(t, "k1", keys[0].Key)
+	require.Equal(t, target, keys[0].Head)
+	require.Equal(t, 20, keys[0].Records, "the record and the 19 of its key after it")
+	for _, m := range f.messages(topic) {
+		if m.OrderingKey == "k1" {
+			require.Less(t, idNum(t, m.Attributes[pubsub.AttrID]), idNum(t, target), "acknowledged while parked")
+		}
+	}
+
+	f.inject.arm(target, false)
+	_, err = cursor.Redrive(context.Background(), d.Pool, "parking", cursor.RedriveOpts{All: true},
+		cursor.ActionOpts{Actor: "test", Reason: "the topic accepts it"})
+	require.NoError(t, err)
+	eventually(t, "nothing parked", func() bool {
+		keys, err := cursor.Parked(context.Background(), d.Pool, "parking")
+		require.NoError(t, err)
+		return len(keys) == 0
+	})
+	requireOrderedPerKey(t, f.messages(topic), ids)
 }

@@ -198,9 +198,16 @@ func deref(s *string) string {
 // it and returns what Run returned.
 func run(t *testing.T, d db, process, table string, h handlers.Handler[handlers.Row]) (stop func() error) {
 	t.Helper()
+	return runWith(t, d, process, table, h, nil)
+}
+
+// runWith is run with the processor's configuration changed by tune.
+func runWith(t *testing.T, d db, process, table string, h handlers.Handler[handlers.Row],
+	tune func(*processor.Config[handlers.Row])) (stop func() error) {
+	t.Helper()
 	cc, err := pgx.ParseConfig(d.URL)
 	require.NoError(t, err)
-	p, err := processor.New(processor.Config[handlers.Row]{
+	cfg := processor.Config[handlers.Row]{
 		StartFrom:    cursor.StartFromBeginning,
 		Process:      process,
 		ConnConfig:   cc,
@@ -210,7 +217,11 @@ func run(t *testing.T, d db, process, table string, h handlers.Handler[handlers.
 		RetryMin:     20 * time.Millisecond,
 		RetryMax:     200 * time.Millisecond,
 		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
-	})
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	return testrun.Start(t, p.Run)
 }
