@@ -28,8 +28,8 @@ func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
 	var mu sync.Mutex
 	accepting := false
 	seen := map[string]int{} // records of a customer the receiver accepted
-	var got []delivery        // every accepted request, in order
-	sentAfterRefusal := 0     // requests for a closed customer's record after its first refusal
+	var got []delivery       // every accepted request, in order
+	sentAfterRefusal := 0    // requests for a closed customer's record after its first refusal
 	refused := map[string]bool{}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var body struct{ ID, Key string }
