@@ -223,6 +223,10 @@ func tableLines() []line {
 			refLabel: "50 clients", target: &target{v: 0.5}},
 		line{key: "webhook64_1key", label: "inorder webhook 20ms, 1 key, in flight 64", ref: "http_ideal1",
 			refLabel: "1 client"},
+		line{key: "park_none", label: "webhook 20ms, 50 keys, in flight 64, --on-halt park: 49 keys, none refused",
+			ref: "http_ideal50", refLabel: "50 clients"},
+		line{key: "park_one", label: "the same with 1 key refused and parked: the other 49 keys", ref: "park_none",
+			refLabel: "none refused", target: &target{v: 0.9}},
 		line{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
@@ -416,6 +420,10 @@ func printNotes(w io.Writer) {
 		"or one key); the references are plain HTTP clients to the same receiver, one per key, each sending its "+
 		"share one request after another: what a keyed stream could reach without inorder (keys/latency at "+
 		"most).", thousands(webhookRowsMany), webhookKeys, thousands(webhookRowsOne))
+	note("parking: the same webhook stream with --on-halt park, the receiver refusing (400, after its 20ms) "+
+		"every record of one key in one run and none in the other; the figure is the other %d keys' records "+
+		"over the time until the position reaches the last row (the refused key's first record refused once, "+
+		"the rest parked without a request).", webhookKeys-1)
 	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
 	kafkaNote(note)
@@ -587,6 +595,13 @@ func BenchmarkWebhookWindow(b *testing.B) {
 	b.Run("inflight64_1key", func(b *testing.B) {
 		record(b, "webhook64_1key", measureWebhook(b, 64, 1, webhookRowsOne, webhookLatency))
 	})
+	// Parking: the other 49 keys' rate with one key refused and parked, beside the same with none refused.
+	b.Run("park_none", func(b *testing.B) {
+		record(b, "park_none", measureWebhookParking(b, false, 64, webhookKeys, webhookRowsMany, webhookLatency))
+	})
+	b.Run("park_one", func(b *testing.B) {
+		record(b, "park_one", measureWebhookParking(b, true, 64, webhookKeys, webhookRowsMany, webhookLatency))
+	})
 }
 
 func BenchmarkApplicationWrites(b *testing.B) {
@@ -655,6 +670,7 @@ func TestMeasures(t *testing.T) {
 		"pubsub1":     measurePubsub(t, 1, 20),
 		"pubsub100":   measurePubsub(t, 100, 300),
 		"webhook64":   measureWebhook(t, 64, 10, 200, time.Millisecond),
+		"park_one":    measureWebhookParking(t, true, 64, 10, 200, time.Millisecond),
 		"httpideal":   measureHTTPIdeal(t, 10, 200, time.Millisecond),
 	} {
 		if r.n == 0 || r.rate() <= 0 {

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -75,4 +77,57 @@ func measureWebhook(tb testing.TB, inFlight, keys, n int, latency time.Duration)
 		MaxInFlight: inFlight,
 		Checkpoint:  processor.CheckpointRecord,
 	}, n, lastID, lastAt, 3*time.Minute)
+}
+
+// measureWebhookParking drains n events over keys as measureWebhook does, with OnHaltPark, to a receiver
+// that refuses (400) every record of key k0 when refusing is set, and returns the rate of the other keys'
+// records: with the refusing key parked, they should go at the speed they go when no key refuses.
+func measureWebhookParking(tb testing.TB, refusing bool, inFlight, keys, n int, latency time.Duration) result {
+	db := pgtest.New(tb)
+	db.Exec(tb, eventsDDL)
+	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'k' || (g % $2), g FROM generate_series(1, $1) g`, n, keys)
+	db.Exec(tb, "VACUUM ANALYZE events")
+	lastID, lastAt := lastRow(tb, db, "events")
+	var others int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM events WHERE aggregate_id <> 'k0'").
+		Scan(&others); err != nil {
+		tb.Fatalf("count: %v", err)
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body struct {
+			Key string `json:"key"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		time.Sleep(latency) // the receiver's own work
+		if refusing && body.Key == "k0" {
+			http.Error(w, "account closed", http.StatusBadRequest)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	}))
+	tb.Cleanup(srv.Close)
+	h, err := webhook.New[handlers.Row](webhook.Config{URL: srv.URL, Secret: []byte("bench-secret")})
+	if err != nil {
+		tb.Fatalf("webhook: %v", err)
+	}
+	r := drain(tb, db, processor.Config[handlers.Row]{
+		StartFrom:   cursor.StartFromBeginning,
+		Process:     "bench_parking",
+		Source:      processor.Source{Table: "events", KeyColumn: "aggregate_id"},
+		Handler:     h,
+		MaxInFlight: inFlight,
+		Checkpoint:  processor.CheckpointRecord,
+		OnHalt:      processor.OnHaltPark,
+	}, n, lastID, lastAt, 3*time.Minute)
+	var parked int
+	if err := db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM inorder.parked").Scan(&parked); err != nil {
+		tb.Fatalf("count parked: %v", err)
+	}
+	if refusing != (parked > 0) || parked > n-others {
+		tb.Fatalf("%d records parked, refusing %v, %d records of k0", parked, refusing, n-others)
+	}
+	return result{n: others, elapsed: r.elapsed}
 }
