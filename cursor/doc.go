@@ -18,6 +18,11 @@
 // position past a record that was not delivered, except Skip, which moves past exactly the record the
 // stream is halted on, with a reason. Audit lists the entries.
 //
+// A process run with processor.OnHaltPark parks a failing key rather than halting: Parked lists the parked
+// keys, Redrive has the owning processor deliver them in order, and Skip drops a parked key's first record
+// and redrives the rest. A key's parked records keep their rows from Prune, and Repartition and Forget
+// refuse while keys are parked (ErrParked).
+//
 // # Retention
 //
 // Prune deletes the rows of a source table that every process reading it has durably passed, in short

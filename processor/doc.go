@@ -54,6 +54,15 @@
 // cursor.Retry). A lost database connection is not a failure of the record: the processor reconnects with
 // backoff.
 //
+// # Parking
+//
+// With Config.OnHalt set to OnHaltPark, a record that would halt the stream parks its key instead: the
+// record is stored as parked (inorder.parked) and the position moves past it; every later record of the
+// key is parked behind it, in order, without reaching the handler; the other keys go on. cursor.Redrive
+// has the owner deliver a key's parked records in order, between two batches, then unpark it, so that no
+// new record of the key overtakes a parked one. A record without a key halts the stream as without
+// parking.
+//
 // # Records
 //
 // Records are scanned into the caller's struct with pgx.RowToStructByName by default (set
