@@ -43,3 +43,31 @@ func Example_adminEndpoint() {
 		_ = json.NewEncoder(w).Encode(infos) // position, halt (permanent or retryable, status), hold, owner
 	})
 }
+
+// ExampleRedrive is an admin endpoint that lists a process's parked keys and redrives one, for a process
+// run with processor.OnHaltPark: the owning processor delivers the key's records in order within a probe
+// interval, and the key stays parked, with the new error, if its first record still fails.
+func ExampleRedrive() {
+	var pool *pgxpool.Pool // the service's own pool
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/processes/{name}/parked", func(w http.ResponseWriter, r *http.Request) {
+		keys, err := cursor.Parked(r.Context(), pool, r.PathValue("name"))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		_ = json.NewEncoder(w).Encode(keys) // each key: its records, the first one, its error, since when
+	})
+	mux.HandleFunc("POST /admin/processes/{name}/parked/{key}/redrive", func(w http.ResponseWriter, r *http.Request) {
+		entry, err := cursor.Redrive(r.Context(), pool, r.PathValue("name"), cursor.RedriveOpts{Key: r.PathValue("key")},
+			cursor.ActionOpts{Actor: userOf(r), Reason: r.FormValue("reason")})
+		switch {
+		case errors.Is(err, cursor.ErrUnknownProcess), errors.Is(err, cursor.ErrNotParked):
+			http.Error(w, err.Error(), http.StatusNotFound)
+		case err != nil:
+			http.Error(w, err.Error(), http.StatusBadRequest)
+		default:
+			_ = json.NewEncoder(w).Encode(entry) // who, why, when, and the keys asked for
+		}
+	})
+}
