@@ -303,7 +303,7 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
-		_ = p.cur.Abort(work)
+		p.abort(work)
 		return p.retryDelay(1, nil)
 	}
 	status, _ := handlers.StatusOf(cause)
@@ -321,7 +321,7 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	}
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
-		_ = p.cur.Abort(work)
+		p.abort(work)
 		return p.retryDelay(rec.Attempt, cause)
 	}
 	if err := p.cur.Unlock(work); err != nil {

@@ -76,19 +76,33 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 	if err := p.cur.Park(work, pk); err != nil {
 		return err
 	}
-	if cause == nil || p.parked[pk.Key] {
+	if cause == nil {
 		return nil
 	}
-	if p.parked == nil {
-		p.parked = map[string]bool{}
-	}
-	p.parked[pk.Key] = true
+	p.markParked(pk.Key)
 	p.retryAt, p.nextAt = time.Time{}, time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
 		Int("status", pk.Status).Err(cause).
 		Msg("key parked: its records wait in order, the other keys go on; redrive it once the sink accepts it (inorder redrive)")
 	return nil
+}
+
+// markParked parks key in memory: its next records park behind it. The parked record's row is stored
+// by park, in the transaction that moves the position past it; a batch that ends otherwise forgets what
+// it marked (abort), and the keys are read again.
+func (p *Processor[T]) markParked(key string) {
+	if p.parked == nil {
+		p.parked = map[string]bool{}
+	}
+	p.parked[key] = true
+}
+
+// abort rolls the batch's transaction back, with the parked records it stored: the parked keys are read
+// again at the next batch.
+func (p *Processor[T]) abort(work context.Context) {
+	_ = p.cur.Abort(work)
+	p.parked = nil
 }
 
 // parkFailed parks a record whose failure the cursor row has just counted as halting the stream

@@ -468,7 +468,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			return nil // the runner above moves on
 		}
 		if err != nil {
-			_ = p.cur.Abort(work)
+			p.abort(work)
 			if isFatal(err) { // reported once, by whoever called Run
 				return fmt.Errorf("process %q: %w", p.cfg.Process, pooler.Explain(err))
 			}

@@ -65,6 +65,7 @@ type window[T any] struct {
 	// stopping: the context is done or the cursor is lost; start nothing more.
 	stopping bool
 	warned   int // the record last warned about for being in flight long
+	unstored int // records parked ahead of the prefix, whose rows are not stored yet
 	o        outcome[T]
 }
 
@@ -95,6 +96,9 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		}
 	}
 	p.noteInFlight(cursorlock.InFlight{})
+	if w.unstored > 0 {
+		p.parked = nil // keys marked parked by records the position did not reach: read them again
+	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
 		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
 	}
@@ -168,19 +172,16 @@ func (w *window[T]) take(d done) {
 	}
 }
 
-// parkAt parks record i (as its key's first, failed with cause, or behind the key when cause is nil):
-// it counts as complete, and the prefix moves past it. A failure to store it stops the window.
+// parkAt parks record i (as its key's first, failed with cause, or behind the key when cause is nil): it
+// counts as complete, and the key's later records park behind it at once. Its row is stored when the
+// prefix reaches it (advance), in the transaction that moves the position past it, so that no parked row
+// lies ahead of the position.
 func (w *window[T]) parkAt(i int, cause error) {
-	if err := w.p.park(w.work, w.st, &w.items[i], cause); err != nil {
-		w.slots[i], w.errs[i] = failed, err
-		w.failedAt = min(w.failedAt, i)
-		if w.o.err == nil {
-			w.o.err = err
-		}
-		w.stopping = true
-		return
+	w.slots[i], w.errs[i] = parked, cause
+	if cause != nil {
+		w.p.markParked(w.items[i].rec.Key)
 	}
-	w.slots[i] = parked
+	w.unstored++
 }
 
 // advance moves the prefix past the records that succeeded at its head and, with CheckpointRecord,
@@ -188,10 +189,17 @@ func (w *window[T]) parkAt(i int, cause error) {
 func (w *window[T]) advance() {
 	moved := false
 	for w.head < len(w.items) && (w.slots[w.head] == succeeded || w.slots[w.head] == parked) {
-		w.o.last, w.o.n, moved = w.items[w.head].pos, w.o.n+1, true
-		if w.slots[w.head] == succeeded {
-			w.p.resumed(&w.items[w.head].rec)
+		it := &w.items[w.head]
+		if w.slots[w.head] == parked {
+			if err := w.p.park(w.work, w.st, it, w.errs[w.head]); err != nil {
+				w.o.err, w.stopping = err, true
+				break
+			}
+			w.unstored--
+		} else {
+			w.p.resumed(&it.rec)
 		}
+		w.o.last, w.o.n, moved = it.pos, w.o.n+1, true
 		w.head++
 	}
 	if !moved {
