@@ -3,6 +3,7 @@ package ops_test
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,12 +11,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -240,4 +244,44 @@ func TestLagErrorsAreCountedAndTheGaugesKept(t *testing.T) {
 		return scraped(srv.URL)[series("inorder_lag_errors_total")] >= 2
 	}, 20*time.Second, 10*time.Millisecond)
 	require.Equal(t, 0.0, value(t, scrape(t, srv.URL), "inorder_lag_rows"))
+}
+
+// TestParkedKeysAreMeasured: with a key parked, the parked series say how many keys and records, and since
+// when; after a redrive they fall to zero.
+func TestParkedKeysAreMeasured(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	db.Exec(t, "ALTER TABLE jobs ADD COLUMN k text NOT NULL DEFAULT 'a'")
+	var refuse atomic.Bool
+	refuse.Store(true)
+	cfg.Source.KeyColumn = "k"
+	cfg.OnHalt = processor.OnHaltPark
+	cfg.Handler = handlers.HandlerFunc[row](func(_ context.Context, rec *handlers.Record[row]) error {
+		if refuse.Load() && rec.Value.ID == 2 {
+			return handlers.Permanent(errors.New("400 Bad Request"))
+		}
+		return nil
+	})
+	m := ops.NewMetrics()
+	cfg.Observer = m
+	m.Track("jobs")
+	p, err := processor.New(cfg)
+	require.NoError(t, err)
+	testrun.Start(t, p.Run)
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	testrun.Start(t, m.WatchLag(db.Pool, 20*time.Millisecond))
+
+	require.Eventually(t, func() bool {
+		s := scraped(srv.URL)
+		return is(s, "inorder_parked_keys", 1) && is(s, "inorder_parked_records", 4) && s[series("inorder_parked_oldest_seconds")] > 0
+	}, 20*time.Second, 10*time.Millisecond)
+	refuse.Store(false)
+	_, err = cursor.Redrive(context.Background(), db.Pool, "jobs", cursor.RedriveOpts{All: true},
+		cursor.ActionOpts{Actor: "test", Reason: "accepted again"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s := scraped(srv.URL)
+		return is(s, "inorder_parked_keys", 0) && is(s, "inorder_parked_records", 0) && is(s, "inorder_parked_oldest_seconds", 0)
+	}, 20*time.Second, 10*time.Millisecond)
 }
