@@ -63,7 +63,7 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 		       record_id, record_created_at, error, coalesce(status, 0), permanent, attempts, parked_at,
 		       coalesce(last_failure_at, parked_at), redrive_at IS NOT NULL
 		FROM inorder.parked WHERE process_name = ANY($1)
-		ORDER BY process_name, key, record_created_at, record_id`, streams)
+		ORDER BY process_name, key, seq`, streams)
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
@@ -114,6 +114,21 @@ func streamNames(ctx context.Context, tx pgx.Tx, name string) ([]string, error) 
 	return names, nil
 }
 
+// lockStreams locks the cursor rows of the streams (a partitioned process's partitions), waiting for their
+// running batches to end, so that the parked records an action changes are every one a processor parked:
+// a processor parks and redrives only while it holds its stream's row.
+func lockStreams(ctx context.Context, tx pgx.Tx, streams []string) error {
+	rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE process_name = ANY($1)
+		ORDER BY process_name FOR UPDATE`, streams)
+	if err == nil {
+		_, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	}
+	if isLockTimeout(err) {
+		return fmt.Errorf("%w: a batch held a stream's cursor row for too long; try again or wait longer", ErrBusy)
+	}
+	return err
+}
+
 // RedriveOpts says which parked keys Redrive delivers: Key, or every key of the process with All.
 type RedriveOpts struct {
 	Key string
@@ -130,6 +145,9 @@ func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts, aopts Ac
 	}
 	return act(ctx, db, name, "redrive", aopts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
 		streams, err := streamNames(ctx, tx, name)
+		if err == nil {
+			err = lockStreams(ctx, tx, streams)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("redrive %q: %w", name, err)
 		}
@@ -180,6 +198,9 @@ type ParkedCount struct {
 // false when no stream of the process has recordID parked.
 func skipParked(ctx context.Context, tx pgx.Tx, name, recordID string, e *AuditEntry) (bool, error) {
 	streams, err := streamNames(ctx, tx, name)
+	if err == nil {
+		err = lockStreams(ctx, tx, streams)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -189,10 +210,9 @@ func skipParked(ctx context.Context, tx pgx.Tx, name, recordID string, e *AuditE
 	err = tx.QueryRow(ctx, `
 		SELECT p.process_name, p.key, p.record_created_at,
 		       NOT EXISTS (SELECT 1 FROM inorder.parked q
-		                   WHERE q.process_name = p.process_name AND q.key = p.key
-		                     AND (q.record_created_at, q.record_id) < (p.record_created_at, p.record_id))
+		                   WHERE q.process_name = p.process_name AND q.key = p.key AND q.seq < p.seq)
 		FROM inorder.parked p WHERE p.process_name = ANY($1) AND p.record_id = $2
-		ORDER BY p.record_created_at LIMIT 1
+		ORDER BY p.seq LIMIT 1
 		FOR UPDATE`, streams, recordID).Scan(&stream, &key, &at, &head)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
@@ -232,8 +252,8 @@ const (
 	parkedColumns = `pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id`
 	parkedJoin    = `LEFT JOIN LATERAL (
 		SELECT count(DISTINCT key)::int AS keys, count(*)::int AS records, min(parked_at) AS since,
-		       (array_agg(record_created_at ORDER BY record_created_at, record_id))[1] AS oldest_at,
-		       (array_agg(record_id ORDER BY record_created_at, record_id))[1] AS oldest_id
+		       (array_agg(record_created_at ORDER BY seq))[1] AS oldest_at,
+		       (array_agg(record_id ORDER BY seq))[1] AS oldest_id
 		FROM inorder.parked WHERE parked.process_name = cursor.process_name) AS pk ON true`
 )
 

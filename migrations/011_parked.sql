@@ -8,6 +8,9 @@
 -- record's row in the source table, which a prune keeps.
 CREATE TABLE inorder.parked (
     process_name      text NOT NULL,  -- the stream: the process, or one partition's name
+    -- The order in which the stream parked its records, which is the stream's own (created_at, id) order:
+    -- the owner parks records only as its position passes them. record_id is text, and "10" < "9".
+    seq               bigint GENERATED ALWAYS AS IDENTITY,
     key               text NOT NULL,
     record_created_at timestamptz NOT NULL,
     record_id         text NOT NULL,
@@ -24,6 +27,7 @@ CREATE TABLE inorder.parked (
     redrive_at        timestamptz,
     PRIMARY KEY (process_name, key, record_created_at, record_id)
 );
+CREATE INDEX ON inorder.parked (process_name, seq);
 
 -- An operator's redrive (or skip of a parked record) sets it, which the processor's probe sees as a change
 -- of the cursor row; the processor clears it once it has looked.

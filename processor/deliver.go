@@ -52,7 +52,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 				break
 			}
 		} else if err := p.deliver(work, &it.rec); err != nil {
-			if !p.parksOnFailure(st, &it.rec, err) {
+			if cutOff(ctx, work) || !p.parksOnFailure(st, &it.rec, err) {
 				o.failed, o.cause = it, err
 				break
 			}
@@ -100,7 +100,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 				o.err = err
 				return false
 			}
-		case werr != nil && p.parksOnFailure(st, &f.it.rec, werr):
+		case werr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &f.it.rec, werr):
 			if err := p.park(work, st, f.it, werr); err != nil {
 				o.err = err
 				return false
@@ -132,7 +132,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
 		res, serr := p.async.Send(sctx, &it.rec)
 		cancel()
-		if serr != nil && p.parksOnFailure(st, &it.rec, serr) {
+		if serr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &it.rec, serr) {
 			// Refused before it was sent: parked in its turn, the records before it settling first, and
 			// the key's later records are not sent.
 			window = append(window, flight{it, failedResult{serr}})

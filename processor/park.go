@@ -42,7 +42,9 @@ const (
 // parking reports whether the stream parks keys.
 func (p *Processor[T]) parking() bool { return p.cfg.OnHalt == OnHaltPark }
 
-// keyParked reports whether rec's key is parked in this stream: the record goes behind it.
+// keyParked reports whether rec's key is parked in this stream: the record goes behind it. Keys parked
+// before are honoured whatever OnHalt says now (an instance started without it, in a rolling deploy):
+// only new parking needs OnHaltPark.
 func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 	return rec.Key != "" && p.parked[rec.Key]
 }
@@ -50,7 +52,8 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 // parksOnFailure reports whether rec, failed with err, is parked now instead of failing the batch: the
 // stream parks keys, the record has one, and the failure would halt the stream: a refusal, or a record
 // failing for longer than HaltAfter (as the cursor row said when the batch began). A failure that may
-// still pass is retried as without parking, the stream waiting on it.
+// still pass is retried as without parking, the stream waiting on it. The callers check first that the
+// shutdown timeout did not cut the handler off (cutOff), which is not the record's fault.
 func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[T], err error) bool {
 	if !p.parking() || rec.Key == "" {
 		return false
@@ -92,10 +95,9 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 // by park, in the transaction that moves the position past it; a batch that ends otherwise forgets what
 // it marked (abort), and the keys are read again.
 func (p *Processor[T]) markParked(key string) {
-	if p.parked == nil {
-		p.parked = map[string]bool{}
+	if p.parked != nil { // nil: read again at the next batch, this key's committed row with the others
+		p.parked[key] = true
 	}
-	p.parked[key] = true
 }
 
 // abort rolls the batch's transaction back, with the parked records it stored: the parked keys are read
@@ -133,10 +135,16 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 // one). It reports false when the stream must stop here (stopping, or the cursor lost).
 func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 	st := p.cur.State()
-	if !p.parking() || st.RedriveRequestedAt.IsZero() || st.Paused {
-		if p.parking() && p.parked == nil {
-			return true, p.loadParked(work)
+	if p.parked == nil {
+		if err := p.loadParked(work); err != nil {
+			return false, err
 		}
+		if len(p.parked) > 0 && !p.parking() {
+			p.log.Warn().Int("keys", len(p.parked)).Msg("keys are parked in this stream: their records stay parked " +
+				"until a redrive, which this instance does; it parks no new key (it runs with --on-halt halt)")
+		}
+	}
+	if st.RedriveRequestedAt.IsZero() || st.Paused {
 		return true, nil
 	}
 	queue, err := p.cur.RedriveQueue(work)

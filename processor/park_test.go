@@ -43,7 +43,7 @@ func (b *bundle) insertKeys(t *testing.T, keys []string, perKey int) map[string]
 func (b *bundle) parkedIDs(t *testing.T, key string) []int64 {
 	t.Helper()
 	rows, err := b.db.Pool.Query(context.Background(), `SELECT record_id::bigint FROM inorder.parked
-		WHERE process_name = $1 AND key = $2 ORDER BY record_created_at, record_id`, b.cfg.Process, key)
+		WHERE process_name = $1 AND key = $2 ORDER BY seq`, b.cfg.Process, key)
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
@@ -454,4 +454,56 @@ func TestAPartitionParksAKey(t *testing.T) {
 	for _, k := range keys {
 		require.Equal(t, ids[k], got[k], "key %s", k)
 	}
+}
+
+// TestParkedRecordsKeepTheStreamsOrderOfIDs: records that tie on created_at are ordered by id as the
+// table orders it (9 before 10), not as text; the redrive keeps that order.
+func TestParkedRecordsKeepTheStreamsOrderOfIDs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.OnHalt = processor.OnHaltPark
+	rows, err := b.db.Pool.Query(context.Background(), `INSERT INTO events (aggregate_id, seq, created_at)
+		SELECT 'a', g, now() - interval '1 minute' FROM generate_series(1, 12) g RETURNING id`)
+	require.NoError(t, err)
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	b.h.setFail(ids[0], handlers.Permanent(errors.New("400 Bad Request")))
+	start(t, b.cfg)
+	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 12 })
+	keys, err := cursor.Parked(context.Background(), b.db.Pool, b.cfg.Process)
+	require.NoError(t, err)
+	require.Equal(t, idText(ids[0]), keys[0].Head)
+
+	b.h.setFail(ids[0], nil)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	require.NoError(t, err)
+	waitFor(t, "the key redriven", func() bool { return b.h.count() == 12 })
+	require.Equal(t, ids, b.h.ids())
+}
+
+// TestAnInstanceThatDoesNotParkKeepsParkedKeysParked: an instance started without OnHaltPark (a rolling
+// deploy that lost the flag) honours the keys parked before: their new records park behind them, and a
+// redrive delivers them; a new failure halts the stream.
+func TestAnInstanceThatDoesNotParkKeepsParkedKeysParked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.OnHalt = processor.OnHaltPark
+	ids := b.insertKeys(t, []string{"a", "b"}, 2)
+	b.h.setFail(ids["a"][0], handlers.Permanent(errors.New("400 Bad Request")))
+	stop := start(t, b.cfg)
+	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 2 })
+	waitFor(t, "the other key", func() bool { return b.h.count() == 2 })
+	require.NoError(t, stop())
+
+	b.h.setFail(ids["a"][0], nil)
+	b.cfg.OnHalt = ""
+	start(t, b.cfg)
+	more := b.insertKeys(t, []string{"a", "b"}, 2)
+	waitFor(t, "the other key's new records", func() bool { return len(byKeyOf(b.h.records())["b"]) == 4 })
+	waitFor(t, "the key's new records parked", func() bool { return len(b.parkedIDs(t, "a")) == 4 })
+	require.Empty(t, byKeyOf(b.h.records())["a"])
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	require.NoError(t, err)
+	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["a"]) == 4 })
+	require.Equal(t, append(ids["a"], more["a"]...), byKeyOf(b.h.records())["a"])
 }

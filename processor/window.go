@@ -49,6 +49,7 @@ const (
 // completed records reaches.
 type window[T any] struct {
 	p       *Processor[T]
+	ctx     context.Context
 	work    context.Context
 	st      cursorlock.State
 	items   []item[T]
@@ -71,15 +72,19 @@ type window[T any] struct {
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
 func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
-	w := &window[T]{p: p, work: work, st: st, items: items, slots: make([]slot, len(items)),
+	w := &window[T]{p: p, ctx: ctx, work: work, st: st, items: items, slots: make([]slot, len(items)),
 		errs: make([]error, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
 		failedAt: len(items), warned: -1, o: outcome[T]{last: st.Position}}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
 	for {
 		if !w.stopping && ctx.Err() == nil {
+			before := w.head
 			w.start()
 			w.advance() // past the records parked without a handler call
+			if w.inFlight == 0 && w.head > before && w.head < w.failedAt && !w.stopping {
+				continue // only parked records went: the window moved on, so start what it reaches now
+			}
 		}
 		if w.inFlight == 0 {
 			break
@@ -155,7 +160,7 @@ func (w *window[T]) take(d done) {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
 		switch {
-		case d.err != nil && w.p.parksOnFailure(w.st, &w.items[d.i].rec, d.err):
+		case d.err != nil && !cutOff(w.ctx, w.work) && w.p.parksOnFailure(w.st, &w.items[d.i].rec, d.err):
 			w.parkAt(d.i, d.err)
 		case d.err != nil:
 			w.slots[d.i], w.errs[d.i] = failed, d.err

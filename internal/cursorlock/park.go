@@ -76,8 +76,8 @@ func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
 	return nil, fmt.Errorf("read parked keys of cursor %q: %w", r.name, err)
 }
 
-// RedriveQueue returns the parked records an operator asked to redrive, key by key, each key's in
-// (created_at, id) order.
+// RedriveQueue returns the parked records of the keys an operator asked to redrive (every record of such
+// a key, marked or parked since), key by key, each key's in the stream's order.
 func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
 	if r.tx == nil {
 		return nil, fmt.Errorf("read redrives of cursor %q: %w", r.name, ErrNotLocked)
@@ -85,8 +85,10 @@ func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
 	rows, err := r.tx.Query(ctx, `
 		SELECT key, record_created_at, record_id, error, coalesce(status, 0), permanent, attempts,
 		       first_failure_at
-		FROM inorder.parked WHERE process_name = $1 AND redrive_at IS NOT NULL
-		ORDER BY key, record_created_at, record_id`, r.name)
+		FROM inorder.parked p
+		WHERE process_name = $1 AND EXISTS (SELECT 1 FROM inorder.parked q
+			WHERE q.process_name = p.process_name AND q.key = p.key AND q.redrive_at IS NOT NULL)
+		ORDER BY key, seq`, r.name)
 	if err == nil {
 		var out []Parked
 		out, err = pgx.CollectRows(rows, func(row pgx.CollectableRow) (Parked, error) {
