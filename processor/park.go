@@ -117,8 +117,28 @@ func (p *Processor[T]) parkFailed(work context.Context, st cursorlock.State, it 
 }
 
 // loadParked reads the stream's parked keys, once per tenure and again after an operator's redrive or
-// skip.
+// skip. A role that may not read parked records (granted by hand before parking existed) reads none,
+// unless the stream parks: then it is refused at once, saying what to grant.
 func (p *Processor[T]) loadParked(work context.Context) error {
+	if !p.parkChecked {
+		read, write, err := p.cur.MayPark(work)
+		if err != nil {
+			return err
+		}
+		if p.parking() && !write {
+			return fatalError{errors.New("--on-halt park needs SELECT, INSERT, UPDATE, DELETE on inorder.parked for " +
+				"this role: GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO <role>")}
+		}
+		p.parkChecked, p.parkReadable = true, read
+		if !read {
+			p.log.Warn().Msg("this role may not read inorder.parked, so keys parked by another instance are not " +
+				"honoured here: GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO <role>")
+		}
+	}
+	if !p.parkReadable {
+		p.parked = map[string]bool{}
+		return nil
+	}
 	keys, err := p.cur.ParkedKeys(work)
 	if err != nil {
 		return err

@@ -281,11 +281,14 @@ type Processor[T any] struct {
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
 	paused      bool
 	parked      map[string]bool // the keys parked in the stream (OnHaltPark); nil until read in this tenure
-	failing     failing         // what this instance last told of a failing record
-	lastPos     source.Position // the durable position after this instance's last batch
-	knownPos    bool            // lastPos is known (false before the first batch and after errors)
-	tenure      int64           // the tenure (its token) in which this instance last owned the process
-	pooling     pooling         // what this instance said of a pooler
+	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
+	// read it.
+	parkChecked, parkReadable bool
+	failing                   failing         // what this instance last told of a failing record
+	lastPos                   source.Position // the durable position after this instance's last batch
+	knownPos                  bool            // lastPos is known (false before the first batch and after errors)
+	tenure                    int64           // the tenure (its token) in which this instance last owned the process
+	pooling                   pooling         // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
 	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)

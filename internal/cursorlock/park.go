@@ -61,6 +61,17 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 	return nil
 }
 
+// MayPark reports whether the role may read and write parked records (migration 11 grants it to the
+// roles that could update cursor rows before it; a role granted by hand since may lack it).
+func (r *Repository) MayPark(ctx context.Context) (read, write bool, err error) {
+	err = r.conn.QueryRow(ctx, `SELECT has_table_privilege('inorder.parked', 'SELECT'),
+		has_table_privilege('inorder.parked', 'SELECT, INSERT, UPDATE, DELETE')`).Scan(&read, &write)
+	if err != nil {
+		return false, false, fmt.Errorf("check the privileges on inorder.parked: %w", err)
+	}
+	return read, write, nil
+}
+
 // ParkedKeys returns the keys parked in this stream.
 func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
 	if r.tx == nil {
