@@ -50,6 +50,18 @@ func (b *bundle) parkedIDs(t *testing.T, key string) []int64 {
 	return ids
 }
 
+// parkKey runs a parking processor over perKey records of each of keys, the sink refusing record index
+// of key, and waits until the key's records from there on are parked. It returns the ids by key.
+func (b *bundle) parkKey(t *testing.T, keys []string, perKey int, key string, index int) (map[string][]int64, func() error) {
+	t.Helper()
+	b.cfg.OnHalt = processor.OnHaltPark
+	ids := b.insertKeys(t, keys, perKey)
+	b.h.setFail(ids[key][index], handlers.Permanent(errors.New("400 Bad Request")))
+	stop := start(t, b.cfg)
+	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, key)) == perKey-index })
+	return ids, stop
+}
+
 // byKeyOf groups what the collector received by key, in the order received.
 func byKeyOf(recs []handlers.Record[event]) map[string][]int64 {
 	out := map[string][]int64{}
@@ -187,12 +199,8 @@ func TestAKeylessRecordStillHalts(t *testing.T) {
 func TestSkippingAParkedRecordRedrivesTheRest(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.cfg.OnHalt = processor.OnHaltPark
-	ids := b.insertKeys(t, []string{"a", "b"}, 4)
+	ids, _ := b.parkKey(t, []string{"a", "b"}, 4, "a", 1)
 	bad := ids["a"][1]
-	b.h.setFail(bad, handlers.Permanent(errors.New("400 Bad Request")))
-	start(t, b.cfg)
-	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 3 })
 
 	_, err := cursor.Skip(context.Background(), b.db.Pool, b.cfg.Process, idText(ids["a"][2]), ops)
 	require.ErrorIs(t, err, cursor.ErrNotParked, "a record behind the first is not skipped")
@@ -211,11 +219,7 @@ func TestSkippingAParkedRecordRedrivesTheRest(t *testing.T) {
 func TestAParkedKeySurvivesARestart(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.cfg.OnHalt = processor.OnHaltPark
-	ids := b.insertKeys(t, []string{"a", "b"}, 3)
-	b.h.setFail(ids["a"][0], handlers.Permanent(errors.New("400 Bad Request")))
-	stop := start(t, b.cfg)
-	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 3 })
+	ids, stop := b.parkKey(t, []string{"a", "b"}, 3, "a", 0)
 	waitFor(t, "the other key", func() bool { return len(byKeyOf(b.h.records())["b"]) == 3 })
 	require.NoError(t, stop())
 
@@ -311,12 +315,8 @@ func TestARedriveThatFailsAgainKeepsTheKeyParked(t *testing.T) {
 func TestPruneKeepsParkedRows(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.cfg.OnHalt = processor.OnHaltPark
-	ids := b.insertKeys(t, []string{"a", "b"}, 5)
+	ids, _ := b.parkKey(t, []string{"a", "b"}, 5, "a", 2)
 	head := ids["a"][2]
-	b.h.setFail(head, handlers.Permanent(errors.New("400 Bad Request")))
-	start(t, b.cfg)
-	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 3 })
 	waitFor(t, "the other key", func() bool { return len(byKeyOf(b.h.records())["b"]) == 5 })
 	waitFor(t, "the position at the last record", func() bool {
 		_, id := b.position(t, b.cfg.Process)
@@ -487,11 +487,7 @@ func TestParkedRecordsKeepTheStreamsOrderOfIDs(t *testing.T) {
 func TestAnInstanceThatDoesNotParkKeepsParkedKeysParked(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.cfg.OnHalt = processor.OnHaltPark
-	ids := b.insertKeys(t, []string{"a", "b"}, 2)
-	b.h.setFail(ids["a"][0], handlers.Permanent(errors.New("400 Bad Request")))
-	stop := start(t, b.cfg)
-	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 2 })
+	ids, stop := b.parkKey(t, []string{"a", "b"}, 2, "a", 0)
 	waitFor(t, "the other key", func() bool { return b.h.count() == 2 })
 	require.NoError(t, stop())
 

@@ -31,15 +31,10 @@ func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
 	var got []delivery       // every accepted request, in order
 	sentAfterRefusal := 0    // requests for a closed customer's record after its first refusal
 	refused := map[string]bool{}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var body struct{ ID, Key string }
-		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		id, _ := strconv.ParseInt(body.ID, 10, 64)
+	srv := httptest.NewServer(deliveries(func(w http.ResponseWriter, d delivery) {
 		mu.Lock()
 		defer mu.Unlock()
+		body, id := d, d.ID
 		if closed[body.Key] && !accepting && seen[body.Key] >= 10 {
 			if refused[body.Key] {
 				sentAfterRefusal++
@@ -122,13 +117,8 @@ func TestSIGKILLDuringARedriveLosesNothing(t *testing.T) {
 	var mu sync.Mutex
 	refuse := true
 	var got []delivery
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		var body struct{ ID, Key string }
-		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
-			http.Error(w, err.Error(), http.StatusBadRequest)
-			return
-		}
-		id, _ := strconv.ParseInt(body.ID, 10, 64)
+	srv := httptest.NewServer(deliveries(func(w http.ResponseWriter, d delivery) {
+		body, id := d, d.ID
 		mu.Lock()
 		no := refuse && body.Key == "customer-0"
 		mu.Unlock()
@@ -196,4 +186,22 @@ func TestSIGKILLDuringARedriveLosesNothing(t *testing.T) {
 	require.True(t, slices.IsSorted(firsts), "first deliveries in order")
 	require.LessOrEqual(t, again, 1, "at most the record in flight delivered again")
 	t.Logf("killed after %d of 200 redriven records; %d delivered again", killedAt, again)
+}
+
+// deliveries is a webhook receiver that decodes each request's record id and key and hands them to serve,
+// which answers.
+func deliveries(serve func(w http.ResponseWriter, d delivery)) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		var body struct{ ID, Key string }
+		if err := json.NewDecoder(req.Body).Decode(&body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		id, err := strconv.ParseInt(body.ID, 10, 64)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		serve(w, delivery{ID: id, Key: body.Key})
+	})
 }
