@@ -40,6 +40,7 @@ type runFlags struct {
 	insertLatency   time.Duration
 	checkpoint      string
 	onHalt          string
+	syncCommit      bool
 	startFrom       string
 	handler         string
 	logLevel        string
@@ -91,6 +92,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.probeInterval, "probe-interval", processor.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", processor.DefaultInsertLatency, "safety margin below the horizon for clock steps")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
+	fs.BoolVar(&f.syncCommit, "synchronous-commit", false, "make each position commit wait for its WAL flush "+
+		"(default off: a Postgres crash may deliver the last few hundred ms of records again, never skip one)")
 	fs.StringVar(&f.startFrom, "start-from", "", "where a new process starts: beginning, now or an RFC 3339 time "+
 		"(required when the table already has rows; an existing process keeps its position)")
 	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub or kafka")
@@ -370,6 +373,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		RetryMax:                 f.retryMax,
 		HaltAfter:                f.haltAfter,
 		OnHalt:                   onHalt,
+		SynchronousCommit:        f.syncCommit,
 		IdleInTransactionTimeout: f.idleTimeout,
 		Lease:                    f.lease,
 		HandlerTimeout:           f.handlerTimeout,

@@ -97,6 +97,13 @@ type Config struct {
 	// so that processors reading a table those writes may reach wait for them (see the horizon), and the
 	// session is named "inorder-tx:…" instead of "inorder:…".
 	Transactional bool
+
+	// SynchronousCommit makes the commits of the cursor transactions (positions, halts, parked records, a
+	// transactional handler's writes with them) wait for their WAL flush, as the server's
+	// synchronous_commit says. False sets synchronous_commit = off for them (SET LOCAL): a crash of
+	// Postgres may then lose the last few hundred milliseconds of them, which only delivers those records
+	// again, and any later durable commit (WAL is flushed in order) makes them durable too.
+	SynchronousCommit bool
 }
 
 func (c *Config) idleTimeout() time.Duration {
@@ -545,12 +552,16 @@ func (m *leaseMillis) ScanInt64(v pgtype.Int8) error {
 const NoInsertLockKey = source.NoInsertKey
 
 // lockStatement returns the statement that locks the cursor row for a batch, and its arguments after the
-// name. Besides the row it sets the transaction's idle_in_transaction_session_timeout (SET LOCAL: it holds
-// through any pooler and ends with the transaction), takes the no-insert lock unless the transaction
+// name. Besides the row it sets the transaction's idle_in_transaction_session_timeout and, unless
+// SynchronousCommit, synchronous_commit = off (SET LOCAL: they hold through any pooler and end with the
+// transaction), takes the no-insert lock unless the transaction
 // carries a handler's writes, and reads the backend serving it.
 func lockStatement(cfg Config) (string, []any) {
 	idle := strconv.FormatInt(cfg.idleTimeout().Milliseconds(), 10)
 	marks := "set_config('idle_in_transaction_session_timeout', $2, true)"
+	if !cfg.SynchronousCommit {
+		marks += " || set_config('synchronous_commit', 'off', true)"
+	}
 	args := []any{idle}
 	if !cfg.Transactional {
 		marks += " || pg_advisory_xact_lock_shared($3)::text"

@@ -22,7 +22,7 @@ import (
 // record they delivered that the failover took back must be named in a child's log.
 func failover(t *testing.T) {
 	ctx := context.Background()
-	primary, primaryLog := ownCluster(t, "the primary's")
+	primary, primaryLog := ownCluster(t, "the primary's", nil)
 	standby, err := primary.StartStandby(ctx)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = standby.Stop() })

@@ -23,6 +23,7 @@ func TestFaults(t *testing.T) {
 	t.Run("sigkill", func(t *testing.T) { t.Parallel(); sigkill(t) })
 	t.Run("terminate_backend", func(t *testing.T) { t.Parallel(); terminateBackend(t) })
 	t.Run("server_restart", func(t *testing.T) { t.Parallel(); serverRestart(t) })
+	t.Run("server_crash", func(t *testing.T) { t.Parallel(); serverCrash(t) })
 	t.Run("sigterm_in_flight", func(t *testing.T) { t.Parallel(); sigtermInFlight(t) })
 	t.Run("frozen_owner", func(t *testing.T) { t.Parallel(); frozenOwner(t) })
 	t.Run("crowded_lock_table", func(t *testing.T) { t.Parallel(); crowdedLockTable(t) })
@@ -227,9 +228,71 @@ func serverRestart(t *testing.T) {
 	}
 }
 
+// serverCrash stops the PostgreSQL server at once (immediate shutdown: the WAL not yet written is lost)
+// under running processors and writers, and starts it again, with each kind of position commit: the
+// default (synchronous_commit off for positions, which may lose the last few hundred milliseconds of them
+// and deliver those records again) and --synchronous-commit (at most the record in flight again), per
+// record and per batch. The server itself commits synchronously, so that every row the writers saw
+// commit survives: what a crash may take back is only inorder's own positions.
+func serverCrash(t *testing.T) {
+	ctx := context.Background()
+	w, c := ownWorldWith(t, "server_crash", map[string]string{"synchronous_commit": "on"})
+	sts := []stream{
+		{process: "server_crash_record", checkpoint: "record", batch: 20, horizon: "auto", slack: asyncCommitSlack},
+		{process: "server_crash_record_sync", checkpoint: "record", batch: 20, horizon: "auto", syncCommit: true},
+	}
+	if full {
+		sts = append(sts,
+			stream{process: "server_crash_batch", checkpoint: "batch", batch: 20, horizon: "auto", slack: asyncCommitSlack},
+			stream{process: "server_crash_batch_sync", checkpoint: "batch", batch: 20, horizon: "auto", syncCommit: true})
+	}
+	w.write(writerCount)
+	kids := map[string]*child{}
+	for _, st := range sts {
+		kids[st.process] = w.start(st)
+	}
+	w.warmup(sts)
+	crashes := map[string]int{}
+	for range pick(2, 3) {
+		w.sleep(500*time.Millisecond, 1500*time.Millisecond)
+		reconnected := map[string]int{}
+		for _, st := range sts {
+			reconnected[st.process] = kids[st.process].count("reconnected")
+		}
+		start := time.Now()
+		require.NoError(t, c.Crash(ctx, 500*time.Millisecond))
+		t.Logf("server crashed and recovered in %s", time.Since(start).Round(time.Millisecond))
+		for _, st := range sts {
+			crashes[st.process]++
+			k := kids[st.process]
+			w.await(k.name+" to reconnect", time.Minute, func() bool { return k.count("reconnected") > reconnected[st.process] })
+			n := w.sink.count(st.process)
+			w.await(k.name+" to deliver again", time.Minute, func() bool { return w.sink.count(st.process) > n })
+		}
+	}
+	w.calm()
+	for _, k := range kids {
+		require.True(t, k.running(), "%s exited", k.name)
+	}
+	w.finish(sts, crashes)
+	for _, k := range kids {
+		w.stopCleanly(k)
+	}
+}
+
+// asyncCommitSlack bounds the redeliveries a crash of the server may cause beyond the checkpoint's own to
+// a stream whose positions commit without waiting for their flush: the records delivered in the last few
+// hundred milliseconds before it.
+const asyncCommitSlack = 2000
+
 // ownWorld makes a world on a cluster of its own, for a scenario that does something to the whole server.
 func ownWorld(t *testing.T, name string) (*world, *pgcluster.Cluster) {
-	c, serverLog := ownCluster(t, "server")
+	return ownWorldWith(t, name, nil)
+}
+
+// ownWorldWith is ownWorld with server settings over the fault suite's own.
+func ownWorldWith(t *testing.T, name string, settings map[string]string) (*world, *pgcluster.Cluster) {
+	c, serverLog := ownCluster(t, "server", settings)
 	w := newWorld(t, name, c.URL("fault"))
 	w.dumps = append(w.dumps, serverLog)
 	return w, c
@@ -237,13 +300,17 @@ func ownWorld(t *testing.T, name string) (*world, *pgcluster.Cluster) {
 
 // ownCluster starts a cluster of the scenario's own with a database named fault, stopped when the test
 // ends; the function returned gives the tail of the server's log, headed by who.
-func ownCluster(t *testing.T, who string) (*pgcluster.Cluster, func() string) {
+func ownCluster(t *testing.T, who string, over map[string]string) (*pgcluster.Cluster, func() string) {
 	ctx := context.Background()
 	var logMu sync.Mutex
 	var serverLog []string
+	settings := map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+		"track_commit_timestamp": "on"} // for explainLost
+	for k, v := range over {
+		settings[k] = v
+	}
 	c, err := pgcluster.Start(ctx, pgcluster.Config{
-		Settings: map[string]string{"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
-			"track_commit_timestamp": "on"}, // for explainLost
+		Settings: settings,
 		LogFunc: func(line string) {
 			logMu.Lock()
 			serverLog = append(serverLog, line)

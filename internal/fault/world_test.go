@@ -59,14 +59,20 @@ type stream struct {
 	checkpoint string // record or batch
 	batch      int    // --batch-size
 	horizon    string // --horizon: auto (writers, for the events table's clock_timestamp()) or transactions
+	// syncCommit runs the stream with --synchronous-commit. slack is how many more redeliveries than the
+	// checkpoint allows one crash may cause: only a crash of the server itself takes back positions
+	// committed without waiting for their WAL flush (the default), the last few hundred milliseconds of
+	// them.
+	syncCommit bool
+	slack      int
 }
 
 // perCrash is how many redeliveries one injected crash may cause.
 func (s stream) perCrash() int {
 	if s.checkpoint == "batch" {
-		return s.batch
+		return s.batch + s.slack
 	}
-	return 1
+	return 1 + s.slack
 }
 
 // streamsFor returns the streams of a scenario: in the short form one, with the given checkpoint mode;
@@ -249,6 +255,9 @@ func (w *world) start(st stream, extra ...string) *child {
 		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "200ms", "--instance", name}
 	if len(extra) == 0 {
 		extra = []string{"--idle-timeout", "10s", "--webhook-timeout", "3s"}
+	}
+	if st.syncCommit {
+		args = append(args, "--synchronous-commit")
 	}
 	c := &child{name: name, stream: st, done: make(chan struct{})}
 	c.cmd = exec.Command(binary, append(args, extra...)...)

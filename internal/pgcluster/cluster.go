@@ -348,6 +348,21 @@ func (c *Cluster) Restart(ctx context.Context, down time.Duration) error {
 	return c.start(ctx)
 }
 
+// Crash stops the server at once (immediate shutdown: no checkpoint, no flush of the WAL not yet written,
+// as in a power cut to Postgres itself) and starts it again after down, through crash recovery. A commit
+// made with synchronous_commit = off whose WAL was not written yet is lost.
+func (c *Cluster) Crash(ctx context.Context, down time.Duration) error {
+	if err := c.stopServerWith(syscall.SIGQUIT); err != nil {
+		return err
+	}
+	select {
+	case <-time.After(down):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return c.start(ctx)
+}
+
 // stopServer stops the server with a fast shutdown: open transactions roll back, connections are cut.
 func (c *Cluster) stopServer() error { return c.stopServerWith(syscall.SIGINT) }
 
