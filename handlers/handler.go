@@ -63,6 +63,19 @@ func (f TxHandlerFunc[T]) HandleTx(ctx context.Context, tx pgx.Tx, rec *Record[T
 	return f(ctx, tx, rec)
 }
 
+// TxBatchHandler is a TxHandler that can also take the records of a batch at once, so that a read-model
+// projection writes them with one statement (an INSERT ... ON CONFLICT over all of them) instead of one
+// per record. The processor calls HandleTxBatch with the transaction that moves the position past the
+// whole batch, in a savepoint, and the read model and the position commit together: a crash leaves both
+// before the batch or both after it. The records are in (created_at, id) order and must be applied in
+// that order (a later record of a key wins). If HandleTxBatch fails, its savepoint is rolled back and the
+// processor delivers the same records one at a time with HandleTx, to find the record that fails: the
+// records before it commit, and the stream halts (or parks the key) on it as usual.
+type TxBatchHandler[T any] interface {
+	TxHandler[T]
+	HandleTxBatch(ctx context.Context, tx pgx.Tx, recs []*Record[T]) error
+}
+
 // Flusher is implemented by handlers that buffer output. The processor calls Flush before it makes a
 // position durable, so nothing buffered is ever behind the position. An error from Flush counts as a
 // failure of every record since the last durable position: they are delivered again.

@@ -262,6 +262,7 @@ type Processor[T any] struct {
 	generic bool
 	scan    func(row pgx.CollectableRow) (T, error)
 	async   handlers.AsyncHandler[T]
+	txBatch handlers.TxBatchHandler[T] // the TxHandler, when it takes batches
 	// structCols are the columns of T when it is a struct scanned by name: the default Source.Columns.
 	structCols []structField
 	positional *positionalScanner[T] // set when the selection is structCols: scan by position
@@ -373,6 +374,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		p.flusher, _ = cfg.Handler.(handlers.Flusher)
 	} else {
 		p.flusher, _ = cfg.TxHandler.(handlers.Flusher)
+		p.txBatch, _ = cfg.TxHandler.(handlers.TxBatchHandler[T])
 	}
 	return p, nil
 }
@@ -776,6 +778,8 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	var o outcome[T]
 	switch {
+	case p.txBatch != nil:
+		o = p.deliverTxBatch(ctx, work, st, items)
 	case p.async != nil:
 		o = p.deliverAsync(ctx, work, st, items)
 	case p.windowed():

@@ -1,0 +1,80 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+)
+
+// deliverTxBatch hands a whole batch to a handlers.TxBatchHandler in one call, in a savepoint of the cursor
+// transaction, and moves the position past all of it: the read model and the position commit together,
+// once per batch whatever the checkpoint setting. A batch that holds the failing record of a retrying or
+// halted stream, or a record of a parked key, and a batch whose call fails, go one record at a time
+// instead (deliverSync), which finds the record that fails and keeps what went before it.
+func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+	if ctx.Err() != nil {
+		return outcome[T]{last: st.Position}
+	}
+	recs := make([]*handlers.Record[T], len(items))
+	for i := range items {
+		it := &items[i]
+		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		if it.rec.Attempt > 1 || p.keyParked(&it.rec) {
+			return p.deliverSync(ctx, work, st, items)
+		}
+		recs[i] = &it.rec
+	}
+	start := time.Now()
+	err := p.handleTxBatch(work, recs)
+	took := time.Since(start) / time.Duration(len(recs))
+	if err != nil {
+		p.obs.Handled(p.cfg.Process, took, err)
+		if cutOff(ctx, work) {
+			return outcome[T]{last: st.Position}
+		}
+		p.log.Debug().Err(err).Int("records", len(recs)).Msg("the batch failed; delivering it one record at a time")
+		return p.deliverSync(ctx, work, st, items)
+	}
+	for range recs {
+		p.obs.Handled(p.cfg.Process, took, nil)
+	}
+	o := outcome[T]{last: items[len(items)-1].pos, n: len(items)}
+	if p.cfg.Checkpoint == CheckpointRecord {
+		o.checkpointed(p.checkpoint(work, o.last, o.n, cursorlock.InFlight{}))
+	}
+	return o
+}
+
+// handleTxBatch runs HandleTxBatch in a savepoint, under one handler timeout, and rolls the savepoint back
+// when it fails or panics, so that nothing of the batch stays for the records delivered one at a time.
+func (p *Processor[T]) handleTxBatch(work context.Context, recs []*handlers.Record[T]) error {
+	hctx, done := p.deadline.start(work)
+	defer done()
+	sp, err := p.cur.Tx().Begin(hctx)
+	if err != nil {
+		return explain(hctx, fmt.Errorf("savepoint: %w", err))
+	}
+	if err := p.callTxBatch(hctx, sp, recs); err != nil {
+		if rbErr := sp.Rollback(work); rbErr != nil {
+			return fmt.Errorf("%w (and rolling back its writes failed: %v)", err, rbErr)
+		}
+		return err
+	}
+	return explain(hctx, sp.Commit(hctx))
+}
+
+// callTxBatch calls the handler, a panic turned into its failure.
+func (p *Processor[T]) callTxBatch(hctx context.Context, tx pgx.Tx, recs []*handlers.Record[T]) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = p.panicked(recs[0], r)
+		}
+		err = explain(hctx, err)
+	}()
+	return p.txBatch.HandleTxBatch(hctx, tx, recs)
+}
