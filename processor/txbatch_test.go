@@ -18,7 +18,7 @@ import (
 type projection struct {
 	table   string
 	mu      sync.Mutex
-	batches []int         // the size of each batch call
+	batches []int          // the size of each batch call
 	refuse  map[int64]bool // records whose projection fails
 	block   chan struct{}  // when set, the first batch call waits on it
 	blocked chan struct{}  // closed when that call waits
