@@ -227,6 +227,11 @@ func tableLines() []line {
 			ref: "http_ideal50", refLabel: "50 clients"},
 		line{key: "park_one", label: "the same with 1 key refused and parked: the other 49 keys", ref: "park_none",
 			refLabel: "none refused", target: &target{v: 0.9}},
+		line{key: "rm_insert_select", label: "postgres: the read model's rows by one INSERT ... SELECT", limit: true},
+		line{key: "rm_batched", label: "inorder read model, an upsert each, a batch handler", ref: "rm_insert_select",
+			refLabel: "INSERT ... SELECT", target: &target{v: 0.5}},
+		line{key: "rm_one", label: "inorder read model, an upsert each, one record at a time", ref: "rm_insert_select",
+			refLabel: "INSERT ... SELECT"},
 		line{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
@@ -671,6 +676,9 @@ func TestMeasures(t *testing.T) {
 		"pubsub100":   measurePubsub(t, 100, 300),
 		"webhook64":   measureWebhook(t, 64, 10, 200, time.Millisecond),
 		"park_one":    measureWebhookParking(t, true, 64, 10, 200, time.Millisecond),
+		"rm_batched":  measureReadModel(t, 2500, true),
+		"rm_one":      measureReadModel(t, 300, false),
+		"rm_insert":   measureInsertSelect(t, 2500),
 		"httpideal":   measureHTTPIdeal(t, 10, 200, time.Millisecond),
 	} {
 		if r.n == 0 || r.rate() <= 0 {
