@@ -175,9 +175,14 @@ func tableLines() []line {
 		{key: "read1m", label: "postgres: one batch read, 1M-row table", ref: "read100k",
 			refLabel: "batch read, 100k rows", target: &target{atMost: true, v: 1.2}},
 		{key: "sleep", label: "go: time.Sleep(1ms) loop", limit: true},
-		{key: "record", label: "inorder noop, checkpoint record", ref: "commit", refLabel: "single-row commit"},
-		{key: "batch", label: "inorder noop, checkpoint batch", ref: "keyset", refLabel: "keyset read"},
-		{key: "catchup", label: "inorder catch-up 1M, checkpoint batch", ref: "keyset", refLabel: "keyset read"},
+		{key: "record", label: "inorder noop, checkpoint record", ref: "commit", refLabel: "single-row commit",
+			target: &target{v: 3.0}},
+		{key: "record_sync", label: "inorder noop, checkpoint record, --synchronous-commit", ref: "commit",
+			refLabel: "single-row commit"},
+		{key: "batch", label: "inorder noop, checkpoint batch", ref: "keyset", refLabel: "keyset read",
+			target: &target{v: 0.5}},
+		{key: "catchup", label: "inorder catch-up 1M, checkpoint batch", ref: "keyset", refLabel: "keyset read",
+			target: &target{v: 0.5}},
 		{key: "rssgrowth", label: "inorder catch-up 1M: peak RSS growth"},
 		{key: "rsspeak", label: "inorder catch-up 1M: peak RSS (VmHWM)", ref: "rsstarget",
 			refLabel: "64 MiB", target: &target{ofValue: true, atMost: true, v: rssTargetMiB}},
@@ -198,9 +203,9 @@ func tableLines() []line {
 		line{key: "lat_poll_p50", label: "inorder latency, polling 200ms: p50", ref: "poll", refLabel: "poll interval"},
 		line{key: "lat_poll_p99", label: "inorder latency, polling 200ms: p99", ref: "poll", refLabel: "poll interval"},
 		line{key: "lat_default_p50", label: "inorder latency, default flags: p50", ref: "poll", refLabel: "poll interval",
-			target: &target{ofValue: true, atMost: true, v: 10}},
+			target: &target{ofValue: true, atMost: true, v: 5}},
 		line{key: "lat_default_p99", label: "inorder latency, default flags: p99", ref: "poll", refLabel: "poll interval",
-			target: &target{ofValue: true, atMost: true, v: 50}},
+			target: &target{ofValue: true, atMost: true, v: 25}},
 		line{key: "lat_sparse_p50", label: "inorder latency, sparse (every 500ms): p50", ref: "poll", refLabel: "poll interval",
 			target: &target{ofValue: true, atMost: true, v: 25}},
 		line{key: "lat_sparse_p99", label: "inorder latency, sparse (every 500ms): p99", ref: "poll", refLabel: "poll interval"},
@@ -208,11 +213,13 @@ func tableLines() []line {
 		line{key: "lat_sparse_poll_p99", label: "inorder latency, sparse, polling 200ms: p99", ref: "poll", refLabel: "poll interval"},
 		line{key: "pg_notify_p50", label: "postgres: commit to NOTIFY receipt: p50", limit: true},
 		line{key: "pg_notify_p99", label: "postgres: commit to NOTIFY receipt: p99", limit: true},
-		line{key: "lat_notify_p50", label: "inorder latency, NOTIFY: p50", ref: "commit", refLabel: "single-row commit"},
+		line{key: "lat_notify_p50", label: "inorder latency, NOTIFY: p50", ref: "commit", refLabel: "single-row commit",
+			target: &target{ofValue: true, atMost: true, v: 3}},
 		line{key: "lat_notify_p99", label: "inorder latency, NOTIFY: p99", ref: "commit", refLabel: "single-row commit"},
 		line{key: "app_none", label: "application inserts, 8 writers, no inorder", limit: true},
 		line{key: "app_poll", label: "application inserts, inorder polling 200ms", ref: "app_none", refLabel: "no inorder"},
-		line{key: "app_default", label: "application inserts, inorder default", ref: "app_none", refLabel: "no inorder"},
+		line{key: "app_default", label: "application inserts, inorder default", ref: "app_none", refLabel: "no inorder",
+			target: &target{v: 0.9}},
 		line{key: "app_notify", label: "application inserts, NOTIFY trigger + --listen", ref: "app_none", refLabel: "no inorder"},
 		line{key: "idle1", label: "idle: transactions/s of 1 quiet process"},
 		line{key: "idle50", label: "idle: transactions/s of 50 quiet processes", ref: "idle1", refLabel: "1 process"},
@@ -220,7 +227,7 @@ func tableLines() []line {
 		line{key: "http_ideal50", label: "http: 50 clients (one per key), 20ms", limit: true},
 		line{key: "webhook1", label: "inorder webhook 20ms, 50 keys, in flight 1", ref: "http_ideal1", refLabel: "1 client"},
 		line{key: "webhook64", label: "inorder webhook 20ms, 50 keys, in flight 64", ref: "http_ideal50",
-			refLabel: "50 clients", target: &target{v: 0.5}},
+			refLabel: "50 clients", target: &target{v: 0.9}},
 		line{key: "webhook64_1key", label: "inorder webhook 20ms, 1 key, in flight 64", ref: "http_ideal1",
 			refLabel: "1 client"},
 		line{key: "park_none", label: "webhook 20ms, 50 keys, in flight 64, --on-halt park: 49 keys, none refused",
@@ -516,6 +523,7 @@ func BenchmarkPostgresUpdateInTx(b *testing.B) {
 
 func BenchmarkNoopRecord(b *testing.B) {
 	record(b, "record", measureNoop(b, processor.CheckpointRecord, noopRecordRows))
+	record(b, "record_sync", measureNoopWith(b, processor.CheckpointRecord, noopRecordRows, true))
 }
 
 func BenchmarkPostgresKeysetRead(b *testing.B) {

@@ -33,7 +33,8 @@ func kafkaLines() []line {
 		{key: "kafka_raw1", label: "franz-go to kfake, 1 producer, sync", limit: true},
 		{key: "kafka_raw64", label: "franz-go to kfake, 64 producers, sync", limit: true},
 		{key: "kafka1", label: "inorder kafka to kfake, in flight 1", ref: "kafka_raw1", refLabel: "franz-go, 1 producer"},
-		{key: "kafka64", label: "inorder kafka to kfake, in flight 64", ref: "kafka_raw64", refLabel: "franz-go, 64 producers"},
+		{key: "kafka64", label: "inorder kafka to kfake, in flight 64", ref: "kafka_raw64", refLabel: "franz-go, 64 producers",
+			target: &target{v: 0.8}},
 	}
 }
 

@@ -341,17 +341,23 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 
 // measureNoop drains a backlog of n events through a handler that does nothing.
 func measureNoop(tb testing.TB, checkpoint processor.Checkpoint, n int) result {
+	return measureNoopWith(tb, checkpoint, n, false)
+}
+
+// measureNoopWith is measureNoop, with positions that wait for their flush when syncCommit is set.
+func measureNoopWith(tb testing.TB, checkpoint processor.Checkpoint, n int, syncCommit bool) result {
 	db := pgtest.New(tb)
 	insertEvents(tb, db, n)
 	lastID, lastAt := lastRow(tb, db, "events")
 	noteServer(tb, db.Pool)
 	return drain(tb, db, processor.Config[event]{
-		StartFrom:  cursor.StartFromBeginning,
-		Process:    "bench_noop_" + string(checkpoint),
-		Source:     processor.Source{Table: "events", Columns: eventColumns},
-		Handler:    noopHandler,
-		BatchSize:  1000,
-		Checkpoint: checkpoint,
+		StartFrom:         cursor.StartFromBeginning,
+		Process:           "bench_noop_" + string(checkpoint),
+		Source:            processor.Source{Table: "events", Columns: eventColumns},
+		Handler:           noopHandler,
+		BatchSize:         1000,
+		Checkpoint:        checkpoint,
+		SynchronousCommit: syncCommit,
 	}, n, lastID, lastAt, 3*time.Minute)
 }
 
