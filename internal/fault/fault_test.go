@@ -190,42 +190,10 @@ func (w *world) terminate(st stream) (ended, inTx bool) {
 // serverRestart stops and starts the PostgreSQL server (a cluster of its own) under running processors
 // and writers.
 func serverRestart(t *testing.T) {
-	ctx := context.Background()
 	w, c := ownWorld(t, "server_restart")
-	sts := streamsFor("server_restart", "record")
-	w.write(writerCount)
-	kids := map[string]*child{}
-	for _, st := range sts {
-		kids[st.process] = w.start(st)
-	}
-	w.warmup(sts)
-	crashes := map[string]int{}
-	restarts := pick(2, 3)
-	for range restarts {
-		w.sleep(500*time.Millisecond, 1500*time.Millisecond)
-		reconnected := map[string]int{}
-		for _, st := range sts {
-			reconnected[st.process] = kids[st.process].count("reconnected")
-		}
-		start := time.Now()
-		require.NoError(t, c.Restart(ctx, time.Second))
-		t.Logf("server restarted in %s", time.Since(start).Round(time.Millisecond))
-		for _, st := range sts {
-			crashes[st.process]++
-			k := kids[st.process]
-			w.await(k.name+" to reconnect", time.Minute, func() bool { return k.count("reconnected") > reconnected[st.process] })
-			n := w.sink.count(st.process)
-			w.await(k.name+" to deliver again", time.Minute, func() bool { return w.sink.count(st.process) > n })
-		}
-	}
-	w.calm()
-	for _, k := range kids {
-		require.True(t, k.running(), "%s exited", k.name)
-	}
-	w.finish(sts, crashes)
-	for _, k := range kids {
-		w.stopCleanly(k)
-	}
+	underServerFaults(w, streamsFor("server_restart", "record"), "restarted", func() error {
+		return c.Restart(context.Background(), time.Second)
+	})
 }
 
 // serverCrash stops the PostgreSQL server at once (immediate shutdown: the WAL not yet written is lost)
@@ -235,7 +203,6 @@ func serverRestart(t *testing.T) {
 // record and per batch. The server itself commits synchronously, so that every row the writers saw
 // commit survives: what a crash may take back is only inorder's own positions.
 func serverCrash(t *testing.T) {
-	ctx := context.Background()
 	w, c := ownWorldWith(t, "server_crash", map[string]string{"synchronous_commit": "on"})
 	sts := []stream{
 		{process: "server_crash_record", checkpoint: "record", batch: 20, horizon: "auto", slack: asyncCommitSlack},
@@ -246,6 +213,16 @@ func serverCrash(t *testing.T) {
 			stream{process: "server_crash_batch", checkpoint: "batch", batch: 20, horizon: "auto", slack: asyncCommitSlack},
 			stream{process: "server_crash_batch_sync", checkpoint: "batch", batch: 20, horizon: "auto", syncCommit: true})
 	}
+	underServerFaults(w, sts, "crashed and recovered", func() error {
+		return c.Crash(context.Background(), 500*time.Millisecond)
+	})
+}
+
+// underServerFaults runs the streams with writers and injects fault, something done to the whole server,
+// two or three times; after each, every processor must reconnect and deliver again. Then every stream is
+// checked.
+func underServerFaults(w *world, sts []stream, what string, fault func() error) {
+	t := w.t
 	w.write(writerCount)
 	kids := map[string]*child{}
 	for _, st := range sts {
@@ -260,8 +237,8 @@ func serverCrash(t *testing.T) {
 			reconnected[st.process] = kids[st.process].count("reconnected")
 		}
 		start := time.Now()
-		require.NoError(t, c.Crash(ctx, 500*time.Millisecond))
-		t.Logf("server crashed and recovered in %s", time.Since(start).Round(time.Millisecond))
+		require.NoError(t, fault())
+		t.Logf("server %s in %s", what, time.Since(start).Round(time.Millisecond))
 		for _, st := range sts {
 			crashes[st.process]++
 			k := kids[st.process]
