@@ -2,9 +2,12 @@ package processor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
@@ -52,6 +55,10 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 				break
 			}
 		} else if err := p.deliver(work, &it.rec); err != nil {
+			if isBatchError(err) {
+				o.err = err
+				break
+			}
 			if cutOff(ctx, work) || !p.parksOnFailure(st, &it.rec, err) {
 				o.failed, o.cause = it, err
 				break
@@ -243,13 +250,38 @@ func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (e
 	if err != nil {
 		return fmt.Errorf("savepoint: %w", err)
 	}
-	if err := p.cfg.TxHandler.HandleTx(hctx, sp, rec); err != nil {
-		if rbErr := sp.Rollback(work); rbErr != nil {
-			return fmt.Errorf("%w (and rolling back its writes failed: %v)", err, rbErr)
+	return endSavepoint(work, sp, p.cfg.TxHandler.HandleTx(hctx, sp, rec))
+}
+
+// batchError is a failure of the cursor transaction itself, not of a record: what it holds cannot be
+// trusted, so the batch is aborted (everything since the last commit rolled back) and read again.
+type batchError struct{ err error }
+
+func (e batchError) Error() string { return e.err.Error() }
+func (e batchError) Unwrap() error { return e.err }
+
+// isBatchError reports whether err is a batchError.
+func isBatchError(err error) bool {
+	var be batchError
+	return errors.As(err, &be)
+}
+
+// endSavepoint ends a transactional handler's savepoint after the handler returned handled: released
+// when it succeeded, rolled back when it failed. Both use work, not the handler's context: a handler that
+// returns just before its timeout must not have its release refused (pgx then closes the savepoint
+// without sending it, and its writes would stay beside what comes next). When the savepoint cannot be
+// ended, the transaction cannot be trusted: a batchError.
+func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
+	if handled != nil {
+		if err := sp.Rollback(work); err != nil {
+			return batchError{fmt.Errorf("%w (and rolling back its writes failed: %v)", handled, err)}
 		}
-		return err
+		return handled
 	}
-	return sp.Commit(hctx)
+	if err := sp.Commit(work); err != nil {
+		return batchError{fmt.Errorf("release savepoint: %w", err)}
+	}
+	return nil
 }
 
 // checkpoint flushes the handler and makes pos durable, keeping the lock. It reports false when the lock

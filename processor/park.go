@@ -207,6 +207,9 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 			it.rec.Attempt = pk.Attempts + 1
 			cause = p.deliver(work, &it.rec)
 		}
+		if isBatchError(cause) {
+			return false, cause
+		}
 		if cause != nil {
 			if cutOff(ctx, work) {
 				return false, nil

@@ -33,7 +33,10 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 	err := p.handleTxBatch(work, recs)
 	took := time.Since(start) / time.Duration(len(recs))
 	if err != nil {
-		p.obs.Handled(p.cfg.Process, took, err)
+		// Not told to the observer: the records are counted as they go one at a time.
+		if isBatchError(err) {
+			return outcome[T]{last: st.Position, err: err}
+		}
 		if cutOff(ctx, work) {
 			return outcome[T]{last: st.Position}
 		}
@@ -59,13 +62,7 @@ func (p *Processor[T]) handleTxBatch(work context.Context, recs []*handlers.Reco
 	if err != nil {
 		return explain(hctx, fmt.Errorf("savepoint: %w", err))
 	}
-	if err := p.callTxBatch(hctx, sp, recs); err != nil {
-		if rbErr := sp.Rollback(work); rbErr != nil {
-			return fmt.Errorf("%w (and rolling back its writes failed: %v)", err, rbErr)
-		}
-		return err
-	}
-	return explain(hctx, sp.Commit(hctx))
+	return endSavepoint(work, sp, p.callTxBatch(hctx, sp, recs))
 }
 
 // callTxBatch calls the handler, a panic turned into its failure.

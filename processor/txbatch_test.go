@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -187,4 +189,66 @@ func TestACrashMidBatchLeavesTheReadModelAndThePositionTogether(t *testing.T) {
 	var last string
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT max(id)::text FROM events").Scan(&last))
 	waitFor(t, "the position at the last event", func() bool { _, pos = b.position(t, b.cfg.Process); return pos == last })
+}
+
+// TestAHandlerThatOverrunsItsTimeoutIsAppliedOnce: a transactional handler writes, then returns nil only
+// after its timeout fired (it ignored its context). Its savepoint is released with the processor's own
+// context, so its writes go once with the position; they are not kept beside a retry. Both handler forms.
+func TestAHandlerThatOverrunsItsTimeoutIsAppliedOnce(t *testing.T) {
+	t.Parallel()
+	for _, batched := range []bool{false, true} {
+		t.Run(fmt.Sprintf("batched=%v", batched), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			b.projectionTable(t, "rm")
+			b.insertSeqs(t, 2, 20)
+			p := &slowOnce{projection: projection{table: "rm"}, timeout: 200 * time.Millisecond}
+			b.cfg.Handler, b.cfg.HandlerTimeout = nil, p.timeout
+			if batched {
+				b.cfg.TxHandler = p
+			} else {
+				b.cfg.TxHandler = slowOneAtATime{p}
+			}
+			start(t, b.cfg)
+			waitFor(t, "every event projected", func() bool {
+				_, pos := b.position(t, b.cfg.Process)
+				var last string
+				require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT max(id)::text FROM events").Scan(&last))
+				return pos == last
+			})
+			require.Equal(t, map[string]string{"k0": "10/10", "k1": "10/10"}, b.readModel(t, "rm"), "each event applied once")
+		})
+	}
+}
+
+// slowOnce is a projection whose first call overruns its timeout after writing, then returns nil.
+type slowOnce struct {
+	projection
+	timeout time.Duration
+	slowed  atomic.Bool
+}
+
+func (s *slowOnce) overrun() {
+	if s.slowed.CompareAndSwap(false, true) {
+		time.Sleep(s.timeout + 100*time.Millisecond) // ignoring its context, as a careless handler does
+	}
+}
+
+func (s *slowOnce) HandleTxBatch(ctx context.Context, tx pgx.Tx, recs []*handlers.Record[event]) error {
+	if err := s.projection.HandleTxBatch(ctx, tx, recs); err != nil {
+		return err
+	}
+	s.overrun()
+	return nil
+}
+
+// slowOneAtATime is slowOnce without HandleTxBatch.
+type slowOneAtATime struct{ s *slowOnce }
+
+func (o slowOneAtATime) HandleTx(ctx context.Context, tx pgx.Tx, rec *handlers.Record[event]) error {
+	if err := o.s.projection.HandleTx(ctx, tx, rec); err != nil {
+		return err
+	}
+	o.s.overrun()
+	return nil
 }
