@@ -11,17 +11,18 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 )
 
-// TestPositionsCommitWithoutWaitingForTheFlushUnlessAsked: the cursor transaction (where positions, and a
-// transactional handler's writes, commit) runs with synchronous_commit off by default, and with the
-// server's setting under SynchronousCommit.
-func TestPositionsCommitWithoutWaitingForTheFlushUnlessAsked(t *testing.T) {
+// TestATransactionalHandlerCommitsDurably: the cursor transaction of a transactional handler keeps the
+// database's synchronous_commit whatever SynchronousCommit says: its writes are the application's own,
+// which others may act on as soon as they commit. (A plain handler's positions commit with it off; see
+// cursorlock's lock statement test and the fault suite's server_crash scenario.)
+func TestATransactionalHandlerCommitsDurably(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		sync bool
 		want string
 	}{
-		{name: "default", want: "off"},
+		{name: "default", want: "on"},
 		{name: "SynchronousCommit", sync: true, want: "on"}, // the database's own setting
 	} {
 		t.Run(tc.name, func(t *testing.T) {

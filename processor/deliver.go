@@ -284,7 +284,7 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 	return nil
 }
 
-// checkpoint flushes the handler and makes pos durable, keeping the lock. It reports false when the lock
+// checkpoint flushes the handler and commits pos, keeping the lock. It reports false when the lock
 // was lost to another instance in the instant between commit and relock.
 func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, handled int, flying cursorlock.InFlight) (bool, error) {
 	if err := p.flush(work); err != nil {

@@ -40,8 +40,11 @@
 // # Checkpoints
 //
 // With CheckpointRecord (the default) every advance commits at once, in the same round trip that locks
-// the row for the next record: a crash delivers at most the record in flight again. With CheckpointBatch
-// the position commits once per batch: a crash delivers at most a batch again.
+// the row for the next record: a crash of the processor delivers at most the record in flight again. With
+// CheckpointBatch the position commits once per batch: a crash delivers at most a batch again. A position
+// commits without waiting for its WAL flush (see Config.SynchronousCommit), so a crash of Postgres itself
+// may deliver again the records of the last positions it had not flushed, usually the last few hundred
+// milliseconds; never one is skipped.
 //
 // # Failures
 //

@@ -90,13 +90,14 @@ type Config[T any] struct {
 	StartFrom cursor.StartFrom
 
 	// SynchronousCommit makes every position commit wait for its WAL flush. By default a position (and
-	// what commits with it: the halt state, parked records, a TxHandler's writes) commits with
-	// synchronous_commit = off, so that on a disk where a flush costs a millisecond or more the stream goes
-	// at the sink's speed, not the disk's. Nothing is skipped either way: a crash of inorder loses nothing
-	// (the commit is in Postgres), and a crash of Postgres loses at most the last few hundred milliseconds
-	// of positions (wal_writer_delay, 200ms by default, three times at the most), whose records are then
-	// delivered again. Set it when a sink must never see a record twice after a server crash beyond the
-	// record in flight.
+	// what commits with it: the halt state, parked records) commits with synchronous_commit = off, so that
+	// on a disk where a flush costs a millisecond or more the stream goes at the sink's speed, not the
+	// disk's. Nothing is skipped either way: a crash of inorder loses nothing (the commit is in Postgres),
+	// and a crash of Postgres (or a failover, since such a commit does not wait for a synchronous standby
+	// either) may take back the last positions, usually the last few hundred milliseconds, whose records are
+	// then delivered again. Set it when a sink must never see a record twice after a server crash beyond
+	// the record in flight. A TxHandler's commits always wait for their flush, whatever this says: they
+	// carry the application's own writes, which others may read and act on as soon as they commit.
 	SynchronousCommit bool
 
 	// OnHalt says what a record that would halt the stream does: refused by the sink (handlers.Permanent),

@@ -98,11 +98,12 @@ type Config struct {
 	// session is named "inorder-tx:…" instead of "inorder:…".
 	Transactional bool
 
-	// SynchronousCommit makes the commits of the cursor transactions (positions, halts, parked records, a
-	// transactional handler's writes with them) wait for their WAL flush, as the server's
-	// synchronous_commit says. False sets synchronous_commit = off for them (SET LOCAL): a crash of
-	// Postgres may then lose the last few hundred milliseconds of them, which only delivers those records
-	// again, and any later durable commit (WAL is flushed in order) makes them durable too.
+	// SynchronousCommit makes the commits of the cursor transactions (positions, halts, parked records)
+	// wait for their WAL flush, as the server's synchronous_commit says. False sets synchronous_commit =
+	// off for them (SET LOCAL): a crash of Postgres may then lose the last of them, which only delivers
+	// those records again, and any later durable commit (WAL is flushed in order) makes them durable too.
+	// A Transactional repository's commits always wait: they carry the application's own writes, which
+	// others may read (and act on) as soon as they are committed.
 	SynchronousCommit bool
 }
 
@@ -553,13 +554,13 @@ const NoInsertLockKey = source.NoInsertKey
 
 // lockStatement returns the statement that locks the cursor row for a batch, and its arguments after the
 // name. Besides the row it sets the transaction's idle_in_transaction_session_timeout and, unless
-// SynchronousCommit, synchronous_commit = off (SET LOCAL: they hold through any pooler and end with the
-// transaction), takes the no-insert lock unless the transaction
+// SynchronousCommit or Transactional, synchronous_commit = off (SET LOCAL: they hold through any pooler and
+// end with the transaction), takes the no-insert lock unless the transaction
 // carries a handler's writes, and reads the backend serving it.
 func lockStatement(cfg Config) (string, []any) {
 	idle := strconv.FormatInt(cfg.idleTimeout().Milliseconds(), 10)
 	marks := "set_config('idle_in_transaction_session_timeout', $2, true)"
-	if !cfg.SynchronousCommit {
+	if !cfg.SynchronousCommit && !cfg.Transactional {
 		marks += " || set_config('synchronous_commit', 'off', true)"
 	}
 	args := []any{idle}
@@ -880,7 +881,8 @@ func isFenced(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
 
-// Checkpoint makes pos durable now, counting handled records and recording what is in flight: it updates
+// Checkpoint commits pos now (durable as SynchronousCommit says), counting handled records and recording
+// what is in flight: it updates
 // the row (renewing the lease), commits, and locks the row again in a new transaction, all in one round
 // trip. It reports false when someone else took the row in the instant between the commit and the new
 // lock: an operator action (Owner stays true), or another instance that found the lease run out (Owner
@@ -904,7 +906,8 @@ const commitSQL = `WITH held AS (
 	    lease_expires_at = clock_timestamp() + $3::interval
 	WHERE process_name = $1 AND owner_token = $4 RETURNING 1) SELECT 1 / count(*)::int FROM held`
 
-// Commit makes what the open transaction holds durable now, without moving the position or touching the
+// Commit commits what the open transaction holds now (durable as SynchronousCommit says), without moving
+// the position or touching the
 // halt state (a parked record delivered, and removed, by a redrive), counting handled records, and locks
 // the row again, as Checkpoint does; it reports false as Checkpoint does.
 func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
