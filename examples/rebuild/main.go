@@ -9,10 +9,12 @@
 //
 // Version 2 registers its own process from the beginning of account_events and projects into its own
 // table, a batch at a time (handlers.TxBatchHandler: one upsert per batch, committed with the position),
-// while version 1 keeps serving. Once version 2 has caught up, it points the view at balances_v2 in one
-// statement: the application switches without a gap, and every balance it reads is the sum of the events
-// up to a position. Then stop version 1; version 2 forgets process balances_v1 (which refuses while an
-// instance of it runs) and says that balances_v1 may be dropped.
+// while version 1 keeps serving. Once version 2 runs healthy within a handful of events of the end, it
+// points the view at balances_v2 in one statement (only if the view still reads version 1): every read
+// of the application sees one version, consistent with its position, and at the switch the balances may
+// step back by the few events version 2 had yet to project. Then stop version 1; version 2 forgets process
+// balances_v1 (which refuses while an instance of it runs) and says that balances_v1 may be dropped. A
+// version older than the one the view reads refuses to start.
 package main
 
 import (
@@ -22,6 +24,8 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -134,6 +138,11 @@ func run(ctx context.Context, databaseURL string, v int, log zerolog.Logger, opt
 	for _, option := range options {
 		option(&cfg)
 	}
+	if newer, err := serving(ctx, pool); err != nil {
+		return err
+	} else if newer > v {
+		return fmt.Errorf("version %d serves the application: version %d is retired", newer, v)
+	}
 	p, err := processor.New(cfg)
 	if err != nil {
 		return err
@@ -142,14 +151,72 @@ func run(ctx context.Context, databaseURL string, v int, log zerolog.Logger, opt
 	defer stop()
 	ran := make(chan error, 1)
 	go func() { ran <- p.Run(runCtx) }()
-	if v > 1 {
-		if err := takeOver(runCtx, pool, v, log); err != nil && runCtx.Err() == nil {
+	if v == 1 {
+		return <-ran
+	}
+	took := make(chan error, 1)
+	go func() { took <- takeOver(runCtx, pool, v, log) }()
+	select {
+	case err := <-ran: // the projection stopped (or failed) before it took over: so does the take-over
+		stop()
+		<-took
+		return err
+	case err := <-took:
+		if err != nil && runCtx.Err() == nil {
 			stop()
 			<-ran
 			return err
 		}
+		return <-ran
 	}
-	return <-ran
+}
+
+// serving returns the version the view balances points at.
+func serving(ctx context.Context, q interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}) (int, error) {
+	var def string
+	if err := q.QueryRow(ctx, "SELECT pg_get_viewdef('balances')").Scan(&def); err != nil {
+		return 0, fmt.Errorf("read the view balances: %w", err)
+	}
+	i := strings.LastIndex(def, "balances_v")
+	if i < 0 {
+		return 0, fmt.Errorf("the view balances reads no version: %s", def)
+	}
+	digits := strings.TrimFunc(def[i+len("balances_v"):], func(r rune) bool { return r < '0' || r > '9' })
+	if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
+		digits = digits[:j]
+	}
+	return strconv.Atoi(digits)
+}
+
+// switchView points the view at version v's table, in one transaction that holds a lock every switch
+// takes, and only if it points at the version before: a version restarted after its successor took over
+// must not take the view back.
+func switchView(ctx context.Context, pool *pgxpool.Pool, v int) error {
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
+	if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtext('balances view'))"); err != nil {
+		return err
+	}
+	now, err := serving(ctx, tx)
+	if err != nil {
+		return err
+	}
+	switch {
+	case now == v:
+		return nil
+	case now != v-1:
+		return fmt.Errorf("the view reads version %d, not %d: version %d does not take it over", now, v-1, v)
+	}
+	if _, err := tx.Exec(ctx, `CREATE OR REPLACE VIEW balances AS SELECT account_id, balance, events FROM `+
+		pgx.Identifier{table(v)}.Sanitize()); err != nil {
+		return err
+	}
+	return tx.Commit(ctx)
 }
 
 // takeOver waits until version v has caught up with the events (see caughtUp), points the view at its table, then waits
@@ -172,8 +239,7 @@ func takeOver(ctx context.Context, pool *pgxpool.Pool, v int, log zerolog.Logger
 		}
 	}
 	// One statement: a reader sees the old version or the new one, each consistent with a position.
-	if _, err := pool.Exec(ctx, `CREATE OR REPLACE VIEW balances AS SELECT account_id, balance, events FROM `+
-		pgx.Identifier{table(v)}.Sanitize()); err != nil {
+	if err := switchView(ctx, pool, v); err != nil {
 		return fmt.Errorf("switch the view: %w", err)
 	}
 	log.Info().Str("table", table(v)).Msg("caught up: the application now reads this version")
@@ -202,14 +268,17 @@ func takeOver(ctx context.Context, pool *pgxpool.Pool, v int, log zerolog.Logger
 // close as a live stream is, where events keep coming, far fewer than a batch.
 const closeEnough = 100
 
-// caughtUp reports whether process name has at most closeEnough events left to project.
+// caughtUp reports whether process name runs, without a failing record, and has at most closeEnough
+// events left to project.
 func caughtUp(ctx context.Context, pool *pgxpool.Pool, name string) (bool, error) {
 	infos, err := cursor.List(ctx, pool, name)
 	if err != nil || len(infos) == 0 || infos[0].Source.Table == "" {
 		return false, err // not registered, or not run yet
 	}
-	if err := infos[0].Measure(ctx, pool); err != nil {
+	in := &infos[0]
+	if err := in.Measure(ctx, pool); err != nil {
 		return false, err
 	}
-	return infos[0].Lag.Rows <= closeEnough, nil
+	healthy := in.Status == cursor.StatusRunning || in.Status == cursor.StatusIdle
+	return healthy && in.Lag.Rows <= closeEnough, nil
 }

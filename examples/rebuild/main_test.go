@@ -133,4 +133,12 @@ func TestRebuildWithoutStoppingTheServingVersion(t *testing.T) {
 		query(t, db, `SELECT account_id, sum(amount)::bigint, count(*) FROM account_events GROUP BY account_id ORDER BY account_id`),
 		query(t, db, "SELECT account_id, balance, events FROM balances ORDER BY account_id"),
 		"the view holds the sum of every event, each once")
+
+	// Version 1, restarted by mistake, refuses: it would take nothing back, but it would project every
+	// event again into a table nobody reads.
+	err = run(context.Background(), db.URL, 1, zerolog.New(zerolog.NewTestWriter(t)), fast)
+	require.ErrorContains(t, err, "version 2 serves the application: version 1 is retired")
+	infos, err = cursor.List(context.Background(), db.Pool, process(1))
+	require.NoError(t, err)
+	require.Empty(t, infos, "the retired version registered nothing")
 }

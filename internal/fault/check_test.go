@@ -246,6 +246,10 @@ func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report 
 	reports := map[string]*report{}
 	for _, st := range sts {
 		r := analyzeWith(st.process, st.slack > 0, order, log, obs, audit)
+		if r.rewinds > crashes[st.process] {
+			w.t.Errorf("%s: the position was taken back %d times for %d crashes: only a crash of the server may",
+				st.process, r.rewinds, crashes[st.process])
+		}
 		for id := range aborted {
 			if r.deliveries[id] > 0 {
 				w.t.Errorf("%s: record %d, rolled back, was delivered", st.process, id)
