@@ -18,11 +18,10 @@ import (
 
 // deliveries records what every instance delivered, in one global order.
 type deliveries struct {
-	mu     sync.Mutex
-	order  []event
-	by     map[string]int // instance -> records delivered
-	seen   map[int64]int
-	failed error
+	mu    sync.Mutex
+	order []event
+	by    map[string]int // instance -> records delivered
+	seen  map[int64]int
 }
 
 func (d *deliveries) handler(instance string) handlers.Handler[event] {

@@ -18,9 +18,8 @@ import (
 // receiver is a webhook sink. Its arrival order is the order of deliveries across instances: a partition
 // moves to another instance only after its owner's last delivery was answered and its position committed.
 type receiver struct {
-	mu      sync.Mutex
-	order   []delivery
-	counter int
+	mu    sync.Mutex
+	order []delivery
 }
 
 type delivery struct {
