@@ -54,7 +54,8 @@ type Config[T any] struct {
 	ScanFunc func(row pgx.CollectableRow) (T, error)
 
 	// BatchSize bounds the records read per batch; every read is bounded. Zero means DefaultBatchSize (100). With
-	// MaxInFlight above 1, a batch holds at least four windows.
+	// MaxInFlight above 1, a batch holds at least sixteen windows, so that the window drains (the records
+	// in flight at the end of a batch finishing before the next read) once per sixteen windows at most.
 	BatchSize int
 	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
 	// Source.KeyColumn): records of one key go one at a time in (created_at, id) order, records of

@@ -25,7 +25,10 @@ type item[T any] struct {
 func (p *Processor[T]) read(work context.Context, pos source.Position, horizon time.Time) ([]item[T], error) {
 	limit := p.cfg.BatchSize
 	if p.windowed() {
-		limit = max(limit, 4*p.cfg.MaxInFlight) // keep the window full until near the end of the batch
+		// Keep the window full until near the end of the batch: it drains there, the records in flight
+		// finishing before the next read, which costs one handler latency per batch (four windows a batch
+		// left a webhook stream at 0.81 of plain clients, sixteen at 0.91).
+		limit = max(limit, 16*p.cfg.MaxInFlight)
 	}
 	sql, args := p.table.ReadSQL(p.generic, pos, horizon, limit)
 	rows, err := p.cur.Tx().Query(work, sql, args...)
