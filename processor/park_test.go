@@ -394,9 +394,12 @@ func TestNoNewRecordOvertakesAParkedOneDuringARedrive(t *testing.T) {
 	for w := range 3 {
 		wg.Go(func() {
 			for i := 0; ctx.Err() == nil; i++ {
+				// Each insert runs to its end (not cut off by ctx, which could leave it committing after
+				// the test has counted the rows); the loop stops between inserts.
 				var id int64
-				if err := b.db.Pool.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ('a', $1) RETURNING id",
+				if err := b.db.Pool.QueryRow(context.Background(), "INSERT INTO events (aggregate_id, seq) VALUES ('a', $1) RETURNING id",
 					1000*w+i).Scan(&id); err != nil {
+					t.Error(err)
 					return
 				}
 				added.Store(id, true)
