@@ -164,7 +164,7 @@ func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 				"until a redrive, which this instance does; it parks no new key (it runs with --on-halt halt)")
 		}
 	}
-	if st.RedriveRequestedAt.IsZero() || st.Paused {
+	if st.RedriveRequestedAt.IsZero() || st.Paused || !p.parkReadable {
 		return true, nil
 	}
 	queue, err := p.cur.RedriveQueue(work)
