@@ -57,13 +57,16 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
+	// Each key's first record, the longest parked first.
 	rows, err := tx.Query(ctx, `
-		SELECT DISTINCT ON (process_name, key) process_name, key,
-		       count(*) OVER (PARTITION BY process_name, key)::int,
-		       record_id, record_created_at, error, coalesce(status, 0), permanent, attempts, parked_at,
-		       coalesce(last_failure_at, parked_at), redrive_at IS NOT NULL
-		FROM inorder.parked WHERE process_name = ANY($1)
-		ORDER BY process_name, key, seq`, streams)
+		SELECT * FROM (
+			SELECT DISTINCT ON (process_name, key) process_name, key,
+			       count(*) OVER (PARTITION BY process_name, key)::int,
+			       record_id, record_created_at, error, coalesce(status, 0), permanent, attempts, parked_at,
+			       coalesce(last_failure_at, parked_at), redrive_at IS NOT NULL
+			FROM inorder.parked WHERE process_name = ANY($1)
+			ORDER BY process_name, key, seq) AS head
+		ORDER BY parked_at, process_name, key`, streams)
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
@@ -77,26 +80,7 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
-	sortParked(keys)
 	return keys, nil
-}
-
-// sortParked orders keys the longest parked first, then by stream and key.
-func sortParked(keys []ParkedKey) {
-	less := func(a, b ParkedKey) bool {
-		if !a.Since.Equal(b.Since) {
-			return a.Since.Before(b.Since)
-		}
-		if a.Stream != b.Stream {
-			return a.Stream < b.Stream
-		}
-		return a.Key < b.Key
-	}
-	for i := 1; i < len(keys); i++ {
-		for j := i; j > 0 && less(keys[j], keys[j-1]); j-- {
-			keys[j], keys[j-1] = keys[j-1], keys[j]
-		}
-	}
 }
 
 // streamNames returns the cursor rows of process name's streams: its own, or its partitions' (rows or not
@@ -163,16 +147,8 @@ func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts, aopts Ac
 		if err != nil {
 			return nil, fmt.Errorf("redrive %q: %w", name, err)
 		}
-		var keys []ParkedCount
-		for rows.Next() {
-			var k ParkedCount
-			if err := rows.Scan(&k.Key, &k.Records); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("redrive %q: %w", name, err)
-			}
-			keys = append(keys, k)
-		}
-		if err := rows.Err(); err != nil {
+		keys, err := pgx.CollectRows(rows, pgx.RowToStructByPos[ParkedCount])
+		if err != nil {
 			return nil, fmt.Errorf("redrive %q: %w", name, err)
 		}
 		if len(keys) == 0 {

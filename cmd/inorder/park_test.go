@@ -81,6 +81,16 @@ func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
 	code, out, _ = runBinary(t, b.env, "status")
 	require.Zero(t, code)
 	require.Contains(t, out, fmt.Sprintf("2 keys parked (%d records)", 2*(perCustomer-10)))
+	code, out, _ = runBinary(t, b.env, "status", "--json")
+	require.Zero(t, code)
+	var doc statusDoc
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Len(t, doc.Processes, 1)
+	parkedDoc := doc.Processes[0].Parked
+	require.NotNil(t, parkedDoc, "status --json says what is parked")
+	require.Equal(t, 2, parkedDoc.Keys)
+	require.Equal(t, 2*(perCustomer-10), parkedDoc.Records)
+	require.NotEmpty(t, parkedDoc.OldestRecordID)
 
 	mu.Lock()
 	require.Zero(t, sentAfterRefusal, "a parked customer's later record was sent")
@@ -105,6 +115,11 @@ func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
 	code, out, _ = runBinary(t, b.env, "parked", "--process", "booking_sms")
 	require.Zero(t, code)
 	require.Contains(t, out, "no key is parked")
+	code, out, _ = runBinary(t, b.env, "status", "--json")
+	require.Zero(t, code)
+	doc = statusDoc{}
+	require.NoError(t, json.Unmarshal([]byte(out), &doc), out)
+	require.Nil(t, doc.Processes[0].Parked, "parked is null once nothing is")
 }
 
 // TestSIGKILLDuringARedriveLosesNothing parks a customer with 200 records, redrives it against a slow

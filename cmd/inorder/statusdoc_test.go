@@ -60,6 +60,13 @@ type processDoc struct {
 		Records     int       `json:"records"`
 		OldestSince time.Time `json:"oldest_since"`
 	} `json:"in_flight"`
+	Parked *struct {
+		Keys           int       `json:"keys"`
+		Records        int       `json:"records"`
+		Since          time.Time `json:"since"`
+		AgeSeconds     float64   `json:"age_seconds"`
+		OldestRecordID string    `json:"oldest_record_id"`
+	} `json:"parked"`
 	Error     string    `json:"error"`
 	UpdatedAt time.Time `json:"updated_at"`
 }

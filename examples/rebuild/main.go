@@ -179,15 +179,17 @@ func serving(ctx context.Context, q interface {
 	if err := q.QueryRow(ctx, "SELECT pg_get_viewdef('balances')").Scan(&def); err != nil {
 		return 0, fmt.Errorf("read the view balances: %w", err)
 	}
+	// "... FROM balances_v2;": the version is the number after the last "balances_v".
 	i := strings.LastIndex(def, "balances_v")
 	if i < 0 {
 		return 0, fmt.Errorf("the view balances reads no version: %s", def)
 	}
-	digits := strings.TrimFunc(def[i+len("balances_v"):], func(r rune) bool { return r < '0' || r > '9' })
-	if j := strings.IndexFunc(digits, func(r rune) bool { return r < '0' || r > '9' }); j >= 0 {
-		digits = digits[:j]
+	rest := def[i+len("balances_v"):]
+	end := strings.IndexFunc(rest, func(r rune) bool { return r < '0' || r > '9' })
+	if end < 0 {
+		end = len(rest)
 	}
-	return strconv.Atoi(digits)
+	return strconv.Atoi(rest[:end])
 }
 
 // switchView points the view at version v's table, in one transaction that holds a lock every switch
