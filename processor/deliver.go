@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
@@ -54,7 +55,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 				o.err = err
 				break
 			}
-		} else if err := p.deliver(work, &it.rec); err != nil {
+		} else if err := p.deliver(work, it); err != nil {
 			if isBatchError(err) {
 				o.err = err
 				break
@@ -108,14 +109,17 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 				return false
 			}
 		case werr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &f.it.rec, werr):
+			endAttempt(f.it, werr)
 			if err := p.park(work, st, f.it, werr); err != nil {
 				o.err = err
 				return false
 			}
 		case werr != nil:
+			endAttempt(f.it, werr)
 			o.failed, o.cause = f.it, werr
 			return false
 		default:
+			endAttempt(f.it, nil)
 			p.resumed(&f.it.rec)
 		}
 		o.last, o.n = f.it.pos, o.n+1
@@ -137,8 +141,11 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 			continue
 		}
 		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
-		res, serr := p.async.Send(sctx, &it.rec)
+		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
 		cancel()
+		if serr != nil {
+			endAttempt(it, serr)
+		}
 		if serr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &it.rec, serr) {
 			// Refused before it was sent: parked in its turn, the records before it settling first, and
 			// the key's later records are not sent.
@@ -231,9 +238,11 @@ func attemptOf(st cursorlock.State, id string) int {
 }
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
-// back its own writes only.
-func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (err error) {
+// back its own writes only. The handler's context carries the attempt's span.
+func (p *Processor[T]) deliver(work context.Context, it *item[T]) (err error) {
+	rec := &it.rec
 	hctx, done := p.deadline.start(work)
+	hctx = p.startAttempt(hctx, it)
 	start := time.Now()
 	defer func() {
 		if r := recover(); r != nil {
@@ -242,6 +251,7 @@ func (p *Processor[T]) deliver(work context.Context, rec *handlers.Record[T]) (e
 		err = explain(hctx, err)
 		done()
 		p.obs.Handled(p.cfg.Process, time.Since(start), err)
+		endAttempt(it, err)
 	}()
 	if p.cfg.Handler != nil {
 		return p.cfg.Handler.Handle(hctx, rec)
@@ -290,7 +300,11 @@ func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, han
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
+	end, _ := p.traceCommit(work, handled)
 	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
+	if end != nil {
+		end(err)
+	}
 	if err == nil {
 		p.obs.Position(p.cfg.Process, pos.CreatedAt)
 	}
@@ -362,6 +376,12 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	wait := time.Until(h.NextAttemptAt)
 	p.retryAt, p.nextAt = time.Now().Add(wait), h.NextAttemptAt
 	was := p.noteFailing(&h)
+	event := "retrying"
+	if p.failing == failHalted {
+		event = "halted"
+	}
+	p.fate(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
+		attribute.String("inorder.record.next_attempt_at", h.NextAttemptAt.UTC().Format(time.RFC3339Nano)))
 	// One line per change of state: retrying begins (a warning), the stream halts (an error: refused for
 	// good, or failing for longer than HaltAfter). Every attempt in between is a debug line.
 	ev := p.log.Debug()

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/handlers"
@@ -79,6 +81,7 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 	if err := p.cur.Park(work, pk); err != nil {
 		return err
 	}
+	p.fate(work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", cause != nil))
 	if cause == nil {
 		return nil
 	}
@@ -205,7 +208,10 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 			return false, err
 		default:
 			it.rec.Attempt = pk.Attempts + 1
-			cause = p.deliver(work, &it.rec)
+			cause = p.deliver(work, it)
+			if it.span != nil {
+				it.span.End() // its fate is the key's: still parked
+			}
 		}
 		if isBatchError(cause) {
 			return false, cause

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
@@ -152,6 +153,12 @@ type Config[T any] struct {
 
 	// Observer, when set, is told what the processor does (for metrics). Its methods must not block.
 	Observer Observer
+
+	// TracerProvider receives a span per delivery attempt, per batch (with its horizon, read and commit
+	// as children) and per operator move, following OpenTelemetry's messaging conventions; see the
+	// package documentation, "Tracing". Nil means the global provider (otel.GetTracerProvider), which
+	// records nothing until the application sets one.
+	TracerProvider trace.TracerProvider
 
 	// Listen keeps a connection listening for the insert notifications of the trigger that
 	// `inorder migrate --notify TABLE` creates, and wakes the processor at once when rows arrive instead of
@@ -305,6 +312,7 @@ type Processor[T any] struct {
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
 	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
+	tracing       tracing
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -597,6 +605,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.table, p.kind = t, t.Horizon
+	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
 	if p.generic && p.cfg.ScanFunc == nil {
 		var raw []int
 		for i, c := range t.Columns {
@@ -737,14 +746,20 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 // many records were delivered and how long to wait before the next tick (zero: go on at once if n > 0,
 // else wait the poll interval).
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
+	began := time.Now()
 	if ok, err := p.lock(work); err != nil || !ok {
 		return 0, 0, err
 	}
 	defer func() {
 		if err == nil && p.cur.Locked() {
+			end, _ := p.traceCommit(work, n)
 			err = p.cur.Unlock(work)
+			if end != nil {
+				end(err)
+			}
 		}
 		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
+		p.endBatch(n, err)
 	}()
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
@@ -755,6 +770,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if wait := p.followOperator(); wait > 0 {
 		return 0, wait, nil
 	}
+	horizonAt := time.Now()
 	h, err := p.horizon(work)
 	if err != nil || !p.cur.Locked() {
 		return 0, 0, err
@@ -770,6 +786,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil
 	}
+	readAt := time.Now()
 	items, err := p.read(work, st.Position, h.at)
 	if err != nil {
 		return 0, 0, err
@@ -778,6 +795,8 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if len(items) == 0 {
 		return 0, 0, nil
 	}
+	p.startBatch(began, horizonAt, readAt, len(items))
+	defer closeSpans(items)
 	var o outcome[T]
 	switch {
 	case p.txBatch != nil:
@@ -883,6 +902,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.knownPos && st.Position != p.lastPos {
 		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
+		p.traceOperator(p.lastPos, st.Position)
 		p.delivered.forget() // delivered again from where the operator said, not lost
 	}
 	p.noteFailing(st.Halt)

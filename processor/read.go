@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/source"
@@ -18,6 +19,10 @@ import (
 type item[T any] struct {
 	rec handlers.Record[T]
 	pos source.Position
+	// trace is the application's trace context written with the row (traceparent, tracestate); span is
+	// the span of the delivery attempt under way, ended when its outcome is known.
+	trace traceContext
+	span  trace.Span
 }
 
 // read fetches the next batch: at most BatchSize records after pos and below the horizon, in
@@ -54,6 +59,9 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error)
 		if key != nil {
 			it.rec.Key = *key
 		}
+		if raw := rows.RawValues(); raw[3] != nil { // text either way: no decoding plan needed
+			it.trace = traceContext{parent: string(raw[3]), state: string(raw[4])}
+		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
 		it.pos = source.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
 		items = append(items, it)
@@ -73,20 +81,21 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error)
 	return items, nil
 }
 
-// hiddenRow shows a scan function the selected columns only, not the three position columns in front.
+// hiddenRow shows a scan function the selected columns only, not the hidden columns in front.
 type hiddenRow struct {
 	pgx.Rows
 	args []any // reused across rows: the position columns' placeholders, then the caller's destinations
 }
 
-const hidden = 3
+const hidden = source.Hidden
 
 func (r *hiddenRow) FieldDescriptions() []pgconn.FieldDescription {
 	return r.Rows.FieldDescriptions()[hidden:]
 }
 
 func (r *hiddenRow) Scan(dest ...any) error {
-	r.args = append(append(r.args[:0], nil, nil, nil), dest...) // nil skips a column without decoding it
+	var skip [hidden]any // nil skips a column without decoding it
+	r.args = append(append(r.args[:0], skip[:]...), dest...)
 	return r.Rows.Scan(r.args...)
 }
 
@@ -100,10 +109,10 @@ func (r *hiddenRow) Values() ([]any, error) {
 
 func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[hidden:] }
 
-// positionScanner decodes the three position columns in front of each row, leaving the rest to the scan
+// positionScanner decodes the position and key columns in front of each row, leaving the rest to the scan
 // function. It plans each column's decoding once per read, not once per row.
 type positionScanner struct {
-	plans [hidden]pgtype.ScanPlan
+	plans [3]pgtype.ScanPlan
 }
 
 func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {

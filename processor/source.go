@@ -32,6 +32,13 @@ type Source struct {
 	// type scanned by name (no ScanFunc), the struct's columns (db tags, else field names); otherwise all
 	// of the table's columns, in table order. Either way a missing column is an error at start-up.
 	Columns []string
+	// TraceColumn is the column holding each row's W3C traceparent, written by the application with the
+	// row (see the traceparent package): each delivery is then traced as a continuation of the
+	// application's write. Empty means "traceparent" when the table has such a column, else none.
+	TraceColumn string
+	// TraceStateColumn is the column holding each row's W3C tracestate, read with TraceColumn. Empty means
+	// "tracestate" when the table has such a column, else none.
+	TraceStateColumn string
 }
 
 // Horizon says which transactions a processor waits for before it reads past a time: the ones that could
@@ -64,5 +71,6 @@ var ErrInvalidSource = source.ErrInvalidSource
 // spec is the source as the machinery takes it.
 func (s Source) spec() source.Spec {
 	return source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, Horizon: s.Horizon,
-		KeyColumn: s.KeyColumn, Partition: s.Partition, Columns: s.Columns}
+		KeyColumn: s.KeyColumn, Partition: s.Partition, Columns: s.Columns,
+		TraceColumn: s.TraceColumn, TraceStateColumn: s.TraceStateColumn}
 }

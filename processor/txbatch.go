@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
@@ -30,8 +31,18 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 		recs[i] = &it.rec
 	}
 	start := time.Now()
-	err := p.handleTxBatch(work, recs)
+	for i := range items {
+		p.startAttempt(work, &items[i])
+	}
+	hctx := work
+	if b := p.tracing.batch; b != nil {
+		hctx = trace.ContextWithSpan(work, b)
+	}
+	err := p.handleTxBatch(hctx, recs)
 	took := time.Since(start) / time.Duration(len(recs))
+	for i := range items {
+		endAttempt(&items[i], err) // a failed batch's spans are closed by its fate below, or by the tick
+	}
 	if err != nil {
 		// Not told to the observer: the records are counted as they go one at a time.
 		if isBatchError(err) {
@@ -41,6 +52,9 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 			return outcome[T]{last: st.Position}
 		}
 		p.log.Debug().Err(err).Int("records", len(recs)).Msg("the batch failed; delivering it one record at a time")
+		for i := range items {
+			p.fate(work, &items[i], "delivered one at a time")
+		}
 		return p.deliverSync(ctx, work, st, items)
 	}
 	for range recs {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
@@ -142,11 +141,11 @@ func (w *window[T]) start() {
 		}
 		busy[key] = true
 		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
-		go func(i int, rec *handlers.Record[T]) {
+		go func(i int, it *item[T]) {
 			t0 := time.Now()
-			err := w.p.handleConcurrently(w.work, rec)
+			err := w.p.handleConcurrently(w.work, it)
 			w.results <- done{i: i, err: err, took: time.Since(t0)}
-		}(i, &it.rec)
+		}(i, it)
 		if key == "" {
 			return
 		}
@@ -272,16 +271,18 @@ func (p *Processor[T]) noteInFlight(f cursorlock.InFlight) {
 
 // handleConcurrently runs the Handler on one record of the window, under a timeout of its own (the
 // processor's reusable deadline serves one call at a time).
-func (p *Processor[T]) handleConcurrently(work context.Context, rec *handlers.Record[T]) (err error) {
+func (p *Processor[T]) handleConcurrently(work context.Context, it *item[T]) (err error) {
 	hctx, cancel := context.WithTimeoutCause(work, p.cfg.HandlerTimeout, errHandlerTimeout{p.cfg.HandlerTimeout})
 	defer cancel()
+	hctx = p.startAttempt(hctx, it)
 	defer func() {
 		if r := recover(); r != nil {
-			err = p.panicked(rec, r)
+			err = p.panicked(&it.rec, r)
 		}
 		err = explain(hctx, err)
+		endAttempt(it, err)
 	}()
-	return p.cfg.Handler.Handle(hctx, rec)
+	return p.cfg.Handler.Handle(hctx, &it.rec)
 }
 
 // windowed reports whether records go through the keyed window.

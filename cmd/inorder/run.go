@@ -26,37 +26,39 @@ import (
 
 // runFlags are the flags of `inorder run`.
 type runFlags struct {
-	databaseURL     databaseURL
-	process         string
-	table           string
-	idColumn        string
-	createdAtColumn string
-	horizon         string
-	keyColumn       string
-	columns         string
-	batchSize       int
-	pollInterval    time.Duration
-	probeInterval   time.Duration
-	insertLatency   time.Duration
-	checkpoint      string
-	onHalt          string
-	syncCommit      bool
-	startFrom       string
-	handler         string
-	logLevel        string
-	idleTimeout     time.Duration
-	lease           time.Duration
-	handlerTimeout  time.Duration
-	shutdownTimeout time.Duration
-	retryMin        time.Duration
-	retryMax        time.Duration
-	haltAfter       time.Duration
-	holdWarnAfter   time.Duration
-	instance        string
-	metricsAddr     string
-	listen          bool
-	partitions      int
-	maxPartitions   int
+	databaseURL      databaseURL
+	process          string
+	table            string
+	idColumn         string
+	createdAtColumn  string
+	horizon          string
+	keyColumn        string
+	traceColumn      string
+	traceStateColumn string
+	columns          string
+	batchSize        int
+	pollInterval     time.Duration
+	probeInterval    time.Duration
+	insertLatency    time.Duration
+	checkpoint       string
+	onHalt           string
+	syncCommit       bool
+	startFrom        string
+	handler          string
+	logLevel         string
+	idleTimeout      time.Duration
+	lease            time.Duration
+	handlerTimeout   time.Duration
+	shutdownTimeout  time.Duration
+	retryMin         time.Duration
+	retryMax         time.Duration
+	haltAfter        time.Duration
+	holdWarnAfter    time.Duration
+	instance         string
+	metricsAddr      string
+	listen           bool
+	partitions       int
+	maxPartitions    int
 
 	webhookURL         string
 	webhookSecretEnv   string
@@ -86,6 +88,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.horizon, "horizon", "auto", "what to wait for before reading past a time: writers (created_at set at insert, clock_timestamp()), "+
 		"transactions (created_at may be a transaction's start, now()), or auto (from the column default)")
 	fs.StringVar(&f.keyColumn, "key-column", "", "column passed to handlers as the record key (default aggregate_id if present)")
+	fs.StringVar(&f.traceColumn, "trace-column", "", "column holding each row's W3C traceparent: deliveries continue the application's trace (default traceparent if present)")
+	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
 	fs.IntVar(&f.batchSize, "batch-size", processor.DefaultBatchSize, "records read per batch")
 	fs.DurationVar(&f.pollInterval, "poll-interval", processor.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
@@ -153,6 +157,12 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	tp, stopTracing, err := tracerProvider(ctx, log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
+	cfg.TracerProvider = tp
 	h, closeHandler, err := f.newHandler(ctx, cfg, stdoutW)
 	if err != nil {
 		return err
@@ -362,6 +372,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		Source: processor.Source{
 			Table: f.table, IDColumn: f.idColumn, CreatedAtColumn: f.createdAtColumn,
 			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon,
+			TraceColumn: f.traceColumn, TraceStateColumn: f.traceStateColumn,
 		},
 		BatchSize:                f.batchSize,
 		PollInterval:             f.pollInterval,

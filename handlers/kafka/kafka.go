@@ -9,8 +9,11 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
 // Header keys set on every produced record (HeaderEventType only when the record has a type).
@@ -164,15 +167,26 @@ func checkClient(cl *kgo.Client) error {
 // record (the idempotent producer cannot take back a request the brokers may have written): the record
 // may then be written once more when the processor delivers it again. It is written after the first copy
 // in its partition, so the order of a key holds.
-func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]) error {
+func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]) (err error) {
 	topic, err := h.topicOf(rec)
 	if err != nil {
 		return err
 	}
+	ctx, span := tracecontext.Start(ctx, tracerName, "send "+topic, trace.SpanKindProducer)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.system", "kafka"),
+			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.destination.name", topic))
+		if rec.Key != "" {
+			span.SetAttributes(attribute.String("messaging.kafka.message.key", rec.Key))
+		}
+	}
+	defer func() { tracecontext.End(span, err) }()
 	r, err := h.record(rec, topic)
 	if err != nil {
 		return err
 	}
+	tracecontext.Inject(ctx, headerCarrier{r}) // traceparent and tracestate
 	// ProduceSync sends at once rather than after the client's linger, but waits for a record already
 	// sent however long franz-go retries it; the select bounds the wait by ctx.
 	done := make(chan error, 1)
@@ -207,6 +221,39 @@ func failure(rec *handlers.Record[handlers.Row], topic string, r *kgo.Record, er
 		return handlers.Permanent(err)
 	}
 	return err
+}
+
+// tracerName is the instrumentation scope of the produces' spans.
+const tracerName = "github.com/inorder-dev/inorder/handlers/kafka"
+
+// headerCarrier writes a trace context into a record's headers.
+type headerCarrier struct{ r *kgo.Record }
+
+func (c headerCarrier) Get(key string) string {
+	for _, h := range c.r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+func (c headerCarrier) Set(key, value string) {
+	for i, h := range c.r.Headers {
+		if h.Key == key {
+			c.r.Headers[i].Value = []byte(value)
+			return
+		}
+	}
+	c.r.Headers = append(c.r.Headers, kgo.RecordHeader{Key: key, Value: []byte(value)})
+}
+
+func (c headerCarrier) Keys() []string {
+	keys := make([]string, len(c.r.Headers))
+	for i, h := range c.r.Headers {
+		keys[i] = h.Key
+	}
+	return keys
 }
 
 // recordSize is what ProducerBatchMaxBytes bounds, less the batch's own framing.

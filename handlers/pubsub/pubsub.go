@@ -10,10 +10,14 @@ import (
 	"time"
 
 	"cloud.google.com/go/pubsub/v2"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
 // Attribute names set on every published message (AttrEventType only when the record has a type).
@@ -233,12 +237,23 @@ func (h *Handler) Send(ctx context.Context, rec *handlers.Record[handlers.Row]) 
 	return res, err
 }
 
-func (h *Handler) send(ctx context.Context, rec *handlers.Record[handlers.Row]) (handlers.Result, error) {
+func (h *Handler) send(ctx context.Context, rec *handlers.Record[handlers.Row]) (_ handlers.Result, err error) {
 	topic, err := h.topicOf(rec)
 	if err != nil {
 		return nil, err
 	}
-	msg, err := h.message(rec)
+	ctx, span := tracecontext.Start(ctx, tracerName, "send "+topic, trace.SpanKindProducer)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("messaging.system", "gcp_pubsub"),
+			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "send"),
+			attribute.String("messaging.destination.name", topic), attribute.String("messaging.gcp_pubsub.message.ordering_key", rec.Key))
+	}
+	defer func() {
+		if err != nil {
+			tracecontext.End(span, err)
+		}
+	}()
+	msg, err := h.message(ctx, rec)
 	if err != nil {
 		return nil, err
 	}
@@ -264,7 +279,7 @@ func (h *Handler) send(ctx context.Context, rec *handlers.Record[handlers.Row]) 
 		}
 		ks.pending = append(ks.pending, r)
 	}
-	return &result{h: h, pub: pub, key: msg.OrderingKey, id: rec.ID, res: r}, nil
+	return &result{h: h, pub: pub, key: msg.OrderingKey, id: rec.ID, res: r, span: span}, nil
 }
 
 // result is the outcome of one publish.
@@ -274,14 +289,25 @@ type result struct {
 	key string
 	id  string
 	res *pubsub.PublishResult
+	// span is the publish's span, ended by the first Wait that sees it settled.
+	span trace.Span
 }
 
 // Wait blocks until Pub/Sub acknowledged the message or the publish failed. When it failed, the processor
 // sends nothing more until it delivers again from its position; Wait then waits (bounded by ctx) for the
 // other publishes on the ordering key to settle and resumes the key before it returns the error, so that
 // the record can be published again.
-func (r *result) Wait(ctx context.Context) error {
-	_, err := r.res.Get(ctx)
+func (r *result) Wait(ctx context.Context) (werr error) {
+	id, err := r.res.Get(ctx)
+	defer func() {
+		if settled(r.res) && r.span != nil {
+			if werr == nil {
+				r.span.SetAttributes(attribute.String("messaging.message.id", id))
+			}
+			tracecontext.End(r.span, werr)
+			r.span = nil
+		}
+	}()
 	h := r.h
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -505,11 +531,14 @@ func topicName(project, t string) (string, error) {
 	return "projects/" + project + "/topics/" + id, nil
 }
 
+// tracerName is the instrumentation scope of the publishes' spans.
+const tracerName = "github.com/inorder-dev/inorder/handlers/pubsub"
+
 // eventType returns the record's type column, or its event_type column when it has no type column.
 func eventType(row handlers.Row) (string, bool) { return row.Text("type", "event_type") }
 
 // message builds the Pub/Sub message for rec.
-func (h *Handler) message(rec *handlers.Record[handlers.Row]) (*pubsub.Message, error) {
+func (h *Handler) message(ctx context.Context, rec *handlers.Record[handlers.Row]) (*pubsub.Message, error) {
 	data, err := rec.Value.Payload(h.payloadColumn)
 	if err != nil {
 		return nil, handlers.Permanent(fmt.Errorf("pubsub: encode record %s: %w", rec.ID, err))
@@ -522,6 +551,7 @@ func (h *Handler) message(rec *handlers.Record[handlers.Row]) (*pubsub.Message, 
 	if typ, ok := eventType(rec.Value); ok {
 		attrs[AttrEventType] = typ
 	}
+	tracecontext.Inject(ctx, propagation.MapCarrier(attrs)) // traceparent and tracestate
 	msg := &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: rec.Key}
 	if size := messageSize(msg); size > h.maxMessageBytes {
 		return nil, handlers.Permanent(fmt.Errorf("pubsub: record %s is %d bytes as a message, more than the "+

@@ -16,6 +16,10 @@ import (
 	"unicode"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/tracecontext"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 const (
@@ -86,6 +90,7 @@ type Handler[T any] struct {
 	idempotency  string // the idempotency key's header
 	bodyColumn   string
 	redactor     redactor
+	spanAttrs    []attribute.KeyValue
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler[handlers.Row])(nil)
@@ -168,6 +173,7 @@ func New[T any](cfg Config) (*Handler[T], error) {
 	h := &Handler[T]{
 		url:          cfg.URL,
 		target:       redact(u),
+		spanAttrs:    spanAttrs(u),
 		secret:       bytes.Clone(key),
 		scheme:       cfg.Signature,
 		timeout:      cfg.Timeout,
@@ -211,7 +217,7 @@ func redact(u *url.URL) string {
 // network errors and timeouts, carrying any Retry-After as handlers.RetryAfter; handlers.Permanent for
 // other statuses, for a record that cannot be encoded as JSON, for a body column that holds no JSON, and
 // for an idempotency key that cannot be sent in a header.
-func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error {
+func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err error) {
 	body, err := h.body(rec)
 	if err != nil {
 		return err
@@ -221,12 +227,20 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error 
 		return handlers.Permanent(fmt.Errorf("webhook: record %s: its idempotency key %q holds a control "+
 			"character and cannot be sent in a header", rec.ID, key))
 	}
+	ctx, span := tracecontext.Start(ctx, tracerName, http.MethodPost, trace.SpanKindClient)
+	if span.IsRecording() {
+		span.SetAttributes(h.spanAttrs...)
+		span.SetAttributes(attribute.Int("http.request.resend_count", max(0, rec.Attempt-1)))
+	}
+	var resp *http.Response
+	defer func() { h.endSpan(span, resp, err) }()
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url, bytes.NewReader(body))
 	if err != nil {
 		return fmt.Errorf("webhook POST %s: %w", h.target, unwrapURLError(err))
 	}
+	tracecontext.Inject(ctx, propagation.HeaderCarrier(req.Header))
 	req.Header.Set("User-Agent", userAgent)
 	for k, vs := range h.headers {
 		req.Header[k] = append([]string(nil), vs...)
@@ -244,7 +258,7 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error 
 		req.Header.Set(StandardSignatureHeader, sig)
 	}
 
-	resp, err := h.client.Do(req)
+	resp, err = h.client.Do(req)
 	if err != nil {
 		err = unwrapURLError(err)
 		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
@@ -257,6 +271,34 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error 
 		_ = resp.Body.Close()
 	}()
 	return h.classify(resp)
+}
+
+// tracerName is the instrumentation scope of the webhook's spans.
+const tracerName = "github.com/inorder-dev/inorder/handlers/webhook"
+
+// spanAttrs are the attributes of every request's span, after OpenTelemetry's HTTP client conventions:
+// the URL as messages show it (no userinfo, no query), never a header value.
+func spanAttrs(u *url.URL) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
+		attribute.String("http.request.method", http.MethodPost),
+		attribute.String("url.full", redact(u)),
+		attribute.String("server.address", u.Hostname()),
+	}
+	port, _ := strconv.Atoi(u.Port())
+	if port == 0 && u.Scheme == "https" {
+		port = 443
+	} else if port == 0 {
+		port = 80
+	}
+	return append(attrs, attribute.Int("server.port", port))
+}
+
+// endSpan ends a request's span with the response's status, and an error status for a failure.
+func (h *Handler[T]) endSpan(span trace.Span, resp *http.Response, err error) {
+	if resp != nil {
+		span.SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	}
+	tracecontext.End(span, err)
 }
 
 // unwrapURLError drops the *url.Error around a client error: its text repeats the URL, userinfo and all.

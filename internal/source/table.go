@@ -25,6 +25,9 @@ type Spec struct {
 	KeyColumn       string
 	Partition       *Partition
 	Columns         []string
+	// TraceColumn and TraceStateColumn hold each row's W3C trace context (traceparent, tracestate).
+	TraceColumn      string
+	TraceStateColumn string
 }
 
 // Horizon says which transactions a processor waits for before it reads past a time; processor.Horizon
@@ -203,6 +206,10 @@ func (t *Table) checkColumns(src Spec, all []Column) (cac, idc Column, err error
 		return cac, idc, err
 	}
 
+	if err := t.findTraceColumns(src, byName, find); err != nil {
+		return cac, idc, err
+	}
+
 	if len(src.Columns) == 0 {
 		t.Columns = all
 		return cac, idc, nil
@@ -220,6 +227,30 @@ func (t *Table) checkColumns(src Spec, all []Column) (cac, idc Column, err error
 		t.Columns = append(t.Columns, c)
 	}
 	return cac, idc, nil
+}
+
+// findTraceColumns resolves the trace context columns: the named ones must exist, and unnamed ones are
+// traceparent and tracestate when the table has them.
+func (t *Table) findTraceColumns(src Spec, byName map[string]Column, find func(role, name string) (Column, error)) error {
+	for _, c := range []struct {
+		role, def string
+		name      *string
+	}{{"trace", "traceparent", &t.Spec.TraceColumn}, {"trace state", "tracestate", &t.Spec.TraceStateColumn}} {
+		if *c.name == "" {
+			if _, ok := byName[c.def]; ok {
+				*c.name = c.def
+			}
+			continue
+		}
+		if _, err := find(c.role, *c.name); err != nil {
+			return err
+		}
+	}
+	if t.Spec.TraceColumn == "" && src.TraceStateColumn != "" {
+		return invalid("trace state column %q is named without a trace column: %s has no traceparent column, so name one with the trace column setting",
+			src.TraceStateColumn, t.Qualified)
+	}
+	return nil
 }
 
 // checkIndex refuses a table without the index its reads need: (created_at, id) for a stream, the
@@ -416,8 +447,8 @@ func GenericExpr(c Column) (expr string, raw bool) {
 }
 
 // ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
-// order, and its arguments. Every row starts with the three position columns (created_at, the id as text,
-// the key as text), then the selected columns.
+// order, and its arguments. Every row starts with the Hidden columns (created_at, the id as text, the key,
+// the traceparent and the tracestate as text), then the selected columns.
 func (t *Table) ReadSQL(generic bool, pos Position, horizon time.Time, limit int) (string, []any) {
 	var b strings.Builder
 	t.selectFrom(&b, generic)
@@ -441,17 +472,27 @@ func (t *Table) RecordSQL(generic bool, pos Position) (string, []any) {
 	return b.String(), []any{pos.CreatedAt, pos.ID}
 }
 
-// selectFrom writes the select list (the three position columns, then the selected columns) and the FROM
+// Hidden is how many columns every read has in front of the selected ones: the position (created_at and
+// the id), the key, and the trace context (traceparent and tracestate).
+const Hidden = 5
+
+// textOrNull is the expression of an optional column as text: NULL when the source has none.
+func textOrNull(col string) string {
+	if col == "" {
+		return "NULL::text"
+	}
+	return "src." + quote(col) + "::text"
+}
+
+// selectFrom writes the select list (the Hidden columns, then the selected columns) and the FROM
 // clause of a read. Every column reference is qualified with the alias src: selected columns may be named
 // like the position columns, and ORDER BY would otherwise resolve to an output column.
 func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 	ca := "src." + quote(t.Spec.CreatedAtColumn)
 	id := "src." + quote(t.Spec.IDColumn)
-	key := "NULL::text"
-	if t.Spec.KeyColumn != "" {
-		key = "src." + quote(t.Spec.KeyColumn) + "::text"
-	}
-	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
+	key := textOrNull(t.Spec.KeyColumn)
+	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key, %s AS inorder_traceparent, %s AS inorder_tracestate",
+		ca, id, key, textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
 	for _, c := range t.Columns {
 		expr := quote(c.Name)
 		if generic {

@@ -1,0 +1,205 @@
+package processor
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inorder-dev/inorder/internal/source"
+)
+
+// tracerName is the instrumentation scope of the processor's spans.
+const tracerName = "github.com/inorder-dev/inorder/processor"
+
+// traceContext is the W3C trace context an application wrote with a row, read as a propagation carrier.
+type traceContext struct{ parent, state string }
+
+func (c traceContext) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.parent
+	case "tracestate":
+		return c.state
+	}
+	return ""
+}
+
+func (traceContext) Set(string, string) {}
+func (traceContext) Keys() []string     { return []string{"traceparent", "tracestate"} }
+
+// w3c reads the rows' trace context whatever propagator the application set globally: the columns hold
+// W3C traceparent and tracestate values.
+var w3c propagation.TraceContext
+
+// tracing is the processor's tracer and the span of the batch under way.
+type tracing struct {
+	tracer trace.Tracer
+	// batch is the span of the batch under way (nil between batches): the parent of the read and commit
+	// spans and of deliveries whose row carries no trace context, and a link from the others.
+	batch trace.Span
+	// attrs are the attributes every delivery span of the process carries.
+	attrs []attribute.KeyValue
+}
+
+func newTracing(tp trace.TracerProvider, process string, table *source.Table) tracing {
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	return tracing{
+		tracer: tp.Tracer(tracerName),
+		attrs: []attribute.KeyValue{
+			attribute.String("messaging.system", "inorder"),
+			attribute.String("messaging.operation.type", "process"),
+			attribute.String("messaging.operation.name", "deliver"),
+			attribute.String("messaging.destination.name", table.Qualified),
+			attribute.String("messaging.consumer.group.name", process),
+			attribute.String("inorder.process", process),
+		},
+	}
+}
+
+// startBatch starts the span of a batch that read n records, after the fact: it began at began (before
+// the lock), its horizon was asked at horizonAt and its read at readAt. A poll that reads nothing makes no
+// span, so an idle stream sends none.
+func (p *Processor[T]) startBatch(began, horizonAt, readAt time.Time, n int) {
+	ctx, batch := p.tracing.tracer.Start(context.Background(), "batch "+p.cfg.Process,
+		trace.WithTimestamp(began), trace.WithAttributes(p.tracing.attrs[3:]...),
+		trace.WithAttributes(attribute.Int("messaging.batch.message_count", n)))
+	if !batch.IsRecording() {
+		return
+	}
+	p.tracing.batch = batch
+	_, h := p.tracing.tracer.Start(ctx, "horizon "+p.cfg.Process, trace.WithTimestamp(horizonAt))
+	h.End(trace.WithTimestamp(readAt))
+	_, r := p.tracing.tracer.Start(ctx, "read "+p.cfg.Process, trace.WithTimestamp(readAt),
+		trace.WithAttributes(attribute.Int("messaging.batch.message_count", n)))
+	r.End()
+}
+
+// endBatch ends the batch's span; err is what ended the batch, if anything failed.
+func (p *Processor[T]) endBatch(delivered int, err error) {
+	b := p.tracing.batch
+	if b == nil {
+		return
+	}
+	p.tracing.batch = nil
+	b.SetAttributes(attribute.Int("inorder.batch.delivered", delivered))
+	if err != nil {
+		b.SetStatus(codes.Error, err.Error())
+	}
+	b.End()
+}
+
+// traceCommit starts the span of a position's commit, a child of the batch's; the caller ends it. It is a
+// no-op outside a traced batch.
+func (p *Processor[T]) traceCommit(work context.Context, records int) (func(error), bool) {
+	if p.tracing.batch == nil {
+		return nil, false
+	}
+	_, s := p.tracing.tracer.Start(trace.ContextWithSpan(work, p.tracing.batch), "commit "+p.cfg.Process,
+		trace.WithAttributes(attribute.String("db.system.name", "postgresql"), attribute.Int("inorder.commit.records", records),
+			attribute.Bool("inorder.commit.synchronous", p.cfg.SynchronousCommit || p.cfg.TxHandler != nil)))
+	return func(err error) {
+		if err != nil {
+			s.SetStatus(codes.Error, err.Error())
+		}
+		s.End()
+	}, true
+}
+
+// startAttempt starts the span of one delivery attempt of it and returns the handler's context, which
+// carries it (sinks propagate it: webhook headers, Kafka headers, Pub/Sub attributes). The span is a child
+// of the application's span that wrote the row, read from its trace columns, and links to it as the
+// messaging conventions ask of a message's creation context; a row without one is delivered as a child
+// of the batch's span. The span stays open until endAttempt or a fate (halted, parked) closes it.
+func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Context {
+	parent := ctx
+	var links []trace.Link
+	if it.trace.parent != "" {
+		parent = w3c.Extract(ctx, it.trace)
+		if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc})
+		} else {
+			parent = ctx // an unreadable traceparent: traced as a row without one
+		}
+	}
+	if b := p.tracing.batch; b != nil {
+		if len(links) == 0 {
+			parent = trace.ContextWithSpan(parent, b)
+		} else {
+			links = append(links, trace.Link{SpanContext: b.SpanContext()})
+		}
+	}
+	hctx, span := p.tracing.tracer.Start(parent, "deliver "+p.cfg.Process,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...))
+	if span.IsRecording() {
+		span.SetAttributes(p.tracing.attrs...)
+		span.SetAttributes(attribute.String("messaging.message.id", it.rec.ID),
+			attribute.Int("inorder.record.attempt", it.rec.Attempt),
+			attribute.String("inorder.record.created_at", it.rec.CreatedAt.Format(time.RFC3339Nano)))
+		if it.rec.Key != "" {
+			span.SetAttributes(attribute.String("inorder.record.key", it.rec.Key))
+		}
+	}
+	it.span = span
+	return hctx
+}
+
+// endAttempt closes a delivery attempt's span when it succeeded; a failed attempt's span gets the error
+// and stays open for its fate (fateOf).
+func endAttempt[T any](it *item[T], err error) {
+	if it.span == nil {
+		return
+	}
+	if err == nil {
+		it.span.End()
+		it.span = nil
+		return
+	}
+	it.span.RecordError(err)
+	it.span.SetStatus(codes.Error, err.Error())
+}
+
+// fate closes a record's span with what became of it: "halted" (the stream waits on it), "retrying",
+// "parked" (its key waits behind it). A record parked behind its key without a handler call gets a span of
+// its own for it, so that the application's trace shows where its record went.
+func (p *Processor[T]) fate(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
+	if it.span == nil {
+		p.startAttempt(ctx, it)
+	}
+	it.span.AddEvent(event, trace.WithAttributes(attrs...))
+	it.span.End()
+	it.span = nil
+}
+
+// closeSpans ends the spans of a batch's records whose outcome was not counted (cut off at shutdown,
+// delivered again after a failure before them).
+func closeSpans[T any](items []item[T]) {
+	for i := range items {
+		if s := items[i].span; s != nil {
+			s.End()
+			items[i].span = nil
+		}
+	}
+}
+
+// traceOperator records an operator's move of the position (a skip or a rewind) as a span of its own,
+// with the event named after it.
+func (p *Processor[T]) traceOperator(from, to source.Position) {
+	event := "moved"
+	switch {
+	case to.CreatedAt.After(from.CreatedAt):
+		event = "skipped"
+	case to.CreatedAt.Before(from.CreatedAt):
+		event = "rewound"
+	}
+	_, s := p.tracing.tracer.Start(context.Background(), "operator "+p.cfg.Process, trace.WithAttributes(p.tracing.attrs[5]))
+	s.AddEvent(event, trace.WithAttributes(attribute.String("inorder.position.from", from.String()),
+		attribute.String("inorder.position.to", to.String())))
+	s.End()
+}
