@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
@@ -80,6 +81,7 @@ type runOpts struct {
 	maxInFlight    int
 	handlerTimeout time.Duration
 	onHalt         processor.OnHalt
+	tracerProvider trace.TracerProvider
 }
 
 // run starts a processor of process on the outbox with h until the test ends or the result's Stop.
@@ -94,6 +96,7 @@ func (b *bundle) run(t *testing.T, process string, h handlers.Handler[handlers.R
 		MaxInFlight:    o.maxInFlight,
 		HandlerTimeout: o.handlerTimeout,
 		OnHalt:         o.onHalt,
+		TracerProvider: o.tracerProvider,
 		PollInterval:   20 * time.Millisecond,
 		RetryMin:       20 * time.Millisecond,
 		RetryMax:       200 * time.Millisecond,
