@@ -66,6 +66,21 @@
 // new record of the key overtakes a parked one. A record without a key halts the stream as without
 // parking.
 //
+// # Tracing
+//
+// Each delivery attempt is an OpenTelemetry span ("deliver <process>", kind consumer) on
+// Config.TracerProvider. When the source row holds the W3C trace context of the application's span that
+// wrote it (the traceparent and tracestate columns, or Source.TraceColumn; package traceparent gives
+// it), the span is that span's child, and links to it as OpenTelemetry's messaging conventions ask of a
+// message's creation context: the request that wrote the row and the delivery end up in one trace. A row
+// without one is delivered as a child of its batch's span ("batch <process>"), whose children show the
+// horizon, the read and the commit. The attempt's span carries the process, the record id
+// (messaging.message.id), the key, the attempt and the source table; a failed attempt has an error
+// status, and its fate is an event: retrying, halted or parked. An operator's skip or rewind is a span of
+// its own. The handler's context carries the attempt's span, and the sinks in this module propagate it:
+// traceparent and tracestate headers on a webhook, Kafka record headers, Pub/Sub attributes. With no
+// provider set, nothing is recorded, and the sinks pass the row's own context on.
+//
 // # Records
 //
 // Records are scanned into the caller's struct with pgx.RowToStructByName by default (set

@@ -10,7 +10,8 @@ import (
 
 // TestREADMESnippetsCompile keeps the README's Go snippets identical to Example functions, which the
 // compiler checks: the library in 30 lines (Example_library, after the record type) and the admin
-// endpoint (cursor's Example_adminEndpoint).
+// endpoint (cursor's Example_adminEndpoint) and the outbox write with its trace context (traceparent's
+// placeBooking).
 func TestREADMESnippetsCompile(t *testing.T) {
 	t.Parallel()
 	readme, err := os.ReadFile("../README.md")
@@ -19,6 +20,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 	for _, tc := range []struct{ heading, file, fn string }{
 		{"## The library in 30 lines", "readme_test.go", "Example_library"},
 		{"### An admin endpoint on the actions API", "../cursor/example_test.go", "Example_adminEndpoint"},
+		{"### Tracing", "../traceparent/example_test.go", "placeBooking"},
 	} {
 		snippet, ok := blocks[tc.heading]
 		require.True(t, ok, "the README has a Go block under %q", tc.heading)
@@ -58,11 +60,15 @@ func goBlocks(md string) map[string]string {
 
 // body returns the body of function fn in src.
 func body(src, fn string) string {
-	start := strings.Index(src, "func "+fn+"() {\n")
+	start := strings.Index(src, "func "+fn+"(")
 	if start < 0 {
 		return ""
 	}
-	rest := src[start+len("func "+fn+"() {\n"):]
+	open := strings.Index(src[start:], "{\n")
+	if open < 0 {
+		return ""
+	}
+	rest := src[start+open+2:]
 	end := strings.Index(rest, "\n}\n")
 	if end < 0 {
 		return ""

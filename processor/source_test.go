@@ -14,7 +14,7 @@ import (
 func TestSourceSpecCarriesEveryField(t *testing.T) {
 	t.Parallel()
 	src := Source{Table: "t", IDColumn: "i", CreatedAtColumn: "c", Horizon: HorizonWriters, KeyColumn: "k",
-		Partition: &cursor.Partition{Index: 1, Count: 2}, Columns: []string{"a"}}
+		Partition: &cursor.Partition{Index: 1, Count: 2}, Columns: []string{"a"}, TraceColumn: "tp", TraceStateColumn: "ts"}
 	sv := reflect.ValueOf(src)
 	for i := range sv.NumField() {
 		require.False(t, sv.Field(i).IsZero(), "the test leaves Source.%s zero: set it", sv.Type().Field(i).Name)

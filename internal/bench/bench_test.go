@@ -179,8 +179,12 @@ func tableLines() []line {
 			target: &target{v: 3.0}},
 		{key: "record_sync", label: "inorder noop, checkpoint record, --synchronous-commit", ref: "commit",
 			refLabel: "single-row commit"},
+		{key: "record_traced", label: "inorder noop, checkpoint record, traced (SDK, every row with a traceparent)",
+			ref: "record", refLabel: "untraced"},
 		{key: "batch", label: "inorder noop, checkpoint batch", ref: "keyset", refLabel: "keyset read",
 			target: &target{v: 0.5}},
+		{key: "batch_traced", label: "inorder noop, checkpoint batch, traced (SDK, every row with a traceparent)",
+			ref: "batch", refLabel: "untraced"},
 		{key: "catchup", label: "inorder catch-up 1M, checkpoint batch", ref: "keyset", refLabel: "keyset read",
 			target: &target{v: 0.5}},
 		{key: "rssgrowth", label: "inorder catch-up 1M: peak RSS growth"},
@@ -524,6 +528,7 @@ func BenchmarkPostgresUpdateInTx(b *testing.B) {
 func BenchmarkNoopRecord(b *testing.B) {
 	record(b, "record", measureNoop(b, processor.CheckpointRecord, noopRecordRows))
 	record(b, "record_sync", measureNoopWith(b, processor.CheckpointRecord, noopRecordRows, true))
+	record(b, "record_traced", measureNoopTraced(b, processor.CheckpointRecord, noopRecordRows, false, tracedProvider(b)))
 }
 
 func BenchmarkPostgresKeysetRead(b *testing.B) {
@@ -532,6 +537,7 @@ func BenchmarkPostgresKeysetRead(b *testing.B) {
 
 func BenchmarkNoopBatch(b *testing.B) {
 	record(b, "batch", measureNoop(b, processor.CheckpointBatch, noopBatchRows))
+	record(b, "batch_traced", measureNoopTraced(b, processor.CheckpointBatch, noopBatchRows, false, tracedProvider(b)))
 }
 
 func BenchmarkCatchUp(b *testing.B) {

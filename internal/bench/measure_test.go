@@ -13,6 +13,9 @@ import (
 	"cloud.google.com/go/pubsub/v2/apiv1/pubsubpb"
 	"cloud.google.com/go/pubsub/v2/pstest"
 	"github.com/jackc/pgx/v5"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/api/option"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -346,8 +349,20 @@ func measureNoop(tb testing.TB, checkpoint processor.Checkpoint, n int) result {
 
 // measureNoopWith is measureNoop, with positions that wait for their flush when syncCommit is set.
 func measureNoopWith(tb testing.TB, checkpoint processor.Checkpoint, n int, syncCommit bool) result {
+	return measureNoopTraced(tb, checkpoint, n, syncCommit, nil)
+}
+
+// measureNoopTraced is measureNoopWith with spans recorded on tp (nil: the global provider, which
+// records nothing). With a provider, every row carries an application's trace context, and the spans go
+// through the SDK's batch processor to an exporter that drops them: the cost of recording, not of a
+// collector.
+func measureNoopTraced(tb testing.TB, checkpoint processor.Checkpoint, n int, syncCommit bool, tp trace.TracerProvider) result {
 	db := pgtest.New(tb)
 	insertEvents(tb, db, n)
+	if tp != nil {
+		exec(tb, connect(tb, db), `ALTER TABLE events ADD COLUMN traceparent text;
+			UPDATE events SET traceparent = '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01'`)
+	}
 	lastID, lastAt := lastRow(tb, db, "events")
 	noteServer(tb, db.Pool)
 	return drain(tb, db, processor.Config[event]{
@@ -358,7 +373,15 @@ func measureNoopWith(tb testing.TB, checkpoint processor.Checkpoint, n int, sync
 		BatchSize:         1000,
 		Checkpoint:        checkpoint,
 		SynchronousCommit: syncCommit,
+		TracerProvider:    tp,
 	}, n, lastID, lastAt, 3*time.Minute)
+}
+
+// tracedProvider is a provider that records every span and drops it at export.
+func tracedProvider(tb testing.TB) trace.TracerProvider {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(tracetest.NewNoopExporter()))
+	tb.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	return tp
 }
 
 const pubsubProject = "bench-project"
