@@ -45,6 +45,7 @@ Usage:
   inorder audit [flags]       list the operator actions
   inorder prune [flags]       delete the rows every process of a table has passed (audited)
   inorder forget [flags]      remove a stopped process's cursor rows; run again, it starts afresh (audited)
+  inorder console [flags]     serve the web console: every process, one in detail, the actions
 
 Run 'inorder <command> --help' for the flags of a command.
 `
@@ -95,6 +96,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = pruneCmd(ctx, args[1:], stdout, stderr)
 	case "forget":
 		err = forgetCmd(ctx, args[1:], stdout, stderr)
+	case "console":
+		err = consoleCmd(ctx, args[1:], stdout, stderr)
 	default:
 		fmt.Fprintf(stderr, "inorder: unknown command %q\n\n%s", args[0], usage)
 		return 2

@@ -1,0 +1,58 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/inorder-dev/inorder/console"
+	"github.com/inorder-dev/inorder/lifecycle"
+	"github.com/inorder-dev/inorder/lifecycle/ops"
+)
+
+// consoleCmd serves the web console until a signal.
+func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
+	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stopSignals()
+	fs := newFlagSet("console", stderr)
+	var dbURL databaseURL
+	registerDatabaseURL(fs, &dbURL, "database")
+	addr := fs.String("addr", "127.0.0.1:8080", "address to serve on; other than loopback only with a token in INORDER_CONSOLE_TOKEN")
+	allow := fs.Bool("allow-actions", false, "offer the operator actions (pause, resume, retry, skip, rewind, redrive); read-only without it")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, *logLevel)
+	if err != nil {
+		return err
+	}
+	cfg := console.Config{Token: os.Getenv("INORDER_CONSOLE_TOKEN"), AllowActions: *allow}
+	if err := console.CheckAddr(*addr, cfg); err != nil {
+		return usageErr("--addr: %v", err)
+	}
+	cc, err := connConfig(dbURL.get())
+	if err != nil {
+		return err
+	}
+	pool, err := ops.NewPool(ctx, cc)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	cfg.Pool = pool
+	con, err := console.New(cfg)
+	if err != nil {
+		return err
+	}
+	g := lifecycle.New(lifecycle.Config{Logger: log})
+	a, err := g.AddHTTPServer("console", *addr, con, 5*time.Second)
+	if err != nil {
+		return usageErr("--addr: %v", err)
+	}
+	log.Info().Str("addr", a.String()).Bool("actions", *allow).Bool("token", cfg.Token != "").Msg("serving the console")
+	return g.Run(ctx)
+}

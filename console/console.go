@@ -1,0 +1,323 @@
+package console
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"html/template"
+	"net"
+	"net/http"
+	"net/url"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder-dev/inorder/cursor"
+)
+
+//go:embed templates/*.html
+var templates embed.FS
+
+// Config configures a console.
+type Config struct {
+	// Pool reads the cursor rows and runs the actions. Required.
+	Pool *pgxpool.Pool
+	// Token, when set, is what every request must carry: a bearer token, or the session cookie the login
+	// page sets once it is typed in. Empty means loopback clients only: the console refuses any other.
+	Token string
+	// AllowActions shows the action forms and accepts them. False means read-only: no form is shown, and
+	// every action is refused.
+	AllowActions bool
+	// RefreshInterval is how often the pages refresh their figures (with a little JavaScript; the pages
+	// read the same without it). Zero means 5s.
+	RefreshInterval time.Duration
+}
+
+// Console serves the pages and the actions. It is an http.Handler, safe for concurrent use; mount it at
+// the root of a server or under a prefix with http.StripPrefix (its links are relative).
+type Console struct {
+	cfg     Config
+	pages   *template.Template
+	history *history
+	mux     *http.ServeMux
+	guard   *http.CrossOriginProtection
+}
+
+// New checks cfg and returns a console. It does not touch the database.
+func New(cfg Config) (*Console, error) {
+	if cfg.Pool == nil {
+		return nil, errors.New("console: Config.Pool is required")
+	}
+	if cfg.RefreshInterval <= 0 {
+		cfg.RefreshInterval = 5 * time.Second
+	}
+	pages, err := template.New("").Funcs(funcs).ParseFS(templates, "templates/*.html")
+	if err != nil {
+		return nil, fmt.Errorf("console: templates: %w", err)
+	}
+	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour), mux: http.NewServeMux(),
+		guard: http.NewCrossOriginProtection()}
+	c.mux.HandleFunc("GET /{$}", c.overview)
+	c.mux.HandleFunc("GET /process/{name}", c.process)
+	c.mux.HandleFunc("POST /process/{name}/action/{action}", c.act)
+	return c, nil
+}
+
+// ServeHTTP checks who asks (the token, or a loopback client), then serves the page or the action.
+func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("X-Frame-Options", "DENY")
+	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
+	w.Header().Set("Referrer-Policy", "no-referrer")
+	w.Header().Set("Cache-Control", "no-store")
+	if c.cfg.Token == "" && !loopback(r.RemoteAddr) {
+		http.Error(w, "this console answers loopback clients only: start it with a token (INORDER_CONSOLE_TOKEN) to serve others", http.StatusForbidden)
+		return
+	}
+	if c.cfg.Token != "" && !c.authenticated(r) {
+		if r.Method == http.MethodPost && r.PostFormValue("console_token") != "" {
+			c.login(w, r)
+			return
+		}
+		w.WriteHeader(http.StatusUnauthorized)
+		c.render(w, "login", map[string]any{"Failed": r.Method == http.MethodPost})
+		return
+	}
+	if r.Method == http.MethodPost {
+		if err := c.guard.Check(r); err != nil {
+			http.Error(w, "refused: a cross-origin request", http.StatusForbidden)
+			return
+		}
+		if !c.csrfValid(r) {
+			http.Error(w, "refused: the form's CSRF token is missing or does not match; reload the page and try again", http.StatusForbidden)
+			return
+		}
+	}
+	c.mux.ServeHTTP(w, r)
+}
+
+// loopback reports whether a request's remote address is a loopback one.
+func loopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// view is what the pages share: the CSRF token for their forms, whether actions are allowed, the refresh.
+type view struct {
+	CSRF         string
+	AllowActions bool
+	Refresh      int // milliseconds
+	Base         string
+	Flash        string
+	Error        string
+}
+
+func (c *Console) view(w http.ResponseWriter, r *http.Request, base string) view {
+	return view{CSRF: c.csrfToken(w, r), AllowActions: c.cfg.AllowActions, Refresh: int(c.cfg.RefreshInterval / time.Millisecond),
+		Base: base, Flash: r.URL.Query().Get("done")}
+}
+
+// row is one process on the overview.
+type row struct {
+	cursor.Process
+	Status  cursor.StreamStatus
+	Lag     *cursor.Lag
+	LagErr  string
+	Samples []sample
+}
+
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	procs, err := cursor.ListProcesses(ctx, c.cfg.Pool, "")
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	rows := make([]row, 0, len(procs))
+	for _, p := range procs {
+		rw := c.measure(ctx, p)
+		rows = append(rows, rw)
+	}
+	c.render(w, "overview", map[string]any{"View": c.view(w, r, ""), "Rows": rows, "Now": time.Now()})
+}
+
+// measure reads how far behind a process is (each of its streams, summed) and keeps a sample of it.
+func (c *Console) measure(ctx context.Context, p cursor.Process) row {
+	rw := row{Process: p, Status: p.Info.Status}
+	var total cursor.Lag
+	measured := false
+	for i := range p.Streams {
+		in := &p.Streams[i]
+		if err := in.Measure(ctx, c.cfg.Pool); err != nil || in.Lag == nil {
+			if err != nil {
+				rw.LagErr = err.Error()
+			}
+			continue
+		}
+		measured = true
+		total.Rows += in.Lag.Rows
+		total.Capped = total.Capped || in.Lag.Capped
+		total.Now = in.Lag.Now
+		if !in.Lag.Oldest.IsZero() && (total.Oldest.IsZero() || in.Lag.Oldest.Before(total.Oldest)) {
+			total.Oldest = in.Lag.Oldest
+		}
+		if len(p.Streams) == 1 {
+			rw.Status = in.Status
+		}
+	}
+	if measured {
+		rw.Lag = &total
+		c.history.add(p.Name, total)
+	}
+	rw.Samples = c.history.of(p.Name)
+	return rw
+}
+
+// detail is a process page.
+type detail struct {
+	row
+	Parked  []cursor.ParkedKey
+	Audit   []cursor.AuditEntry
+	Holders map[int]holder
+}
+
+// holder is the transaction holding a stream's horizon back, as pg_stat_activity shows it.
+type holder struct {
+	Application string
+	State       string
+	Since       time.Time
+}
+
+func (c *Console) process(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	name := r.PathValue("name")
+	procs, err := cursor.ListProcesses(ctx, c.cfg.Pool, name)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	if len(procs) == 0 {
+		w.WriteHeader(http.StatusNotFound)
+		c.render(w, "missing", map[string]any{"View": c.view(w, r, "../"), "Name": name})
+		return
+	}
+	d := detail{row: c.measure(ctx, procs[0]), Holders: map[int]holder{}}
+	if d.Parked, err = cursor.Parked(ctx, c.cfg.Pool, name); err != nil && !errors.Is(err, cursor.ErrNeverRan) {
+		d.Parked = nil // a role that may not read parked records: the count on the cursor row still shows
+	}
+	if d.Audit, err = cursor.Audit(ctx, c.cfg.Pool, cursor.AuditOpts{Process: name, Limit: 50}); err != nil {
+		c.fail(w, err)
+		return
+	}
+	for _, s := range d.Streams {
+		if s.HeldByPID != 0 {
+			var h holder
+			var since *time.Time
+			err := c.cfg.Pool.QueryRow(ctx, `SELECT coalesce(application_name, ''), coalesce(state, ''), xact_start
+				FROM pg_stat_activity WHERE pid = $1`, s.HeldByPID).Scan(&h.Application, &h.State, &since)
+			if err == nil && since != nil {
+				h.Since = *since
+			}
+			if err == nil || errors.Is(err, pgx.ErrNoRows) {
+				d.Holders[s.HeldByPID] = h
+			}
+		}
+	}
+	v := c.view(w, r, "../")
+	c.render(w, "process", map[string]any{"View": v, "P": &d, "Now": time.Now()})
+}
+
+// act runs one action through package cursor, with the operator's name and reason, and goes back to the
+// process page saying what it did.
+func (c *Console) act(w http.ResponseWriter, r *http.Request) {
+	name, action := r.PathValue("name"), r.PathValue("action")
+	if !c.cfg.AllowActions {
+		http.Error(w, "refused: this console is read-only (start it with --allow-actions)", http.StatusForbidden)
+		return
+	}
+	actor, reason := strings.TrimSpace(r.PostFormValue("actor")), strings.TrimSpace(r.PostFormValue("reason"))
+	if actor == "" || reason == "" {
+		http.Error(w, "refused: an action needs your name and a reason, which the audit keeps", http.StatusBadRequest)
+		return
+	}
+	opts := cursor.ActionOpts{Actor: actor + " (console)", Reason: reason}
+	ctx := r.Context()
+	var err error
+	switch action {
+	case "pause":
+		_, err = cursor.Pause(ctx, c.cfg.Pool, name, opts)
+	case "resume":
+		_, err = cursor.Resume(ctx, c.cfg.Pool, name, opts)
+	case "retry":
+		_, err = cursor.Retry(ctx, c.cfg.Pool, name, opts)
+	case "skip":
+		_, err = cursor.Skip(ctx, c.cfg.Pool, name, r.PostFormValue("record"), opts)
+	case "rewind":
+		_, err = cursor.Rewind(ctx, c.cfg.Pool, name, cursor.RewindTarget{RecordID: r.PostFormValue("record")}, opts)
+	case "redrive":
+		key := r.PostFormValue("key")
+		_, err = cursor.Redrive(ctx, c.cfg.Pool, name, cursor.RedriveOpts{Key: key, All: key == ""}, opts)
+	default:
+		http.Error(w, fmt.Sprintf("no action %q", action), http.StatusNotFound)
+		return
+	}
+	if err != nil {
+		http.Error(w, fmt.Sprintf("%s refused: %v", action, err), http.StatusConflict)
+		return
+	}
+	// Relative, so that it holds under a prefix: from process/<name>/action/<action> to process/<name>.
+	w.Header().Set("Location", "../../"+url.PathEscape(name)+"?done="+url.QueryEscape(action))
+	w.WriteHeader(http.StatusSeeOther)
+}
+
+func (c *Console) render(w http.ResponseWriter, page string, data any) {
+	if w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	}
+	if err := c.pages.ExecuteTemplate(w, page, data); err != nil {
+		fmt.Fprintf(w, "<p>could not render the page: %s</p>", template.HTMLEscapeString(err.Error()))
+	}
+}
+
+func (c *Console) fail(w http.ResponseWriter, err error) {
+	http.Error(w, "could not read the cursor rows: "+err.Error(), http.StatusInternalServerError)
+}
+
+// back is where a login goes once it succeeds: the page it was shown on, by a path relative to it.
+func back(r *http.Request) string {
+	if strings.HasSuffix(r.URL.Path, "/") {
+		return "./"
+	}
+	return url.PathEscape(path.Base(r.URL.Path))
+}
+
+// ErrExposed is returned by CheckAddr for an address other than loopback with no token.
+var ErrExposed = errors.New("console: an address other than loopback needs a token")
+
+// CheckAddr refuses to serve a console without a token on addr unless addr is a loopback address
+// (127.0.0.1, ::1, localhost): anyone who can reach it could read every stream's errors and, with
+// actions allowed, skip records. An empty host (":8080") listens on every interface, so it needs a token
+// too. The console itself also answers only loopback clients when it has no token.
+func CheckAddr(addr string, cfg Config) error {
+	if cfg.Token != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("console: address %q: %w", addr, err)
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("%w: %q listens beyond this machine; set a token (INORDER_CONSOLE_TOKEN) or listen on 127.0.0.1", ErrExposed, addr)
+}

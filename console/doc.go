@@ -1,0 +1,31 @@
+// Package console is inorder's web console for the people on call: every process of a database at a
+// glance, one process in detail, and the operator actions, in a browser. It is an http.Handler, to mount
+// on a service's own admin server beside the metrics and health handlers, and what `inorder console`
+// serves.
+//
+// # Pages
+//
+// The overview lists every process with its state (running, idle, retrying, halted, paused, held,
+// parked keys), the instances running it, its position, the rows and time behind, and a chart of its lag
+// over the last hour as this console sampled it (at each page view and refresh). A process page adds the
+// failing record with its error and the sink's answer, the records in flight, the transaction holding
+// the horizon back (pid, age, application name), the parked keys, the partitions and the audit trail.
+// The pages are server-rendered HTML, readable without JavaScript; a few lines of script refresh their
+// figures every few seconds.
+//
+// # Actions
+//
+// Pause, resume, retry now, skip the failing record, rewind and redrive a parked key go through the
+// actions of package cursor, with their rules: each asks for a reason and the operator's name, and is
+// audited with that name as the actor. A console is read-only unless Config.AllowActions is set: it then
+// shows no form, and refuses every action.
+//
+// # Safety
+//
+// With Config.Token set, every request must carry it: as a bearer token, or as the session cookie the
+// login page sets once the token is typed in (compared in constant time). Without a token, the console
+// answers loopback clients only, whatever address it is mounted on. Actions are POSTs protected from
+// cross-site requests twice: net/http's CrossOriginProtection, and a CSRF token each form carries that must
+// match the visitor's cookie. Pages show no database password, no header value and no token; a record's
+// error is shown as the processor stored it, which the sinks redact before storing.
+package console
