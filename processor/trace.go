@@ -44,6 +44,9 @@ type tracing struct {
 	batch trace.Span
 	// attrs are the attributes every delivery span of the process carries.
 	attrs []attribute.KeyValue
+	// recording says whether the provider recorded the batch under way: when it does not (no provider
+	// set), a record without a trace context costs no span at all, and one with it only its context.
+	recording bool
 }
 
 func newTracing(tp trace.TracerProvider, process string, table *source.Table) tracing {
@@ -67,12 +70,12 @@ func newTracing(tp trace.TracerProvider, process string, table *source.Table) tr
 // the lock), its horizon was asked at horizonAt and its read at readAt. A poll that reads nothing makes no
 // span, so an idle stream sends none.
 func (p *Processor[T]) startBatch(began, horizonAt, readAt time.Time, n int) {
-	ctx, batch := p.tracing.tracer.Start(context.Background(), "batch "+p.cfg.Process,
-		trace.WithTimestamp(began), trace.WithAttributes(p.tracing.attrs[3:]...),
-		trace.WithAttributes(attribute.Int("messaging.batch.message_count", n)))
-	if !batch.IsRecording() {
+	ctx, batch := p.tracing.tracer.Start(context.Background(), "batch "+p.cfg.Process, trace.WithTimestamp(began))
+	if p.tracing.recording = batch.IsRecording(); !p.tracing.recording {
 		return
 	}
+	batch.SetAttributes(p.tracing.attrs[3:]...)
+	batch.SetAttributes(attribute.Int("messaging.batch.message_count", n))
 	p.tracing.batch = batch
 	_, h := p.tracing.tracer.Start(ctx, "horizon "+p.cfg.Process, trace.WithTimestamp(horizonAt))
 	h.End(trace.WithTimestamp(readAt))
@@ -118,6 +121,9 @@ func (p *Processor[T]) traceCommit(work context.Context, records int) (func(erro
 // messaging conventions ask of a message's creation context; a row without one is delivered as a child
 // of the batch's span. The span stays open until endAttempt or a fate (halted, parked) closes it.
 func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Context {
+	if !p.tracing.recording {
+		return passOn(ctx, it.trace)
+	}
 	parent := ctx
 	var links []trace.Link
 	if it.trace.parent != "" {
@@ -150,6 +156,18 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 	return hctx
 }
 
+// passOn is the handler's context when nothing is recorded: the row's own trace context, if it has one,
+// so that the sinks still send it and the receiver joins the application's trace.
+func passOn(ctx context.Context, tc traceContext) context.Context {
+	if tc.parent == "" {
+		return ctx
+	}
+	if sc := trace.SpanContextFromContext(w3c.Extract(ctx, tc)); sc.IsValid() {
+		return trace.ContextWithSpanContext(ctx, sc)
+	}
+	return ctx
+}
+
 // endAttempt closes a delivery attempt's span when it succeeded; a failed attempt's span gets the error
 // and stays open for its fate (fateOf).
 func endAttempt[T any](it *item[T], err error) {
@@ -170,7 +188,9 @@ func endAttempt[T any](it *item[T], err error) {
 // its own for it, so that the application's trace shows where its record went.
 func (p *Processor[T]) fate(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
 	if it.span == nil {
-		p.startAttempt(ctx, it)
+		if p.startAttempt(ctx, it); it.span == nil {
+			return // nothing is recorded
+		}
 	}
 	it.span.AddEvent(event, trace.WithAttributes(attrs...))
 	it.span.End()
