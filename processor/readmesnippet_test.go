@@ -21,6 +21,7 @@ func TestREADMESnippetsCompile(t *testing.T) {
 		{"## The library in 30 lines", "readme_test.go", "Example_library"},
 		{"### An admin endpoint on the actions API", "../cursor/example_test.go", "Example_adminEndpoint"},
 		{"### Tracing", "../traceparent/example_test.go", "placeBooking"},
+		{"### The web console", "../console/example_test.go", "mount"},
 	} {
 		snippet, ok := blocks[tc.heading]
 		require.True(t, ok, "the README has a Go block under %q", tc.heading)
