@@ -19,10 +19,16 @@ import (
 type item[T any] struct {
 	rec handlers.Record[T]
 	pos source.Position
-	// trace is the application's trace context written with the row (traceparent, tracestate); span is
-	// the span of the delivery attempt under way, ended when its outcome is known.
-	trace traceContext
-	span  trace.Span
+	// tr is what tracing keeps of the record, nil when the row carries no trace context and nothing is
+	// recorded: a pointer, so that an untraced batch of a thousand items stays as small as it was.
+	tr *itemTrace
+}
+
+// itemTrace is the application's trace context written with the row (traceparent, tracestate), and the
+// span of the delivery attempt under way, ended when its outcome is known.
+type itemTrace struct {
+	traceContext
+	span trace.Span
 }
 
 // read fetches the next batch: at most BatchSize records after pos and below the horizon, in
@@ -48,7 +54,7 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error)
 	defer rows.Close()
 	items := make([]item[T], 0, capacity)
 	var err error
-	hr := &hiddenRow{Rows: rows}
+	hr := &hiddenRow{Rows: rows, n: p.table.Hidden()}
 	var posScan positionScanner
 	for rows.Next() {
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
@@ -59,8 +65,10 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error)
 		if key != nil {
 			it.rec.Key = *key
 		}
-		if raw := rows.RawValues(); raw[3] != nil { // text either way: no decoding plan needed
-			it.trace = traceContext{parent: string(raw[3]), state: string(raw[4])}
+		if hr.n > 3 {
+			if raw := rows.RawValues(); raw[3] != nil { // text either way: no decoding plan needed
+				it.tr = &itemTrace{traceContext: traceContext{parent: string(raw[3]), state: string(raw[4])}}
+			}
 		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
 		it.pos = source.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
@@ -84,18 +92,20 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error)
 // hiddenRow shows a scan function the selected columns only, not the hidden columns in front.
 type hiddenRow struct {
 	pgx.Rows
-	args []any // reused across rows: the position columns' placeholders, then the caller's destinations
+	n    int   // the hidden columns (Table.Hidden)
+	args []any // reused across rows: the hidden columns' placeholders, then the caller's destinations
 }
 
-const hidden = source.Hidden
-
 func (r *hiddenRow) FieldDescriptions() []pgconn.FieldDescription {
-	return r.Rows.FieldDescriptions()[hidden:]
+	return r.Rows.FieldDescriptions()[r.n:]
 }
 
 func (r *hiddenRow) Scan(dest ...any) error {
-	var skip [hidden]any // nil skips a column without decoding it
-	r.args = append(append(r.args[:0], skip[:]...), dest...)
+	r.args = r.args[:0]
+	for range r.n {
+		r.args = append(r.args, nil) // nil skips a column without decoding it
+	}
+	r.args = append(r.args, dest...)
 	return r.Rows.Scan(r.args...)
 }
 
@@ -104,10 +114,10 @@ func (r *hiddenRow) Values() ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return v[hidden:], nil
+	return v[r.n:], nil
 }
 
-func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[hidden:] }
+func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[r.n:] }
 
 // positionScanner decodes the position and key columns in front of each row, leaving the rest to the scan
 // function. It plans each column's decoding once per read, not once per row.

@@ -122,12 +122,18 @@ func (p *Processor[T]) traceCommit(work context.Context, records int) (func(erro
 // of the batch's span. The span stays open until endAttempt or a fate (halted, parked) closes it.
 func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Context {
 	if !p.tracing.recording {
-		return passOn(ctx, it.trace)
+		if it.tr == nil {
+			return ctx
+		}
+		return passOn(ctx, it.tr.traceContext)
+	}
+	if it.tr == nil {
+		it.tr = &itemTrace{}
 	}
 	parent := ctx
 	var links []trace.Link
-	if it.trace.parent != "" {
-		parent = w3c.Extract(ctx, it.trace)
+	if it.tr.parent != "" {
+		parent = w3c.Extract(ctx, it.tr.traceContext)
 		if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
 		} else {
@@ -152,7 +158,7 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 			span.SetAttributes(attribute.String("inorder.record.key", it.rec.Key))
 		}
 	}
-	it.span = span
+	it.tr.span = span
 	return hctx
 }
 
@@ -171,39 +177,48 @@ func passOn(ctx context.Context, tc traceContext) context.Context {
 // endAttempt closes a delivery attempt's span when it succeeded; a failed attempt's span gets the error
 // and stays open for its fate (fateOf).
 func endAttempt[T any](it *item[T], err error) {
-	if it.span == nil {
+	s := it.span()
+	if s == nil {
 		return
 	}
 	if err == nil {
-		it.span.End()
-		it.span = nil
+		s.End()
+		it.tr.span = nil
 		return
 	}
-	it.span.RecordError(err)
-	it.span.SetStatus(codes.Error, err.Error())
+	s.RecordError(err)
+	s.SetStatus(codes.Error, err.Error())
+}
+
+// span is the record's open attempt span, or nil.
+func (it *item[T]) span() trace.Span {
+	if it.tr == nil {
+		return nil
+	}
+	return it.tr.span
 }
 
 // fate closes a record's span with what became of it: "halted" (the stream waits on it), "retrying",
 // "parked" (its key waits behind it). A record parked behind its key without a handler call gets a span of
 // its own for it, so that the application's trace shows where its record went.
 func (p *Processor[T]) fate(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
-	if it.span == nil {
-		if p.startAttempt(ctx, it); it.span == nil {
+	if it.span() == nil {
+		if p.startAttempt(ctx, it); it.span() == nil {
 			return // nothing is recorded
 		}
 	}
-	it.span.AddEvent(event, trace.WithAttributes(attrs...))
-	it.span.End()
-	it.span = nil
+	it.tr.span.AddEvent(event, trace.WithAttributes(attrs...))
+	it.tr.span.End()
+	it.tr.span = nil
 }
 
 // closeSpans ends the spans of a batch's records whose outcome was not counted (cut off at shutdown,
 // delivered again after a failure before them).
 func closeSpans[T any](items []item[T]) {
 	for i := range items {
-		if s := items[i].span; s != nil {
+		if s := items[i].span(); s != nil {
 			s.End()
-			items[i].span = nil
+			items[i].tr.span = nil
 		}
 	}
 }

@@ -448,7 +448,7 @@ func GenericExpr(c Column) (expr string, raw bool) {
 
 // ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
 // order, and its arguments. Every row starts with the Hidden columns (created_at, the id as text, the key,
-// the traceparent and the tracestate as text), then the selected columns.
+// and with a trace column the traceparent and the tracestate, as text), then the selected columns.
 func (t *Table) ReadSQL(generic bool, pos Position, horizon time.Time, limit int) (string, []any) {
 	var b strings.Builder
 	t.selectFrom(&b, generic)
@@ -472,9 +472,15 @@ func (t *Table) RecordSQL(generic bool, pos Position) (string, []any) {
 	return b.String(), []any{pos.CreatedAt, pos.ID}
 }
 
-// Hidden is how many columns every read has in front of the selected ones: the position (created_at and
-// the id), the key, and the trace context (traceparent and tracestate).
-const Hidden = 5
+// Hidden is how many columns a read has in front of the selected ones: the position (created_at and the
+// id) and the key, then the trace context (traceparent and tracestate) when the source has a trace
+// column. A source without one reads no trace columns at all.
+func (t *Table) Hidden() int {
+	if t.Spec.TraceColumn == "" {
+		return 3
+	}
+	return 5
+}
 
 // textOrNull is the expression of an optional column as text: NULL when the source has none.
 func textOrNull(col string) string {
@@ -491,8 +497,10 @@ func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 	ca := "src." + quote(t.Spec.CreatedAtColumn)
 	id := "src." + quote(t.Spec.IDColumn)
 	key := textOrNull(t.Spec.KeyColumn)
-	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key, %s AS inorder_traceparent, %s AS inorder_tracestate",
-		ca, id, key, textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
+	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
+	if t.Spec.TraceColumn != "" {
+		fmt.Fprintf(b, ", %s AS inorder_traceparent, %s AS inorder_tracestate", textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
+	}
 	for _, c := range t.Columns {
 		expr := quote(c.Name)
 		if generic {
