@@ -44,6 +44,8 @@ type tracing struct {
 	batch trace.Span
 	// attrs are the attributes every delivery span of the process carries.
 	attrs []attribute.KeyValue
+	// deliverName is the delivery spans' name, made once.
+	deliverName string
 	// recording says whether the provider recorded the batch under way: when it does not (no provider
 	// set), a record without a trace context costs no span at all, and one with it only its context.
 	recording bool
@@ -54,7 +56,8 @@ func newTracing(tp trace.TracerProvider, process string, table *source.Table) tr
 		tp = otel.GetTracerProvider()
 	}
 	return tracing{
-		tracer: tp.Tracer(tracerName),
+		tracer:      tp.Tracer(tracerName),
+		deliverName: "deliver " + process,
 		attrs: []attribute.KeyValue{
 			attribute.String("messaging.system", "inorder"),
 			attribute.String("messaging.operation.type", "process"),
@@ -147,17 +150,17 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 			links = append(links, trace.Link{SpanContext: b.SpanContext()})
 		}
 	}
-	hctx, span := p.tracing.tracer.Start(parent, "deliver "+p.cfg.Process,
-		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...))
-	if span.IsRecording() {
-		span.SetAttributes(p.tracing.attrs...)
-		span.SetAttributes(attribute.String("messaging.message.id", it.rec.ID),
-			attribute.Int("inorder.record.attempt", it.rec.Attempt),
-			attribute.String("inorder.record.created_at", it.rec.CreatedAt.Format(time.RFC3339Nano)))
-		if it.rec.Key != "" {
-			span.SetAttributes(attribute.String("inorder.record.key", it.rec.Key))
-		}
+	// One slice of attributes, given at the start (samplers see them, and the SDK copies them once).
+	attrs := make([]attribute.KeyValue, len(p.tracing.attrs), len(p.tracing.attrs)+4)
+	copy(attrs, p.tracing.attrs)
+	attrs = append(attrs, attribute.String("messaging.message.id", it.rec.ID),
+		attribute.Int("inorder.record.attempt", it.rec.Attempt),
+		attribute.String("inorder.record.created_at", it.rec.CreatedAt.Format(time.RFC3339Nano)))
+	if it.rec.Key != "" {
+		attrs = append(attrs, attribute.String("inorder.record.key", it.rec.Key))
 	}
+	hctx, span := p.tracing.tracer.Start(parent, p.tracing.deliverName,
+		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	it.tr.span = span
 	return hctx
 }
