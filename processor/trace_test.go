@@ -260,7 +260,7 @@ func attrOfEvent(s sdktrace.ReadOnlySpan, event, key string) string {
 		}
 		for _, a := range e.Attributes {
 			if string(a.Key) == key {
-				return a.Value.Emit()
+				return a.Value.String()
 			}
 		}
 	}
