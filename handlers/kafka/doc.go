@@ -20,6 +20,12 @@
 //	inorder_created_at  the record's created_at column in UTC, as time.RFC3339Nano
 //	event_type          the record's type column (Config.TypeColumn; by default type, or event_type
 //	                    when it has no type column), left out when it has none or it is NULL
+//	traceparent         the W3C trace context of the produce's span, and tracestate when it has one:
+//	                    when the delivery is traced or the row carries a trace context (see
+//	                    processor's "Tracing"); a consumer's propagator continues the trace from it
+//
+// Each produce is a producer span "send <topic>", a child of the delivery attempt's, when the processor
+// records spans.
 //
 // The Kafka record's timestamp is the time it was produced, not created_at: a backlog of old rows would
 // otherwise fall due for deletion under the topic's retention as soon as it was written.

@@ -14,6 +14,12 @@
 //	inorder_process     the name of the process that published it
 //	inorder_created_at  the record's created_at column in UTC, as time.RFC3339Nano
 //	event_type          the record's type column, or its event_type column (left out when it has neither)
+//	traceparent         the W3C trace context of the publish's span, and tracestate when it has one:
+//	                    when the delivery is traced or the row carries a trace context (see
+//	                    processor's "Tracing")
+//
+// Each publish is a producer span "send <topic>", a child of the delivery attempt's, ended when Pub/Sub
+// settles it, when the processor records spans.
 //
 // The ordering key is the record's key: the process's key column, aggregate_id by default. A message is
 // limited to Config.MaxMessageBytes (10 MB less 100 kB unless set), counted as its data plus its attribute

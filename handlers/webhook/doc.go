@@ -32,7 +32,10 @@
 //
 // The idempotency key goes under the name Config.IdempotencyHeader gives, Idempotency-Key by default, and
 // the signature headers are those of the scheme Config.Signature chooses (see the next section). The
-// handler's own headers win over Config.Headers of the same name.
+// handler's own headers win over Config.Headers of the same name. When the delivery is traced, or the row
+// carries a trace context (see processor's "Tracing"), the request also carries traceparent (and
+// tracestate): the W3C trace context of the request's client span "POST", a child of the delivery
+// attempt's, which the receiver's propagator continues.
 //
 // The idempotency key is the same on every delivery of a record, whatever the attempt: a receiver that
 // stores it with the record's effect, and answers 2xx without acting again when it sees a key it already
