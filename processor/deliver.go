@@ -109,7 +109,9 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 				return false
 			}
 		case werr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &f.it.rec, werr):
-			endAttempt(f.it, werr)
+			if _, atSend := f.res.(failedResult); !atSend { // a refusal at send has its error already
+				endAttempt(f.it, werr)
+			}
 			if err := p.park(work, st, f.it, werr); err != nil {
 				o.err = err
 				return false

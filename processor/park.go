@@ -209,8 +209,8 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 		default:
 			it.rec.Attempt = pk.Attempts + 1
 			cause = p.deliver(work, it)
-			if s := it.span(); s != nil {
-				s.End() // its fate is the key's: still parked
+			if cause != nil {
+				p.fate(work, it, "still parked") // the key stays parked, with the new error
 			}
 		}
 		if isBatchError(cause) {

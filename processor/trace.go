@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -46,8 +47,8 @@ type tracing struct {
 	attrs []attribute.KeyValue
 	// deliverName is the delivery spans' name, made once.
 	deliverName string
-	// recording says whether the provider recorded the batch under way: when it does not (no provider
-	// set), a record without a trace context costs no span at all, and one with it only its context.
+	// recording says whether the provider recorded the batch under way: when it did not (no provider
+	// set, or a sampler left it out), a record without a trace context costs no span at all.
 	recording bool
 }
 
@@ -124,15 +125,16 @@ func (p *Processor[T]) traceCommit(work context.Context, records int) (func(erro
 // messaging conventions ask of a message's creation context; a row without one is delivered as a child
 // of the batch's span. The span stays open until endAttempt or a fate (halted, parked) closes it.
 func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Context {
-	if !p.tracing.recording {
-		if it.tr == nil {
+	if it.tr == nil {
+		if !p.tracing.recording {
+			// No trace context and a batch not recorded (no provider, or a sampler that left the batch
+			// out, which a parent-based one would do to its children too): no span, no cost.
 			return ctx
 		}
-		return passOn(ctx, it.tr.traceContext)
-	}
-	if it.tr == nil {
 		it.tr = &itemTrace{}
 	}
+	// A row with a trace context gets its span whatever became of the batch's: the sampler decides from
+	// the application's span, and without a provider the span carries the row's context on to the sinks.
 	parent := ctx
 	var links []trace.Link
 	if it.tr.parent != "" {
@@ -163,18 +165,6 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	it.tr.span = span
 	return hctx
-}
-
-// passOn is the handler's context when nothing is recorded: the row's own trace context, if it has one,
-// so that the sinks still send it and the receiver joins the application's trace.
-func passOn(ctx context.Context, tc traceContext) context.Context {
-	if tc.parent == "" {
-		return ctx
-	}
-	if sc := trace.SpanContextFromContext(w3c.Extract(ctx, tc)); sc.IsValid() {
-		return trace.ContextWithSpanContext(ctx, sc)
-	}
-	return ctx
 }
 
 // endAttempt closes a delivery attempt's span when it succeeded; a failed attempt's span gets the error
@@ -229,15 +219,26 @@ func closeSpans[T any](items []item[T]) {
 // traceOperator records an operator's move of the position (a skip or a rewind) as a span of its own,
 // with the event named after it.
 func (p *Processor[T]) traceOperator(from, to source.Position) {
-	event := "moved"
-	switch {
-	case to.CreatedAt.After(from.CreatedAt):
+	event := "rewound"
+	if after(to, from) {
 		event = "skipped"
-	case to.CreatedAt.Before(from.CreatedAt):
-		event = "rewound"
 	}
 	_, s := p.tracing.tracer.Start(context.Background(), "operator "+p.cfg.Process, trace.WithAttributes(p.tracing.attrs[5]))
 	s.AddEvent(event, trace.WithAttributes(attribute.String("inorder.position.from", from.String()),
 		attribute.String("inorder.position.to", to.String())))
 	s.End()
+}
+
+// after reports whether position a lies after b in (created_at, id) order: ids compare as numbers when
+// both are integers, else as text (uuid's text form sorts as uuids do).
+func after(a, b source.Position) bool {
+	if !a.CreatedAt.Equal(b.CreatedAt) {
+		return a.CreatedAt.After(b.CreatedAt)
+	}
+	x, errX := strconv.ParseInt(a.ID, 10, 64)
+	y, errY := strconv.ParseInt(b.ID, 10, 64)
+	if errX == nil && errY == nil {
+		return x > y
+	}
+	return a.ID > b.ID
 }

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -275,3 +276,110 @@ func slicesContain(s []string, v string) bool {
 	}
 	return false
 }
+
+func TestTracingOnTheOtherPaths(t *testing.T) {
+	t.Parallel()
+
+	t.Run("a sampler that leaves batches out keeps the deliveries of sampled writes", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tr := setupTracing(t, b)
+		tr.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(tr.recorder),
+			sdktrace.WithSampler(sdktrace.ParentBased(sdktrace.NeverSample())))
+		b.cfg.TracerProvider = tr.tp
+		app, ids := tr.write(t, b, "a", 2)
+		untraced := b.insert(t, 1)[0]
+		stop := start(t, b.cfg)
+		waitFor(t, "every record", func() bool { return b.h.count() == 3 })
+		require.NoError(t, stop())
+		for _, id := range ids {
+			ds := tr.deliveries(id)
+			require.Len(t, ds, 1, "the application's sampled trace has the delivery of record %d", id)
+			require.Equal(t, app.TraceID(), ds[0].SpanContext().TraceID())
+		}
+		require.Empty(t, tr.deliveries(untraced), "a row without a trace context follows its unsampled batch")
+		require.Empty(t, tr.named("batch test_process"))
+	})
+
+	t.Run("a batch handler's records are delivered in their traces, the handler in the batch's", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tr := setupTracing(t, b)
+		b.projectionTable(t, "by_aggregate")
+		var mu sync.Mutex
+		var got []trace.SpanContext
+		proj := &projection{table: "by_aggregate"}
+		b.cfg.Handler, b.cfg.TxHandler = nil, tracedBatch{proj, func(ctx context.Context) {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, trace.SpanContextFromContext(ctx))
+		}}
+		b.cfg.Checkpoint = processor.CheckpointBatch
+		app, ids := tr.write(t, b, "a", 3)
+		stop := start(t, b.cfg)
+		waitFor(t, "the read model", func() bool { return b.readModel(t, "by_aggregate")["a"] == "3/2" })
+		require.NoError(t, stop())
+		for _, id := range ids {
+			ds := tr.deliveries(id)
+			require.Len(t, ds, 1)
+			require.Equal(t, app.SpanID(), ds[0].Parent().SpanID())
+		}
+		batches := tr.named("batch test_process")
+		require.NotEmpty(t, batches)
+		mu.Lock()
+		defer mu.Unlock()
+		require.NotEmpty(t, got)
+		require.Equal(t, batches[0].SpanContext().SpanID(), got[0].SpanID(), "HandleTxBatch gets the batch's span")
+	})
+
+	t.Run("an async sink's refusal at send is one error, then parked", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		tr := setupTracing(t, b)
+		_, ids := tr.write(t, b, "a", 2)
+		_, other := tr.write(t, b, "b", 1)
+		b.cfg.Handler = &refusingAsync{refuse: ids[0]}
+		b.cfg.OnHalt = processor.OnHaltPark
+		stop := start(t, b.cfg)
+		waitFor(t, "the other key", func() bool { return len(tr.deliveries(other[0])) == 1 })
+		require.NoError(t, stop())
+		ds := tr.deliveries(ids[0])
+		require.Len(t, ds, 1)
+		require.Equal(t, []string{"exception", "parked"}, events(ds[0]))
+	})
+}
+
+// tracedBatch is a projection that tells what context each batch call got.
+type tracedBatch struct {
+	*projection
+	saw func(context.Context)
+}
+
+func (t tracedBatch) HandleTxBatch(ctx context.Context, tx pgx.Tx, recs []*handlers.Record[event]) error {
+	t.saw(ctx)
+	return t.projection.HandleTxBatch(ctx, tx, recs)
+}
+
+// refusingAsync is an AsyncHandler that refuses one record at send and accepts the others at once.
+type refusingAsync struct{ refuse int64 }
+
+type accepted struct{}
+
+func (accepted) Wait(context.Context) error { return nil }
+
+func (a *refusingAsync) Handle(ctx context.Context, rec *handlers.Record[event]) error {
+	res, err := a.Send(ctx, rec)
+	if err != nil {
+		return err
+	}
+	return res.Wait(ctx)
+}
+
+func (a *refusingAsync) Send(_ context.Context, rec *handlers.Record[event]) (handlers.Result, error) {
+	if rec.Value.ID == a.refuse {
+		return nil, handlers.Permanent(errTest)
+	}
+	return accepted{}, nil
+}
+
+func (a *refusingAsync) MaxInFlight() int { return 4 }

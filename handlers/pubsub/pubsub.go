@@ -289,7 +289,7 @@ type result struct {
 	key string
 	id  string
 	res *pubsub.PublishResult
-	// span is the publish's span, ended by the first Wait that sees it settled.
+	// span is the publish's span, ended by the first Wait.
 	span trace.Span
 }
 
@@ -300,7 +300,9 @@ type result struct {
 func (r *result) Wait(ctx context.Context) (werr error) {
 	id, err := r.res.Get(ctx)
 	defer func() {
-		if settled(r.res) && r.span != nil {
+		// Ended by the first Wait, settled or not: a Wait cut off by its context is the last one the
+		// processor makes of this publish.
+		if r.span != nil {
 			if werr == nil {
 				r.span.SetAttributes(attribute.String("messaging.message.id", id))
 			}
