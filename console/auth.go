@@ -7,7 +7,9 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 )
 
 const (
@@ -15,24 +17,41 @@ const (
 	csrfCookie    = "inorder_console_csrf"
 )
 
-// session is the session cookie's value: a MAC of a fixed text under the token, so that the cookie does
-// not hold the token itself.
-func (c *Console) session() string {
+// sessionFor is how long a sign-in lasts.
+const sessionFor = 12 * time.Hour
+
+// session is a session cookie's value for a sign-in that lasts until expires: the expiry and a MAC of it
+// under the token, so that the cookie holds neither the token nor anything that outlives its expiry or
+// a change of token.
+func (c *Console) session(expires time.Time) string {
+	at := strconv.FormatInt(expires.Unix(), 10)
 	m := hmac.New(sha256.New, []byte(c.cfg.Token))
-	m.Write([]byte("inorder console session"))
-	return hex.EncodeToString(m.Sum(nil))
+	m.Write([]byte("inorder console session until " + at))
+	return at + "." + hex.EncodeToString(m.Sum(nil))
 }
 
-// authenticated reports whether r carries the token (as a bearer token) or the session cookie, compared
-// in constant time.
+// authenticated reports whether r carries the token (as a bearer token) or a session cookie that has
+// not expired, compared in constant time.
 func (c *Console) authenticated(r *http.Request) bool {
 	if auth, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		return equal(auth, c.cfg.Token)
 	}
-	if ck, err := r.Cookie(sessionCookie); err == nil {
-		return equal(ck.Value, c.session())
+	ck, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return false
 	}
-	return false
+	at, _, _ := strings.Cut(ck.Value, ".")
+	unix, err := strconv.ParseInt(at, 10, 64)
+	if err != nil || time.Now().After(time.Unix(unix, 0)) {
+		return false
+	}
+	return equal(ck.Value, c.session(time.Unix(unix, 0)))
+}
+
+// secure says whether cookies get the Secure attribute: served over TLS, or behind a proxy that says it
+// terminated TLS.
+func secure(r *http.Request) bool {
+	return r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https")
 }
 
 // login checks the token typed into the login form and, when it is right, sets the session cookie and
@@ -43,8 +62,8 @@ func (c *Console) login(w http.ResponseWriter, r *http.Request) {
 		c.render(w, "login", map[string]any{"Failed": true})
 		return
 	}
-	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.session(), Path: "/", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: c.session(time.Now().Add(sessionFor)), Path: "/",
+		MaxAge: int(sessionFor / time.Second), HttpOnly: true, Secure: secure(r), SameSite: http.SameSiteStrictMode})
 	w.Header().Set("Location", back(r))
 	w.WriteHeader(http.StatusSeeOther)
 }
@@ -60,7 +79,7 @@ func (c *Console) csrfToken(w http.ResponseWriter, r *http.Request) string {
 	_, _ = rand.Read(b) // never fails (crypto/rand)
 	t := hex.EncodeToString(b)
 	http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: t, Path: "/", HttpOnly: true,
-		Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode})
+		Secure: secure(r), SameSite: http.SameSiteStrictMode})
 	return t
 }
 

@@ -23,6 +23,11 @@ func browser(t *testing.T) context.Context {
 	}
 	_, err := os.Stat(path)
 	require.NoError(t, err, "the browser tests drive Chromium: apt-get install chromium (.ci/run does)")
+	// A profile directory of its own, removed after the browser has gone (t.TempDir would fail the test
+	// when a helper process of Chromium writes into it during the removal).
+	profile, err := os.MkdirTemp("", "inorder-console-chromium-")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(profile) })
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // as root in CI
@@ -31,13 +36,16 @@ func browser(t *testing.T) context.Context {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-quic", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 720),
 	)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancelAlloc)
 	ctx, cancel := chromedp.NewContext(actx)
-	t.Cleanup(cancel)
+	t.Cleanup(func() {
+		_ = chromedp.Cancel(ctx) // closes the browser and waits for it
+		cancel()
+	})
 	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(cancelTimeout)
 	require.NoError(t, chromedp.Run(ctx)) // starts the browser
@@ -60,7 +68,7 @@ func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#signin`, chromedp.ByID),
 		chromedp.SendKeys(`input[name=console_token]`, token, chromedp.ByQuery),
 		chromedp.Click(`#signin`, chromedp.ByID),
-		chromedp.WaitVisible(`a[href="process/payments"]`, chromedp.ByQuery),
+		chromedp.WaitVisible(`a[href="./process/payments"]`, chromedp.ByQuery),
 		chromedp.Text(`#live`, &overview, chromedp.ByID),
 		chromedp.FullScreenshot(&shot, 100),
 	))
@@ -74,7 +82,7 @@ func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 
 	var halted string
 	require.NoError(t, chromedp.Run(ctx,
-		chromedp.Click(`a[href="process/payments"]`, chromedp.ByQuery),
+		chromedp.Click(`a[href="./process/payments"]`, chromedp.ByQuery),
 		chromedp.WaitVisible(`#skip`, chromedp.ByID),
 		chromedp.Text(`#live`, &halted, chromedp.ByID),
 		chromedp.SendKeys(`form[action$="/action/skip"] input[name=actor]`, "ada", chromedp.ByQuery),

@@ -73,9 +73,11 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'self'; frame-ancestors 'none'")
 	w.Header().Set("Referrer-Policy", "no-referrer")
 	w.Header().Set("Cache-Control", "no-store")
-	if c.cfg.Token == "" && !loopback(r.RemoteAddr) {
-		http.Error(w, "this console answers loopback clients only: start it with a token (INORDER_CONSOLE_TOKEN) to serve others", http.StatusForbidden)
-		return
+	if c.cfg.Token == "" {
+		if msg := localOnly(r); msg != "" {
+			http.Error(w, msg, http.StatusForbidden)
+			return
+		}
 	}
 	if c.cfg.Token != "" && !c.authenticated(r) {
 		if r.Method == http.MethodPost && r.PostFormValue("console_token") != "" {
@@ -97,6 +99,36 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	c.mux.ServeHTTP(w, r)
+}
+
+// localOnly says why a console without a token refuses r, or "" when r comes from this machine: from a
+// loopback address, straight (a proxy on this machine would make every client look local, so a request a
+// proxy forwarded is refused), and for a loopback host name, so that a page elsewhere whose name was
+// pointed at 127.0.0.1 (DNS rebinding) cannot read the console from the browser of someone on it.
+func localOnly(r *http.Request) string {
+	const hint = " (start it with a token, INORDER_CONSOLE_TOKEN, to serve others)"
+	switch {
+	case !loopback(r.RemoteAddr):
+		return "this console answers loopback clients only" + hint
+	case r.Header.Get("Forwarded") != "" || r.Header.Get("X-Forwarded-For") != "" || r.Header.Get("X-Real-Ip") != "":
+		return "this console does not answer through a proxy without a token" + hint
+	case !loopbackHost(r.Host):
+		return "this console answers requests for localhost or a loopback address only" + hint
+	}
+	return ""
+}
+
+// loopbackHost reports whether a request's Host names this machine: localhost or a loopback address.
+func loopbackHost(host string) bool {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.Trim(host, "[]")
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // loopback reports whether a request's remote address is a loopback one.
@@ -273,7 +305,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Relative, so that it holds under a prefix: from process/<name>/action/<action> to process/<name>.
-	w.Header().Set("Location", "../../"+url.PathEscape(name)+"?done="+url.QueryEscape(action))
+	w.Header().Set("Location", "../../"+url.PathEscape(name)+"?done="+url.QueryEscape(action)) // "../../" first: never a URL of its own
 	w.WriteHeader(http.StatusSeeOther)
 }
 
@@ -295,7 +327,8 @@ func back(r *http.Request) string {
 	if strings.HasSuffix(r.URL.Path, "/") {
 		return "./"
 	}
-	return url.PathEscape(path.Base(r.URL.Path))
+	// "./" first: a last segment such as "https:evil.example" must not read as a URL of its own.
+	return "./" + url.PathEscape(path.Base(r.URL.Path))
 }
 
 // ErrExposed is returned by CheckAddr for an address other than loopback with no token.

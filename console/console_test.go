@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/console"
@@ -58,7 +59,7 @@ func TestConsoleRefusesWhoeverHasNoToken(t *testing.T) {
 
 	code, body = get(t, http.DefaultClient, srv.URL+"/", "Authorization", "Bearer "+token)
 	require.Equal(t, http.StatusOK, code)
-	require.Contains(t, body, `href="process/payments"`)
+	require.Contains(t, body, `href="./process/payments"`)
 	require.NotContains(t, body, token)
 
 	// The login form sets a session cookie that is not the token.
@@ -87,14 +88,26 @@ func TestConsoleWithoutATokenAnswersLoopbackOnly(t *testing.T) {
 	c, err := console.New(console.Config{Pool: b.db.Pool})
 	require.NoError(t, err)
 	for _, tc := range []struct {
-		remote string
-		want   int
-	}{{"127.0.0.1:5000", http.StatusOK}, {"[::1]:5000", http.StatusOK}, {"192.0.2.7:5000", http.StatusForbidden}} {
+		name, remote, host string
+		header             []string
+		want               int
+	}{
+		{"loopback", "127.0.0.1:5000", "127.0.0.1:8080", nil, http.StatusOK},
+		{"loopback v6", "[::1]:5000", "[::1]:8080", nil, http.StatusOK},
+		{"localhost", "127.0.0.1:5000", "localhost:8080", nil, http.StatusOK},
+		{"another machine", "192.0.2.7:5000", "127.0.0.1:8080", nil, http.StatusForbidden},
+		{"a rebound name", "127.0.0.1:5000", "evil.example:8080", nil, http.StatusForbidden},
+		{"through a proxy", "127.0.0.1:5000", "127.0.0.1:8080", []string{"X-Forwarded-For", "192.0.2.7"}, http.StatusForbidden},
+		{"through a proxy, standard header", "127.0.0.1:5000", "127.0.0.1:8080", []string{"Forwarded", "for=192.0.2.7"}, http.StatusForbidden},
+	} {
 		req := httptest.NewRequest(http.MethodGet, "/", nil)
-		req.RemoteAddr = tc.remote
+		req.RemoteAddr, req.Host = tc.remote, tc.host
+		for i := 0; i+1 < len(tc.header); i += 2 {
+			req.Header.Set(tc.header[i], tc.header[i+1])
+		}
 		rec := httptest.NewRecorder()
 		c.ServeHTTP(rec, req)
-		require.Equal(t, tc.want, rec.Code, tc.remote)
+		require.Equal(t, tc.want, rec.Code, tc.name)
 	}
 
 	for _, tc := range []struct {
@@ -193,17 +206,79 @@ func TestReadOnlyConsoleHasNoActionThatWorks(t *testing.T) {
 
 func TestConsolePagesShowNoSecret(t *testing.T) {
 	t.Parallel()
+	// A database that cannot be reached: the error pages say why, and nothing of the connection's
+	// password nor of the token.
+	pool, err := pgxpool.New(context.Background(), "postgres://inorder:db-topsecret-pw@127.0.0.1:1/app?connect_timeout=1")
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	c, err := console.New(console.Config{Pool: pool, Token: token, AllowActions: true})
+	require.NoError(t, err)
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	for _, p := range []string{"/", "/process/payments"} {
+		code, body := get(t, http.DefaultClient, srv.URL+p, "Authorization", "Bearer "+token)
+		require.Equal(t, http.StatusInternalServerError, code, body)
+		require.Contains(t, body, "could not read the cursor rows")
+		require.NotContains(t, body, "topsecret")
+	}
+}
+
+func TestSignInGoesBackToTheConsoleOnly(t *testing.T) {
+	t.Parallel()
 	b := setup(t)
-	srv := b.serve(t, console.Config{AllowActions: true})
-	pw := ""
-	if u, err := url.Parse(b.db.URL); err == nil {
-		pw, _ = u.User.Password()
-	}
-	for _, p := range []string{"/", "/process/payments", "/process/nope"} {
-		_, body := get(t, http.DefaultClient, srv.URL+p)
-		require.NotContains(t, body, b.db.URL)
-		if pw != "" {
-			require.NotContains(t, body, pw)
-		}
-	}
+	srv := b.serve(t, console.Config{Token: token})
+	resp, err := noRedirects.PostForm(srv.URL+"/https:evil.example", url.Values{"console_token": {token}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	loc, err := url.Parse(srv.URL + "/https:evil.example")
+	require.NoError(t, err)
+	next, err := loc.Parse(resp.Header.Get("Location"))
+	require.NoError(t, err)
+	require.Equal(t, loc.Host, next.Host, "a sign-in goes back to the page it was on: %s", resp.Header.Get("Location"))
+}
+
+func TestActionsWorkUnderAPrefixAndForAnyName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	// A second process, named with a colon, halted on record 3 too.
+	b.runProcess(t, "orders:v2")
+	c, err := console.New(console.Config{Pool: b.db.Pool, AllowActions: true})
+	require.NoError(t, err)
+	mux := http.NewServeMux()
+	mux.Handle("/admin/inorder/", http.StripPrefix("/admin/inorder", c))
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	cl := &http.Client{Jar: jar, CheckRedirect: noRedirects.CheckRedirect}
+
+	overview, err := url.Parse(srv.URL + "/admin/inorder/")
+	require.NoError(t, err)
+	code, page := get(t, cl, overview.String())
+	require.Equal(t, http.StatusOK, code)
+	link := regexp.MustCompile(`href="([^"]*orders[^"]*)"`).FindStringSubmatch(page)
+	require.NotNil(t, link, page)
+	pageURL, err := overview.Parse(link[1])
+	require.NoError(t, err)
+	require.Equal(t, "/admin/inorder/process/orders:v2", pageURL.Path)
+
+	code, page = get(t, cl, pageURL.String())
+	require.Equal(t, http.StatusOK, code, page)
+	form := regexp.MustCompile(`action="([^"]*/action/pause)"`).FindStringSubmatch(page)
+	require.NotNil(t, form, page)
+	target, err := pageURL.Parse(form[1])
+	require.NoError(t, err)
+	require.Equal(t, srv.URL+"/admin/inorder/process/orders:v2/action/pause", target.String())
+	csrf := csrfField.FindStringSubmatch(page)[1]
+	resp, err := cl.PostForm(target.String(), url.Values{"csrf": {csrf}, "actor": {"ada"}, "reason": {"maintenance"}})
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	back, err := target.Parse(resp.Header.Get("Location"))
+	require.NoError(t, err)
+	require.Equal(t, "/admin/inorder/process/orders:v2", back.Path, "back on the process page, under the prefix")
+	infos, err := cursor.List(context.Background(), b.db.Pool, "orders:v2")
+	require.NoError(t, err)
+	require.True(t, infos[0].Paused)
 }

@@ -23,8 +23,10 @@
 // # Safety
 //
 // With Config.Token set, every request must carry it: as a bearer token, or as the session cookie the
-// login page sets once the token is typed in (compared in constant time). Without a token, the console
-// answers loopback clients only, whatever address it is mounted on. Actions are POSTs protected from
+// login page sets once the token is typed in (compared in constant time; it lasts 12 hours). Without a
+// token, the console answers only requests made on this machine, whatever address it is mounted on: from
+// a loopback address, not forwarded by a proxy, and for localhost or a loopback address as the host (so a
+// page elsewhere whose name is pointed at 127.0.0.1 reads nothing). Actions are POSTs protected from
 // cross-site requests twice: net/http's CrossOriginProtection, and a CSRF token each form carries that must
 // match the visitor's cookie. Pages show no database password, no header value and no token; a record's
 // error is shown as the processor stored it, which the sinks redact before storing.

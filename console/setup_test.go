@@ -60,8 +60,8 @@ type bundle struct {
 	h  *refuser
 }
 
-// setup gives a test a database with a payments table of 5 rows and a processor "payments" halted on
-// the third, which the sink refuses.
+// setup gives a test a database with a payments table of 5 rows and a process "payments" halted on the
+// third, which the sink refuses.
 func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
@@ -69,11 +69,20 @@ func setup(t *testing.T) *bundle {
 		created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON payments (created_at, id);
 		INSERT INTO payments (customer) SELECT 'customer-' || g FROM generate_series(1, 5) g`)
+	b := &bundle{db: db, h: &refuser{refuse: map[int64]bool{3: true}}}
+	b.runProcess(t, "payments")
+	return b
+}
+
+// runProcess runs a process on the payments table into the bundle's handler until the test ends, and
+// waits until it halts on record 3.
+func (b *bundle) runProcess(t *testing.T, name string) {
+	t.Helper()
+	db, h := b.db, b.h
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	h := &refuser{refuse: map[int64]bool{3: true}}
 	p, err := processor.New(processor.Config[payment]{
-		Process: "payments", ConnConfig: cc, StartFrom: cursor.StartFromBeginning,
+		Process: name, ConnConfig: cc, StartFrom: cursor.StartFromBeginning,
 		Source:  processor.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
 		Handler: h, PollInterval: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
@@ -81,10 +90,9 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), db.Pool, "payments")
+		infos, err := cursor.List(context.Background(), db.Pool, name)
 		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusHalted
 	}, 20*time.Second, 10*time.Millisecond, "the stream halts on record 3")
-	return &bundle{db: db, h: h}
 }
 
 // serve starts the console on a loopback test server.
