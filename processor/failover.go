@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -21,40 +22,58 @@ import (
 // seconds of a fast stream, more than asynchronous replication lags behind in the usual case.
 const deliveredKept = 4096
 
-// delivered remembers the positions of the last records delivered, oldest first once read.
+// deliveredRecently is how long after its delivery a record is checked even when the server's position
+// lies past it: another instance may have moved the position past the place of a record that a failover
+// took back (over rows written anew on the promoted server). Older records before the position are left
+// alone: an application or a prune may delete rows every process has passed.
+const deliveredRecently = time.Minute
+
+// delivered remembers the positions of the last records delivered, and when, oldest first once read.
 type delivered struct {
 	ring []source.Position
+	at   []time.Time
 	next int
 	full bool
 }
 
 func (d *delivered) add(p source.Position) {
 	if d.ring == nil {
-		d.ring = make([]source.Position, deliveredKept)
+		d.ring, d.at = make([]source.Position, deliveredKept), make([]time.Time, deliveredKept)
 	}
-	d.ring[d.next] = p
+	d.ring[d.next], d.at[d.next] = p, time.Now()
 	d.next = (d.next + 1) % len(d.ring)
 	d.full = d.full || d.next == 0
+}
+
+// recent marks the positions list returned (with the times it returned) delivered within
+// deliveredRecently of now.
+func recent(at []time.Time, now time.Time) []bool {
+	out := make([]bool, len(at))
+	for i, t := range at {
+		out[i] = now.Sub(t) <= deliveredRecently
+	}
+	return out
 }
 
 // forget drops what is remembered.
 func (d *delivered) forget() { d.next, d.full = 0, false }
 
-// list returns what is remembered, oldest first, and forgets it.
-func (d *delivered) list() []source.Position {
+// list returns what is remembered, oldest first, with when each was delivered, and forgets it.
+func (d *delivered) list() ([]source.Position, []time.Time) {
 	var out []source.Position
+	var at []time.Time
 	if d.full {
-		out = append(out, d.ring[d.next:]...)
+		out, at = append(out, d.ring[d.next:]...), append(at, d.at[d.next:]...)
 	}
-	out = append(out, d.ring[:d.next]...)
+	out, at = append(out, d.ring[:d.next]...), append(at, d.at[:d.next]...)
 	d.next, d.full = 0, false
-	return out
+	return out, at
 }
 
 // recheck compares, after a reconnect, the records this instance delivered lately with what the server
 // has now: the cursor row's position, and the rows.
 func (p *Processor[T]) recheck(ctx context.Context) {
-	ps := p.delivered.list()
+	ps, deliveredAt := p.delivered.list()
 	if len(ps) == 0 || p.table == nil {
 		return
 	}
@@ -70,18 +89,17 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	if at.Valid {
 		pos = source.Position{CreatedAt: at.Time.UTC(), ID: id.String}
 	}
-	r, err := p.table.Recheck(ctx, conn, pos, ps)
+	r, err := p.table.Recheck(ctx, conn, pos, ps, recent(deliveredAt, time.Now()))
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
-	if r.After == 0 {
-		return
+	if r.After > 0 {
+		p.log.Warn().Str("position", pos.String()).Int("records", r.After).
+			Msg("the position on the server is behind records this instance delivered, which are delivered again from " +
+				"there: a failover to a standby that missed the last commits, a rewind while this instance was away, or " +
+				"a batch cut off before its commit")
 	}
-	p.log.Warn().Str("position", pos.String()).Int("records", r.After).
-		Msg("the position on the server is behind records this instance delivered, which are delivered again from " +
-			"there: a failover to a standby that missed the last commits, a rewind while this instance was away, or " +
-			"a batch cut off before its commit")
 	if len(r.Vanished) == 0 {
 		return
 	}

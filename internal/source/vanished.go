@@ -16,14 +16,15 @@ import (
 type Recheck struct {
 	// After counts the records after the position asked about: what will be delivered again.
 	After int
-	// Vanished are those of them that no row of the table has any more (no row with their created_at
-	// and id), in the order asked.
+	// Vanished are the records that no row of the table has any more (no row with their created_at and
+	// id), in the order asked: those after the position, and those before it that were delivered lately
+	// (a failover can take them back while another instance moves the position past their place).
 	Vanished []Position
 }
 
-// Recheck looks up the delivered records ps (each with an id) that lie after pos, in one statement: how many
-// there are, and which no longer exist.
-func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Position) (Recheck, error) {
+// Recheck looks up the delivered records ps (each with an id) in one statement: how many lie after pos,
+// and which no longer exist among those after pos and those marked recent.
+func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Position, recent []bool) (Recheck, error) {
 	var r Recheck
 	if len(ps) == 0 {
 		return r, nil
@@ -35,10 +36,9 @@ func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Posit
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	cond, args := t.After(pos, "u.", 3)
 	sql := fmt.Sprintf(`
-		SELECT (u.inorder_ord - 1)::int, EXISTS (SELECT 1 FROM %[1]s AS s WHERE s.%[2]s = u.%[2]s AND s.%[3]s = u.%[3]s)
+		SELECT (u.inorder_ord - 1)::int, %[5]s, EXISTS (SELECT 1 FROM %[1]s AS s WHERE s.%[2]s = u.%[2]s AND s.%[3]s = u.%[3]s)
 		FROM (SELECT x.a AS %[2]s, x.i::text::%[4]s AS %[3]s, x.n AS inorder_ord
 		      FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS x(a, i, n)) AS u
-		WHERE %[5]s
 		ORDER BY u.inorder_ord`, t.Ident, ca, id, t.IDCast, cond)
 	rows, err := q.Query(ctx, sql, append([]any{ats, ids}, args...)...)
 	if err != nil {
@@ -47,12 +47,14 @@ func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Posit
 	defer rows.Close()
 	for rows.Next() {
 		var i int32
-		var exists bool
-		if err := rows.Scan(&i, &exists); err != nil {
+		var after, exists bool
+		if err := rows.Scan(&i, &after, &exists); err != nil {
 			return r, fmt.Errorf("look up delivered records: %w", err)
 		}
-		r.After++
-		if !exists {
+		if after {
+			r.After++
+		}
+		if !exists && (after || (int(i) < len(recent) && recent[i])) {
 			r.Vanished = append(r.Vanished, ps[i])
 		}
 	}
