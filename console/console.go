@@ -32,6 +32,11 @@ type Config struct {
 	// AllowActions shows the action forms and accepts them. False means read-only: no form is shown, and
 	// every action is refused.
 	AllowActions bool
+	// ActorFunc, when set, names the person acting from the request, as the service that mounts the
+	// console knows them (its own sign-in, a header its proxy sets after authenticating): the actions are
+	// audited under that name, and the forms do not ask for one. An empty name refuses the action. Nil
+	// means the forms ask for the operator's name, which the audit keeps as given.
+	ActorFunc func(r *http.Request) string
 	// RefreshInterval is how often the pages refresh their figures (with a little JavaScript; the pages
 	// read the same without it). Zero means 5s.
 	RefreshInterval time.Duration
@@ -145,15 +150,17 @@ func loopback(remote string) bool {
 type view struct {
 	CSRF         string
 	AllowActions bool
-	Refresh      int // milliseconds
+	AskName      bool // the forms ask for the operator's name (no ActorFunc)
+	Refresh      int  // milliseconds
 	Base         string
 	Flash        string
 	Error        string
 }
 
 func (c *Console) view(w http.ResponseWriter, r *http.Request, base string) view {
-	return view{CSRF: c.csrfToken(w, r), AllowActions: c.cfg.AllowActions, Refresh: int(c.cfg.RefreshInterval / time.Millisecond),
-		Base: base, Flash: r.URL.Query().Get("done")}
+	return view{CSRF: c.csrfToken(w, r), AllowActions: c.cfg.AllowActions, AskName: c.cfg.ActorFunc == nil,
+		Refresh: int(c.cfg.RefreshInterval / time.Millisecond),
+		Base:    base, Flash: r.URL.Query().Get("done")}
 }
 
 // row is one process on the overview.
@@ -275,6 +282,9 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	actor, reason := strings.TrimSpace(r.PostFormValue("actor")), strings.TrimSpace(r.PostFormValue("reason"))
+	if c.cfg.ActorFunc != nil {
+		actor = strings.TrimSpace(c.cfg.ActorFunc(r))
+	}
 	if actor == "" || reason == "" {
 		http.Error(w, "refused: an action needs your name and a reason, which the audit keeps", http.StatusBadRequest)
 		return

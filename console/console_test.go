@@ -282,3 +282,33 @@ func TestActionsWorkUnderAPrefixAndForAnyName(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, infos[0].Paused)
 }
+
+func TestActorFuncNamesWhoActs(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := b.serve(t, console.Config{AllowActions: true, ActorFunc: func(r *http.Request) string {
+		return r.Header.Get("X-Authenticated-User") // as the mounting service's own sign-in would
+	}})
+	jar, err := cookiejar.New(nil)
+	require.NoError(t, err)
+	c := &http.Client{Jar: jar, CheckRedirect: noRedirects.CheckRedirect}
+	_, page := get(t, c, srv.URL+"/process/payments")
+	require.NotContains(t, page, `name="actor"`, "the forms do not ask for a name the service knows")
+	csrf := csrfField.FindStringSubmatch(page)[1]
+	post := func(user string) int {
+		req, err := http.NewRequest(http.MethodPost, srv.URL+"/process/payments/action/pause",
+			strings.NewReader(url.Values{"csrf": {csrf}, "reason": {"deploy"}, "actor": {"mallory"}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("X-Authenticated-User", user)
+		resp, err := c.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	require.Equal(t, http.StatusBadRequest, post(""), "no one named: refused")
+	require.Equal(t, http.StatusSeeOther, post("grace"))
+	entries, err := cursor.Audit(context.Background(), b.db.Pool, cursor.AuditOpts{Process: "payments", Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, "grace (console)", entries[0].Actor, "the service's name, not the form's")
+}

@@ -17,7 +17,8 @@
 //
 // Pause, resume, retry now, skip the failing record, rewind and redrive a parked key go through the
 // actions of package cursor, with their rules: each asks for a reason and the operator's name, and is
-// audited with that name as the actor. A console is read-only unless Config.AllowActions is set: it then
+// audited with that name as the actor; behind a service's own sign-in, Config.ActorFunc gives the name
+// instead. A console is read-only unless Config.AllowActions is set: it then
 // shows no form, and refuses every action.
 //
 // # Safety
