@@ -43,7 +43,8 @@ type tracing struct {
 	// batch is the span of the batch under way (nil between batches): the parent of the read and commit
 	// spans and of deliveries whose row carries no trace context, and a link from the others.
 	batch trace.Span
-	// attrs are the attributes every delivery span of the process carries.
+	// attrs are the attributes every delivery span of the process carries: the three operation
+	// attributes, then the source table, the consumer group and the process (a batch's span carries these).
 	attrs []attribute.KeyValue
 	// deliverName is the delivery spans' name, made once.
 	deliverName string
@@ -78,7 +79,7 @@ func (p *Processor[T]) startBatch(began, horizonAt, readAt time.Time, n int) {
 	if p.tracing.recording = batch.IsRecording(); !p.tracing.recording {
 		return
 	}
-	batch.SetAttributes(p.tracing.attrs[3:]...)
+	batch.SetAttributes(p.tracing.attrs[3:]...) // the source table, the consumer group and the process
 	batch.SetAttributes(attribute.Int("messaging.batch.message_count", n))
 	p.tracing.batch = batch
 	_, h := p.tracing.tracer.Start(ctx, "horizon "+p.cfg.Process, trace.WithTimestamp(horizonAt))
@@ -168,7 +169,7 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 }
 
 // endAttempt closes a delivery attempt's span when it succeeded; a failed attempt's span gets the error
-// and stays open for its fate (fateOf).
+// and stays open for its fate (see fate).
 func endAttempt[T any](it *item[T], err error) {
 	s := it.span()
 	if s == nil {
@@ -223,7 +224,7 @@ func (p *Processor[T]) traceOperator(from, to source.Position) {
 	if after(to, from) {
 		event = "skipped"
 	}
-	_, s := p.tracing.tracer.Start(context.Background(), "operator "+p.cfg.Process, trace.WithAttributes(p.tracing.attrs[5]))
+	_, s := p.tracing.tracer.Start(context.Background(), "operator "+p.cfg.Process, trace.WithAttributes(attribute.String("inorder.process", p.cfg.Process)))
 	s.AddEvent(event, trace.WithAttributes(attribute.String("inorder.position.from", from.String()),
 		attribute.String("inorder.position.to", to.String())))
 	s.End()
