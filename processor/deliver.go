@@ -247,22 +247,37 @@ func (p *Processor[T]) deliver(work context.Context, it *item[T]) (err error) {
 	hctx = p.startAttempt(hctx, it)
 	start := time.Now()
 	defer func() {
-		if r := recover(); r != nil {
-			err = p.panicked(rec, r)
-		}
-		err = explain(hctx, err)
 		done()
 		p.obs.Handled(p.cfg.Process, time.Since(start), err)
 		endAttempt(it, err)
 	}()
 	if p.cfg.Handler != nil {
-		return p.cfg.Handler.Handle(hctx, rec)
+		return p.guarded(hctx, rec, func() error { return p.cfg.Handler.Handle(hctx, rec) })
 	}
+	return p.inSavepoint(hctx, work, rec, func(tx pgx.Tx) error { return p.cfg.TxHandler.HandleTx(hctx, tx, rec) })
+}
+
+// guarded calls a handler: a panic becomes rec's failure, and a failure caused by the handler timeout
+// says so.
+func (p *Processor[T]) guarded(hctx context.Context, rec *handlers.Record[T], call func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = p.panicked(rec, r)
+		}
+		err = explain(hctx, err)
+	}()
+	return call()
+}
+
+// inSavepoint calls a transactional handler in a savepoint of the cursor transaction, guarded: released
+// when the call succeeds, rolled back when it fails or panics, so that nothing it wrote stays beside the
+// halt state or the records delivered after it.
+func (p *Processor[T]) inSavepoint(hctx, work context.Context, rec *handlers.Record[T], call func(pgx.Tx) error) error {
 	sp, err := p.cur.Tx().Begin(hctx)
 	if err != nil {
-		return fmt.Errorf("savepoint: %w", err)
+		return explain(hctx, fmt.Errorf("savepoint: %w", err))
 	}
-	return endSavepoint(work, sp, p.cfg.TxHandler.HandleTx(hctx, sp, rec))
+	return endSavepoint(work, sp, p.guarded(hctx, rec, func() error { return call(sp) }))
 }
 
 // batchError is a failure of the cursor transaction itself, not of a record: what it holds cannot be

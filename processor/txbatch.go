@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,20 +71,5 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 func (p *Processor[T]) handleTxBatch(work context.Context, recs []*handlers.Record[T]) error {
 	hctx, done := p.deadline.start(work)
 	defer done()
-	sp, err := p.cur.Tx().Begin(hctx)
-	if err != nil {
-		return explain(hctx, fmt.Errorf("savepoint: %w", err))
-	}
-	return endSavepoint(work, sp, p.callTxBatch(hctx, sp, recs))
-}
-
-// callTxBatch calls the handler, a panic turned into its failure.
-func (p *Processor[T]) callTxBatch(hctx context.Context, tx pgx.Tx, recs []*handlers.Record[T]) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = p.panicked(recs[0], r)
-		}
-		err = explain(hctx, err)
-	}()
-	return p.txBatch.HandleTxBatch(hctx, tx, recs)
+	return p.inSavepoint(hctx, work, recs[0], func(tx pgx.Tx) error { return p.txBatch.HandleTxBatch(hctx, tx, recs) })
 }

@@ -275,14 +275,9 @@ func (p *Processor[T]) handleConcurrently(work context.Context, it *item[T]) (er
 	hctx, cancel := context.WithTimeoutCause(work, p.cfg.HandlerTimeout, errHandlerTimeout{p.cfg.HandlerTimeout})
 	defer cancel()
 	hctx = p.startAttempt(hctx, it)
-	defer func() {
-		if r := recover(); r != nil {
-			err = p.panicked(&it.rec, r)
-		}
-		err = explain(hctx, err)
-		endAttempt(it, err)
-	}()
-	return p.cfg.Handler.Handle(hctx, &it.rec)
+	err = p.guarded(hctx, &it.rec, func() error { return p.cfg.Handler.Handle(hctx, &it.rec) })
+	endAttempt(it, err)
+	return err
 }
 
 // windowed reports whether records go through the keyed window.

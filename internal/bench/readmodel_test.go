@@ -21,7 +21,7 @@ const upsertSQL = `INSERT INTO rm (id, aggregate_id, seq) SELECT * FROM unnest($
 	ON CONFLICT (id) DO UPDATE SET aggregate_id = excluded.aggregate_id, seq = excluded.seq`
 
 // rmProjection projects events into rm, an upsert each: a batch at a time (HandleTxBatch) or a record at
-// a time (HandleTx, when hidden behind oneRecord).
+// a time (HandleTx, when hidden behind a TxHandlerFunc).
 type rmProjection struct{}
 
 func (rmProjection) HandleTxBatch(ctx context.Context, tx pgx.Tx, recs []*handlers.Record[event]) error {
@@ -39,13 +39,6 @@ func (p rmProjection) HandleTx(ctx context.Context, tx pgx.Tx, rec *handlers.Rec
 	return p.HandleTxBatch(ctx, tx, []*handlers.Record[event]{rec})
 }
 
-// oneRecord hides HandleTxBatch: the same projection, one record (and one savepoint) at a time.
-type oneRecord struct{ rmProjection }
-
-func (o oneRecord) HandleTx(ctx context.Context, tx pgx.Tx, rec *handlers.Record[event]) error {
-	return o.rmProjection.HandleTx(ctx, tx, rec)
-}
-
 // measureReadModel projects n events into the read model with inorder: batched (a TxBatchHandler, one
 // upsert statement per batch of 1000) or one record at a time (per-batch checkpoints either way).
 func measureReadModel(tb testing.TB, n int, batched bool) result {
@@ -53,9 +46,14 @@ func measureReadModel(tb testing.TB, n int, batched bool) result {
 	insertEvents(tb, db, n)
 	db.Exec(tb, readModelDDL)
 	lastID, lastAt := lastRow(tb, db, "events")
-	var h handlers.TxHandler[event] = oneRecord{}
+	// One record (and one savepoint) at a time: the same projection behind a TxHandlerFunc, which hides
+	// HandleTxBatch from the processor.
+	var h handlers.TxHandler[event] = handlers.TxHandlerFunc[event](rmProjection{}.HandleTx)
 	if batched {
 		h = rmProjection{}
+	}
+	if _, ok := h.(handlers.TxBatchHandler[event]); ok != batched {
+		tb.Fatalf("the read model's handler takes batches: %v, want %v", ok, batched)
 	}
 	return drain(tb, db, processor.Config[event]{
 		StartFrom:  cursor.StartFromBeginning,
