@@ -121,7 +121,8 @@ func (g *Group) AddHTTPServer(name, addr string, h http.Handler, shutdownTimeout
 
 // Run runs the group until ctx is done, a signal arrives or an actor returns, then asks every actor to
 // stop (processors finish the record in flight, make the position durable and unlock) and returns once
-// all have. A second signal during that shutdown ends the program at once with exit code 130. Run returns
+// all have. A second signal during that shutdown ends the program at once with exit code 130; so does a
+// first one when the context began it (a context that a signal cancelled counts as that signal). Run returns
 // nil after a clean stop (ctx done or a signal), else the error of the actor that stopped the group.
 func (g *Group) Run(ctx context.Context) error {
 	var sigs chan os.Signal // nil with NoSignals: a receive from it never happens
@@ -137,19 +138,17 @@ func (g *Group) Run(ctx context.Context) error {
 		select {
 		case s := <-sigs:
 			g.cfg.Logger.Info().Str("signal", s.String()).Msg("stopping: finishing the records in flight")
-			go func() {
-				select {
-				case s := <-sigs:
-					g.cfg.Logger.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
-					g.cfg.exit(130)
-				case <-finished:
-				}
-			}()
+			go g.exitOnSignal(sigs, finished)
 			return errCleanStop
 		case <-ctx.Done():
 			// The same line as for a signal: what stopped the group is in its fields (a context made by
 			// signal.NotifyContext names the signal as its cause).
-			g.cfg.Logger.Info().Str("cause", context.Cause(ctx).Error()).Msg("stopping: finishing the records in flight")
+			cause := context.Cause(ctx).Error()
+			g.cfg.Logger.Info().Str("cause", cause).Msg("stopping: finishing the records in flight")
+			// A context that a signal cancelled (signal.NotifyContext, as the CLI runs the group) stands
+			// for that signal, which reached this group too: the signal after it is the second.
+			drain(sigs)
+			go g.exitOnSignal(sigs, finished)
 			return errCleanStop
 		case <-stop:
 			return nil
@@ -161,4 +160,26 @@ func (g *Group) Run(ctx context.Context) error {
 		return nil
 	}
 	return err
+}
+
+// exitOnSignal ends the program at once, with code 130, at a signal during the shutdown, unless every
+// actor returns first.
+func (g *Group) exitOnSignal(sigs <-chan os.Signal, finished <-chan struct{}) {
+	select {
+	case s := <-sigs:
+		g.cfg.Logger.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+		g.cfg.exit(130)
+	case <-finished:
+	}
+}
+
+// drain drops the signals already received.
+func drain(sigs <-chan os.Signal) {
+	for {
+		select {
+		case <-sigs:
+		default:
+			return
+		}
+	}
 }

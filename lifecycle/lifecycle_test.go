@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -229,7 +230,7 @@ func TestZeroGroupExitsWithOSExitOnASecondSignal(t *testing.T) {
 }
 
 // TestSecondSignalCallsExitFunc: a second signal during a shutdown that hangs ends the program through
-// Config.ExitFunc, with code 130, even when the first stop came from the context.
+// Config.ExitFunc, with code 130.
 func TestSecondSignalCallsExitFunc(t *testing.T) {
 	t.Parallel()
 	passesInChild(t, func(t *testing.T) {
@@ -297,4 +298,59 @@ func TestCancelledContextStopsAZeroGroupCleanly(t *testing.T) {
 	})
 	require.NoError(t, g.Run(ctx))
 	<-interrupted
+}
+
+// TestASignalAfterAContextStopExits: when the context stopped the group, a signal during a shutdown that
+// hangs ends the program; when a signal cancelled that context (signal.NotifyContext, as the CLI runs
+// the group), that signal is the first and the next one ends it, whichever of the two the group saw first.
+func TestASignalAfterAContextStopExits(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		signal bool // the context is cancelled by a signal, not by its cancel function
+	}{{"a cancelled context", false}, {"a context a signal cancelled", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			passesInChild(t, func(t *testing.T) {
+				var sent atomic.Bool // the signal meant to end the program has been sent
+				exited := make(chan int, 1)
+				g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) {
+					require.True(t, sent.Load(), "exited before the signal meant to end it")
+					exited <- code
+				}})
+				stuck, stopping := make(chan struct{}), make(chan struct{})
+				g.Add("stuck", func(ctx context.Context) error {
+					<-ctx.Done()
+					close(stopping)
+					<-stuck // a shutdown that hangs
+					return nil
+				})
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.signal {
+					var stop context.CancelFunc
+					ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT)
+					defer stop()
+				}
+				result := make(chan error, 1)
+				go func() { result <- g.Run(ctx) }()
+				if tc.signal {
+					require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+				} else {
+					cancel()
+				}
+				<-stopping
+				sent.Store(true)
+				require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+				select {
+				case code := <-exited:
+					require.Equal(t, 130, code)
+				case <-time.After(10 * time.Second):
+					t.Fatal("the signal during the shutdown did not exit")
+				}
+				close(stuck)
+				require.NoError(t, <-result)
+			})
+		})
+	}
 }

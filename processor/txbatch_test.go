@@ -146,6 +146,11 @@ func TestABatchReadModelEqualsAOneAtATimeOne(t *testing.T) {
 	batch.mu.Lock()
 	defer batch.mu.Unlock()
 	require.LessOrEqual(t, len(batch.batches), 10, "a handler call per batch of 100, not per record: %v", batch.batches)
+	total := 0
+	for _, n := range batch.batches {
+		total += n
+	}
+	require.Equal(t, 500, total, "every record went through a batch call, none one at a time: %v", batch.batches)
 }
 
 // TestAFailingRecordInABatchHaltsOnIt: the batch fails, is delivered one record at a time, and the stream
