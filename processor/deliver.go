@@ -109,9 +109,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 				return false
 			}
 		case werr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &f.it.rec, werr):
-			if _, atSend := f.res.(failedResult); !atSend { // a refusal at send has its error already
-				endAttempt(f.it, werr)
-			}
+			endAttempt(f.it, werr)
 			if err := p.park(work, st, f.it, werr); err != nil {
 				o.err = err
 				return false
@@ -145,9 +143,6 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
 		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
 		cancel()
-		if serr != nil {
-			endAttempt(it, serr)
-		}
 		if serr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &it.rec, serr) {
 			// Refused before it was sent: parked in its turn, the records before it settling first, and
 			// the key's later records are not sent.
@@ -159,6 +154,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 			continue
 		}
 		if serr != nil {
+			endAttempt(it, serr)
 			// Earlier records settle first; this one is the failure only if they all succeed.
 			for len(window) > 0 && goOn {
 				goOn = settle()
@@ -317,11 +313,9 @@ func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, han
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
-	end, _ := p.traceCommit(work, handled)
+	end := p.traceCommit(work, handled)
 	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
-	if end != nil {
-		end(err)
-	}
+	end(err)
 	if err == nil {
 		p.obs.Position(p.cfg.Process, pos.CreatedAt)
 	}
@@ -374,7 +368,7 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 		Permanent: handlers.IsPermanent(cause), Status: status,
 		RetryIn:   func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
 		HaltAfter: p.cfg.HaltAfter})
-	if err == nil && !h.HaltedAt.IsZero() && p.parksOnFailure(cursorlock.State{Halt: &h}, rec, cause) {
+	if err == nil && !h.HaltedAt.IsZero() && p.parking() && rec.Key != "" {
 		// It has failed for longer than HaltAfter now: the key parks, and the stream goes on at once.
 		if err = p.parkFailed(work, st, it, cause); err == nil {
 			if err = p.cur.Unlock(work); err == nil {

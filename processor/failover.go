@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"sort"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
@@ -36,23 +37,19 @@ type delivered struct {
 	full bool
 }
 
-func (d *delivered) add(p source.Position) {
+func (d *delivered) add(p source.Position, at time.Time) {
 	if d.ring == nil {
 		d.ring, d.at = make([]source.Position, deliveredKept), make([]time.Time, deliveredKept)
 	}
-	d.ring[d.next], d.at[d.next] = p, time.Now()
+	d.ring[d.next], d.at[d.next] = p, at
 	d.next = (d.next + 1) % len(d.ring)
 	d.full = d.full || d.next == 0
 }
 
-// recent marks the positions list returned (with the times it returned) delivered within
-// deliveredRecently of now.
-func recent(at []time.Time, now time.Time) []bool {
-	out := make([]bool, len(at))
-	for i, t := range at {
-		out[i] = now.Sub(t) <= deliveredRecently
-	}
-	return out
+// recentFrom is the index of the first of the delivery times list returned (oldest first) within
+// deliveredRecently of now: the recent ones are the rest.
+func recentFrom(at []time.Time, now time.Time) int {
+	return sort.Search(len(at), func(i int) bool { return now.Sub(at[i]) <= deliveredRecently })
 }
 
 // forget drops what is remembered.
@@ -89,7 +86,7 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	if at.Valid {
 		pos = source.Position{CreatedAt: at.Time.UTC(), ID: id.String}
 	}
-	r, err := p.table.Recheck(ctx, conn, pos, ps, recent(deliveredAt, time.Now()))
+	r, err := p.table.Recheck(ctx, conn, pos, ps, recentFrom(deliveredAt, time.Now()))
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return

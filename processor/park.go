@@ -238,7 +238,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 		if ok, err := p.commit(work, 1); err != nil || !ok {
 			return false, err
 		}
-		p.delivered.add(pk.Position)
+		p.delivered.add(pk.Position, time.Now())
 	}
 	delete(p.parked, key)
 	p.log.Info().Str("key", key).Int("records", len(recs)).

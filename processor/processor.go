@@ -752,11 +752,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	defer func() {
 		if err == nil && p.cur.Locked() {
-			end, _ := p.traceCommit(work, n)
+			end := p.traceCommit(work, n)
 			err = p.cur.Unlock(work)
-			if end != nil {
-				end(err)
-			}
+			end(err)
 		}
 		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
 		p.endBatch(n, err)
@@ -816,8 +814,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	default:
 		err = p.finish(work, st.Position, o.last, o.n)
 	}
+	now := time.Now()
 	for _, it := range items[:n] {
-		p.delivered.add(it.pos)
+		p.delivered.add(it.pos, now)
 	}
 	return n, wait, err
 }

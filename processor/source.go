@@ -68,9 +68,6 @@ func ParseHorizon(s string) (Horizon, error) { return source.ParseHorizon(s) }
 // table, column or index, or a column of the wrong type. Retrying does not help; fix the configuration.
 var ErrInvalidSource = source.ErrInvalidSource
 
-// spec is the source as the machinery takes it.
-func (s Source) spec() source.Spec {
-	return source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, Horizon: s.Horizon,
-		KeyColumn: s.KeyColumn, Partition: s.Partition, Columns: s.Columns,
-		TraceColumn: s.TraceColumn, TraceStateColumn: s.TraceStateColumn}
-}
+// spec is the source as the machinery takes it: the same fields, so that a field added to one and not
+// the other fails to compile.
+func (s Source) spec() source.Spec { return source.Spec(s) }

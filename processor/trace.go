@@ -103,11 +103,11 @@ func (p *Processor[T]) endBatch(delivered int, err error) {
 	b.End()
 }
 
-// traceCommit starts the span of a position's commit, a child of the batch's; the caller ends it. It is a
-// no-op outside a traced batch.
-func (p *Processor[T]) traceCommit(work context.Context, records int) (func(error), bool) {
+// traceCommit starts the span of a position's commit, a child of the batch's, and returns what ends it
+// with the commit's error. Outside a traced batch it starts nothing.
+func (p *Processor[T]) traceCommit(work context.Context, records int) func(error) {
 	if p.tracing.batch == nil {
-		return nil, false
+		return func(error) {}
 	}
 	_, s := p.tracing.tracer.Start(trace.ContextWithSpan(work, p.tracing.batch), "commit "+p.cfg.Process,
 		trace.WithAttributes(attribute.String("db.system.name", "postgresql"), attribute.Int("inorder.commit.records", records),
@@ -117,7 +117,7 @@ func (p *Processor[T]) traceCommit(work context.Context, records int) (func(erro
 			s.SetStatus(codes.Error, err.Error())
 		}
 		s.End()
-	}, true
+	}
 }
 
 // startAttempt starts the span of one delivery attempt of it and returns the handler's context, which

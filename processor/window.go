@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
@@ -65,7 +66,6 @@ type window[T any] struct {
 	// stopping: the context is done or the cursor is lost; start nothing more.
 	stopping bool
 	warned   int // the record last warned about for being in flight long
-	unstored int // records parked ahead of the prefix, whose rows are not stored yet
 	o        outcome[T]
 }
 
@@ -100,8 +100,10 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		}
 	}
 	p.noteInFlight(cursorlock.InFlight{})
-	if w.unstored > 0 {
-		p.parked = nil // keys marked parked by records the position did not reach: read them again
+	if slices.Contains(w.slots[w.head:], parked) {
+		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
+		// read again.
+		p.parked = nil
 	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
 		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
@@ -185,7 +187,6 @@ func (w *window[T]) parkAt(i int, cause error) {
 	if cause != nil {
 		w.p.markParked(w.items[i].rec.Key)
 	}
-	w.unstored++
 }
 
 // advance moves the prefix past the records that succeeded at its head and, with CheckpointRecord,
@@ -199,7 +200,6 @@ func (w *window[T]) advance() {
 				w.o.err, w.stopping = err, true
 				break
 			}
-			w.unstored--
 		} else {
 			w.p.resumed(&it.rec)
 		}

@@ -23,8 +23,8 @@ type Recheck struct {
 }
 
 // Recheck looks up the delivered records ps (each with an id) in one statement: how many lie after pos,
-// and which no longer exist among those after pos and those marked recent.
-func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Position, recent []bool) (Recheck, error) {
+// and which no longer exist among those after pos and the recent ones, ps[recentFrom:].
+func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Position, recentFrom int) (Recheck, error) {
 	var r Recheck
 	if len(ps) == 0 {
 		return r, nil
@@ -54,7 +54,7 @@ func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Posit
 		if after {
 			r.After++
 		}
-		if !exists && (after || (int(i) < len(recent) && recent[i])) {
+		if !exists && (after || int(i) >= recentFrom) {
 			r.Vanished = append(r.Vanished, ps[i])
 		}
 	}
