@@ -248,9 +248,8 @@ func (c *Console) process(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d := detail{row: c.measure(ctx, procs[0]), Holders: map[int]holder{}}
-	if d.Parked, err = cursor.Parked(ctx, c.cfg.Pool, name); err != nil && !errors.Is(err, cursor.ErrNeverRan) {
-		d.Parked = nil // a role that may not read parked records: the count on the cursor row still shows
-	}
+	// A role that may not read parked records sees none listed; the counts of the cursor row still show.
+	d.Parked, _ = cursor.Parked(ctx, c.cfg.Pool, name)
 	if d.Audit, err = cursor.Audit(ctx, c.cfg.Pool, cursor.AuditOpts{Process: name, Limit: 50}); err != nil {
 		c.fail(w, err)
 		return
@@ -352,14 +351,10 @@ func CheckAddr(addr string, cfg Config) error {
 	if cfg.Token != "" {
 		return nil
 	}
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
+	if _, _, err := net.SplitHostPort(addr); err != nil {
 		return fmt.Errorf("console: address %q: %w", addr, err)
 	}
-	if host == "localhost" {
-		return nil
-	}
-	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+	if loopbackHost(addr) {
 		return nil
 	}
 	return fmt.Errorf("%w: %q listens beyond this machine; set a token (INORDER_CONSOLE_TOKEN) or listen on 127.0.0.1", ErrExposed, addr)

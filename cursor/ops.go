@@ -461,7 +461,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 			return fail("%w", ErrUnknownProcess)
 		}
 		proc := procs[0] // a single stream becomes partitioned, or the partitions are split anew
-		if n := len(proc.Unregistered); n > 0 {
+		if len(proc.Unregistered) > 0 {
 			return fail("%w: only %d of its %d partitions ever ran; run them until they are drained first",
 				ErrNeverRan, len(proc.Streams), proc.Info.Partitions)
 		}

@@ -170,10 +170,11 @@ func New[T any](cfg Config) (*Handler[T], error) {
 	if cfg.MaxErrorBody < 0 {
 		return nil, fmt.Errorf("webhook: Config.MaxErrorBody %d is negative", cfg.MaxErrorBody)
 	}
+	target := redact(u)
 	h := &Handler[T]{
 		url:          cfg.URL,
-		target:       redact(u),
-		spanAttrs:    spanAttrs(u),
+		target:       target,
+		spanAttrs:    spanAttrs(u, target),
 		secret:       bytes.Clone(key),
 		scheme:       cfg.Signature,
 		timeout:      cfg.Timeout,
@@ -278,10 +279,10 @@ const tracerName = "github.com/inorder-dev/inorder/handlers/webhook"
 
 // spanAttrs are the attributes of every request's span, after OpenTelemetry's HTTP client conventions:
 // the URL as messages show it (no userinfo, no query), never a header value.
-func spanAttrs(u *url.URL) []attribute.KeyValue {
+func spanAttrs(u *url.URL, target string) []attribute.KeyValue {
 	attrs := []attribute.KeyValue{
 		attribute.String("http.request.method", http.MethodPost),
-		attribute.String("url.full", redact(u)),
+		attribute.String("url.full", target),
 		attribute.String("server.address", u.Hostname()),
 	}
 	port, _ := strconv.Atoi(u.Port())

@@ -995,18 +995,12 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := pos.Args()
-	msg := f.Err.Error()
-	if len(msg) > 4000 {
-		msg = msg[:4000] + "…"
-	}
+	msg := clip(f.Err.Error())
 	attempts := 1 // the row is locked, so the state read with the lock is the stored one
 	if h := r.state.Halt; h != nil && h.RecordID == f.RecordID {
 		attempts = h.Attempts + 1
 	}
-	var status any
-	if f.Status != 0 {
-		status = f.Status
-	}
+	status := nullStatus(f.Status)
 	var h Halt
 	var stored pgtype.Int4
 	var haltedAt pgtype.Timestamptz

@@ -27,11 +27,20 @@ type Parked struct {
 // maxErrorLen bounds the error text stored with a failing or parked record.
 const maxErrorLen = 4000
 
+// clip cuts an error text to maxErrorLen.
 func clip(msg string) string {
 	if len(msg) > maxErrorLen {
 		return msg[:maxErrorLen] + "…"
 	}
 	return msg
+}
+
+// nullStatus is a sink's status code as a parameter: NULL when the sink gave none.
+func nullStatus(code int) any {
+	if code == 0 {
+		return nil
+	}
+	return code
 }
 
 // Park stores a parked record in the open transaction; it commits with the position that moves past it.
@@ -40,10 +49,7 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 	if r.tx == nil {
 		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
 	}
-	var status, first any
-	if p.Status != 0 {
-		status = p.Status
-	}
+	status, first := nullStatus(p.Status), any(nil)
 	if !p.FirstFailureAt.IsZero() {
 		first = p.FirstFailureAt
 	}
@@ -139,10 +145,7 @@ func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
 	if r.tx == nil {
 		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
-	var status any
-	if p.Status != 0 {
-		status = p.Status
-	}
+	status := nullStatus(p.Status)
 	_, err := r.tx.Exec(ctx, `
 		UPDATE inorder.parked
 		SET error = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $5 ELSE error END,

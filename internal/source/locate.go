@@ -35,15 +35,9 @@ func (t *Table) Locate(ctx context.Context, q Querier, id string, current Positi
 		return Located{}, fmt.Errorf("find record %s in %s: %w", id, t.Qualified, err)
 	}
 	loc.Record.CreatedAt = at.UTC()
-	var prevAt *time.Time
-	var prevID *string
-	sql = fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE (%[1]s, %[2]s) < ($1, $2::text::%[4]s)
-		ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1`, ca, idc, t.Ident, t.IDCast)
-	if err := q.QueryRow(ctx, sql, loc.Record.CreatedAt, loc.Record.ID).Scan(&prevAt, &prevID); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Located{}, fmt.Errorf("find the record before %s in %s: %w", id, t.Qualified, err)
-	}
-	if prevAt != nil {
-		loc.Before = Position{CreatedAt: prevAt.UTC(), ID: *prevID}
+	var err error
+	if loc.Before, err = t.Before(ctx, q, loc.Record); err != nil {
+		return Located{}, err
 	}
 	after, args := t.After(current, "", 3)
 	sql = fmt.Sprintf(`SELECT EXISTS (SELECT 1 FROM %[1]s WHERE %[2]s AND (%[3]s, %[4]s) < ($1, $2::text::%[5]s))`,
