@@ -34,17 +34,16 @@ func TestAParkedKeyLetsTheOtherCustomersThrough(t *testing.T) {
 	srv := httptest.NewServer(deliveries(func(w http.ResponseWriter, d delivery) {
 		mu.Lock()
 		defer mu.Unlock()
-		body, id := d, d.ID
-		if closed[body.Key] && !accepting && seen[body.Key] >= 10 {
-			if refused[body.Key] {
+		if closed[d.Key] && !accepting && seen[d.Key] >= 10 {
+			if refused[d.Key] {
 				sentAfterRefusal++
 			}
-			refused[body.Key] = true
+			refused[d.Key] = true
 			http.Error(w, "account closed", http.StatusBadRequest)
 			return
 		}
-		seen[body.Key]++
-		got = append(got, delivery{id, body.Key})
+		seen[d.Key]++
+		got = append(got, d)
 	}))
 	t.Cleanup(srv.Close)
 	b.db.Exec(t, fmt.Sprintf(`INSERT INTO bookings (aggregate_id, amount)
@@ -133,19 +132,18 @@ func TestSIGKILLDuringARedriveLosesNothing(t *testing.T) {
 	refuse := true
 	var got []delivery
 	srv := httptest.NewServer(deliveries(func(w http.ResponseWriter, d delivery) {
-		body, id := d, d.ID
 		mu.Lock()
-		no := refuse && body.Key == "customer-0"
+		no := refuse && d.Key == "customer-0"
 		mu.Unlock()
 		if no {
 			http.Error(w, "account closed", http.StatusBadRequest)
 			return
 		}
-		if body.Key == "customer-0" {
+		if d.Key == "customer-0" {
 			time.Sleep(3 * time.Millisecond) // slow enough to be killed mid-redrive
 		}
 		mu.Lock()
-		got = append(got, delivery{id, body.Key})
+		got = append(got, d)
 		mu.Unlock()
 	}))
 	t.Cleanup(srv.Close)

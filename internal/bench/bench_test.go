@@ -527,8 +527,8 @@ func BenchmarkPostgresUpdateInTx(b *testing.B) {
 
 func BenchmarkNoopRecord(b *testing.B) {
 	record(b, "record", measureNoop(b, processor.CheckpointRecord, noopRecordRows))
-	record(b, "record_sync", measureNoopWith(b, processor.CheckpointRecord, noopRecordRows, true))
-	record(b, "record_traced", measureNoopTraced(b, processor.CheckpointRecord, noopRecordRows, false, tracedProvider(b)))
+	record(b, "record_sync", measureNoopWith(b, processor.CheckpointRecord, noopRecordRows, true, nil))
+	record(b, "record_traced", measureNoopWith(b, processor.CheckpointRecord, noopRecordRows, false, tracedProvider(b)))
 }
 
 func BenchmarkPostgresKeysetRead(b *testing.B) {
@@ -537,7 +537,7 @@ func BenchmarkPostgresKeysetRead(b *testing.B) {
 
 func BenchmarkNoopBatch(b *testing.B) {
 	record(b, "batch", measureNoop(b, processor.CheckpointBatch, noopBatchRows))
-	record(b, "batch_traced", measureNoopTraced(b, processor.CheckpointBatch, noopBatchRows, false, tracedProvider(b)))
+	record(b, "batch_traced", measureNoopWith(b, processor.CheckpointBatch, noopBatchRows, false, tracedProvider(b)))
 }
 
 func BenchmarkCatchUp(b *testing.B) {

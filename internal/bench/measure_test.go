@@ -344,19 +344,14 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 
 // measureNoop drains a backlog of n events through a handler that does nothing.
 func measureNoop(tb testing.TB, checkpoint processor.Checkpoint, n int) result {
-	return measureNoopWith(tb, checkpoint, n, false)
+	return measureNoopWith(tb, checkpoint, n, false, nil)
 }
 
-// measureNoopWith is measureNoop, with positions that wait for their flush when syncCommit is set.
-func measureNoopWith(tb testing.TB, checkpoint processor.Checkpoint, n int, syncCommit bool) result {
-	return measureNoopTraced(tb, checkpoint, n, syncCommit, nil)
-}
-
-// measureNoopTraced is measureNoopWith with spans recorded on tp (nil: the global provider, which
-// records nothing). With a provider, every row carries an application's trace context, and the spans go
-// through the SDK's batch processor to an exporter that drops them: the cost of recording, not of a
-// collector.
-func measureNoopTraced(tb testing.TB, checkpoint processor.Checkpoint, n int, syncCommit bool, tp trace.TracerProvider) result {
+// measureNoopWith is measureNoop with positions that wait for their flush when syncCommit is set, and
+// spans recorded on tp (nil: the global provider, which records nothing). With a provider, every row
+// carries an application's trace context, and the spans go through the SDK's batch processor to an
+// exporter that drops them: the cost of recording, not of a collector.
+func measureNoopWith(tb testing.TB, checkpoint processor.Checkpoint, n int, syncCommit bool, tp trace.TracerProvider) result {
 	db := pgtest.New(tb)
 	insertEvents(tb, db, n)
 	if tp != nil {

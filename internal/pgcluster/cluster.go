@@ -337,22 +337,19 @@ func (c *Cluster) Port() int { return c.port }
 // Restart stops the server (fast shutdown, so connections are cut) and starts it again on the same port
 // and data. Fault tests use it to take the database away under running processors.
 func (c *Cluster) Restart(ctx context.Context, down time.Duration) error {
-	if err := c.stopServer(); err != nil {
-		return err
-	}
-	select {
-	case <-time.After(down):
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	return c.start(ctx)
+	return c.restartWith(ctx, syscall.SIGINT, down)
 }
 
 // Crash stops the server at once (immediate shutdown: no checkpoint, no flush of the WAL not yet written,
 // as in a power cut to Postgres itself) and starts it again after down, through crash recovery. A commit
 // made with synchronous_commit = off whose WAL was not written yet is lost.
 func (c *Cluster) Crash(ctx context.Context, down time.Duration) error {
-	if err := c.stopServerWith(syscall.SIGQUIT); err != nil {
+	return c.restartWith(ctx, syscall.SIGQUIT, down)
+}
+
+// restartWith stops the server with sig (see stopServerWith) and starts it again after down.
+func (c *Cluster) restartWith(ctx context.Context, sig syscall.Signal, down time.Duration) error {
+	if err := c.stopServerWith(sig); err != nil {
 		return err
 	}
 	select {
