@@ -138,7 +138,7 @@ func (g *Group) Run(ctx context.Context) error {
 		select {
 		case s := <-sigs:
 			g.cfg.Logger.Info().Str("signal", s.String()).Msg("stopping: finishing the records in flight")
-			go g.exitOnSignal(sigs, finished)
+			go g.exitOnSignal(sigs, 0, finished)
 			return errCleanStop
 		case <-ctx.Done():
 			// The same line as for a signal: what stopped the group is in its fields (a context made by
@@ -146,9 +146,13 @@ func (g *Group) Run(ctx context.Context) error {
 			cause := context.Cause(ctx).Error()
 			g.cfg.Logger.Info().Str("cause", cause).Msg("stopping: finishing the records in flight")
 			// A context that a signal cancelled (signal.NotifyContext, as the CLI runs the group) stands
-			// for that signal, which reached this group too: the signal after it is the second.
-			drain(sigs)
-			go g.exitOnSignal(sigs, finished)
+			// for that signal, which reaches this group too, now or in a moment: it is skipped, and the
+			// signal after it is the second.
+			skip := 0
+			if signalled(ctx) {
+				skip = 1
+			}
+			go g.exitOnSignal(sigs, skip, finished)
 			return errCleanStop
 		case <-stop:
 			return nil
@@ -162,24 +166,28 @@ func (g *Group) Run(ctx context.Context) error {
 	return err
 }
 
-// exitOnSignal ends the program at once, with code 130, at a signal during the shutdown, unless every
-// actor returns first.
-func (g *Group) exitOnSignal(sigs <-chan os.Signal, finished <-chan struct{}) {
-	select {
-	case s := <-sigs:
-		g.cfg.Logger.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
-		g.cfg.exit(130)
-	case <-finished:
-	}
-}
-
-// drain drops the signals already received.
-func drain(sigs <-chan os.Signal) {
+// exitOnSignal ends the program at once, with code 130, at a signal during the shutdown (after skipping
+// the first skip signals, which stand for the stop under way), unless every actor returns first.
+func (g *Group) exitOnSignal(sigs <-chan os.Signal, skip int, finished <-chan struct{}) {
 	for {
 		select {
-		case <-sigs:
-		default:
+		case s := <-sigs:
+			if skip > 0 {
+				skip--
+				continue
+			}
+			g.cfg.Logger.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+			g.cfg.exit(130)
+			return
+		case <-finished:
 			return
 		}
 	}
+}
+
+// signalled reports whether ctx was cancelled with a cause of its own that counts as a cancellation, as
+// signal.NotifyContext's is (its cause names the signal), rather than by a plain cancel or a deadline.
+func signalled(ctx context.Context) bool {
+	cause := context.Cause(ctx)
+	return cause != context.Canceled && errors.Is(cause, context.Canceled)
 }

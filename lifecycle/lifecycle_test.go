@@ -318,13 +318,6 @@ func TestASignalAfterAContextStopExits(t *testing.T) {
 					require.True(t, sent.Load(), "exited before the signal meant to end it")
 					exited <- code
 				}})
-				stuck, stopping := make(chan struct{}), make(chan struct{})
-				g.Add("stuck", func(ctx context.Context) error {
-					<-ctx.Done()
-					close(stopping)
-					<-stuck // a shutdown that hangs
-					return nil
-				})
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				if tc.signal {
@@ -332,13 +325,21 @@ func TestASignalAfterAContextStopExits(t *testing.T) {
 					ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT)
 					defer stop()
 				}
+				stuck, stopping := make(chan struct{}), make(chan struct{})
+				g.Add("stuck", func(actx context.Context) error {
+					// Run listens for signals before any actor starts: the stop begins here.
+					if tc.signal {
+						require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
+					} else {
+						cancel()
+					}
+					<-actx.Done()
+					close(stopping)
+					<-stuck // a shutdown that hangs
+					return nil
+				})
 				result := make(chan error, 1)
 				go func() { result <- g.Run(ctx) }()
-				if tc.signal {
-					require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
-				} else {
-					cancel()
-				}
 				<-stopping
 				sent.Store(true)
 				require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
