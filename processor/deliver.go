@@ -22,6 +22,9 @@ type outcome[T any] struct {
 	// of the contiguous prefix that succeeded.
 	n    int
 	last source.Position
+	// counted is how many of the n records a commit has counted already (a record checkpoint, a renewal
+	// of the lease in the middle of a batch).
+	counted int
 	// failed is the first record in order that did not succeed, with its cause; nil when none failed.
 	failed *item[T]
 	cause  error
@@ -48,6 +51,9 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
 		}
+		if !p.covered(work, &o, cursorlock.InFlight{}) {
+			break
+		}
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
 		if p.keyParked(&it.rec) {
@@ -72,8 +78,11 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 			p.resumed(&it.rec)
 		}
 		o.last, o.n = it.pos, o.n+1
-		if p.cfg.Checkpoint == CheckpointRecord && !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{})) {
-			break
+		if p.cfg.Checkpoint == CheckpointRecord {
+			o.counted = o.n
+			if !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{})) {
+				break
+			}
 		}
 	}
 	return o
@@ -124,6 +133,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		}
 		o.last, o.n = f.it.pos, o.n+1
 		if p.cfg.Checkpoint == CheckpointRecord {
+			o.counted = o.n
 			return o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}))
 		}
 		return true
@@ -131,6 +141,9 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 	refused := map[string]bool{} // keys whose record the sink refused at once, in this batch
 	goOn := true
 	for i := 0; i < len(items) && goOn && ctx.Err() == nil; i++ {
+		if !p.coveredAsync(work, &o, len(window), settle) {
+			break
+		}
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
 		if p.keyParked(&it.rec) || refused[it.rec.Key] {
@@ -308,7 +321,8 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 }
 
 // checkpoint flushes the handler and commits pos, keeping the lock. It reports false when the lock
-// was lost to another instance in the instant between commit and relock.
+// was lost to another instance, or held by an operator's action, in the instant between commit and
+// relock.
 func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, handled int, flying cursorlock.InFlight) (bool, error) {
 	if err := p.flush(work); err != nil {
 		return false, err
@@ -320,11 +334,76 @@ func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, han
 		p.obs.Position(p.cfg.Process, pos.CreatedAt)
 	}
 	if err == nil && !ok {
-		p.log.Info().Msg("cursor taken by another instance between batches; standing by")
-		p.role = roleNone
-		p.obs.Locked(p.cfg.Process, false)
+		p.relockMissed()
 	}
 	return ok, err
+}
+
+// relockMissed follows a commit after which the row could not be locked again: either another instance
+// took the process (its lease had run out), or the row is held for a moment (an operator's action, or a
+// standby looking at it) while this instance still owns the process, which is worth no line.
+func (p *Processor[T]) relockMissed() {
+	if p.cur.Owner() {
+		p.rowBusy = true
+		return
+	}
+	p.log.Info().Str("owner", p.cur.Holder()).Msg("cursor taken by another instance between batches; standing by")
+	p.role = roleNone
+	p.obs.Locked(p.cfg.Process, false)
+}
+
+// leaseMargin is what an owner keeps of its lease unused: a record starts only while the lease covers
+// its handler call and this much more.
+func leaseMargin(lease time.Duration) time.Duration { return min(time.Second, lease/10) }
+
+// covered makes sure that this instance's lease covers one more handler call before the next record of
+// the batch starts. When a third of the lease has passed, or what is left would not cover the call, it
+// renews the lease by committing what the batch has delivered so far (the row is locked again in the same
+// round trip). It reports false when the batch must end here: the renewal failed (o.err), the row went
+// to another instance (o.lost), or it is held for a moment (o.lost: the next batch looks again).
+func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying cursorlock.InFlight) bool {
+	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
+	left := p.cur.LeaseLeft()
+	if left >= need && left >= p.cfg.Lease*2/3 {
+		return true
+	}
+	var ok bool
+	var err error
+	if o.last != (source.Position{}) && o.n > o.counted {
+		ok, err = p.checkpoint(work, o.last, o.n-o.counted, flying)
+		o.counted = o.n
+	} else {
+		ok, err = p.commit(work, 0)
+		if err == nil && !ok && p.cur.Owner() {
+			p.rowBusy = true
+		}
+	}
+	if !o.checkpointed(ok, err) {
+		return false
+	}
+	if left = p.cur.LeaseLeft(); left < need {
+		// Renewed, and still short: the database answers too slowly for the lease. End the batch rather
+		// than start a record the lease may not cover.
+		o.err = fmt.Errorf("the lease (%s) would not cover the next handler call (%s) after renewing it: "+
+			"%s left", p.cfg.Lease, p.cfg.HandlerTimeout, left.Round(time.Millisecond))
+		return false
+	}
+	return true
+}
+
+// coveredAsync is covered for an AsyncHandler: what is in flight settles first, so that the renewal
+// commits a position with nothing ahead of it in flight.
+func (p *Processor[T]) coveredAsync(work context.Context, o *outcome[T], inFlight int, settle func() bool) bool {
+	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
+	if left := p.cur.LeaseLeft(); left >= need && left >= p.cfg.Lease*2/3 {
+		return true
+	}
+	for range inFlight {
+		if !settle() {
+			return false
+		}
+	}
+	return p.covered(work, o, cursorlock.InFlight{})
 }
 
 func (p *Processor[T]) flush(work context.Context) error {
@@ -337,20 +416,25 @@ func (p *Processor[T]) flush(work context.Context) error {
 	return nil
 }
 
-// finish ends a batch of per-batch checkpoints: the position, if it moved, is written into the
-// transaction that Unlock commits, with the count of records handled in the batch.
-func (p *Processor[T]) finish(work context.Context, from, to source.Position, handled int) error {
-	if to == from || !p.cur.Locked() || p.cfg.Checkpoint == CheckpointRecord {
-		return nil // with record checkpoints, every advance is durable already
+// finish ends a batch that went through (or stopped early without a failure): with per-batch
+// checkpoints, the position, if it moved, is committed with the count of records handled, and the row is
+// locked again for the next batch in the same round trip. It reports whether the batch ended so, its
+// transaction going on into the next batch; otherwise the batch's transaction is Unlocked as always.
+func (p *Processor[T]) finish(work context.Context, from source.Position, o outcome[T]) (bool, error) {
+	if !p.cur.Locked() {
+		return false, nil
 	}
-	if err := p.flush(work); err != nil {
-		return err
+	if o.last == from || p.cfg.Checkpoint == CheckpointRecord {
+		// With record checkpoints every advance is durable already, and the last one locked the row again
+		// for the next batch.
+		return o.n > 0 && o.counted == o.n, nil
 	}
-	if err := p.cur.SetPosition(work, to, handled); err != nil {
-		return err
-	}
-	p.obs.Position(p.cfg.Process, to.CreatedAt)
-	return nil
+	return p.checkpoint(work, o.last, o.n-o.counted, cursorlock.InFlight{})
+}
+
+// bounded gives one exchange with the database on the cursor connection its deadline (DatabaseTimeout).
+func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, p.cfg.DatabaseTimeout, &cursorlock.UnansweredError{Timeout: p.cfg.DatabaseTimeout})
 }
 
 // fail records a failing record's halt state with the position of the last success before it, and

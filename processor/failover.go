@@ -74,6 +74,8 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	if len(ps) == 0 || p.table == nil {
 		return
 	}
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
 	var at pgtype.Timestamptz
 	var id pgtype.Text
 	conn := p.cur.Conn()

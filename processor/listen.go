@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/migrations"
 )
 
@@ -36,6 +37,7 @@ func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected f
 	}
 	// Not "inorder:…": status counts those as instances of the process.
 	cc.RuntimeParams["application_name"] = "inorder-listen:" + p.cfg.Process
+	dial.Configure(cc, p.cfg.DatabaseTimeout)
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("connect listener: %w", err)

@@ -249,7 +249,9 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 // readParked reads a parked record's row from the source again.
 func (p *Processor[T]) readParked(work context.Context, pk cursorlock.Parked) (*item[T], error) {
 	sql, args := p.table.RecordSQL(p.generic, pk.Position)
-	rows, err := p.cur.Tx().Query(work, sql, args...)
+	ctx, cancel := p.bounded(work)
+	defer cancel()
+	rows, err := p.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err)
 	}
@@ -270,7 +272,7 @@ func (p *Processor[T]) commit(work context.Context, handled int) (bool, error) {
 	}
 	ok, err := p.cur.Commit(work, handled)
 	if err == nil && !ok && !p.cur.Owner() {
-		p.log.Info().Msg("cursor taken by another instance during a redrive; standing by")
+		p.log.Info().Str("owner", p.cur.Holder()).Msg("cursor taken by another instance; standing by")
 		p.role = roleNone
 		p.obs.Locked(p.cfg.Process, false)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/probe"
 	"github.com/inorder-dev/inorder/internal/source"
@@ -54,9 +55,15 @@ type Config[T any] struct {
 	// for struct types, and the generic column-ordered form for handlers.Row.
 	ScanFunc func(row pgx.CollectableRow) (T, error)
 
-	// BatchSize bounds the records read per batch; every read is bounded. Zero means DefaultBatchSize (100). With
-	// MaxInFlight above 1, a batch holds at least sixteen windows, so that the window drains (the records
-	// in flight at the end of a batch finishing before the next read) once per sixteen windows at most.
+	// BatchSize bounds the records read per batch; every read is bounded. Zero means adaptive: a batch
+	// reads up to DefaultBatchSize (100) records while the stream keeps up, so that a live stream's
+	// records are not held behind many others, and the bound doubles after every batch that came back
+	// full (a backlog), up to DefaultMaxBatchSize (1000), where each batch's round trips weigh little
+	// against its records; the first batch that comes back short brings it back. A batch's position is
+	// committed with the statements that lock the row for the next one, so a backlog costs two round trips
+	// to the database per batch whatever its size. With MaxInFlight above 1, a batch holds at least sixteen
+	// windows, so that the window drains (the records in flight at the end of a batch finishing before the
+	// next read) once per sixteen windows at most.
 	BatchSize int
 	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
 	// Source.KeyColumn): records of one key go one at a time in (created_at, id) order, records of
@@ -131,9 +138,19 @@ type Config[T any] struct {
 	// the lease alone. Zero means DefaultLease (30s).
 	Lease time.Duration
 	// HandlerTimeout bounds one handler call (and one wait on an async result). It must stay below
-	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs. Zero means half
-	// of IdleInTransactionTimeout.
+	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs, and below Lease:
+	// an owner starts a record only while its lease covers the call (it renews the lease first when it
+	// would not), so that a record is never in flight once another instance may have taken the process.
+	// Zero means the smaller of half IdleInTransactionTimeout and a third of Lease (10s with the defaults).
 	HandlerTimeout time.Duration
+	// DatabaseTimeout bounds every exchange with the database: a statement, a round trip of several, a
+	// commit, and a connection's start-up (TCP, TLS, authentication). A connection a NAT or a load
+	// balancer forgot never errors by itself (a request waits unanswered, and TCP keepalives do not fire
+	// while it does); past this bound it counts as dead, the processor says so in one line and reconnects.
+	// Where the system allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections
+	// are probed by keepalives. The statements of a TxHandler run under HandlerTimeout instead. Zero means
+	// DefaultDatabaseTimeout (5s).
+	DatabaseTimeout time.Duration
 	// ShutdownTimeout bounds how long the record in flight may take to finish after Run's context is
 	// done. Zero means DefaultShutdownTimeout (15s).
 	ShutdownTimeout time.Duration
@@ -180,6 +197,7 @@ func (c *Config[T]) checkSigns() error {
 		{"IdleInTransactionTimeout", int64(c.IdleInTransactionTimeout)}, {"Lease", int64(c.Lease)},
 		{"HandlerTimeout", int64(c.HandlerTimeout)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)},
 		{"HoldWarnAfter", int64(c.HoldWarnAfter)}, {"ReconnectMax", int64(c.ReconnectMax)},
+		{"DatabaseTimeout", int64(c.DatabaseTimeout)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("Config.%s is negative; zero means its default", f.name)
@@ -194,6 +212,8 @@ func (c *Config[T]) checkSigns() error {
 // The defaults of Config, which the zero value of each field takes, and which the CLI's flags default to.
 const (
 	DefaultBatchSize                = 100
+	DefaultMaxBatchSize             = 1000
+	DefaultDatabaseTimeout          = dial.DefaultTimeout
 	DefaultPollInterval             = 200 * time.Millisecond
 	DefaultProbeInterval            = 25 * time.Millisecond
 	DefaultInsertLatency            = 5 * time.Millisecond
@@ -208,8 +228,8 @@ const (
 )
 
 func (c *Config[T]) withDefaults() {
-	if c.BatchSize <= 0 {
-		c.BatchSize = DefaultBatchSize
+	if c.DatabaseTimeout <= 0 {
+		c.DatabaseTimeout = DefaultDatabaseTimeout
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval
@@ -238,11 +258,11 @@ func (c *Config[T]) withDefaults() {
 	if c.IdleInTransactionTimeout <= 0 {
 		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
 	}
-	if c.HandlerTimeout <= 0 {
-		c.HandlerTimeout = c.IdleInTransactionTimeout / 2
-	}
 	if c.Lease <= 0 {
 		c.Lease = DefaultLease
+	}
+	if c.HandlerTimeout <= 0 {
+		c.HandlerTimeout = DefaultHandlerTimeout(c.IdleInTransactionTimeout, c.Lease)
 	}
 	if c.ShutdownTimeout <= 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
@@ -253,6 +273,18 @@ func (c *Config[T]) withDefaults() {
 	if c.ReconnectMax <= 0 {
 		c.ReconnectMax = DefaultReconnectMax
 	}
+}
+
+// DefaultHandlerTimeout is the HandlerTimeout that a zero value means for the given idle-in-transaction
+// timeout and lease (their defaults when zero): the smaller of half the one and a third of the other.
+func DefaultHandlerTimeout(idleInTransaction, lease time.Duration) time.Duration {
+	if idleInTransaction <= 0 {
+		idleInTransaction = DefaultIdleInTransactionTimeout
+	}
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	return min(idleInTransaction/2, lease/3)
 }
 
 // role is what this instance is to the process, as the last batch found.
@@ -313,6 +345,11 @@ type Processor[T any] struct {
 	stopListening context.CancelFunc
 	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
 	tracing       tracing
+	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
+	// cursorlock.Rider); the horizon takes it when the lock it rode with is the one held.
+	polled source.Observation
+	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read.
+	limit int
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -354,6 +391,10 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		return nil, fmt.Errorf("processor %q: handler timeout %s must be shorter than the idle-in-transaction "+
 			"timeout %s, or a slow handler loses the cursor lock mid-record", cfg.Process, cfg.HandlerTimeout,
 			cfg.IdleInTransactionTimeout)
+	}
+	if cfg.HandlerTimeout+leaseMargin(cfg.Lease) >= cfg.Lease {
+		return nil, fmt.Errorf("processor %q: handler timeout %s must be well shorter than the lease %s: an owner "+
+			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{
 		cfg:      cfg,
@@ -564,6 +605,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
 	ccfg := cursorlock.Config{
+		Timeout:                  p.cfg.DatabaseTimeout,
 		ConnConfig:               p.cfg.ConnConfig,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
@@ -590,21 +632,30 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	if err := p.cur.Claim(); err != nil {
 		return err
 	}
+	// The checks below take a few statements each; together they must not wait on a dead path forever.
+	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.cfg.DatabaseTimeout,
+		&cursorlock.UnansweredError{Timeout: 3 * p.cfg.DatabaseTimeout})
+	defer cancelChecks()
 	src := p.cfg.Source
 	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
 		var err error
-		src.Columns, err = p.columnsOfStruct(work)
+		src.Columns, err = p.columnsOfStruct(checks)
 		if err != nil {
 			p.abandon(work)
 			return err
 		}
 	}
-	t, err := source.Inspect(work, p.cur.Conn(), src.spec())
+	t, err := source.Inspect(checks, p.cur.Conn(), src.spec())
 	if err != nil {
 		p.abandon(work)
 		return err
 	}
 	p.table, p.kind = t, t.Horizon
+	sql, args := t.LocksQuery()
+	p.cur.SetRider(&cursorlock.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
+		p.polled, err = source.ScanLocks(rows)
+		return err
+	}})
 	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
 	if p.generic && p.cfg.ScanFunc == nil {
 		var raw []int
@@ -626,7 +677,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		p.abandon(work)
 		return err
 	}
-	if err := p.register(work); err != nil {
+	if err := p.register(checks); err != nil {
 		p.abandon(work)
 		return err
 	}
@@ -660,7 +711,12 @@ func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
 }
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
-	p.log.Warn().Err(cause).Msg("database connection lost; reconnecting")
+	if cursorlock.Unanswered(work, cause) {
+		p.log.Warn().Err(cause).Str("database_timeout", p.cfg.DatabaseTimeout.String()).
+			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
+	} else {
+		p.log.Warn().Err(cause).Msg("database connection lost; reconnecting")
+	}
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.role = roleNone
@@ -701,9 +757,16 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // moves the position back to the earliest start of the transactions that were open across the change:
 // they may write rows dated before the position. That redelivers what lies between; it skips nothing.
 func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
-	o, err := p.table.PollLocks(work, p.cur.Tx())
-	if err != nil {
-		return horizon{}, err
+	o := p.polled
+	if !p.cur.TakeRide() {
+		// No poll came with the lock held (it was taken before the poll's table was known): poll now.
+		ctx, cancel := p.bounded(work)
+		var err error
+		o, err = p.table.PollLocks(ctx, p.cur.Tx())
+		cancel()
+		if err != nil {
+			return horizon{}, err
+		}
 	}
 	if p.kind == HorizonWriters && !p.table.WritersSafe(o.Default) {
 		at, unknown := p.tracker.earliestStart()
@@ -750,8 +813,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if ok, err := p.lock(work); err != nil || !ok {
 		return 0, 0, err
 	}
+	// keep says that the batch ended with its position committed and the row locked again for the next
+	// one, in one round trip: the next batch goes on in that transaction.
+	keep := false
 	defer func() {
-		if err == nil && p.cur.Locked() {
+		if err == nil && p.cur.Locked() && !keep {
 			end := p.traceCommit(work, n)
 			err = p.cur.Unlock(work)
 			end(err)
@@ -812,7 +878,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	case o.failed != nil && !cutOff(ctx, work):
 		wait = p.fail(work, st, o.last, o.failed, o.cause)
 	default:
-		err = p.finish(work, st.Position, o.last, o.n)
+		keep, err = p.finish(work, st.Position, o)
 	}
 	now := time.Now()
 	for _, it := range items[:n] {
@@ -824,8 +890,18 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 // lock takes the cursor row for one batch, reporting false when another instance owns the process.
 func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	ok, err := p.cur.TryLock(work)
+	var stale *cursorlock.StaleOwnerError
+	if errors.As(err, &stale) {
+		p.log.Warn().Err(err).Str("owner", stale.Instance).Msg("cannot take over yet: the owner's lease ran out but " +
+			"its session still holds the cursor row; grant this role pg_signal_backend to take over within the lease")
+		return false, nil
+	}
 	if err != nil {
 		return false, err
+	}
+	if pids := p.cur.EndedStale(); len(pids) > 0 {
+		p.log.Warn().Ints32("pids", pids).Str("owner", p.cur.Holder()).Msg("the owner's lease ran out while its " +
+			"session still held the cursor row (cut off inside its batch); ended that session to take over")
 	}
 	p.notePooler()
 	if !ok {

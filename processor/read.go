@@ -31,22 +31,58 @@ type itemTrace struct {
 	span trace.Span
 }
 
-// read fetches the next batch: at most BatchSize records after pos and below the horizon, in
+// read fetches the next batch: at most the batch bound of records after pos and below the horizon, in
 // (created_at, id) order, each scanned with its position.
 func (p *Processor[T]) read(work context.Context, pos source.Position, horizon time.Time) ([]item[T], error) {
-	limit := p.cfg.BatchSize
+	limit := p.batchLimit()
 	if p.windowed() {
 		// Keep the window full until near the end of the batch: it drains there, the records in flight
 		// finishing before the next read, which costs one handler latency per batch (four windows a batch
 		// left a webhook stream at 0.81 of plain clients, sixteen at 0.91).
 		limit = max(limit, 16*p.cfg.MaxInFlight)
 	}
+	ctx, cancel := p.bounded(work)
+	defer cancel()
 	sql, args := p.table.ReadSQL(p.generic, pos, horizon, limit)
-	rows, err := p.cur.Tx().Query(work, sql, args...)
+	rows, err := p.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
-	return p.scanItems(rows, min(limit, 1024))
+	items, err := p.scanItems(rows, min(limit, 1024))
+	if err == nil {
+		p.adapt(len(items), limit)
+	}
+	return items, err
+}
+
+// batchLimit is the bound of the next read: Config.BatchSize, or the adaptive bound when it is zero.
+func (p *Processor[T]) batchLimit() int {
+	if p.cfg.BatchSize > 0 {
+		return p.cfg.BatchSize
+	}
+	if p.limit == 0 {
+		p.limit = DefaultBatchSize
+	}
+	return p.limit
+}
+
+// adapt moves the adaptive bound after a read of got records under limit: doubled when the read came
+// back full (a backlog lies behind it), back to DefaultBatchSize when it came back short (the stream keeps
+// up).
+func (p *Processor[T]) adapt(got, limit int) {
+	if p.cfg.BatchSize > 0 {
+		return
+	}
+	p.limit = nextLimit(p.limit, got, limit)
+}
+
+// nextLimit is the adaptive bound after a read that brought got records under limit, the bound having
+// been cur.
+func nextLimit(cur, got, limit int) int {
+	if got < limit {
+		return DefaultBatchSize
+	}
+	return min(max(cur, DefaultBatchSize)*2, DefaultMaxBatchSize)
 }
 
 // scanItems scans the rows of a read, each with its position.

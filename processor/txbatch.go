@@ -20,6 +20,9 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 	if ctx.Err() != nil {
 		return outcome[T]{last: st.Position}
 	}
+	if o := (outcome[T]{last: st.Position}); !p.covered(work, &o, cursorlock.InFlight{}) {
+		return o
+	}
 	recs := make([]*handlers.Record[T], len(items))
 	for i := range items {
 		it := &items[i]
@@ -61,6 +64,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 	}
 	o := outcome[T]{last: items[len(items)-1].pos, n: len(items)}
 	if p.cfg.Checkpoint == CheckpointRecord {
+		o.counted = o.n
 		o.checkpointed(p.checkpoint(work, o.last, o.n, cursorlock.InFlight{}))
 	}
 	return o

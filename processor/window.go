@@ -57,9 +57,8 @@ type window[T any] struct {
 	errs    []error
 	began   []time.Time
 	results chan done
-	// head is the first record not succeeded; inFlight counts the records whose handler runs; counted is
-	// how many of the records the prefix passed (outcome.n) a checkpoint has counted.
-	head, inFlight, counted int
+	// head is the first record not succeeded; inFlight counts the records whose handler runs.
+	head, inFlight int
 	// failedAt is the first record in order that failed: nothing from it on starts any more, but the
 	// records before it still do, so that the prefix reaches it and the stream halts on it.
 	failedAt int
@@ -85,6 +84,9 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 				continue // only parked records went: the window moved on, so start what it reaches now
 			}
 		}
+		// The advance is committed once the window is full again: the records it freed are in flight
+		// during the commit's round trip, and those that complete meanwhile ride the next commit.
+		w.commit()
 		if w.inFlight == 0 {
 			break
 		}
@@ -114,8 +116,16 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	return w.o
 }
 
-// start sends every record of the window that may go now.
+// start sends every record of the window that may go now, once the lease covers their calls (see
+// Processor.covered).
 func (w *window[T]) start() {
+	if w.o.err == nil && !w.o.lost {
+		f, _ := w.oldest()
+		if !w.p.covered(w.work, &w.o, f) {
+			w.stopping = true
+			return
+		}
+	}
 	busy := map[string]bool{} // keys with an incomplete record before the one looked at
 	for i := w.head; i < w.failedAt && i < w.head+w.p.cfg.MaxInFlight; i++ {
 		key := w.items[i].rec.Key
@@ -189,8 +199,8 @@ func (w *window[T]) parkAt(i int, cause error) {
 	}
 }
 
-// advance moves the prefix past the records that succeeded at its head and, with CheckpointRecord,
-// commits the advance once.
+// advance moves the prefix past the records that succeeded (or parked) at its head; commit makes the
+// advance durable.
 func (w *window[T]) advance() {
 	moved := false
 	for w.head < len(w.items) && (w.slots[w.head] == succeeded || w.slots[w.head] == parked) {
@@ -211,13 +221,20 @@ func (w *window[T]) advance() {
 	}
 	f, _ := w.oldest()
 	w.p.noteInFlight(f)
-	if w.p.cfg.Checkpoint == CheckpointRecord && w.o.err == nil && !w.o.lost {
-		// Whatever is in flight still finishes when this fails; only its advance is not recorded.
-		stillLocked, err := w.p.checkpoint(w.work, w.o.last, w.o.n-w.counted, f)
-		w.counted = w.o.n
-		if !w.o.checkpointed(stillLocked, err) {
-			w.stopping = true
-		}
+}
+
+// commit makes the prefix's advance durable, with CheckpointRecord, once for however many records it
+// passed since the last commit.
+func (w *window[T]) commit() {
+	if w.p.cfg.Checkpoint != CheckpointRecord || w.o.err != nil || w.o.lost || w.o.n == w.o.counted {
+		return
+	}
+	// Whatever is in flight still finishes when this fails; only its advance is not recorded.
+	f, _ := w.oldest()
+	stillLocked, err := w.p.checkpoint(w.work, w.o.last, w.o.n-w.o.counted, f)
+	w.o.counted = w.o.n
+	if !w.o.checkpointed(stillLocked, err) {
+		w.stopping = true
 	}
 }
 
@@ -234,7 +251,10 @@ func (w *window[T]) watch() {
 			Msg("a record has been in flight for long; the position waits on it")
 	}
 	if w.o.err == nil && !w.o.lost && w.p.cur.Locked() {
-		if _, err := w.p.cur.Tx().Exec(w.work, "SELECT 1"); err != nil {
+		ctx, cancel := w.p.bounded(w.work)
+		_, err := w.p.cur.Tx().Exec(ctx, "SELECT 1")
+		cancel()
+		if err != nil {
 			w.o.err, w.stopping = err, true
 		}
 	}

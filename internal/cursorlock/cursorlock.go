@@ -52,6 +52,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
 )
@@ -105,6 +106,19 @@ type Config struct {
 	// A Transactional repository's commits always wait: they carry the application's own writes, which
 	// others may read (and act on) as soon as they are committed.
 	SynchronousCommit bool
+
+	// Timeout bounds every exchange of the repository with the database: a statement, a pipeline of them,
+	// a commit, and the connection's start-up. An exchange that takes longer ends the connection, which
+	// then counts as dead (see Broken): a connection that a NAT or a load balancer forgot never errors by
+	// itself. Zero means dial.DefaultTimeout.
+	Timeout time.Duration
+}
+
+func (c *Config) timeout() time.Duration {
+	if c.Timeout <= 0 {
+		return dial.DefaultTimeout
+	}
+	return c.Timeout
 }
 
 func (c *Config) idleTimeout() time.Duration {
@@ -266,15 +280,31 @@ type Repository struct {
 	lockSQL  string
 	lockArgs []any // after the name
 
-	mu       sync.Mutex // guards conn swaps against Close from another goroutine
-	conn     *pgx.Conn
-	dirty    bool // the open transaction changed the cursor row
-	tx       pgx.Tx
-	state    State
-	version  string   // the row's xmin when it was last locked
-	inFlight InFlight // as the row holds it
-	claimed  bool
-	released bool
+	mu    sync.Mutex // guards conn swaps against Close from another goroutine
+	conn  *pgx.Conn
+	dirty bool // the open transaction changed the cursor row
+	// tx is the open transaction that holds the row lock, nil when none is open. It is always handle:
+	// pgx's handle of the connection's first transaction, kept for the connection's life, while the
+	// transactions themselves begin and end with BEGIN, COMMIT and ROLLBACK sent in the same round trip
+	// as the statements around them (see lock and commitRelock). pgx's handle only sends what it is asked
+	// to (savepoints, statements), so it serves every transaction of the connection alike.
+	tx, handle pgx.Tx
+	// rider travels after the lock in every round trip that locks the row (see SetRider); rode says that
+	// it ran in the open transaction and TakeRide has not reported it yet.
+	rider *Rider
+	rode  bool
+	// leaseFrom is when this instance sent the last statement that renewed its lease and has committed
+	// since: the lease the row holds runs at least until leaseFrom + Lease. renewing is when the open
+	// transaction last renewed it (zero: it did not); it counts once committed.
+	leaseFrom, renewing time.Time
+	// staleTried says that ending a stale owner's session was refused (no privilege): not tried again.
+	staleTried bool
+	endedStale []int32 // the backends endStale ended, until EndedStale reports them
+	state      State
+	version    string   // the row's xmin when it was last locked
+	inFlight   InFlight // as the row holds it
+	claimed    bool
+	released   bool
 	// registered says this repository created the row (rather than finding it), so that Unregister
 	// may remove it while nothing has used it.
 	registered bool
@@ -299,6 +329,7 @@ type lease struct {
 	instance string
 	session  bool          // the owner holds the advisory lock on its session
 	free     bool          // nobody owns the process: the lease ran out or was given up
+	expired  bool          // the lease ran out (rather than being given up)
 	left     time.Duration // until it runs out
 }
 
@@ -357,25 +388,21 @@ func (r *Repository) connect(ctx context.Context) error {
 		cc.RuntimeParams[k] = v
 	}
 	cc.RuntimeParams["application_name"] = r.ApplicationName()
-	const keepAlive = 10 * time.Second // a vanished server is noticed without the system's default of hours
-	dialer := &net.Dialer{
-		Timeout: 10 * time.Second,
-		KeepAliveConfig: net.KeepAliveConfig{
-			Enable: true, Idle: keepAlive, Interval: max(time.Second, keepAlive/3), Count: 3,
-		},
-	}
-	cc.DialFunc = dialer.DialContext
+	// A dead path is noticed in seconds, at start-up as on every exchange (see package dial).
+	dial.Configure(cc, r.cfg.timeout())
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	pooled, backend, err := pooler.Pooled(ctx, conn)
+	pctx, cancel := r.bounded(ctx)
+	pooled, backend, err := pooler.Pooled(pctx, conn)
+	cancel()
 	if err != nil {
 		conn.Close(ctx)
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
 	r.mu.Lock()
-	r.conn, r.tx, r.dirty, r.advisory = conn, nil, false, false
+	r.conn, r.tx, r.handle, r.rode, r.dirty, r.advisory = conn, nil, nil, false, false, false
 	r.pooled, r.backend = pooled, backend
 	r.inFlight = InFlight{Records: -1} // unknown: the first SetInFlight writes
 	r.mu.Unlock()
@@ -393,6 +420,8 @@ func LockKey(name string) int64 {
 // register registers the process as Config.Start says; with the zero Start it only looks whether the
 // row is there, and leaves Missing set when it is not.
 func (r *Repository) register(ctx context.Context) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.cfg.Start.IsZero() {
 		var there bool
 		if err := r.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)",
@@ -413,6 +442,8 @@ func (r *Repository) Missing() bool { return r.missing }
 // Register creates the process's cursor row at start, unless it exists (another instance registered it
 // meanwhile: its position stands).
 func (r *Repository) Register(ctx context.Context, start Start) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if start.IsZero() {
 		return fmt.Errorf("register cursor %q: no start given", r.name)
 	}
@@ -459,6 +490,8 @@ func (r *Repository) heartbeat(ctx context.Context, q interface {
 // of the process runs (says so in inorder.instance). A processor whose start-up checks fail calls it, so that a wrong column or a
 // missing index leaves no process behind for status to show. It does nothing otherwise.
 func (r *Repository) Unregister(ctx context.Context) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if !r.registered || r.conn == nil || r.conn.IsClosed() || r.tx != nil {
 		return nil
 	}
@@ -530,11 +563,11 @@ const StateColumns = `position_created_at, position_id, halted_record_id, halted
 
 // leaseColumns are what a cursor row says of its owner, as scanLease reads them.
 const leaseColumns = `owner_epoch, owner_token, coalesce(owner_instance, ''), owner_session,
-	coalesce(lease_expires_at <= clock_timestamp(), true),
+	coalesce(lease_expires_at <= clock_timestamp(), true), coalesce(lease_expires_at <= clock_timestamp(), false),
 	coalesce((extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, 0)`
 
 func scanLease(l *lease) []any {
-	return []any{&l.epoch, &l.token, &l.instance, &l.session, &l.free, &leaseMillis{&l.left}}
+	return []any{&l.epoch, &l.token, &l.instance, &l.session, &l.free, &l.expired, &leaseMillis{&l.left}}
 }
 
 // leaseMillis scans milliseconds into a duration.
@@ -589,9 +622,13 @@ var ErrFenced = errors.New("another instance has taken over the process")
 // every instance but one.
 //
 // The owner goes straight to the row lock, which keeps its transactions (and the xid the row lock needs)
-// short; inside it, it renews its lease once a third has passed. Any other instance first reads the lease
-// without locking anything, and locks the row only when the lease has run out or, on a direct
-// connection, the owner's session has ended (it can take the owner's advisory lock).
+// short: BEGIN, the lock and the rider travel in one round trip. When a third of its lease has passed it
+// renews the lease and commits at once, in one more round trip, so that the lease other instances read
+// is the renewed one. Any other instance first reads the lease without locking anything, and locks the
+// row only when the lease has run out or, on a direct connection, the owner's session has ended (it can
+// take the owner's advisory lock). An owner whose lease ran out while its session still holds the row (it
+// hangs on a dead connection, inside its transaction) has its session ended by the instance that finds
+// it so, which then takes over at its next look (see endStale).
 func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.released {
 		return false, ErrReleased
@@ -599,6 +636,8 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.tx != nil {
 		return true, nil
 	}
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.token == 0 {
 		if err := r.heartbeat(ctx, r.conn); err != nil {
 			return false, err
@@ -608,16 +647,14 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 			return false, err
 		}
 	}
-	tx, err := r.conn.Begin(ctx)
-	if err != nil {
-		return false, fmt.Errorf("lock cursor %q: begin: %w", r.name, pooler.Explain(err))
-	}
-	ok, err := r.scanLock(tx.QueryRow(ctx, r.lockSQL, append([]any{r.name}, r.lockArgs...)...))
+	sent := time.Now()
+	ok, err := r.lock(ctx)
 	if err == nil && !ok {
-		err = r.exists(ctx, tx)
+		if err = r.exists(ctx); err == nil && r.token == 0 && r.lease.expired {
+			err = r.endStale(ctx)
+		}
 	}
 	if err != nil || !ok {
-		_ = tx.Rollback(ctx)
 		if r.token == 0 {
 			r.giveUpSession(ctx)
 		}
@@ -626,7 +663,6 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	r.tx = tx
 	switch l := r.lease; {
 	case r.token != 0 && l.token == r.token:
 		// Ours. Renew when a third has passed (and say the instance is there, in the same transaction,
@@ -634,17 +670,20 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		// holds the advisory lock and it does not (a reconnect lost it), or the other way round.
 		if l.left < r.cfg.lease()*2/3 || l.session != r.session() || time.Since(r.beat) >= r.cfg.lease()/3 {
 			r.beat = time.Time{}
-			if err = r.heartbeat(ctx, tx); err == nil {
-				err = r.claim(ctx, false)
+			if err = r.heartbeat(ctx, r.tx); err == nil {
+				err = r.renew(ctx, false, sent)
 			}
+		} else if r.leaseFrom.IsZero() {
+			// Owned since before a reconnect: what the row says is what others see.
+			r.leaseFrom = sent.Add(l.left - r.cfg.lease())
 		}
 	case l.free || (l.session && r.session()):
 		// Nobody's, or the owner's session has ended: this instance's advisory lock proves it.
-		err = r.claim(ctx, true)
+		err = r.renew(ctx, true, sent)
 	default:
 		// Another instance's lease runs: this one lost the process, or looked as it changed hands.
-		_ = tx.Rollback(ctx)
-		r.tx, r.epoch, r.token = nil, 0, 0
+		r.dropTx(ctx)
+		r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
 		r.giveUpSession(ctx)
 		return false, nil
 	}
@@ -652,7 +691,204 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		r.dropTx(ctx)
 		return false, fmt.Errorf("lock cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	return true, nil
+	return r.Locked(), nil
+}
+
+// renew takes the process (take) or renews this instance's lease, and commits at once, locking the row
+// again in the same round trip: the lease other instances read must be the one this instance counts on.
+// The repository stays locked unless the row was taken in the instant between the commit and the relock.
+func (r *Repository) renew(ctx context.Context, take bool, sent time.Time) error {
+	if err := r.claim(ctx, take); err != nil {
+		return err
+	}
+	r.renewing = sent
+	_, err := r.commitRelock(ctx, "renew lease of", r.state.Position, "", nil, func() {})
+	if errors.Is(err, ErrFenced) {
+		return nil // taken meanwhile; the repository is unlocked and says so
+	}
+	return err
+}
+
+// lock begins a transaction and locks the row in it, with the rider after the lock, in one round trip
+// (two on a new connection, whose first transaction is begun by pgx to get its handle). It reports false
+// when the row is held by another transaction (or is not there); the repository is then unlocked.
+func (r *Repository) lock(ctx context.Context) (bool, error) {
+	b := &pgx.Batch{}
+	if r.handle == nil {
+		h, err := r.conn.Begin(ctx)
+		if err != nil {
+			return false, fmt.Errorf("begin: %w", err)
+		}
+		r.handle = h
+	} else {
+		b.Queue("BEGIN")
+	}
+	r.tx = r.handle
+	ok, err := r.lockIn(ctx, b, len(b.QueuedQueries))
+	if err != nil || !ok {
+		r.dropTx(ctx)
+	}
+	return ok, err
+}
+
+// lockIn queues the lock statement and the rider after the statements already in b (skip of them
+// answer no rows), sends the batch, and reads the lock and the rider. It reports whether the row was
+// locked; the transaction the batch ends in stays open either way.
+func (r *Repository) lockIn(ctx context.Context, b *pgx.Batch, skip int) (bool, error) {
+	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
+	if r.rider != nil {
+		b.Queue(r.rider.SQL, r.rider.Args...)
+	}
+	br := r.conn.SendBatch(ctx, b)
+	var err error
+	for range skip {
+		if _, err = br.Exec(); err != nil {
+			break
+		}
+	}
+	var ok bool
+	if err == nil {
+		ok, err = r.scanLock(br.QueryRow())
+	}
+	if err == nil && ok && r.rider != nil {
+		err = r.ride(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return ok, err
+}
+
+// ride reads the rider's result from br.
+func (r *Repository) ride(br pgx.BatchResults) error {
+	rows, err := br.Query()
+	if err == nil {
+		err = r.rider.ScanFunc(rows)
+		rows.Close()
+		if err == nil {
+			err = rows.Err()
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("rider: %w", err)
+	}
+	r.rode = true
+	return nil
+}
+
+// Rider is a statement that travels in every round trip that locks the cursor row, right after the lock
+// and in its transaction, so that what a batch needs first (the poll of the transactions in flight) costs
+// no round trip of its own.
+type Rider struct {
+	// SQL and Args are the statement.
+	SQL  string
+	Args []any
+	// ScanFunc reads the statement's rows. It is called only when the row was locked.
+	ScanFunc func(pgx.Rows) error
+}
+
+// SetRider makes rider travel with every lock of the row from now on; nil stops it.
+func (r *Repository) SetRider(rider *Rider) { r.rider = rider }
+
+// TakeRide reports whether the rider ran in the open transaction since the last call: its ScanFunc has
+// read the rows, and they are as fresh as the lock.
+func (r *Repository) TakeRide() bool {
+	rode := r.rode && r.tx != nil
+	r.rode = false
+	return rode
+}
+
+// LeaseLeft is how much of this instance's lease surely remains, as far as this instance knows: from the
+// last renewal it committed, measured from when it sent it. Zero when it does not own the process. An
+// owner must not start work it cannot finish within it.
+func (r *Repository) LeaseLeft() time.Duration {
+	if r.token == 0 || r.leaseFrom.IsZero() {
+		return 0
+	}
+	return max(0, time.Until(r.leaseFrom.Add(r.cfg.lease())))
+}
+
+// bounded gives one exchange with the database its deadline (Config.Timeout).
+func (r *Repository) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, r.cfg.timeout(), &UnansweredError{Timeout: r.cfg.timeout()})
+}
+
+// UnansweredError is the cause of an exchange cut off by Config.Timeout: the database did not answer
+// in time, and the connection counts as dead.
+type UnansweredError struct{ Timeout time.Duration }
+
+func (e *UnansweredError) Error() string {
+	return fmt.Sprintf("the database did not answer within %s", e.Timeout)
+}
+
+// Unanswered reports whether err comes from an exchange that the repository's Timeout cut off, on the
+// context of that exchange; use it as Unanswered(ctx, err) with the caller's own context to tell it
+// from the caller's cancellation.
+func Unanswered(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)
+}
+
+// endStale ends the session of an owner whose lease has run out while its transaction still holds the
+// cursor row: an instance cut off from the database inside its batch (the server sees it idle in
+// transaction, or blocked sending to it) would otherwise keep the row, and the process, until the
+// idle-in-transaction timeout or TCP's retransmissions end it. The owner stops delivering before its lease
+// runs out (see LeaseLeft), so ending its session takes nothing from a live owner but the time to
+// reconnect. Only a session with the owner's application_name that holds a lock on the cursor table is
+// ended, and only while the row still names that owner with its lease run out. A role that may not end
+// other sessions (pg_signal_backend, or the same role) is told once, and waits for the timeouts.
+func (r *Repository) endStale(ctx context.Context) error {
+	if r.staleTried {
+		return nil
+	}
+	var ended []int32
+	rows, err := r.conn.Query(ctx, `
+		SELECT a.pid
+		FROM inorder.cursor AS c
+		JOIN pg_stat_activity AS a
+		  ON a.application_name IN (left('inorder:' || c.process_name || '@' || c.owner_instance, 63),
+		                            left('inorder-tx:' || c.process_name || '@' || c.owner_instance, 63))
+		WHERE c.process_name = $1 AND c.owner_token = $2 AND c.lease_expires_at <= clock_timestamp()
+		  AND a.pid <> pg_backend_pid()
+		  AND EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.pid = a.pid AND l.locktype = 'relation'
+		              AND l.relation = 'inorder.cursor'::regclass AND l.granted)
+		  AND pg_terminate_backend(a.pid)`, r.name, r.lease.token)
+	if err == nil {
+		ended, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "42501" {
+		r.staleTried = true
+		return &StaleOwnerError{Instance: r.lease.instance, Err: err}
+	}
+	if err != nil {
+		return fmt.Errorf("end the session of the stale owner %s: %w", r.lease.instance, err)
+	}
+	if len(ended) > 0 {
+		r.endedStale = append(r.endedStale[:0], ended...)
+	}
+	return nil
+}
+
+// StaleOwnerError says that the session of an owner whose lease ran out still holds the cursor row, and
+// this instance may not end it: the process waits for the owner's idle-in-transaction timeout.
+type StaleOwnerError struct {
+	Instance string
+	Err      error
+}
+
+func (e *StaleOwnerError) Error() string {
+	return fmt.Sprintf("the lease of %s ran out but its session still holds the cursor row, and this role may not "+
+		"end it (%v); waiting for its idle-in-transaction timeout", e.Instance, e.Err)
+}
+
+func (e *StaleOwnerError) Unwrap() error { return e.Err }
+
+// EndedStale returns the backends of a stale owner that this instance ended since the last call (see
+// endStale), for the caller to say so.
+func (r *Repository) EndedStale() []int32 {
+	e := r.endedStale
+	r.endedStale = nil
+	return e
 }
 
 // trySession reports whether this instance may take the process's advisory lock: on a direct connection,
@@ -681,9 +917,9 @@ func (r *Repository) vacant(ctx context.Context) (bool, error) {
 }
 
 // exists checks, when the row lock was skipped, that the row is there at all.
-func (r *Repository) exists(ctx context.Context, tx pgx.Tx) error {
+func (r *Repository) exists(ctx context.Context) error {
 	var there bool
-	if err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)", r.name).Scan(&there); err != nil {
+	if err := r.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)", r.name).Scan(&there); err != nil {
 		return err
 	}
 	if !there {
@@ -791,10 +1027,13 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 // durable when the transaction commits (Unlock or Checkpoint). It clears the halt state, since a record
 // past the halted one succeeded.
 func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handled int) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	args := pos.Args()
+	sent := time.Now()
 	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.token)
 	if err == nil {
 		err = fenced(tag)
@@ -802,7 +1041,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handl
 	if err != nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
-	r.dirty, r.inFlight = true, InFlight{}
+	r.dirty, r.inFlight, r.renewing = true, InFlight{}, sent
 	r.state = State{Position: pos, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	return nil
 }
@@ -832,6 +1071,8 @@ func (f InFlight) args() (any, any) {
 // SetInFlight records what is in flight now, inside the open transaction, when it differs from what the
 // row holds.
 func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set in flight of cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -917,18 +1158,31 @@ func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
 	return r.commitRelock(ctx, "commit", r.state.Position, commitSQL, []any{r.name, handled, r.cfg.lease(), r.token}, func() {})
 }
 
-// commitRelock runs first (a fenced write), commits, and locks the row again in a new transaction, all in
-// one round trip. pos is where the position stands once first has run.
+// commitRelock runs first (a fenced write; none when empty), commits, and locks the row again in a new
+// transaction with the rider after the lock, all in one round trip. pos is where the position stands once
+// first has run.
 func (r *Repository) commitRelock(ctx context.Context, what string, pos source.Position, first string, args []any, committed func()) (bool, error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	sent := time.Now()
 	b := &pgx.Batch{}
-	b.Queue(first, args...)
+	if first != "" {
+		b.Queue(first, args...)
+	}
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
+	if r.rider != nil {
+		b.Queue(r.rider.SQL, r.rider.Args...)
+	}
+	r.rode = false
 	br := r.conn.SendBatch(ctx, b)
-	_, err := br.Exec()
-	if isFenced(err) {
-		err = ErrFenced
+	var err error
+	if first != "" {
+		_, err = br.Exec()
+		if isFenced(err) {
+			err = ErrFenced
+		}
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -936,6 +1190,12 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	done := err == nil
 	if done {
 		committed()
+		if first != "" {
+			r.renewing = sent // the first statements renew the lease
+		}
+		if !r.renewing.IsZero() {
+			r.leaseFrom, r.renewing = r.renewing, time.Time{}
+		}
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -943,6 +1203,9 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	var ok bool
 	if err == nil {
 		ok, err = r.scanLock(br.QueryRow())
+	}
+	if err == nil && ok && r.rider != nil {
+		err = r.ride(br)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -953,7 +1216,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 			r.state = State{Position: pos}
 		}
 		if errors.Is(err, ErrFenced) {
-			r.epoch, r.token = 0, 0
+			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
 		}
 		return false, fmt.Errorf("%s cursor %q: %w", what, r.name, pooler.Explain(err))
 	}
@@ -961,7 +1224,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 		r.dropTx(ctx)
 		r.state = State{Position: pos}
 		if ok { // relocked, but the lease is another's
-			r.epoch, r.token = 0, 0
+			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
 			r.giveUpSession(ctx)
 		}
 		return false, nil
@@ -991,6 +1254,8 @@ type Failure struct {
 // position of the last record that succeeded. Attempts count on from the stored state when the same
 // record failed before. Unlock makes it durable.
 func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f Failure) (Halt, error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -1004,6 +1269,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 	var h Halt
 	var stored pgtype.Int4
 	var haltedAt pgtype.Timestamptz
+	sent := time.Now()
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
 		SET position_created_at = $2, position_id = $3,
@@ -1036,13 +1302,15 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
 	h.HaltedAt = haltedAt.Time
 	r.state = State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
-	r.dirty = true
+	r.dirty, r.renewing = true, sent
 	return h, nil
 }
 
 // SetSource records which table and columns the process reads (Table qualified), so status can measure
 // what is behind.
 func (r *Repository) SetSource(ctx context.Context, src source.Spec) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set source of cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -1066,6 +1334,8 @@ func (r *Repository) SetSource(ctx context.Context, src source.Spec) error {
 // SetHold records which open transaction holds the stream's horizon back, by its backend pid (0 for a
 // prepared transaction) and since when; a zero since clears it.
 func (r *Repository) SetHold(ctx context.Context, pid int, since time.Time) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set hold of cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -1091,16 +1361,22 @@ func (r *Repository) Unlock(ctx context.Context) error {
 	if r.tx == nil {
 		return nil
 	}
-	tx, dirty := r.tx, r.dirty
-	r.tx, r.dirty = nil, false
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	dirty := r.dirty
+	r.tx, r.dirty, r.rode = nil, false, false
 	if !dirty {
-		if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
 			return fmt.Errorf("unlock cursor %q: %w", r.name, err)
 		}
 		return nil
 	}
-	if err := tx.Commit(ctx); err != nil {
+	if _, err := r.conn.Exec(ctx, "COMMIT"); err != nil {
+		r.renewing = time.Time{}
 		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
+	}
+	if !r.renewing.IsZero() {
+		r.leaseFrom, r.renewing = r.renewing, time.Time{}
 	}
 	return nil
 }
@@ -1111,9 +1387,13 @@ func (r *Repository) Abort(ctx context.Context) error {
 	if r.tx == nil {
 		return nil
 	}
-	tx := r.tx
-	r.tx, r.dirty = nil, false
-	if err := tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
+	if r.conn.IsClosed() {
+		return nil
+	}
+	if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
 		return fmt.Errorf("abort cursor %q: %w", r.name, err)
 	}
 	return nil
@@ -1121,8 +1401,10 @@ func (r *Repository) Abort(ctx context.Context) error {
 
 func (r *Repository) dropTx(ctx context.Context) {
 	if r.tx != nil {
-		_ = r.tx.Rollback(ctx)
-		r.tx, r.dirty = nil, false
+		r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
+		if !r.conn.IsClosed() {
+			_, _ = r.conn.Exec(ctx, "ROLLBACK")
+		}
 	}
 }
 
@@ -1153,6 +1435,8 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 // Release ends the open transaction (committing it), gives up ownership, closes the connection and
 // removes the repository from its registry. Opening the name again afterwards makes a new repository.
 func (r *Repository) Release(ctx context.Context) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	err := r.Unlock(ctx)
 	if r.token != 0 && r.conn != nil && !r.conn.IsClosed() {
 		// Give up the lease now, so a standby takes over at once rather than when it runs out.

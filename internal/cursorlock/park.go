@@ -46,6 +46,8 @@ func nullStatus(code int) any {
 // Park stores a parked record in the open transaction; it commits with the position that moves past it.
 // Parking a record again (delivered again after a crash) changes nothing.
 func (r *Repository) Park(ctx context.Context, p Parked) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
 	}
@@ -70,6 +72,8 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 // MayPark reports whether the role may read and write parked records (migration 11 grants it to the
 // roles that could update cursor rows before it; a role granted by hand since may lack it).
 func (r *Repository) MayPark(ctx context.Context) (read, write bool, err error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	err = r.conn.QueryRow(ctx, `SELECT has_table_privilege('inorder.parked', 'SELECT'),
 		has_table_privilege('inorder.parked', 'SELECT, INSERT, UPDATE, DELETE')`).Scan(&read, &write)
 	if err != nil {
@@ -80,6 +84,8 @@ func (r *Repository) MayPark(ctx context.Context) (read, write bool, err error) 
 
 // ParkedKeys returns the keys parked in this stream.
 func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return nil, fmt.Errorf("read parked keys of cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -96,6 +102,8 @@ func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
 // RedriveQueue returns the parked records of the keys an operator asked to redrive (every record of such
 // a key, marked or parked since), key by key, each key's in the stream's order.
 func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return nil, fmt.Errorf("read redrives of cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -126,6 +134,8 @@ func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
 // Unpark removes a parked record that has been delivered, in the open transaction: it commits with the
 // handler's writes, if any.
 func (r *Repository) Unpark(ctx context.Context, p Parked) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("unpark record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
 	}
@@ -142,6 +152,8 @@ func (r *Repository) Unpark(ctx context.Context, p Parked) error {
 // RedriveFailed keeps a key parked whose first record failed again during its redrive: the record takes
 // the new error, and the key's redrive request ends, so that it waits for the next.
 func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
@@ -169,6 +181,8 @@ func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
 // RedriveSeen ends an operator's redrive request once the processor has acted on every request made up
 // to seen (the RedriveRequestedAt it read); a request made since stays for the next batch.
 func (r *Repository) RedriveSeen(ctx context.Context, seen time.Time) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("end redrive request on cursor %q: %w", r.name, ErrNotLocked)
 	}

@@ -28,15 +28,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // ApplicationName is the probe connection's application_name.
 const ApplicationName = "inorder:probe"
 
-// statementTimeout bounds one probe statement; a probe that takes longer fails (the statement is cancelled
-// and the connection closed), and its waiters fall back to their poll interval.
-const statementTimeout = 10 * time.Second
+// statementTimeout bounds one probe statement and the probe connection's start-up; a probe that takes
+// longer fails (the connection is closed as dead), and its waiters fall back to their poll interval.
+const statementTimeout = dial.DefaultTimeout
 
 // noInsert makes a probe statement's transaction say that it inserts into no source table (see
 // source.NoInsertKey), so that the transactions horizon of every processor leaves it out.
@@ -230,7 +231,9 @@ func (p *Prober) loop() {
 		}
 		if conn == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
-			c, err := pgx.ConnectConfig(ctx, p.cfg)
+			cc := p.cfg.Copy()
+			dial.Configure(cc, statementTimeout)
+			c, err := pgx.ConnectConfig(ctx, cc)
 			cancel()
 			if err != nil {
 				failedAt = time.Now()

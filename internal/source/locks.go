@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // A row becomes visible when its transaction commits, but its created_at is set earlier. A reader that
@@ -108,12 +110,24 @@ type Observation struct {
 
 // PollLocks reads the transactions in flight that matter to t, and the created_at column's default now.
 func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
-	key := uint64(NoInsertKey)
-	rows, err := q.Query(ctx, horizonSQL, t.OID, t.CreatedAtNum, int64(key>>32), int64(key&0xffffffff))
+	sql, args := t.LocksQuery()
+	rows, err := q.Query(ctx, sql, args...)
 	if err != nil {
 		return Observation{}, fmt.Errorf("read transactions in flight: %w", err)
 	}
 	defer rows.Close()
+	return ScanLocks(rows)
+}
+
+// LocksQuery is the statement PollLocks runs, for a caller that sends it with others in one round trip
+// and reads its rows with ScanLocks.
+func (t *Table) LocksQuery() (string, []any) {
+	key := uint64(NoInsertKey)
+	return horizonSQL, []any{t.OID, t.CreatedAtNum, int64(key >> 32), int64(key & 0xffffffff)}
+}
+
+// ScanLocks reads the rows of LocksQuery's statement.
+func ScanLocks(rows pgx.Rows) (Observation, error) {
 	o := Observation{Writers: map[string]int{}, Txs: map[string]int{}}
 	for rows.Next() {
 		var def, vxid *string
