@@ -120,8 +120,9 @@ func FuzzRunFlags(f *testing.F) {
 				switch {
 				case cfg.Process == "" || cfg.Source.Table == "" || cfg.ConnConfig == nil:
 					t.Fatalf("config passed without a process, table or connection: %+v", cfg)
-				case cfg.BatchSize < 1 || cfg.PollInterval <= 0 || cfg.InsertLatency < 0 || cfg.RetryMin <= 0 ||
+				case cfg.BatchSize < 0 || cfg.PollInterval <= 0 || cfg.InsertLatency < 0 || cfg.RetryMin <= 0 ||
 					cfg.RetryMax < cfg.RetryMin || (cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout) ||
+					(cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.Lease) || cfg.DatabaseTimeout <= 0 ||
 					rf.partitions < 0 || rf.maxPartitions < 0 || (rf.maxPartitions > 0 && rf.partitions == 0):
 					t.Fatalf("config passed with bounds out of range: %+v", cfg)
 				}

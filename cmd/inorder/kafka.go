@@ -18,7 +18,6 @@ const (
 	kafkaMinMessageBytes     = 512
 	kafkaMaxMessageBytes     = 100 << 20
 	kafkaDefaultMessageBytes = 1_000_012 // franz-go's default, Kafka's max.message.bytes default
-	kafkaDefaultTimeout      = 10 * time.Second
 )
 
 // kafkaFlags are the flags of `inorder run --handler kafka`.
@@ -40,14 +39,14 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.payloadColumn, "kafka-payload-column", kafka.DefaultPayloadColumn, "kafka: column sent as the record value (whole record as JSON without it)")
 	fs.StringVar(&k.typeColumn, "kafka-type-column", "", "kafka: column sent in the event_type header (default type, else event_type)")
 	fs.IntVar(&k.maxInFlight, "kafka-max-in-flight", 1, "kafka: records produced at once, in order per key (records of one key one at a time)")
-	fs.DurationVar(&k.deliveryTimeout, "kafka-delivery-timeout", kafkaDefaultTimeout, "kafka: how long the client tries to deliver a record (below --handler-timeout)")
+	fs.DurationVar(&k.deliveryTimeout, "kafka-delivery-timeout", 0, "kafka: how long the client tries to deliver a record, below --handler-timeout (default four fifths of it)")
 	fs.IntVar(&k.maxMessageBytes, "kafka-max-message-bytes", kafkaDefaultMessageBytes, "kafka: largest record batch, at most the topic's max.message.bytes; a larger record halts the stream as a poison record")
 }
 
 // set reports whether any --kafka-* flag differs from its default.
 func (k *kafkaFlags) set() bool {
 	return k.brokers != "" || k.topic != "" || k.topicColumn != "" || k.payloadColumn != kafka.DefaultPayloadColumn ||
-		k.typeColumn != "" || k.maxInFlight != 1 || k.deliveryTimeout != kafkaDefaultTimeout ||
+		k.typeColumn != "" || k.maxInFlight != 1 || k.deliveryTimeout != 0 ||
 		k.maxMessageBytes != kafkaDefaultMessageBytes
 }
 
@@ -69,6 +68,7 @@ func (k *kafkaFlags) newHandler(cfg processor.Config[handlers.Row]) (handlers.Ha
 		return nil, nil, usageErr("--kafka-max-in-flight must be at least 1, got %d", k.maxInFlight)
 	}
 	bound := handlerTimeout(cfg)
+	k.deliveryTimeout = sinkTimeout(k.deliveryTimeout, bound)
 	if k.deliveryTimeout < time.Second || k.deliveryTimeout >= bound {
 		return nil, nil, usageErr("--kafka-delivery-timeout (%s) must be at least 1s and shorter than the handler "+
 			"timeout (%s), which is shorter than --idle-timeout", k.deliveryTimeout, bound)

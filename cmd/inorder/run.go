@@ -49,6 +49,7 @@ type runFlags struct {
 	idleTimeout      time.Duration
 	lease            time.Duration
 	handlerTimeout   time.Duration
+	dbTimeout        time.Duration
 	shutdownTimeout  time.Duration
 	retryMin         time.Duration
 	retryMax         time.Duration
@@ -91,7 +92,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.traceColumn, "trace-column", "", "column holding each row's W3C traceparent: deliveries continue the application's trace (default traceparent if present)")
 	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
-	fs.IntVar(&f.batchSize, "batch-size", processor.DefaultBatchSize, "records read per batch")
+	fs.IntVar(&f.batchSize, "batch-size", 0, "records read per batch (default adaptive: 100 while the stream keeps up, doubling to 1000 over a backlog)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", processor.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
 	fs.DurationVar(&f.probeInterval, "probe-interval", processor.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", processor.DefaultInsertLatency, "safety margin below the horizon for clock steps")
@@ -104,7 +105,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
 	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
-	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default half the idle timeout)")
+	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default the smaller of half the idle timeout and a third of the lease)")
+	fs.DurationVar(&f.dbTimeout, "db-timeout", processor.DefaultDatabaseTimeout, "bound on every exchange with the database (a statement, a commit, a connection's start-up); "+
+		"past it the connection counts as dead and is replaced")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", processor.DefaultShutdownTimeout, "how long the record in flight may take after a signal")
 	fs.DurationVar(&f.retryMin, "retry-min", processor.DefaultRetryMin, "first wait before retrying a failing record")
 	fs.DurationVar(&f.retryMax, "retry-max", processor.DefaultRetryMax, "longest wait between retries of a failing record")
@@ -120,7 +123,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
-	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 10*time.Second, "webhook: per-request timeout (below --handler-timeout)")
+	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 0, "webhook: per-request timeout, below --handler-timeout (default four fifths of it)")
 	fs.IntVar(&f.webhookInFlight, "webhook-max-in-flight", 1, "webhook: requests at once, in order per key (records of one key one at a time)")
 	fs.Var(&f.webhookHeaders, "webhook-header", "webhook: 'Name=value' header sent with every request, ${VAR} taken from the environment (repeatable)")
 	fs.StringVar(&f.webhookBodyColumn, "webhook-body-column", "", "webhook: column whose JSON is the request body, as is (default the envelope)")
@@ -281,7 +284,16 @@ func handlerTimeout(cfg processor.Config[handlers.Row]) time.Duration {
 	if cfg.HandlerTimeout > 0 {
 		return cfg.HandlerTimeout
 	}
-	return cfg.IdleInTransactionTimeout / 2 // the processor's default
+	return processor.DefaultHandlerTimeout(cfg.IdleInTransactionTimeout, cfg.Lease)
+}
+
+// sinkTimeout is a sink's own timeout: set, or four fifths of the handler timeout bound, so that the
+// sink gives up (and says why) before the processor cuts the call off.
+func sinkTimeout(set, bound time.Duration) time.Duration {
+	if set != 0 {
+		return set
+	}
+	return bound * 4 / 5
 }
 
 // config checks the flags against each other and turns them into a processor configuration.
@@ -301,8 +313,8 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if f.table == "" {
 		return cfg, usageErr("--table is required")
 	}
-	if f.batchSize < 1 {
-		return cfg, usageErr("--batch-size must be at least 1, got %d", f.batchSize)
+	if f.batchSize < 0 {
+		return cfg, usageErr("--batch-size must be at least 1 (or 0: adaptive), got %d", f.batchSize)
 	}
 	if f.partitions < 0 || f.maxPartitions < 0 {
 		return cfg, usageErr("--partitions and --max-partitions must not be negative")
@@ -331,6 +343,13 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if f.handlerTimeout != 0 && f.handlerTimeout >= f.idleTimeout {
 		return cfg, usageErr("--handler-timeout (%s) must be shorter than --idle-timeout (%s): a handler "+
 			"that outlives the idle timeout loses the cursor lock mid-record", f.handlerTimeout, f.idleTimeout)
+	}
+	if f.handlerTimeout != 0 && f.handlerTimeout+min(time.Second, f.lease/10) >= f.lease {
+		return cfg, usageErr("--handler-timeout (%s) must be well shorter than --lease (%s): an owner starts a "+
+			"record only while its lease covers the call", f.handlerTimeout, f.lease)
+	}
+	if f.dbTimeout <= 0 {
+		return cfg, usageErr("--db-timeout must be positive, got %s", f.dbTimeout)
 	}
 	var cp processor.Checkpoint
 	switch f.checkpoint {
@@ -388,6 +407,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		IdleInTransactionTimeout: f.idleTimeout,
 		Lease:                    f.lease,
 		HandlerTimeout:           f.handlerTimeout,
+		DatabaseTimeout:          f.dbTimeout,
 		ShutdownTimeout:          f.shutdownTimeout,
 		HoldWarnAfter:            f.holdWarnAfter,
 		Logger:                   log,

@@ -166,6 +166,7 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 		secret = []byte(s)
 	}
 	bound := handlerTimeout(cfg)
+	f.webhookTimeout = sinkTimeout(f.webhookTimeout, bound)
 	if f.webhookTimeout <= 0 || f.webhookTimeout >= bound {
 		return nil, usageErr("--webhook-timeout (%s) must be positive and shorter than the handler "+
 			"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, bound)

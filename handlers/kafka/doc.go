@@ -91,8 +91,8 @@
 // franz-go retries a failing produce by itself, without limit unless told otherwise, and the idempotent
 // producer will not take back a request it has sent. Handle returns when its context ends (the
 // processor's HandlerTimeout), with the context's error, whatever franz-go is still doing. Set the
-// client's RecordDeliveryTimeout below the handler timeout (the CLI's --kafka-delivery-timeout, 10s by
-// default), so that franz-go fails a record it cannot deliver before that, as far as it safely can (a
+// client's RecordDeliveryTimeout below the handler timeout (the CLI's --kafka-delivery-timeout, four fifths of
+// it by default), so that franz-go fails a record it cannot deliver before that, as far as it safely can (a
 // record of a request the brokers never answered stays in flight): the record then fails cleanly and is
 // not written twice when delivered again.
 //
