@@ -1,0 +1,102 @@
+package processor_test
+
+import (
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/tcpproxy"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// exchangeCounter notes, at each batch that read records, how many round trips the proxy had counted.
+type exchangeCounter struct {
+	noopObserver
+	proxy *tcpproxy.Proxy
+
+	mu      sync.Mutex
+	records []int   // records read by each batch
+	at      []int64 // exchanges counted when each batch had read its records
+}
+
+func (o *exchangeCounter) Batch(_ string, n int) {
+	if n == 0 {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.records = append(o.records, n)
+	o.at = append(o.at, o.proxy.Exchanges())
+}
+
+func (o *exchangeCounter) batches() ([]int, []int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return append([]int(nil), o.records...), append([]int64(nil), o.at...)
+}
+
+// TestABatchCostsTwoRoundTrips counts, at a proxy between the processor and Postgres, the round trips of
+// a backlog's batches in steady state: with a checkpoint per batch, the position's commit travels with the
+// next batch's lock and poll, and the read is the second; with a checkpoint per record, one per record
+// and the read.
+func TestABatchCostsTwoRoundTrips(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		checkpoint processor.Checkpoint
+		perBatch   func(records int) int64
+	}{
+		{processor.CheckpointBatch, func(int) int64 { return 2 }},
+		{processor.CheckpointRecord, func(records int) int64 { return int64(records) + 1 }},
+	} {
+		t.Run(string(tc.checkpoint), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			rows := 1000
+			if tc.checkpoint == processor.CheckpointBatch {
+				rows = 3000
+			}
+			b.insert(t, rows)
+			proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ConnConfig.Host + ":" + itoa(int(b.cfg.ConnConfig.Port))})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = proxy.Close() })
+			cc, err := pgx.ParseConfig(proxy.URL(b.db.URL))
+			require.NoError(t, err)
+			obs := &exchangeCounter{proxy: proxy}
+			cfg := b.cfg
+			cfg.ConnConfig, cfg.Observer, cfg.Checkpoint = cc, obs, tc.checkpoint
+			cfg.BatchSize = 100
+			cfg.ProbeInterval = -1 // the probe's connection would count too
+			start(t, cfg)
+			waitFor(t, "every record", func() bool { return b.h.count() == rows })
+
+			records, at := obs.batches()
+			require.Len(t, records, rows/cfg.BatchSize, "full batches: %v", records)
+			// From the end of the second batch's read to the end of the last one's: what the batches in
+			// between cost, each from its predecessor's delivery to its own read. (The first batch's end
+			// prepares the statements that commit and lock again: once per connection.)
+			var want int64
+			for _, n := range records[1 : len(records)-1] {
+				want += tc.perBatch(n)
+			}
+			got := at[len(at)-1] - at[1]
+			require.LessOrEqual(t, got, want, "round trips over %d batches of %d", len(records)-2, cfg.BatchSize)
+			t.Logf("%s: %.2f round trips per batch of %d", tc.checkpoint, float64(got)/float64(len(records)-2), cfg.BatchSize)
+		})
+	}
+}
+
+func itoa(n int) string { return idText(int64(n)) }
+
+// noopObserver is an Observer that notes nothing, for tests that watch one of its calls.
+type noopObserver struct{}
+
+func (noopObserver) Batch(string, int)                    {}
+func (noopObserver) Handled(string, time.Duration, error) {}
+func (noopObserver) Position(string, time.Time)           {}
+func (noopObserver) Halted(string, bool)                  {}
+func (noopObserver) Locked(string, bool)                  {}
+func (noopObserver) Hold(string, time.Duration)           {}
+func (noopObserver) Connected(string, bool)               {}
