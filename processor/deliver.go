@@ -80,7 +80,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 		o.last, o.n = it.pos, o.n+1
 		if p.cfg.Checkpoint == CheckpointRecord {
 			o.counted = o.n
-			if !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{})) {
+			if !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}, i == len(items)-1)) {
 				break
 			}
 		}
@@ -134,7 +134,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		o.last, o.n = f.it.pos, o.n+1
 		if p.cfg.Checkpoint == CheckpointRecord {
 			o.counted = o.n
-			return o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}))
+			return o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}, f.it == &items[len(items)-1]))
 		}
 		return true
 	}
@@ -322,10 +322,14 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 
 // checkpoint flushes the handler and commits pos, keeping the lock. It reports false when the lock
 // was lost to another instance, or held by an operator's action, in the instant between commit and
-// relock.
-func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, handled int, flying cursorlock.InFlight) (bool, error) {
+// relock. last says that it ends the batch: the poll of the transactions in flight then travels with the
+// relock, for the next batch.
+func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, handled int, flying cursorlock.InFlight, last bool) (bool, error) {
 	if err := p.flush(work); err != nil {
 		return false, err
+	}
+	if last {
+		p.cur.RideNext()
 	}
 	end := p.traceCommit(work, handled)
 	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
@@ -370,7 +374,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying curso
 	var ok bool
 	var err error
 	if o.last != (source.Position{}) && o.n > o.counted {
-		ok, err = p.checkpoint(work, o.last, o.n-o.counted, flying)
+		ok, err = p.checkpoint(work, o.last, o.n-o.counted, flying, false)
 		o.counted = o.n
 	} else {
 		ok, err = p.commit(work, 0)
@@ -429,7 +433,7 @@ func (p *Processor[T]) finish(work context.Context, from source.Position, o outc
 		// for the next batch.
 		return o.n > 0 && o.counted == o.n, nil
 	}
-	return p.checkpoint(work, o.last, o.n-o.counted, cursorlock.InFlight{})
+	return p.checkpoint(work, o.last, o.n-o.counted, cursorlock.InFlight{}, true)
 }
 
 // bounded gives one exchange with the database on the cursor connection its deadline (DatabaseTimeout).

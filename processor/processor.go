@@ -899,8 +899,11 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if pids := p.cur.EndedStale(); len(pids) > 0 {
-		p.log.Warn().Ints32("pids", pids).Str("owner", p.cur.Holder()).Msg("the owner's lease ran out while its " +
+	if e := p.cur.EndedSessions(); e.Own {
+		p.log.Warn().Ints32("pids", e.PIDs).Msg("this instance's session from before the reconnect still held the " +
+			"cursor row (cut off inside its batch); ended it")
+	} else if len(e.PIDs) > 0 {
+		p.log.Warn().Ints32("pids", e.PIDs).Str("owner", e.Instance).Msg("the owner's lease ran out while its " +
 			"session still held the cursor row (cut off inside its batch); ended that session to take over")
 	}
 	p.notePooler()

@@ -65,7 +65,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.S
 	o := outcome[T]{last: items[len(items)-1].pos, n: len(items)}
 	if p.cfg.Checkpoint == CheckpointRecord {
 		o.counted = o.n
-		o.checkpointed(p.checkpoint(work, o.last, o.n, cursorlock.InFlight{}))
+		o.checkpointed(p.checkpoint(work, o.last, o.n, cursorlock.InFlight{}, true))
 	}
 	return o
 }

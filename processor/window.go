@@ -231,7 +231,7 @@ func (w *window[T]) commit() {
 	}
 	// Whatever is in flight still finishes when this fails; only its advance is not recorded.
 	f, _ := w.oldest()
-	stillLocked, err := w.p.checkpoint(w.work, w.o.last, w.o.n-w.o.counted, f)
+	stillLocked, err := w.p.checkpoint(w.work, w.o.last, w.o.n-w.o.counted, f, w.head == len(w.items))
 	w.o.counted = w.o.n
 	if !w.o.checkpointed(stillLocked, err) {
 		w.stopping = true

@@ -291,20 +291,23 @@ type Repository struct {
 	tx, handle pgx.Tx
 	// rider travels after the lock in every round trip that locks the row (see SetRider); rode says that
 	// it ran in the open transaction and TakeRide has not reported it yet.
-	rider *Rider
-	rode  bool
+	rider          *Rider
+	rode, rideNext bool
 	// leaseFrom is when this instance sent the last statement that renewed its lease and has committed
 	// since: the lease the row holds runs at least until leaseFrom + Lease. renewing is when the open
 	// transaction last renewed it (zero: it did not); it counts once committed.
 	leaseFrom, renewing time.Time
 	// staleTried says that ending a stale owner's session was refused (no privilege): not tried again.
 	staleTried bool
-	endedStale []int32 // the backends endStale ended, until EndedStale reports them
-	state      State
-	version    string   // the row's xmin when it was last locked
-	inFlight   InFlight // as the row holds it
-	claimed    bool
-	released   bool
+	ended      Ended // the sessions TryLock ended, until EndedSessions reports them
+	// former is the backend that served this instance's cursor transactions before the last Reconnect,
+	// until a lock shows that it holds nothing (see endFormer).
+	former   uint32
+	state    State
+	version  string   // the row's xmin when it was last locked
+	inFlight InFlight // as the row holds it
+	claimed  bool
+	released bool
 	// registered says this repository created the row (rather than finding it), so that Unregister
 	// may remove it while nothing has used it.
 	registered bool
@@ -650,7 +653,11 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	sent := time.Now()
 	ok, err := r.lock(ctx)
 	if err == nil && !ok {
-		if err = r.exists(ctx); err == nil && r.token == 0 && r.lease.expired {
+		switch err = r.exists(ctx); {
+		case err != nil:
+		case r.former != 0:
+			err = r.endFormer(ctx)
+		case r.token == 0 && r.lease.expired:
 			err = r.endStale(ctx)
 		}
 	}
@@ -701,7 +708,7 @@ func (r *Repository) renew(ctx context.Context, take bool, sent time.Time) error
 	if err := r.claim(ctx, take); err != nil {
 		return err
 	}
-	r.renewing = sent
+	r.renewing, r.rideNext = sent, true
 	_, err := r.commitRelock(ctx, "renew lease of", r.state.Position, "", nil, func() {})
 	if errors.Is(err, ErrFenced) {
 		return nil // taken meanwhile; the repository is unlocked and says so
@@ -727,6 +734,8 @@ func (r *Repository) lock(ctx context.Context) (bool, error) {
 	ok, err := r.lockIn(ctx, b, len(b.QueuedQueries))
 	if err != nil || !ok {
 		r.dropTx(ctx)
+	} else {
+		r.former = 0 // whatever it held, it holds no more
 	}
 	return ok, err
 }
@@ -787,8 +796,14 @@ type Rider struct {
 	ScanFunc func(pgx.Rows) error
 }
 
-// SetRider makes rider travel with every lock of the row from now on; nil stops it.
+// SetRider makes rider travel with every lock of the row by TryLock from now on, and with the relock of
+// the next Checkpoint or Commit after RideNext; nil stops it.
 func (r *Repository) SetRider(rider *Rider) { r.rider = rider }
+
+// RideNext makes the rider travel with the relock of the next Checkpoint or Commit: the one that ends a
+// batch, whose lock the next batch goes on with. The commits within a batch (a position per record) leave
+// it out, since its result would not be used.
+func (r *Repository) RideNext() { r.rideNext = true }
 
 // TakeRide reports whether the rider ran in the open transaction since the last call: its ScanFunc has
 // read the rows, and they are as fresh as the lock.
@@ -841,17 +856,19 @@ func (r *Repository) endStale(ctx context.Context) error {
 		return nil
 	}
 	var ended []int32
+	// The CTE is computed first, so that no backend is ended before every condition has held for it.
 	rows, err := r.conn.Query(ctx, `
-		SELECT a.pid
-		FROM inorder.cursor AS c
-		JOIN pg_stat_activity AS a
-		  ON a.application_name IN (left('inorder:' || c.process_name || '@' || c.owner_instance, 63),
-		                            left('inorder-tx:' || c.process_name || '@' || c.owner_instance, 63))
-		WHERE c.process_name = $1 AND c.owner_token = $2 AND c.lease_expires_at <= clock_timestamp()
-		  AND a.pid <> pg_backend_pid()
-		  AND EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.pid = a.pid AND l.locktype = 'relation'
-		              AND l.relation = 'inorder.cursor'::regclass AND l.granted)
-		  AND pg_terminate_backend(a.pid)`, r.name, r.lease.token)
+		WITH stale AS MATERIALIZED (
+			SELECT a.pid
+			FROM inorder.cursor AS c
+			JOIN pg_stat_activity AS a
+			  ON a.application_name IN (left('inorder:' || c.process_name || '@' || c.owner_instance, 63),
+			                            left('inorder-tx:' || c.process_name || '@' || c.owner_instance, 63))
+			WHERE c.process_name = $1 AND c.owner_token = $2 AND c.lease_expires_at <= clock_timestamp()
+			  AND a.pid <> pg_backend_pid()
+			  AND EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.pid = a.pid AND l.locktype = 'relation'
+			              AND l.relation = 'inorder.cursor'::regclass AND l.granted))
+		SELECT pid FROM stale WHERE pg_terminate_backend(pid)`, r.name, r.lease.token)
 	if err == nil {
 		ended, err = pgx.CollectRows(rows, pgx.RowTo[int32])
 	}
@@ -864,7 +881,33 @@ func (r *Repository) endStale(ctx context.Context) error {
 		return fmt.Errorf("end the session of the stale owner %s: %w", r.lease.instance, err)
 	}
 	if len(ended) > 0 {
-		r.endedStale = append(r.endedStale[:0], ended...)
+		r.ended = Ended{PIDs: ended, Instance: r.lease.instance}
+	}
+	return nil
+}
+
+// endFormer ends this instance's own former session when the row lock is skipped after a reconnect: a
+// connection cut off inside a cursor transaction leaves its session idle in transaction on the server,
+// holding the row until the idle-in-transaction timeout, while this instance, reconnected, waits for the
+// row it holds itself. Only that backend is ended, and only while it has this instance's
+// application_name and holds a lock on the cursor table; on a direct connection only (through a pooler a
+// backend is no one's).
+func (r *Repository) endFormer(ctx context.Context) error {
+	former := r.former
+	var ended bool
+	err := r.conn.QueryRow(ctx, `
+		WITH former AS MATERIALIZED (
+			SELECT a.pid FROM pg_stat_activity AS a
+			WHERE a.pid = $1 AND a.pid <> pg_backend_pid() AND a.application_name = left($2, 63)
+			  AND EXISTS (SELECT 1 FROM pg_locks AS l WHERE l.pid = a.pid AND l.locktype = 'relation'
+			              AND l.relation = 'inorder.cursor'::regclass AND l.granted))
+		SELECT count(*) > 0 FROM former WHERE pg_terminate_backend(pid)`, int32(former), r.ApplicationName()).Scan(&ended)
+	if err != nil {
+		return fmt.Errorf("end this instance's former session (pid %d): %w", former, err)
+	}
+	r.former = 0
+	if ended {
+		r.ended = Ended{PIDs: []int32{int32(former)}, Instance: r.instance(), Own: true}
 	}
 	return nil
 }
@@ -883,11 +926,22 @@ func (e *StaleOwnerError) Error() string {
 
 func (e *StaleOwnerError) Unwrap() error { return e.Err }
 
-// EndedStale returns the backends of a stale owner that this instance ended since the last call (see
-// endStale), for the caller to say so.
-func (r *Repository) EndedStale() []int32 {
-	e := r.endedStale
-	r.endedStale = nil
+// Ended is a session that held the cursor row for an owner that could no longer use it, and that TryLock
+// ended (see endStale and endFormer).
+type Ended struct {
+	// PIDs are the backends ended.
+	PIDs []int32
+	// Instance is the owner they served; Own says that it is this instance (its session from before a
+	// reconnect).
+	Instance string
+	Own      bool
+}
+
+// EndedSessions returns the sessions TryLock ended since the last call, for the caller to say so; nil
+// PIDs when none.
+func (r *Repository) EndedSessions() Ended {
+	e := r.ended
+	r.ended = Ended{}
 	return e
 }
 
@@ -1172,10 +1226,11 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
 	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
-	if r.rider != nil {
+	ride := r.rider != nil && r.rideNext
+	if ride {
 		b.Queue(r.rider.SQL, r.rider.Args...)
 	}
-	r.rode = false
+	r.rode, r.rideNext = false, false
 	br := r.conn.SendBatch(ctx, b)
 	var err error
 	if first != "" {
@@ -1204,7 +1259,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	if err == nil {
 		ok, err = r.scanLock(br.QueryRow())
 	}
-	if err == nil && ok && r.rider != nil {
+	if err == nil && ok && ride {
 		err = r.ride(br)
 	}
 	if cerr := br.Close(); err == nil {
@@ -1424,6 +1479,9 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 		return ErrReleased
 	}
 	r.tx = nil
+	if r.backend != 0 && !r.pooled {
+		r.former = r.backend
+	}
 	if r.conn != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = r.conn.Close(closeCtx)
