@@ -246,7 +246,8 @@ func tableLines() []line {
 		line{key: "pubsub1", label: "pubsub to pstest, max in flight 1", ref: "batch", refLabel: "noop batch"},
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
-	return append(ls, kafkaLines()...)
+	ls = append(ls, kafkaLines()...)
+	return append(ls, networkLines()...)
 }
 
 // notes are details of the runs that the footnotes give.
@@ -443,6 +444,7 @@ func printNotes(w io.Writer) {
 	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
 	kafkaNote(note)
+	networkNote(note)
 }
 
 // noteWidth is the width the notes under the table are wrapped to.
@@ -717,4 +719,5 @@ func TestMeasures(t *testing.T) {
 	if f := measureIdle(t, 2, 300*time.Millisecond, time.Second); f.value < 0 {
 		t.Errorf("idle: %+v", f)
 	}
+	testNetworkMeasures(t)
 }

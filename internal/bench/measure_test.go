@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -105,7 +107,13 @@ func noteServer(tb testing.TB, q queryRower) {
 // connect opens one connection of the test's own, closed when it ends.
 func connect(tb testing.TB, db *pgtest.DB) *pgx.Conn {
 	tb.Helper()
-	conn, err := pgx.Connect(context.Background(), db.URL)
+	return connectURL(tb, db.URL)
+}
+
+// connectURL is connect to the database url names, the test's database through a proxy for one.
+func connectURL(tb testing.TB, url string) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(context.Background(), url)
 	if err != nil {
 		tb.Fatalf("connect: %v", err)
 	}
@@ -129,9 +137,19 @@ const updateSQL = `UPDATE t SET v = v + 1 WHERE id = 1`
 // measureCommit runs the single-row UPDATE in autocommit n times (after a few unmeasured ones), each its
 // own durable commit, or as many as fit in limit.
 func measureCommit(tb testing.TB, n int, limit time.Duration) result {
+	return measureCommitVia(tb, nil, n, limit, false)
+}
+
+// measureCommitVia is measureCommit on a connection through proxy (nil: none), and with commits that do
+// not wait for their WAL flush when async is set (synchronous_commit off for the session): one round trip
+// each, and no wait on the disk.
+func measureCommitVia(tb testing.TB, proxy *tcpproxy.Proxy, n int, limit time.Duration, async bool) result {
 	db := pgtest.New(tb)
-	conn := connect(tb, db)
-	exec(tb, conn, counterTable)
+	db.Exec(tb, counterTable)
+	conn := connectURL(tb, viaURL(db, proxy))
+	if async {
+		exec(tb, conn, "SET synchronous_commit = off")
+	}
 	for range min(n/10, 200) {
 		exec(tb, conn, updateSQL)
 	}
@@ -198,9 +216,14 @@ const keysetSQL = `
 // measureKeyset reads the n-row events table in 1000-row pages by (created_at, id) on one connection,
 // once unmeasured to warm the cache and then passes times measured.
 func measureKeyset(tb testing.TB, n, passes int) result {
+	return measureKeysetVia(tb, nil, n, passes)
+}
+
+// measureKeysetVia is measureKeyset on a connection through proxy (nil: none).
+func measureKeysetVia(tb testing.TB, proxy *tcpproxy.Proxy, n, passes int) result {
 	db := pgtest.New(tb)
 	insertEvents(tb, db, n)
-	conn := connect(tb, db)
+	conn := connectURL(tb, viaURL(db, proxy))
 	pass := func() int {
 		ctx := context.Background()
 		var at time.Time // year 1: before every row
@@ -254,15 +277,21 @@ func lastRow(tb testing.TB, db *pgtest.DB, table string) (string, time.Time) {
 }
 
 // endObserver signals when the processor's position reaches the last row's created_at. With a checkpoint
-// per batch it is told before the commit; the caller then waits for the cursor row.
+// per batch it is told before the commit; the caller then waits for the cursor row. It counts the reads
+// that brought records, and notes the round trips a proxy had counted at the first of them.
 type endObserver struct {
 	at   time.Time
 	once sync.Once
 	done chan struct{}
+
+	proxy     *tcpproxy.Proxy // nil: none
+	batches   atomic.Int64
+	first     atomic.Int64 // when the first read that brought records was reported, in Unix nanoseconds
+	exchanges atomic.Int64 // the proxy's count then
 }
 
-func newEndObserver(at time.Time) *endObserver {
-	return &endObserver{at: at, done: make(chan struct{})}
+func newEndObserver(at time.Time, proxy *tcpproxy.Proxy) *endObserver {
+	return &endObserver{at: at, done: make(chan struct{}), proxy: proxy}
 }
 
 func (o *endObserver) Position(_ string, createdAt time.Time) {
@@ -271,7 +300,16 @@ func (o *endObserver) Position(_ string, createdAt time.Time) {
 	}
 }
 
-func (*endObserver) Batch(string, int)                    {}
+func (o *endObserver) Batch(_ string, n int) {
+	if n <= 0 || o.batches.Add(1) > 1 {
+		return
+	}
+	o.first.Store(time.Now().UnixNano())
+	if o.proxy != nil {
+		o.exchanges.Store(o.proxy.Exchanges())
+	}
+}
+
 func (*endObserver) Handled(string, time.Duration, error) {}
 func (*endObserver) Halted(string, bool)                  {}
 func (*endObserver) Locked(string, bool)                  {}
@@ -284,11 +322,31 @@ func (*endObserver) Connected(string, bool)               {}
 func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, lastID string, lastAt time.Time,
 	limit time.Duration) result {
 	tb.Helper()
-	cc, err := pgx.ParseConfig(db.URL)
+	return drainVia(tb, db, nil, cfg, n, lastID, lastAt, limit).result
+}
+
+// drained is what drainVia measured.
+type drained struct {
+	result
+	batches int // reads that brought records (Observer.Batch with n > 0)
+	// startup is the time from Run to the first of them being reported: the connection, the set-up and
+	// the first read.
+	startup time.Duration
+	// exchanges are the round trips through the proxy from the first read that brought records until the
+	// cursor row held the last row: the steady state, without the connection's start-up. 0 without a proxy.
+	exchanges int64
+}
+
+// drainVia is drain with the processor's connections through proxy (nil: none), which counts their round
+// trips; the test's own reads of the cursor row go around it.
+func drainVia[T any](tb testing.TB, db *pgtest.DB, proxy *tcpproxy.Proxy, cfg processor.Config[T], n int,
+	lastID string, lastAt time.Time, limit time.Duration) drained {
+	tb.Helper()
+	cc, err := pgx.ParseConfig(viaURL(db, proxy))
 	if err != nil {
 		tb.Fatalf("parse url: %v", err)
 	}
-	obs := newEndObserver(lastAt)
+	obs := newEndObserver(lastAt, proxy)
 	cfg.ConnConfig = cc
 	cfg.Observer = obs
 	cfg.PollInterval = 5 * time.Millisecond
@@ -302,6 +360,7 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
 
+	var end drained
 	start := time.Now()
 	go func() { ran <- p.Run(ctx) }()
 	select {
@@ -319,6 +378,9 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 			tb.Fatalf("read cursor: %v", err)
 		}
 		if pos != nil && *pos == lastID {
+			if proxy != nil {
+				end.exchanges = proxy.Exchanges() - obs.exchanges.Load()
+			}
 			break
 		}
 		select {
@@ -329,7 +391,11 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 		case <-time.After(time.Millisecond):
 		}
 	}
-	elapsed := time.Since(start)
+	end.result = result{n, time.Since(start)}
+	end.batches = int(obs.batches.Load())
+	if first := obs.first.Load(); first > 0 {
+		end.startup = time.Unix(0, first).Sub(start)
+	}
 	cancel()
 	select {
 	case err := <-ran:
@@ -339,7 +405,15 @@ func drain[T any](tb testing.TB, db *pgtest.DB, cfg processor.Config[T], n int, 
 	case <-time.After(30 * time.Second):
 		tb.Fatalf("processor did not stop within 30s")
 	}
-	return result{n, elapsed}
+	return end
+}
+
+// viaURL is the URL of db, through proxy unless it is nil.
+func viaURL(db *pgtest.DB, proxy *tcpproxy.Proxy) string {
+	if proxy == nil {
+		return db.URL
+	}
+	return proxy.URL(db.URL)
 }
 
 // measureNoop drains a backlog of n events through a handler that does nothing.

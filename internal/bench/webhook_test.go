@@ -14,6 +14,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -59,6 +60,12 @@ func measureHTTPIdeal(tb testing.TB, clients, n int, latency time.Duration) resu
 // measureWebhook drains n events spread over keys through the signed webhook handler to a receiver
 // answering after latency, with up to inFlight requests at once and a checkpoint per record advance.
 func measureWebhook(tb testing.TB, inFlight, keys, n int, latency time.Duration) result {
+	return measureWebhookVia(tb, nil, inFlight, keys, n, latency)
+}
+
+// measureWebhookVia is measureWebhook with the processor's database connections through proxy (nil:
+// none); the requests to the receiver go around it.
+func measureWebhookVia(tb testing.TB, proxy *tcpproxy.Proxy, inFlight, keys, n int, latency time.Duration) result {
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
 	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'k' || (g % $2), g FROM generate_series(1, $1) g`, n, keys)
@@ -69,14 +76,14 @@ func measureWebhook(tb testing.TB, inFlight, keys, n int, latency time.Duration)
 	if err != nil {
 		tb.Fatalf("webhook: %v", err)
 	}
-	return drain(tb, db, processor.Config[handlers.Row]{
+	return drainVia(tb, db, proxy, processor.Config[handlers.Row]{
 		StartFrom:   cursor.StartFromBeginning,
 		Process:     "bench_webhook",
 		Source:      processor.Source{Table: "events", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		Checkpoint:  processor.CheckpointRecord,
-	}, n, lastID, lastAt, 3*time.Minute)
+	}, n, lastID, lastAt, 3*time.Minute).result
 }
 
 // measureWebhookParking drains n events over keys as measureWebhook does, with OnHaltPark, to a receiver
