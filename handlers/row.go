@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -10,6 +9,7 @@ import (
 // Row is the generic record the CLI works with: a source row's columns in table order and their values.
 // Values are the natural Go forms of the column types (int64, float64, string, bool, time.Time, nil),
 // with json and jsonb columns as json.RawMessage and other types (uuid, numeric, ...) as their text form.
+// The rows of one read share their Columns slice: a handler must not change it.
 type Row struct {
 	Columns []string
 	Values  []any
@@ -28,26 +28,11 @@ func (r Row) Get(name string) (any, bool) {
 // MarshalJSON encodes the row as one JSON object with its columns in table order: ids, numbers, booleans
 // and timestamps as their natural JSON values and json columns embedded as JSON, not as strings.
 func (r Row) MarshalJSON() ([]byte, error) {
-	if len(r.Values) != len(r.Columns) {
-		return nil, fmt.Errorf("row has %d columns and %d values", len(r.Columns), len(r.Values))
+	b, err := r.AppendJSON(make([]byte, 0, 64*len(r.Columns)))
+	if err != nil {
+		return nil, err
 	}
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, c := range r.Columns {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		k, _ := json.Marshal(c)
-		b.Write(k)
-		b.WriteByte(':')
-		v, err := json.Marshal(r.Values[i])
-		if err != nil {
-			return nil, fmt.Errorf("column %q: %w", c, err)
-		}
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), nil
+	return b, nil
 }
 
 // Text returns the value of the first of columns the row has, as text: strings and bytea as they are, json

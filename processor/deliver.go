@@ -371,6 +371,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying curso
 	if left >= need && left >= p.cfg.Lease*2/3 {
 		return true
 	}
+	p.joinAhead()
 	var ok bool
 	var err error
 	if o.last != (source.Position{}) && o.n > o.counted {

@@ -70,6 +70,7 @@ func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed with
 // cause, or behind the key's parked records when cause is nil. The key is parked from now on.
 func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[T], cause error) error {
+	p.joinAhead()
 	pk := cursorlock.Parked{Key: it.rec.Key, Position: it.pos}
 	if cause != nil {
 		pk.Error, pk.Permanent, pk.Attempts = cause.Error(), handlers.IsPermanent(cause), it.rec.Attempt

@@ -58,7 +58,7 @@ type Config[T any] struct {
 	// BatchSize bounds the records read per batch; every read is bounded. Zero means adaptive: a batch
 	// reads up to DefaultBatchSize (100) records while the stream keeps up, so that a live stream's
 	// records are not held behind many others, and the bound doubles after every batch that came back
-	// full (a backlog), up to DefaultMaxBatchSize (1000), where each batch's round trips weigh little
+	// full (a backlog), up to DefaultMaxBatchSize (4000), where each batch's round trips weigh little
 	// against its records; the first batch that comes back short brings it back. A batch's position is
 	// committed with the statements that lock the row for the next one, so a backlog costs two round trips
 	// to the database per batch whatever its size. With MaxInFlight above 1, a batch holds at least sixteen
@@ -212,7 +212,7 @@ func (c *Config[T]) checkSigns() error {
 // The defaults of Config, which the zero value of each field takes, and which the CLI's flags default to.
 const (
 	DefaultBatchSize                = 100
-	DefaultMaxBatchSize             = 1000
+	DefaultMaxBatchSize             = 4000
 	DefaultDatabaseTimeout          = dial.DefaultTimeout
 	DefaultPollInterval             = 200 * time.Millisecond
 	DefaultProbeInterval            = 25 * time.Millisecond
@@ -348,8 +348,11 @@ type Processor[T any] struct {
 	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
 	// cursorlock.Rider); the horizon takes it when the lock it rode with is the one held.
 	polled source.Observation
-	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read.
-	limit int
+	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastLimit is the
+	// bound of the last read.
+	limit, lastLimit int
+	// ahead is the next batch, read while the last one was delivered (see ahead.go); nil when none.
+	ahead *ahead[T]
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -720,6 +723,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.role = roleNone
+	p.takeAhead(source.Position{})
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
@@ -810,6 +814,9 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 // else wait the poll interval).
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
 	began := time.Now()
+	if !p.cur.Locked() {
+		p.takeAhead(source.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
+	}
 	if ok, err := p.lock(work); err != nil || !ok {
 		return 0, 0, err
 	}
@@ -851,9 +858,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		return 0, 0, nil
 	}
 	readAt := time.Now()
-	items, err := p.read(work, st.Position, h.at)
-	if err != nil {
-		return 0, 0, err
+	items, ok := p.takeAhead(st.Position)
+	if !ok {
+		if items, err = p.read(work, st.Position, h.at); err != nil {
+			return 0, 0, err
+		}
 	}
 	p.obs.Batch(p.cfg.Process, len(items))
 	if len(items) == 0 {
@@ -870,7 +879,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	case p.windowed():
 		o = p.deliverWindow(ctx, work, st, items)
 	default:
+		p.readAhead(work, items, h.at)
 		o = p.deliverSync(ctx, work, st, items)
+		p.joinAhead()
 	}
 	n, wait, err = o.n, 0, o.err
 	switch {
@@ -933,6 +944,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
 		p.role, p.sourceSaved, p.tenure, p.knownPos, p.parked = roleOwner, false, tenure, false, nil
+		p.takeAhead(source.Position{}) // read in another tenure: read again
 		p.delivered.forget()
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {

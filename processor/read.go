@@ -41,6 +41,16 @@ func (p *Processor[T]) read(work context.Context, pos source.Position, horizon t
 		// left a webhook stream at 0.81 of plain clients, sixteen at 0.91).
 		limit = max(limit, 16*p.cfg.MaxInFlight)
 	}
+	items, err := p.readRows(work, pos, horizon, limit)
+	if err == nil {
+		p.lastLimit = limit
+		p.adapt(len(items), limit)
+	}
+	return items, err
+}
+
+// readRows reads at most limit records after pos and below horizon.
+func (p *Processor[T]) readRows(work context.Context, pos source.Position, horizon time.Time, limit int) ([]item[T], error) {
 	ctx, cancel := p.bounded(work)
 	defer cancel()
 	sql, args := p.table.ReadSQL(p.generic, pos, horizon, limit)
@@ -48,11 +58,7 @@ func (p *Processor[T]) read(work context.Context, pos source.Position, horizon t
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
-	items, err := p.scanItems(rows, min(limit, 1024))
-	if err == nil {
-		p.adapt(len(items), limit)
-	}
-	return items, err
+	return p.scanItems(rows, min(limit, 1024))
 }
 
 // batchLimit is the bound of the next read: Config.BatchSize, or the adaptive bound when it is zero.
@@ -178,21 +184,127 @@ func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {
 // rowScanner returns the scan function for handlers.Row: column names from the row, values as pgx
 // decodes them, and the json and jsonb columns (selected as text, at the indexes in raw) as raw JSON.
 func rowScanner(raw []int) func(pgx.CollectableRow) (handlers.Row, error) {
+	var cols valueDecoders
 	return func(row pgx.CollectableRow) (handlers.Row, error) {
 		fds := row.FieldDescriptions()
-		vals, err := row.Values()
+		var vals []any
+		var err error
+		if c, ok := row.(interface{ Conn() *pgx.Conn }); ok && c.Conn() != nil {
+			vals, err = cols.decode(c.Conn().TypeMap(), fds, row.RawValues())
+		} else {
+			vals, err = row.Values()
+		}
 		if err != nil {
 			return handlers.Row{}, err
 		}
-		r := handlers.Row{Columns: make([]string, len(fds)), Values: vals}
-		for i, fd := range fds {
-			r.Columns[i] = fd.Name
-		}
+		r := handlers.Row{Columns: cols.names(fds), Values: vals}
 		for _, i := range raw {
 			if s, ok := vals[i].(string); ok {
 				vals[i] = json.RawMessage(s)
 			}
 		}
 		return r, nil
+	}
+}
+
+// valueDecoders decode a generic row's values as pgx's Rows.Values does (the same codecs, the same Go
+// types), with each column's decoding planned once rather than once per value: a backlog of generic rows
+// spends its time on its records, not on looking up codecs.
+type valueDecoders struct {
+	oids  []uint32
+	funcs []func(raw []byte) (any, error)
+	cols  []string // the column names, shared by the rows (handlers.Row.Columns is read-only)
+}
+
+// names returns the column names of fds, the same slice for every row with the same names.
+func (d *valueDecoders) names(fds []pgconn.FieldDescription) []string {
+	same := len(d.cols) == len(fds)
+	for i := 0; same && i < len(fds); i++ {
+		same = d.cols[i] == fds[i].Name
+	}
+	if !same {
+		d.cols = make([]string, len(fds))
+		for i, fd := range fds {
+			d.cols[i] = fd.Name
+		}
+	}
+	return d.cols
+}
+
+// decode decodes one row's raw values, planning the columns anew when they are not those of the last row.
+func (d *valueDecoders) decode(m *pgtype.Map, fds []pgconn.FieldDescription, raw [][]byte) ([]any, error) {
+	if len(d.oids) != len(fds) {
+		d.oids, d.funcs = make([]uint32, len(fds)), make([]func([]byte) (any, error), len(fds))
+	}
+	vals := make([]any, len(fds))
+	for i, fd := range fds {
+		if d.funcs[i] == nil || d.oids[i] != fd.DataTypeOID {
+			d.oids[i], d.funcs[i] = fd.DataTypeOID, valueDecoder(m, fd)
+		}
+		if raw[i] == nil {
+			continue // NULL
+		}
+		v, err := d.funcs[i](raw[i])
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", fd.Name, err)
+		}
+		vals[i] = v
+	}
+	return vals, nil
+}
+
+// valueDecoder plans the decoding of one column into what its codec's DecodeValue gives: a typed scan
+// plan for the types a generic read selects most, DecodeValue itself for the others.
+func valueDecoder(m *pgtype.Map, fd pgconn.FieldDescription) func([]byte) (any, error) {
+	oid, format := fd.DataTypeOID, fd.Format
+	switch oid {
+	case pgtype.Int8OID:
+		return typedDecoder[int64](m, oid, format)
+	case pgtype.Int4OID:
+		return typedDecoder[int32](m, oid, format)
+	case pgtype.Int2OID:
+		return typedDecoder[int16](m, oid, format)
+	case pgtype.Float8OID:
+		return typedDecoder[float64](m, oid, format)
+	case pgtype.BoolOID:
+		return typedDecoder[bool](m, oid, format)
+	case pgtype.TextOID, pgtype.VarcharOID:
+		return typedDecoder[string](m, oid, format)
+	case pgtype.TimestamptzOID:
+		plan := m.PlanScan(oid, format, &pgtype.Timestamptz{})
+		return func(raw []byte) (any, error) {
+			var t pgtype.Timestamptz
+			if err := plan.Scan(raw, &t); err != nil {
+				return nil, err
+			}
+			if t.InfinityModifier != pgtype.Finite {
+				return t.InfinityModifier, nil
+			}
+			return t.Time, nil
+		}
+	}
+	typ, ok := m.TypeForOID(oid)
+	return func(raw []byte) (any, error) {
+		if !ok {
+			// What Rows.Values gives for a type pgx does not know: text as a string, else the bytes.
+			if format == pgtype.TextFormatCode {
+				return string(raw), nil
+			}
+			return append([]byte(nil), raw...), nil
+		}
+		return typ.Codec.DecodeValue(m, oid, format, raw)
+	}
+}
+
+// typedDecoder decodes into a V with a plan made once.
+func typedDecoder[V any](m *pgtype.Map, oid uint32, format int16) func([]byte) (any, error) {
+	var zero V
+	plan := m.PlanScan(oid, format, &zero)
+	return func(raw []byte) (any, error) {
+		var v V
+		if err := plan.Scan(raw, &v); err != nil {
+			return nil, err
+		}
+		return v, nil
 	}
 }

@@ -92,7 +92,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.traceColumn, "trace-column", "", "column holding each row's W3C traceparent: deliveries continue the application's trace (default traceparent if present)")
 	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
-	fs.IntVar(&f.batchSize, "batch-size", 0, "records read per batch (default adaptive: 100 while the stream keeps up, doubling to 1000 over a backlog)")
+	fs.IntVar(&f.batchSize, "batch-size", 0, "records read per batch (default adaptive: 100 while the stream keeps up, doubling to 4000 over a backlog)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", processor.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
 	fs.DurationVar(&f.probeInterval, "probe-interval", processor.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", processor.DefaultInsertLatency, "safety margin below the horizon for clock steps")

@@ -27,6 +27,10 @@ import (
 type Handler[T any] struct {
 	mu sync.Mutex
 	w  *bufio.Writer
+	// line is the scratch buffer a handlers.Row's line is built in; prefix is the line's start for the
+	// process named process, encoded once.
+	line            []byte
+	process, prefix string
 }
 
 // New returns a handler writing to w.
@@ -42,6 +46,9 @@ type line[T any] struct {
 // Handle writes rec as one line. A record that cannot be encoded (a value JSON has no form for) is a
 // permanent failure: the stream halts on it with the column named.
 func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) error {
+	if row, ok := any(rec.Value).(handlers.Row); ok {
+		return h.handleRow(rec.ID, rec.Process, row)
+	}
 	b, err := json.Marshal(line[T]{Process: rec.Process, Record: rec.Value})
 	if err != nil {
 		return handlers.Permanent(fmt.Errorf("encode record %s as JSON: %w", rec.ID, err))
@@ -59,4 +66,24 @@ func (h *Handler[T]) Flush(context.Context) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.w.Flush()
+}
+
+// handleRow writes a handlers.Row's line, the same bytes as json.Marshal of the line gives, without
+// reflection: the row appends its own JSON (handlers.Row.AppendJSON).
+func (h *Handler[T]) handleRow(id, process string, row handlers.Row) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.prefix == "" || process != h.process {
+		p, _ := json.Marshal(process) // a string always encodes
+		h.process, h.prefix = process, `{"process":`+string(p)+`,"record":`
+	}
+	b, err := row.AppendJSON(append(h.line[:0], h.prefix...))
+	if err != nil {
+		return handlers.Permanent(fmt.Errorf("encode record %s as JSON: json: error calling MarshalJSON for type handlers.Row: %w", id, err))
+	}
+	h.line = append(b, '}', '\n')
+	if _, err := h.w.Write(h.line); err != nil {
+		return fmt.Errorf("write record %s: %w", id, err)
+	}
+	return nil
 }
