@@ -5,7 +5,7 @@
 //
 // A Processor owns one named process. Each batch it locks the process's cursor row (see package cursor),
 // computes the horizon, reads at most BatchSize records after its position and below the horizon in
-// keyset order, hands them to the handler one by one, advances the position after each success, and
+// keyset order (BatchSize, which adapts to a backlog by default), hands them to the handler one by one, advances the position after each success, and
 // unlocks. When there is nothing to read it probes (ProbeInterval): one shared, index-only statement asks
 // whether a row lies after its position, and only a yes runs a batch. Without the probe, and while another
 // instance owns the process, it waits PollInterval.
@@ -22,6 +22,22 @@
 // or, on a direct connection, as soon as the owner's session ends. After a reconnect (a server restart, a
 // failover to a standby) the processor goes on from the cursor row it finds, and names the records it
 // delivered that the server no longer has.
+//
+// The lease decides even for an owner cut off inside its batch: the owner starts a record only while its
+// lease covers the handler call (HandlerTimeout), renewing it by a commit of what it has delivered before
+// that stops being so, and a standby that finds the lease run out while the owner's session still holds the
+// cursor row ends that session and takes over.
+//
+// # Round trips and deadlines
+//
+// Over a network every statement sent and awaited alone costs a round trip, and a backlog's batch costs
+// two: BEGIN, the row lock and the poll of the transactions in flight travel together, as do a batch's
+// position, its commit and the next batch's lock and poll; the read is the second. While a backlog's batch
+// is delivered, the next one is read below the same horizon. In READ COMMITTED each statement of a
+// pipeline still takes its snapshot when it starts, after the one before it has finished, so the horizon's
+// rule (the poll before the read, in an earlier statement) holds. Every exchange has a deadline
+// (DatabaseTimeout): a connection that a NAT or a load balancer forgot is replaced in seconds, not when
+// the kernel gives up a quarter of an hour later.
 //
 // # The horizon
 //

@@ -71,7 +71,8 @@ func (k *kafkaFlags) newHandler(cfg processor.Config[handlers.Row]) (handlers.Ha
 	k.deliveryTimeout = sinkTimeout(k.deliveryTimeout, bound)
 	if k.deliveryTimeout < time.Second || k.deliveryTimeout >= bound {
 		return nil, nil, usageErr("--kafka-delivery-timeout (%s) must be at least 1s and shorter than the handler "+
-			"timeout (%s), which is shorter than --idle-timeout", k.deliveryTimeout, bound)
+			"timeout (%s: --handler-timeout, by default the smaller of half --idle-timeout and a third of --lease)",
+			k.deliveryTimeout, bound)
 	}
 	if k.maxMessageBytes < kafkaMinMessageBytes || k.maxMessageBytes > kafkaMaxMessageBytes {
 		return nil, nil, usageErr("--kafka-max-message-bytes must be between %d and %d, got %d",

@@ -169,7 +169,8 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 	f.webhookTimeout = sinkTimeout(f.webhookTimeout, bound)
 	if f.webhookTimeout <= 0 || f.webhookTimeout >= bound {
 		return nil, usageErr("--webhook-timeout (%s) must be positive and shorter than the handler "+
-			"timeout (%s), which is shorter than --idle-timeout", f.webhookTimeout, bound)
+			"timeout (%s: --handler-timeout, by default the smaller of half --idle-timeout and a third of --lease)",
+			f.webhookTimeout, bound)
 	}
 	if f.webhookInFlight < 1 {
 		return nil, usageErr("--webhook-max-in-flight must be at least 1, got %d", f.webhookInFlight)

@@ -30,6 +30,17 @@
 //     with a multi-host URL and target_session_attrs=read-write; replication is cut, the processors deliver
 //     rows only the primary has, the primary stops at once and the standby is promoted; the children must
 //     go on there by themselves and name every delivered record the failover took back;
+//   - dead_connection: the children, two of each stream, reach PostgreSQL through a TCP proxy
+//     (internal/tcpproxy) which, while they deliver, makes every connection open through it dead for good, as a NAT or a load balancer that
+//     forgot them does: it takes the bytes of both sides and passes nothing on, the sockets stay open, and
+//     new connections pass. With the suite's usual flags, delivery must resume by itself within 20s of the
+//     cut (a row committed after it delivered), and the owner log within that time that its connection is
+//     lost; no delivery may be made by an instance the cursor row does not name as owner;
+//   - busy_owner_cut: the owner works through a backlog of a few thousand rows, the receiver answering
+//     each in 20ms (--checkpoint batch, --lease 10s), through a TCP proxy whose connections then go dead
+//     for good, as above, while a standby connects directly; the standby must deliver within 15s of the
+//     cut, and the old owner deliver nothing once it has taken over (each instance posts to a path of its
+//     own, so the receiver knows who sent what). The full form runs it on both horizons;
 //   - crowded_lock_table: no fault but a crowded lock table on the scenario's own cluster (another session
 //     holds 20,000 advisory locks, as a pg_dump of a large schema or a query over thousands of partitions
 //     does), so that reading pg_locks takes tens of milliseconds; nothing may be lost.

@@ -30,6 +30,8 @@ func TestFaults(t *testing.T) {
 	t.Run("pooled_transaction", func(t *testing.T) { t.Parallel(); pooled(t, pgbouncer.Transaction) })
 	t.Run("pooled_session", func(t *testing.T) { t.Parallel(); pooled(t, pgbouncer.Session) })
 	t.Run("failover", func(t *testing.T) { t.Parallel(); failover(t) })
+	t.Run("dead_connection", func(t *testing.T) { t.Parallel(); deadConnection(t) })
+	t.Run("busy_owner_cut", func(t *testing.T) { t.Parallel(); busyOwnerCut(t) })
 }
 
 // writerCount is how many writer goroutines a scenario runs.
@@ -528,8 +530,8 @@ func frozenOwner(t *testing.T) {
 }
 
 // TestChecksSeeADroppedDelivery proves that the checks can fail: the receiver takes one request without
-// recording it, and the stream is reported with lost=1; a reordered log and a position written back are
-// reported too.
+// recording it, and the stream is reported with lost=1; a reordered log, a position written back and a
+// delivery by an instance that did not own the process are reported too.
 func TestChecksSeeADroppedDelivery(t *testing.T) {
 	t.Parallel()
 	w := sharedWorld(t, "proof")
@@ -578,4 +580,20 @@ func TestChecksSeeADroppedDelivery(t *testing.T) {
 	problems := strings.Join(r.problems, "\n")
 	require.Contains(t, problems, "@someone-else was made while "+lastWrite.owner+" owned the process")
 	require.Contains(t, problems, "set the owner's epoch back")
+
+	// A delivery by an instance other than the owner the cursor row named, amid the owner's.
+	spans := w.mon.owners(st.process)
+	bad, checked, _ := strangers(st.process, st.batch, log, spans)
+	require.Empty(t, bad)
+	require.Positive(t, checked, "the monitor saw the owner")
+	other := append([]delivery(nil), log...)
+	for _, sp := range spans {
+		if sp.owner != "" && sp.from+1 < min(sp.until, len(other)) {
+			other[sp.from].Instance = "someone-else"
+			break
+		}
+	}
+	bad, _, _ = strangers(st.process, st.batch, other, spans)
+	require.Len(t, bad, 1)
+	require.Contains(t, bad[0], "by someone-else while the cursor row named "+st.process+"-")
 }

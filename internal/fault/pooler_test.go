@@ -45,7 +45,7 @@ func pooled(t *testing.T, mode pgbouncer.Mode) {
 
 	w := newWorldVia(t, "pooled_"+string(mode), db.URL, via)
 	sts := streamsFor("pooled_"+string(mode), "record")
-	extra := []string{"--idle-timeout", "10s", "--webhook-timeout", "3s", "--lease", pooledLease.String()}
+	extra := []string{"--idle-timeout", "10s", "--webhook-timeout", "500ms", "--lease", pooledLease.String()}
 	w.write(writerCount)
 	for _, st := range sts {
 		w.start(st, extra...)

@@ -6,7 +6,9 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -21,11 +23,13 @@ var secret = []byte("fault-suite-secret")
 
 // delivery is one request the receiver got, in arrival order.
 type delivery struct {
-	Process string
-	ID      int64
-	Agg     string
-	Seq     int
-	Attempt int
+	Process  string
+	ID       int64
+	Agg      string
+	Seq      int
+	Attempt  int
+	Instance string    // the instance that sent it, from the path it posted to (see urlFor)
+	At       time.Time // when it arrived
 }
 
 // gate holds the next request of a process open until release is closed.
@@ -48,13 +52,15 @@ type sink struct {
 	mu     sync.Mutex
 	log    []delivery
 	gates  []*gate
-	seen   map[string]int // process -> requests received
-	dropAt map[string]int // process -> number of the request to take but not record (to prove the checks)
-	bad    []string       // requests that were not what the webhook handler promises
+	seen   map[string]int           // process -> requests received
+	dropAt map[string]int           // process -> number of the request to take but not record (to prove the checks)
+	delay  map[string]time.Duration // process -> how long the receiver takes to answer (default up to 2ms)
+	bad    []string                 // requests that were not what the webhook handler promises
 }
 
 func newSink(t *testing.T) *sink {
-	s := &sink{closing: make(chan struct{}), seen: map[string]int{}, dropAt: map[string]int{}}
+	s := &sink{closing: make(chan struct{}), seen: map[string]int{}, dropAt: map[string]int{},
+		delay: map[string]time.Duration{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		close(s.closing)
@@ -64,6 +70,10 @@ func newSink(t *testing.T) *sink {
 }
 
 func (s *sink) url() string { return s.srv.URL + "/hook" }
+
+// urlFor is the URL an instance posts to: the receiver's, with the instance's name in the path, so that
+// each delivery names the instance that made it.
+func (s *sink) urlFor(instance string) string { return s.url() + "/" + url.PathEscape(instance) }
 
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
@@ -94,14 +104,16 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, "envelope id %q key %q do not match the record %+v", env.ID, env.Key, env.Record)
 		return
 	}
+	instance, _ := strings.CutPrefix(r.URL.Path, "/hook/")
 	d := delivery{Process: env.Process, ID: env.Record.ID, Agg: env.Record.AggregateID, Seq: env.Record.Seq,
-		Attempt: env.Attempt}
+		Attempt: env.Attempt, Instance: instance, At: time.Now()}
 
 	s.mu.Lock()
 	s.seen[d.Process]++
 	if s.dropAt[d.Process] != s.seen[d.Process] {
 		s.log = append(s.log, d)
 	}
+	delay, slow := s.delay[d.Process]
 	var g *gate
 	for i, gg := range s.gates {
 		if gg.process == d.Process {
@@ -121,7 +133,10 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	// A receiver takes a moment to act: it widens the window in which a fault finds a request in flight.
-	time.Sleep(time.Duration(rand.IntN(2000)) * time.Microsecond)
+	if !slow {
+		delay = time.Duration(rand.IntN(2000)) * time.Microsecond
+	}
+	time.Sleep(delay)
 	w.WriteHeader(http.StatusOK)
 }
 
@@ -148,6 +163,18 @@ func (s *sink) drop(process string, n int) {
 	s.mu.Unlock()
 }
 
+// slow makes the receiver take d to answer each request of process, from the next one on; zero goes back
+// to the default of up to 2ms.
+func (s *sink) slow(process string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d == 0 {
+		delete(s.delay, process)
+		return
+	}
+	s.delay[process] = d
+}
+
 func (s *sink) len() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,6 +191,16 @@ func (s *sink) deliveries() []delivery {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return append([]delivery(nil), s.log...)
+}
+
+// since returns the deliveries recorded from index i on.
+func (s *sink) since(i int) []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if i >= len(s.log) {
+		return nil
+	}
+	return append([]delivery(nil), s.log[i:]...)
 }
 
 func (s *sink) rejected() []string {

@@ -171,7 +171,12 @@ func (w *world) sleep(lo, hi time.Duration) {
 }
 
 func (w *world) env() []string {
-	return append(os.Environ(), "DATABASE_URL="+w.via, secretEnv+"="+string(secret))
+	return w.envFor(w.via)
+}
+
+// envFor is the environment of a child that connects to db.
+func (w *world) envFor(db string) []string {
+	return append(os.Environ(), "DATABASE_URL="+db, secretEnv+"="+string(secret))
 }
 
 // runBinary runs an inorder command to completion and returns its exit code and combined output.
@@ -245,12 +250,20 @@ func (c *child) wait(t *testing.T, timeout time.Duration) int {
 // start starts an instance of st; the test's cleanup kills it.
 func (w *world) start(st stream, extra ...string) *child {
 	w.t.Helper()
+	return w.startAt(st, w.via, extra...)
+}
+
+// startAt is start for an instance that connects to db rather than to what the world's children connect
+// to. Every instance posts to a path of the receiver's that names it, so that each delivery can be told
+// apart by the instance that made it.
+func (w *world) startAt(st stream, db string, extra ...string) *child {
+	w.t.Helper()
 	w.mu.Lock()
 	w.gen++
 	name := fmt.Sprintf("%s-%d", st.process, w.gen)
 	w.mu.Unlock()
 	args := []string{"run", "--process", st.process, "--table", "events", "--start-from", "beginning",
-		"--handler", "webhook", "--webhook-url", w.sink.url(), "--webhook-secret-env", secretEnv,
+		"--handler", "webhook", "--webhook-url", w.sink.urlFor(name), "--webhook-secret-env", secretEnv,
 		"--checkpoint", st.checkpoint, "--batch-size", strconv.Itoa(st.batch), "--horizon", st.horizon,
 		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "200ms", "--instance", name}
 	if len(extra) == 0 {
@@ -261,7 +274,7 @@ func (w *world) start(st stream, extra ...string) *child {
 	}
 	c := &child{name: name, stream: st, done: make(chan struct{})}
 	c.cmd = exec.Command(binary, append(args, extra...)...)
-	c.cmd.Env = w.env()
+	c.cmd.Env = w.envFor(db)
 	c.cmd.Stderr = c
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := c.cmd.Start(); err != nil {
@@ -406,11 +419,12 @@ type auditRow struct {
 	id      int64 // -1: no position
 	epoch   int64
 	owner   string
+	at      time.Time // when the write was made, by the server's clock
 }
 
 func (w *world) audit() []auditRow {
 	rows, err := w.pool.Query(context.Background(),
-		"SELECT n, process, app, position_id, epoch, coalesce(owner, '') FROM fault_cursor_writes ORDER BY n")
+		"SELECT n, process, app, position_id, epoch, coalesce(owner, ''), at FROM fault_cursor_writes ORDER BY n")
 	if err != nil {
 		w.t.Fatalf("audit: %v", err)
 	}
@@ -419,7 +433,7 @@ func (w *world) audit() []auditRow {
 	for rows.Next() {
 		var a auditRow
 		var pos *string
-		if err := rows.Scan(&a.n, &a.process, &a.app, &pos, &a.epoch, &a.owner); err != nil {
+		if err := rows.Scan(&a.n, &a.process, &a.app, &pos, &a.epoch, &a.owner, &a.at); err != nil {
 			w.t.Fatalf("audit: %v", err)
 		}
 		a.id = parseID(pos)
@@ -458,15 +472,27 @@ type posObs struct {
 	sinkLen int
 }
 
-// monitor polls every cursor row's position and keeps each change.
+// ownerSpan is a stretch of polls during which a cursor row named one owner under one epoch: since the epoch
+// grows at every change of owner, no other instance owned the process in between (only a failover that
+// lost a commit can hand an epoch out twice). Every delivery the receiver recorded at an index in
+// [from, until) arrived within it, and must have been made by owner.
+type ownerSpan struct {
+	process     string
+	owner       string // "" when the row names none
+	epoch       int64
+	from, until int // receiver indexes: recorded after the first such poll, before the last
+}
+
+// monitor polls every cursor row's position and owner, and keeps each change.
 type monitor struct {
 	stopCh chan struct{}
 	done   chan struct{}
 	once   sync.Once
 
-	mu   sync.Mutex
-	obs  []posObs
-	errs int
+	mu    sync.Mutex
+	obs   []posObs
+	spans []ownerSpan
+	errs  int
 }
 
 func startMonitor(t *testing.T, pool *pgxpool.Pool, s *sink) *monitor {
@@ -484,6 +510,7 @@ func (m *monitor) stop() {
 func (m *monitor) run(pool *pgxpool.Pool, s *sink) {
 	defer close(m.done)
 	last := map[string]int64{}
+	span := map[string]int{} // process -> index of its latest span
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -492,18 +519,25 @@ func (m *monitor) run(pool *pgxpool.Pool, s *sink) {
 			return
 		case <-tick.C:
 		}
+		type read struct {
+			pos   posObs
+			owner string
+			epoch int64
+		}
+		before := s.len() // before the read: every delivery counted here arrived before it
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		rows, err := pool.Query(ctx, "SELECT process_name, position_id FROM inorder.cursor")
-		var got []posObs
+		rows, err := pool.Query(ctx,
+			"SELECT process_name, position_id, coalesce(owner_instance, ''), owner_epoch FROM inorder.cursor")
+		var got []read
 		if err == nil {
 			for rows.Next() {
-				var o posObs
+				var r read
 				var pos *string
-				if err = rows.Scan(&o.process, &pos); err != nil {
+				if err = rows.Scan(&r.pos.process, &pos, &r.owner, &r.epoch); err != nil {
 					break
 				}
-				o.id = parseID(pos)
-				got = append(got, o)
+				r.pos.id = parseID(pos)
+				got = append(got, r)
 			}
 			rows.Close()
 			if err == nil {
@@ -516,12 +550,19 @@ func (m *monitor) run(pool *pgxpool.Pool, s *sink) {
 		if err != nil {
 			m.errs++ // the server is away (server_restart): go on
 		}
-		for _, o := range got {
+		for _, r := range got {
+			o := r.pos
 			if prev, ok := last[o.process]; !ok || prev != o.id {
 				last[o.process] = o.id
 				o.sinkLen = n
 				m.obs = append(m.obs, o)
 			}
+			if i, ok := span[o.process]; ok && m.spans[i].owner == r.owner && m.spans[i].epoch == r.epoch {
+				m.spans[i].until = max(m.spans[i].until, before)
+				continue
+			}
+			span[o.process] = len(m.spans)
+			m.spans = append(m.spans, ownerSpan{process: o.process, owner: r.owner, epoch: r.epoch, from: n, until: n})
 		}
 		m.mu.Unlock()
 	}
@@ -531,6 +572,19 @@ func (m *monitor) observations() []posObs {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return append([]posObs(nil), m.obs...)
+}
+
+// owners returns the owner spans of process, in the order they began.
+func (m *monitor) owners(process string) []ownerSpan {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []ownerSpan
+	for _, sp := range m.spans {
+		if sp.process == process {
+			out = append(out, sp)
+		}
+	}
+	return out
 }
 
 // tail returns the last n lines of s.

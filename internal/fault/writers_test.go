@@ -61,6 +61,15 @@ func (ws *writers) stopped() bool {
 	}
 }
 
+// add counts rows the scenario committed itself among the committed ones.
+func (ws *writers) add(ids []int64) {
+	ws.mu.Lock()
+	defer ws.mu.Unlock()
+	for _, id := range ids {
+		ws.committed[id] = true
+	}
+}
+
 func (ws *writers) snapshot() (committed, aborted map[int64]bool, stats writerStats) {
 	ws.mu.Lock()
 	defer ws.mu.Unlock()
