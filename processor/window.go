@@ -57,8 +57,9 @@ type window[T any] struct {
 	errs    []error
 	began   []time.Time
 	results chan done
-	// head is the first record not succeeded; inFlight counts the records whose handler runs.
-	head, inFlight int
+	// head is the first record not succeeded; inFlight counts the records whose handler runs; durable is
+	// the head as the last commit left it (CheckpointRecord), before which nothing is delivered again.
+	head, inFlight, durable int
 	// failedAt is the first record in order that failed: nothing from it on starts any more, but the
 	// records before it still do, so that the prefix reaches it and the stream halts on it.
 	failedAt int
@@ -127,7 +128,13 @@ func (w *window[T]) start() {
 		}
 	}
 	busy := map[string]bool{} // keys with an incomplete record before the one looked at
-	for i := w.head; i < w.failedAt && i < w.head+w.p.cfg.MaxInFlight; i++ {
+	// A crash delivers again at most MaxInFlight records: none starts that far past the durable position,
+	// even while the commit of an advance is under way.
+	end := w.head + w.p.cfg.MaxInFlight
+	if w.p.cfg.Checkpoint == CheckpointRecord {
+		end = min(end, w.durable+w.p.cfg.MaxInFlight)
+	}
+	for i := w.head; i < w.failedAt && i < end; i++ {
 		key := w.items[i].rec.Key
 		switch {
 		case w.slots[i] == succeeded || w.slots[i] == parked:
@@ -235,7 +242,9 @@ func (w *window[T]) commit() {
 	w.o.counted = w.o.n
 	if !w.o.checkpointed(stillLocked, err) {
 		w.stopping = true
+		return
 	}
+	w.durable = w.head
 }
 
 // watch runs every second while records are in flight: it reports what is in flight, warns once about a

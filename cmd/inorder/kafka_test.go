@@ -41,7 +41,7 @@ func TestKafkaFlagsGetOneClearLine(t *testing.T) {
 		{"pubsub flags with kafka", kafkaArgs("--pubsub-topic", "t"), "--webhook-* and --pubsub-* flags contradict --handler kafka"},
 		{"window below one", kafkaArgs("--kafka-max-in-flight", "0"), "--kafka-max-in-flight must be at least 1, got 0"},
 		{"delivery timeout over the handler timeout", kafkaArgs("--kafka-delivery-timeout", "40s"),
-			"--kafka-delivery-timeout (40s) must be at least 1s and shorter than the handler timeout (10s)"},
+			"--kafka-delivery-timeout (40s) must be at least 1s and shorter than the handler timeout (10s: --handler-timeout"},
 		{"delivery timeout below a second", kafkaArgs("--kafka-delivery-timeout", "500ms"),
 			"--kafka-delivery-timeout (500ms) must be at least 1s"},
 		{"message bytes", kafkaArgs("--kafka-max-message-bytes", "100"),
