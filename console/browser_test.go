@@ -55,6 +55,9 @@ func browser(t *testing.T) context.Context {
 // TestOperatorSkipsAHaltedRecordInTheBrowser is the night on call: a halted stream shows on the overview;
 // the operator signs in, opens it, skips the halted record with a reason; the stream resumes and the
 // audit row shows on the page.
+// liveText reads the text of the part of a page that refreshes itself, in one script.
+const liveText = `document.getElementById("live").innerText`
+
 func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -68,8 +71,11 @@ func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 		chromedp.WaitVisible(`#signin`, chromedp.ByID),
 		chromedp.SendKeys(`input[name=console_token]`, token, chromedp.ByQuery),
 		chromedp.Click(`#signin`, chromedp.ByID),
-		chromedp.WaitVisible(`a[href="./process/payments"]`, chromedp.ByQuery),
-		chromedp.Text(`#live`, &overview, chromedp.ByID),
+		// The page replaces #live every 200ms: what is inside it is read and clicked in one script each,
+		// never through a node that a refresh may have replaced since it was found.
+		chromedp.WaitVisible(`body[data-refresh]`, chromedp.ByQuery), // the overview, past the sign-in's navigation
+		chromedp.Poll(`!!document.querySelector('#live a[href="./process/payments"]')`, nil),
+		chromedp.Evaluate(liveText, &overview),
 		chromedp.FullScreenshot(&shot, 100),
 	))
 	require.Contains(t, overview, "payments")
@@ -82,9 +88,11 @@ func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 
 	var halted string
 	require.NoError(t, chromedp.Run(ctx,
-		chromedp.Click(`a[href="./process/payments"]`, chromedp.ByQuery),
+		// Clicked once the script has returned, so that the navigation cannot cut its answer off.
+		chromedp.Evaluate(`setTimeout(function(){document.querySelector('#live a[href="./process/payments"]').click()}, 0)`, nil),
 		chromedp.WaitVisible(`#skip`, chromedp.ByID),
-		chromedp.Text(`#live`, &halted, chromedp.ByID),
+		chromedp.Poll(`document.getElementById("live").innerText.includes("Halted on record")`, nil),
+		chromedp.Evaluate(liveText, &halted),
 		chromedp.SendKeys(`form[action$="/action/skip"] input[name=actor]`, "ada", chromedp.ByQuery),
 		chromedp.SendKeys(`form[action$="/action/skip"] input[name=reason]`, "card declined for good; refunded by hand", chromedp.ByQuery),
 		chromedp.Click(`#skip`, chromedp.ByID),

@@ -3,7 +3,6 @@ package processor_test
 import (
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -14,7 +13,7 @@ import (
 
 // exchangeCounter notes, at each batch that read records, how many round trips the proxy had counted.
 type exchangeCounter struct {
-	noopObserver
+	nopObserver
 	proxy *tcpproxy.Proxy
 
 	mu      sync.Mutex
@@ -89,14 +88,3 @@ func TestABatchCostsTwoRoundTrips(t *testing.T) {
 }
 
 func itoa(n int) string { return idText(int64(n)) }
-
-// noopObserver is an Observer that notes nothing, for tests that watch one of its calls.
-type noopObserver struct{}
-
-func (noopObserver) Batch(string, int)                    {}
-func (noopObserver) Handled(string, time.Duration, error) {}
-func (noopObserver) Position(string, time.Time)           {}
-func (noopObserver) Halted(string, bool)                  {}
-func (noopObserver) Locked(string, bool)                  {}
-func (noopObserver) Hold(string, time.Duration)           {}
-func (noopObserver) Connected(string, bool)               {}
