@@ -185,3 +185,29 @@ func TestARowHeldForAMomentIsNotATakeover(t *testing.T) {
 	require.Zero(t, logs.count("taken by another instance"), "no takeover was told")
 	require.Zero(t, logs.count("standing by"))
 }
+
+// TestAStartUpThatNeverAnswersIsGivenUp cuts a processor off, new connections too (a path that accepts TCP
+// but never answers the server's start-up): each reconnect is given up after the database timeout and
+// said so, and once the path heals the stream goes on by itself.
+func TestAStartUpThatNeverAnswersIsGivenUp(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, cc := b.through(t)
+	logs := &logBuffer{}
+	cfg := b.cfg
+	cfg.ConnConfig, cfg.DatabaseTimeout, cfg.ProbeInterval = cc, time.Second, -1
+	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
+	start(t, cfg)
+	b.insert(t, 3)
+	waitFor(t, "the first rows", func() bool { return b.h.count() == 3 })
+
+	proxy.SwallowNew(true)
+	proxy.Swallow()
+	// The statement in flight, then two start-ups, each given up after the timeout (1s) and a backoff.
+	require.Eventually(t, func() bool { return logs.count(`"message":"reconnect failed"`) >= 2 }, 10*time.Second,
+		10*time.Millisecond, "reconnects given up")
+	require.Positive(t, logs.count("timeout"), "the reconnects failed on the timeout")
+	proxy.Heal()
+	b.insert(t, 3)
+	waitFor(t, "the rows written while cut off", func() bool { return b.h.count() == 6 })
+}
