@@ -8,9 +8,13 @@ PKGS := ./...
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# VERSION is what `inorder version` says: the tag the commit is at, else the commit, "-dirty" when the
+# work tree has changes.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+
 .PHONY: build
-build: ## Build the inorder binary into bin/.
-	$(GO) build -o bin/inorder ./cmd/inorder
+build: ## Build the inorder binary into bin/, its version stamped (inorder version).
+	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/inorder ./cmd/inorder
 
 .PHONY: test
 test: ## Vet, check formatting and run every test with the race detector against a real Postgres.

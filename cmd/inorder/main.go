@@ -7,6 +7,10 @@
 //	inorder audit                  the operator actions taken
 //	inorder prune                  delete the rows every process of a table has passed (audited)
 //	inorder forget                 remove a stopped process's cursor rows (audited)
+//	inorder version                the version, the commit and the Go version (also --version)
+//
+// Every flag may also be set in the environment as INORDER_<FLAG> (INORDER_WEBHOOK_URL for
+// --webhook-url); a flag on the command line wins.
 //
 // Run `inorder <command> --help` for a command's flags.
 package main
@@ -46,9 +50,10 @@ Usage:
   inorder prune [flags]       delete the rows every process of a table has passed (audited)
   inorder forget [flags]      remove a stopped process's cursor rows; run again, it starts afresh (audited)
   inorder console [flags]     serve the web console: every process, one in detail, the actions
+  inorder version             the version, the commit it was built from and the Go version (also --version)
 
 Run 'inorder <command> --help' for the flags of a command.
-`
+` + envHelp
 
 // errUsage marks an error in the command line: exit code 2 and no log noise.
 var errUsage = errors.New("usage")
@@ -59,6 +64,9 @@ func main() {
 
 // realMain runs one command and returns the exit code.
 func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args = append([]string{"version"}, args[1:]...)
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		fmt.Fprint(stderr, usage)
 		if len(args) == 0 {
@@ -98,6 +106,8 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		err = forgetCmd(ctx, args[1:], stdout, stderr)
 	case "console":
 		err = consoleCmd(ctx, args[1:], stdout, stderr)
+	case "version":
+		err = versionCmd(args[1:], stdout)
 	default:
 		fmt.Fprintf(stderr, "inorder: unknown command %q\n\n%s", args[0], usage)
 		return 2
@@ -134,6 +144,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if errors.Is(err, flag.ErrHelp) {
 		fs.SetOutput(out)
 		fs.Usage()
+		fmt.Fprint(out, "\n"+envHelp)
 		return err
 	}
 	if err != nil {
@@ -143,7 +154,7 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if fs.NArg() > 0 {
 		return usageErr("unexpected argument %q", fs.Arg(0)) // %q escapes line breaks
 	}
-	return nil
+	return flagsFromEnv(fs, os.LookupEnv)
 }
 
 // oneLineText escapes line breaks and other control characters, so that an error is one line.

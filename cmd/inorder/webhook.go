@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/url"
 	"os"
 	"slices"
 	"strings"
@@ -165,6 +166,9 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 		}
 		secret = []byte(s)
 	}
+	if err := checkWebhookURL(f.webhookURL); err != nil {
+		return nil, err
+	}
 	bound := handlerTimeout(cfg)
 	f.webhookTimeout = sinkTimeout(f.webhookTimeout, bound)
 	if f.webhookTimeout <= 0 || f.webhookTimeout >= bound {
@@ -193,4 +197,21 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 		return nil, usageErr("%v", err)
 	}
 	return h, nil
+}
+
+// checkWebhookURL refuses a --webhook-url that is not an http or https URL with a host, in the flag's
+// words, and says to add the scheme when it lacks one (127.0.0.1:8092/charge). A URL that may hold a
+// password (user info) is not repeated.
+func checkWebhookURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" {
+		return nil
+	}
+	if !strings.Contains(raw, "://") {
+		if strings.Contains(raw, "@") {
+			return usageErr("--webhook-url has no scheme: start it with http:// or https://")
+		}
+		return usageErr("--webhook-url %q has no scheme: start it with http:// or https://, as in %q", raw, "http://"+raw)
+	}
+	return usageErr("--webhook-url must be an http:// or https:// URL with a host")
 }
