@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/pgtest"
 )
 
 // TestARunConfiguredByTheEnvironmentDelivers runs `inorder run` with no flag at all, every setting from
@@ -49,5 +51,20 @@ func TestVersionSaysWhatWasBuilt(t *testing.T) {
 		require.Zero(t, code, stderr)
 		require.True(t, strings.HasPrefix(stdout, "inorder "), stdout)
 		require.Contains(t, stdout, " go1.")
+	}
+}
+
+// TestACommandBeforeMigrateSaysToMigrate runs status and run against a database without inorder's
+// tables: one line that says to run inorder migrate.
+func TestACommandBeforeMigrateSaysToMigrate(t *testing.T) {
+	t.Parallel()
+	db := pgtest.NewDB(t, pgtest.Options{Empty: true})
+	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+		CREATE INDEX ON bookings (created_at, id)`)
+	env := []string{"DATABASE_URL=" + db.URL}
+	for _, args := range [][]string{{"status"}, runArgs()} {
+		code, _, stderr := runBinary(t, env, args...)
+		require.Equal(t, 1, code, stderr)
+		require.Contains(t, stderr, "run inorder migrate first", "%v", args)
 	}
 }

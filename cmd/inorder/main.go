@@ -121,9 +121,25 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], strings.TrimPrefix(err.Error(), "usage: "))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "inorder %s: %v\n", args[0], pooler.Explain(err))
+		fmt.Fprintf(stderr, "inorder %s: %v\n", args[0], explainSchema(pooler.Explain(err)))
 		return 1
 	}
+}
+
+// explainSchema says what to do when the error is that inorder's own tables or columns are missing: the
+// database has not been migrated, or not since this binary's version.
+func explainSchema(err error) error {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || !strings.Contains(pgErr.Message, "inorder.") && !strings.Contains(pgErr.Message, "inorder\"") {
+		return err
+	}
+	switch pgErr.Code {
+	case "42P01", "3F000": // undefined table, undefined schema
+		return fmt.Errorf("%w; inorder's tables are not in this database: run inorder migrate first", err)
+	case "42703", "42883": // undefined column, undefined function
+		return fmt.Errorf("%w; inorder's tables are older than this binary: run inorder migrate", err)
+	}
+	return err
 }
 
 func usageErr(format string, args ...any) error {
