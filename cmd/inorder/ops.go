@@ -207,11 +207,12 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return enc.Encode(map[string]any{"entries": entries})
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-	// The reason comes last and whole: an audit trail should show why in full.
+	// The reason comes last and whole, and who acted is shown in full but for very long names: an audit
+	// trail should say who and why.
 	fmt.Fprintln(tw, "AT\tPROCESS\tACTION\tBY\tRECORD\tDETAIL\tREASON")
 	for _, e := range entries {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s/%s\t%s\t%s\t%s\n", e.At.UTC().Format("2006-01-02 15:04:05"), clip(e.Process, 20),
-			e.Action, clip(e.Actor, 12), clip(e.Role, 12), clip(e.RecordID, 12), auditDetail(e.Detail),
+			e.Action, clip(e.Actor, 48), clip(e.Role, 24), clip(e.RecordID, 24), auditDetail(e.Detail),
 			oneLineText(e.Reason))
 	}
 	return tw.Flush()

@@ -135,4 +135,11 @@ func TestOperatorActionsOnARunningProcessor(t *testing.T) {
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), "SELECT count(*) FROM inorder.audit").Scan(&n))
 	require.Equal(t, 4, n)
+
+	// The table shows who acted in full, a name with its origin included.
+	code, _, stderr = runBinary(t, b.env, "pause", "--process", "booking_sms", "--actor", "ada lovelace (console)")
+	require.Zero(t, code, stderr)
+	code, stdout, stderr = runBinary(t, b.env, "audit", "--process", "booking_sms")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stdout, "ada lovelace (console)/postgres")
 }
