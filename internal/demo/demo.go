@@ -126,7 +126,11 @@ func run(ctx context.Context, opts options) (summary, error) {
 	defer os.RemoveAll(filepath.Dir(bin))
 	args := []string{"run", "--process", process, "--table", "bookings", "--start-from", "beginning", "--handler", "pubsub",
 		"--pubsub-project", project, "--pubsub-topic", topic, "--checkpoint", "record", "--poll-interval", "100ms"}
-	fmt.Fprintf(out, "inorder demo: running  inorder %s\n\n", join(args))
+	fmt.Fprintf(out, "inorder demo: running  inorder %s\n", join(args))
+	fmt.Fprintln(out, "inorder demo: the order kept is per customer (Pub/Sub's ordering key): one customer's bookings "+
+		"arrive in the order they were written, while different customers' may interleave, so booking #4 may "+
+		"arrive before #3 when they belong to two customers.")
+	fmt.Fprintln(out)
 	child := exec.Command(bin, args...)
 	child.Env = append(os.Environ(), "DATABASE_URL="+dbURL, "PUBSUB_EMULATOR_HOST="+emulator)
 	child.Stdout, child.Stderr = opts.Logs, opts.Logs

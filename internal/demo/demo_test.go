@@ -23,5 +23,6 @@ func TestDemoRunsTheStory(t *testing.T) {
 	require.GreaterOrEqual(t, sum.Inserted, 15)
 	require.GreaterOrEqual(t, sum.Received, sum.Inserted, out.String())
 	require.Contains(t, out.String(), "0 behind; every key in order")
+	require.Contains(t, out.String(), "the order kept is per customer", "the interleaving of customers is explained")
 	require.False(t, strings.Contains(out.String(), "OUT OF ORDER"))
 }
