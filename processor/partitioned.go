@@ -404,9 +404,7 @@ func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
 			return err
 		}
 		if has {
-			return fmt.Errorf("%w: the process has no cursor row and %s already has rows, which it would all "+
-				"deliver; say where it starts (Config.StartFrom, or inorder run --start-from beginning|now|<RFC 3339 time>)",
-				ErrStartFromUnset, t.Qualified)
+			return &StartFromError{Table: t.Qualified}
 		}
 	}
 	p.cfg.StartFrom = cursor.StartFromBeginning

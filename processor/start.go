@@ -45,22 +45,46 @@ func (p *Processor[T]) register(ctx context.Context) error {
 
 // unsetStart is the refusal of a new process without a start, naming the processes that read its table.
 func (p *Processor[T]) unsetStart(ctx context.Context) error {
-	what := fmt.Sprintf("the process has no cursor row and %s already has rows, which it would all deliver; "+
-		"say where it starts (Config.StartFrom, or inorder run --start-from beginning|now|<RFC 3339 time>)",
-		p.table.Qualified)
+	e := &StartFromError{Table: p.table.Qualified}
 	readers := p.readers(ctx)
 	if len(readers) == 0 {
-		return fmt.Errorf("%w: %s", ErrStartFromUnset, what)
+		return e
 	}
-	best, parts := readers[0].name, make([]string, len(readers))
-	for i, r := range readers {
-		parts[i] = r.String()
+	best := readers[0].name
+	for _, r := range readers {
+		e.Readers = append(e.Readers, r.String())
 		if editDistance(r.name, p.cfg.Process) < editDistance(best, p.cfg.Process) {
 			best = r.name
 		}
 	}
-	return fmt.Errorf("%w: %s; processes that read it: %s; did you mean %s?", ErrStartFromUnset, what,
-		strings.Join(parts, ", "), best)
+	e.Suggestion = best
+	return e
+}
+
+// StartFromError is Run's refusal of a new process (one without a cursor row) that has no StartFrom, on a
+// table that already has rows. It wraps ErrStartFromUnset.
+type StartFromError struct {
+	// Table is the source table, qualified.
+	Table string
+	// Readers describes the processes that read the table, each with where it stands; Suggestion is the
+	// name among them closest to the process's, empty when none reads it.
+	Readers    []string
+	Suggestion string
+}
+
+func (e *StartFromError) Error() string { return e.Explain("Config.StartFrom") }
+
+func (e *StartFromError) Unwrap() error { return ErrStartFromUnset }
+
+// Explain words the refusal with setting as what gives a process its start: Error names Config.StartFrom,
+// the CLI its --start-from flag.
+func (e *StartFromError) Explain(setting string) string {
+	s := fmt.Sprintf("%v: the process has no cursor row and %s already has rows, which it would all deliver; "+
+		"say where it starts (%s)", ErrStartFromUnset, e.Table, setting)
+	if len(e.Readers) > 0 {
+		s += fmt.Sprintf("; processes that read it: %s; did you mean %s?", strings.Join(e.Readers, ", "), e.Suggestion)
+	}
+	return s
 }
 
 // reader is a process that reads the table: its name, position and the rows behind it (-1 unknown, a

@@ -31,6 +31,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/pooler"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 const usage = `inorder moves the rows of a Postgres table to a handler, strictly in order, never skipping one.
@@ -121,7 +122,12 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], strings.TrimPrefix(err.Error(), "usage: "))
 		return 2
 	default:
-		fmt.Fprintf(stderr, "inorder %s: %v\n", args[0], explainSchema(pooler.Explain(err)))
+		msg := explainSchema(pooler.Explain(err)).Error()
+		var sfe *processor.StartFromError
+		if errors.As(err, &sfe) { // in the CLI's words: its flag, not the library's field
+			msg = strings.Replace(msg, sfe.Error(), sfe.Explain("--start-from beginning|now|<RFC 3339 time>"), 1)
+		}
+		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], msg)
 		return 1
 	}
 }

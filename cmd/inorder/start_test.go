@@ -33,6 +33,7 @@ func TestANewProcessNeverStartsByItself(t *testing.T) {
 	line = lines[len(lines)-1]
 	require.Contains(t, line, `process "order payments": a new process needs a start`)
 	require.Contains(t, line, "--start-from beginning|now")
+	require.NotContains(t, stderr, "Config.StartFrom", "a CLI user is told the flag, not the library's field")
 	require.Contains(t, line, "processes that read it: order_payments (at ")
 	require.Contains(t, line, "/3, 0 behind)")
 	require.Contains(t, line, "did you mean order_payments?")
