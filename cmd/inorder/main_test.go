@@ -301,8 +301,14 @@ func TestStatusExplainsAHaltedStream(t *testing.T) {
 	require.Zero(t, code)
 	require.Contains(t, text, "booking_sms halted on record 3")
 	for _, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "    ") {
+			continue // a command to copy, whole on its line
+		}
 		require.LessOrEqual(t, len([]rune(l)), 100, "status fits 100 columns: %q", l)
 	}
+	// The commands it suggests are whole, each on a line of its own, however long: they can be copied.
+	require.Contains(t, text, "\n    inorder retry --process booking_sms\n")
+	require.Contains(t, text, "\n    inorder skip --process booking_sms --record 3 --reason '...'\n")
 }
 
 func TestBadInputGetsOneClearLine(t *testing.T) {

@@ -122,13 +122,13 @@ func printStatus(w io.Writer, rep statusReport) {
 			}
 			fmt.Fprintf(w, "\n%s\n%s\n"+
 				"  fix the sink or the record; the stream resumes by itself once the record goes through,\n"+
-				"  or at once with: inorder retry --process %s\n",
+				"  or at once with:\n%s\n",
 				wrap(fmt.Sprintf("%s %s record %s (%s): %s since %s (last %s%s)", ps.Process, what, h.RecordID,
 					kind, plural(h.Attempts, "attempt"), h.FirstFailureAt.UTC().Format(time.RFC3339),
 					h.LastFailureAt.UTC().Format(time.RFC3339), next), "", 100),
-				wrap("error: "+clip(h.Error, 600), "  ", 100), ps.Process)
-			fmt.Fprintln(w, wrap(fmt.Sprintf("or, once the record is known to be unwanted: inorder skip --process %s --record %s --reason '...'",
-				ps.Process, h.RecordID), "  ", 100))
+				wrap("error: "+clip(h.Error, 600), "  ", 100), command("inorder retry --process %s", ps.Process))
+			fmt.Fprintf(w, "  or, once the record is known to be unwanted:\n%s\n",
+				command("inorder skip --process %s --record %s --reason '...'", ps.Process, h.RecordID))
 		}
 		if !ps.HeldSince.IsZero() {
 			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s held by %s, in flight since %s (%s): records after its start "+
@@ -136,10 +136,11 @@ func printStatus(w io.Writer, rep statusReport) {
 				ps.Process, holdName(ps.HeldByPID), ps.HeldSince.UTC().Format(time.RFC3339),
 				humanAge(time.Since(ps.HeldSince).Seconds())), "", 100))
 			if ps.HeldByPID != 0 {
-				fmt.Fprintln(w, wrap(fmt.Sprintf("Look: SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d",
-					ps.HeldByPID), "  ", 100))
+				fmt.Fprintf(w, "  look:\n%s\n", command("SELECT state, xact_start, query FROM pg_stat_activity WHERE pid = %d;",
+					ps.HeldByPID))
 			} else {
-				fmt.Fprintln(w, wrap("Look: SELECT gid, prepared, owner FROM pg_prepared_xacts; end it with COMMIT PREPARED or ROLLBACK PREPARED", "  ", 100))
+				fmt.Fprintf(w, "  look, and end it with COMMIT PREPARED or ROLLBACK PREPARED:\n%s\n",
+					command("SELECT gid, prepared, owner FROM pg_prepared_xacts;"))
 			}
 		}
 		if ps.InFlight > 0 && (ps.Locked || ps.Connected > 0) {
@@ -148,11 +149,11 @@ func printStatus(w io.Writer, rep statusReport) {
 				humanAge(time.Since(ps.InFlightSince).Seconds())), "", 100))
 		}
 		if ps.ParkedKeys > 0 {
-			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s: %s parked (%s), the longest since %s (%s); the other keys go on",
-				ps.Process, plural(ps.ParkedKeys, "key"), plural(ps.ParkedRecords, "record"),
-				ps.ParkedSince.UTC().Format(time.RFC3339), humanAge(time.Since(ps.ParkedSince).Seconds())), "", 100),
-				wrap(fmt.Sprintf("see them: inorder parked --process %s; once the sink accepts them: inorder redrive --process %s --all",
-					ps.Process, ps.Process), "  ", 100))
+			fmt.Fprintf(w, "\n%s\n  see them:\n%s\n  once the sink accepts them:\n%s\n",
+				wrap(fmt.Sprintf("%s: %s parked (%s), the longest since %s (%s); the other keys go on",
+					ps.Process, plural(ps.ParkedKeys, "key"), plural(ps.ParkedRecords, "record"),
+					ps.ParkedSince.UTC().Format(time.RFC3339), humanAge(time.Since(ps.ParkedSince).Seconds())), "", 100),
+				command("inorder parked --process %s", ps.Process), command("inorder redrive --process %s --all", ps.Process))
 		}
 		if ps.LagError != "" {
 			fmt.Fprintf(w, "\n%s: cannot measure lag: %s\n", ps.Process, ps.LagError)
@@ -203,6 +204,12 @@ func clip(s string, n int) string {
 		return s
 	}
 	return string([]rune(s)[:n-1]) + "…"
+}
+
+// command is a command for the reader to copy, on a line of its own and never wrapped, however long:
+// a command broken over two lines cannot be pasted.
+func command(format string, args ...any) string {
+	return "    " + fmt.Sprintf(format, args...)
 }
 
 // wrap breaks text into lines of at most width runes, each starting with indent, at spaces where it can.
