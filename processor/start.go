@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // A process that has no cursor row starts where Config.StartFrom says. Without it, on a table that already
@@ -53,7 +54,7 @@ func (p *Processor[T]) unsetStart(ctx context.Context) error {
 	best := readers[0].name
 	for _, r := range readers {
 		e.Readers = append(e.Readers, r.String())
-		if editDistance(r.name, p.cfg.Process) < editDistance(best, p.cfg.Process) {
+		if source.EditDistance(r.name, p.cfg.Process) < source.EditDistance(best, p.cfg.Process) {
 			best = r.name
 		}
 	}
@@ -136,26 +137,4 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
 	return out
-}
-
-// editDistance is the Levenshtein distance between a and b, in runes.
-func editDistance(a, b string) int {
-	ra, rb := []rune(a), []rune(b)
-	prev := make([]int, len(rb)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(ra); i++ {
-		cur := make([]int, len(rb)+1)
-		cur[0] = i
-		for j := 1; j <= len(rb); j++ {
-			cost := 1
-			if ra[i-1] == rb[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(rb)]
 }

@@ -326,6 +326,10 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 	}{
 		{"unknown table", b.env, []string{"run", "--process", "p1", "--table", "nope"}, 1,
 			`inorder run: process "p1": invalid source: table "nope" does not exist`},
+		{"a table name with a typo", b.env, []string{"run", "--process", "p1", "--table", "booking"}, 1,
+			`table "booking" does not exist (or is not on the search_path); did you mean bookings?`},
+		{"a qualified table name with a typo", b.env, []string{"run", "--process", "p1", "--table", "public.bookngs"}, 1,
+			`table "public.bookngs" does not exist (or is not on the search_path); did you mean public.bookings?`},
 		{"unknown column", b.env, []string{"run", "--process", "p2", "--table", "bookings", "--columns", "id,colour"}, 1,
 			`selected column "colour" does not exist in public.bookings`},
 		{"bad checkpoint", b.env, runArgs("--checkpoint", "sometimes"), 2, `--checkpoint must be record or batch, got "sometimes"`},

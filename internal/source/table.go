@@ -310,6 +310,9 @@ func lookup(ctx context.Context, conn Querier, table string) (relation, error) {
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE c.oid = to_regclass($1)`, table).Scan(&r.oid, &r.schema, &r.name, &r.kind, &r.canSelect)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if near := nearestTable(ctx, conn, table); near != "" {
+			return r, invalid("table %q does not exist (or is not on the search_path); did you mean %s?", table, near)
+		}
 		return r, invalid("table %q does not exist (or is not on the search_path)", table)
 	}
 	var pgErr *pgconn.PgError
@@ -320,6 +323,58 @@ func lookup(ctx context.Context, conn Querier, table string) (relation, error) {
 		return r, fmt.Errorf("inspect table %q: %w", table, err)
 	}
 	return r, nil
+}
+
+// nearestTable is the table visible to the role (on the search_path, or in the schema table names) whose
+// name is closest to table's, when one is close enough to be a typo of it: "" otherwise, and when the
+// catalog cannot be read.
+func nearestTable(ctx context.Context, conn Querier, table string) string {
+	schema, name, qualified := strings.Cut(table, ".")
+	if !qualified {
+		schema, name = "", table
+	}
+	rows, err := conn.Query(ctx, `
+		SELECT CASE WHEN $1 = '' THEN c.relname ELSE n.nspname || '.' || c.relname END
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE c.relkind IN ('r', 'p', 'v', 'm', 'f')
+		  AND CASE WHEN $1 = '' THEN pg_table_is_visible(c.oid) ELSE n.nspname = $1 END`, schema)
+	if err != nil {
+		return ""
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return ""
+	}
+	best, bestD := "", max(2, len([]rune(name))/3)+1
+	for _, n := range names {
+		if d := EditDistance(strings.ToLower(n), strings.ToLower(table)); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// EditDistance is the Levenshtein distance between a and b, in runes: how far a name given is from one
+// that exists, for the "did you mean" of a refusal.
+func EditDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	prev := make([]int, len(rb)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		cur := make([]int, len(rb)+1)
+		cur[0] = i
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(rb)]
 }
 
 // timestampKind is what a created_at default expression gives a row.
