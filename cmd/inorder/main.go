@@ -30,6 +30,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -123,6 +124,14 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return 2
 	default:
 		msg := explainSchema(pooler.Explain(err)).Error()
+		var ce *pgconn.ConnectError
+		var refused *pgconn.PgError
+		if errors.As(err, &ce) && errors.As(err, &refused) {
+			// The server's own refusal (a wrong password, a database that does not exist), without the
+			// attempts before it: sslmode=prefer tries TLS first, which a server without it refuses.
+			msg = strings.Replace(msg, ce.Error(), fmt.Sprintf("failed to connect to `user=%s database=%s`: %v",
+				ce.Config.User, ce.Config.Database, refused), 1)
+		}
 		var sfe *processor.StartFromError
 		if errors.As(err, &sfe) { // in the CLI's words: its flag, not the library's field
 			msg = strings.Replace(msg, sfe.Error(), sfe.Explain("--start-from beginning|now|<RFC 3339 time>"), 1)
@@ -245,6 +254,7 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	dial.Configure(cfg, 0) // a path that never answers is given up in seconds
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", pooler.Explain(err))

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/pgtest"
+)
+
+// TestAWrongPasswordSaysSoInOneLine connects as a role that must give a password (a rule of its own at the
+// top of the cluster's pg_hba.conf), with the wrong one: the line says that the password failed, and not
+// the TLS attempt before it (sslmode=prefer asks a server without TLS for it first).
+func TestAWrongPasswordSaysSoInOneLine(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	if pgtest.Cluster() == nil {
+		t.Skip("needs the throwaway cluster, whose pg_hba.conf the test may change")
+	}
+	ctx := context.Background()
+	var hba string
+	require.NoError(t, db.Pool.QueryRow(ctx, "SHOW hba_file").Scan(&hba))
+	role := "pw_" + strings.ToLower(db.Name)
+	db.Exec(t, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD 'right'")
+	old, err := os.ReadFile(hba)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(hba, append([]byte("host all "+role+" 0.0.0.0/0 scram-sha-256\nhost all "+role+
+		" ::/0 scram-sha-256\n"), old...), 0o600))
+	t.Cleanup(func() { _ = os.WriteFile(hba, old, 0o600); _, _ = db.Pool.Exec(ctx, "SELECT pg_reload_conf()") })
+	db.Exec(t, "SELECT pg_reload_conf()")
+
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	url := "postgres://" + role + ":wrong@" + cc.Host + ":" + strconv.Itoa(int(cc.Port)) + "/" + cc.Database
+	code, stdout, stderr := runBinary(t, []string{"DATABASE_URL=" + url}, "status")
+	require.Equal(t, 1, code, stderr)
+	require.Empty(t, stdout)
+	require.Contains(t, stderr, `password authentication failed for user "`+role+`"`)
+	require.NotContains(t, stderr, "tls error")
+	require.NotContains(t, stderr, "wrong", "the password is not printed")
+	require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+}
