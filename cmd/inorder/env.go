@@ -24,9 +24,14 @@ const envHelp = "Every flag may also be set in the environment as INORDER_<FLAG>
 func flagsFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	return setFromEnv(fs, lookup, given)
+}
+
+// setFromEnv sets every flag of fs but those in skip from its environment variable, when that is set.
+func setFromEnv(fs *flag.FlagSet, lookup func(string) (string, bool), skip map[string]bool) error {
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
-		if err != nil || given[f.Name] {
+		if err != nil || skip[f.Name] {
 			return
 		}
 		name := envName(f.Name)

@@ -78,6 +78,12 @@ type runFlags struct {
 	pubsubMaxBytes      int
 
 	kafka kafkaFlags
+
+	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
+	configPath, configEntry string
+	// stdoutHandler is the stdout handler the processes of one OS process share, so that their lines never
+	// mix; nil until the first asks for it.
+	stdoutHandler *stdout.Handler[handlers.Row]
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -120,6 +126,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxPartitions, "max-partitions", 0, "partitions this instance works at once, one connection each (default all)")
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
+	fs.StringVar(&f.configPath, "config", "", "a YAML file of run flags and a processes: list, one OS process running them all "+
+		"(see the README); the environment and the command line apply to every process, over the file")
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
@@ -152,11 +160,18 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, f.logLevel)
-	if err != nil {
-		return err
+	procs := []*runFlags{&f}
+	if f.configPath != "" {
+		cf, err := readConfig(f.configPath, os.LookupEnv)
+		if err != nil {
+			return err
+		}
+		if procs, err = cf.processFlags(args); err != nil {
+			return err
+		}
 	}
-	cfg, err := f.config(log)
+	top := procs[0] // log level and metrics are the OS process's: the file's top level sets them
+	log, err := newLogger(stderr, top.logLevel)
 	if err != nil {
 		return err
 	}
@@ -165,46 +180,64 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		return err
 	}
 	defer stopTracing()
-	cfg.TracerProvider = tp
-	h, closeHandler, err := f.newHandler(ctx, cfg, stdoutW)
-	if err != nil {
-		return err
-	}
-	defer closeHandler()
-	cfg.Handler = h
-	if f.handler == "webhook" {
-		cfg.MaxInFlight = f.webhookInFlight
-	}
-	if f.handler == "kafka" {
-		cfg.MaxInFlight = f.kafka.maxInFlight
-	}
 	var metrics *ops.Metrics
-	if f.metricsAddr != "" {
+	if top.metricsAddr != "" {
 		metrics = ops.NewMetrics()
-		cfg.Observer = metrics
 	}
-	var p lifecycle.Runner
-	if f.partitions > 0 {
-		p, err = processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: f.partitions, Slots: f.maxPartitions})
-	} else {
-		p, err = processor.New(cfg)
-	}
-	if err != nil {
-		return usageErr("%v", err)
+	var runners []lifecycle.Runner
+	var first processor.Config[handlers.Row]
+	shared := &stdoutShare{}
+	for _, pf := range procs {
+		cfg, err := pf.config(log)
+		if err != nil {
+			return pf.inEntry(err)
+		}
+		cfg.TracerProvider = tp
+		pf.stdoutHandler = shared.handler(stdoutW)
+		h, closeHandler, err := pf.newHandler(ctx, cfg, stdoutW)
+		if err != nil {
+			return pf.inEntry(err)
+		}
+		defer closeHandler()
+		cfg.Handler = h
+		if pf.handler == "webhook" {
+			cfg.MaxInFlight = pf.webhookInFlight
+		}
+		if pf.handler == "kafka" {
+			cfg.MaxInFlight = pf.kafka.maxInFlight
+		}
+		if metrics != nil {
+			cfg.Observer = metrics
+		}
+		var p lifecycle.Runner
+		if pf.partitions > 0 {
+			p, err = processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: pf.partitions, Slots: pf.maxPartitions})
+		} else {
+			p, err = processor.New(cfg)
+		}
+		if err != nil {
+			return pf.inEntry(usageErr("%v", err))
+		}
+		if len(runners) == 0 {
+			first = cfg
+		}
+		runners = append(runners, p)
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log})
 	if metrics != nil {
-		pool, err := ops.NewPool(ctx, cfg.ConnConfig)
+		pool, err := ops.NewPool(ctx, first.ConnConfig)
 		if err != nil {
 			return err
 		}
 		defer pool.Close()
-		// Readiness and lag follow the process: one stream, or for a partitioned run the process as a
+		// Readiness and lag follow each process: one stream, or for a partitioned run the process as a
 		// whole (its coordination connected; the rows behind all its partitions), beside the partitions
 		// this instance works, each under its own name.
-		metrics.Track(p.Name())
+		for _, p := range runners {
+			metrics.Track(p.Name())
+		}
 		health := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, Metrics: metrics})
-		addr, err := g.AddHTTPServer("ops", f.metricsAddr, ops.NewHandler(metrics, health), 5*time.Second)
+		addr, err := g.AddHTTPServer("ops", top.metricsAddr, ops.NewHandler(metrics, health), 5*time.Second)
 		if err != nil {
 			return usageErr("--metrics-addr: %v", err)
 		}
@@ -215,8 +248,20 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		log.Info().Msg("stopped by a signal during start-up")
 		return nil
 	}
-	g.AddRunner(p)
+	for _, p := range runners {
+		g.AddRunner(p)
+	}
 	return g.Run(ctx)
+}
+
+// stdoutShare hands the processes of one OS process one stdout handler, made when the first asks.
+type stdoutShare struct{ h *stdout.Handler[handlers.Row] }
+
+func (s *stdoutShare) handler(w io.Writer) *stdout.Handler[handlers.Row] {
+	if s.h == nil {
+		s.h = stdout.New[handlers.Row](w)
+	}
+	return s.h
 }
 
 // newHandler builds the sink named by --handler from its flags. The returned function releases it.
@@ -231,6 +276,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	case "stdout":
 		if webhookSet || pubsubSet {
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags need --handler webhook or pubsub")
+		}
+		if f.stdoutHandler != nil {
+			return f.stdoutHandler, nothing, nil
 		}
 		return stdout.New[handlers.Row](stdoutW), nothing, nil
 	case "webhook":
