@@ -12,6 +12,11 @@ help: ## Show this help.
 # work tree has changes.
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 
+.PHONY: image
+image: ## Write the container image as an OCI layout in bin/image, with no Docker daemon (push it with crane or skopeo).
+	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o bin/inorder-linux ./cmd/inorder
+	cd deploy && $(GO) run ./cmd/image -binary ../bin/inorder-linux -version $(VERSION) -out ../bin/image
+
 .PHONY: build
 build: ## Build the inorder binary into bin/, its version stamped (inorder version).
 	$(GO) build -ldflags "-X main.version=$(VERSION)" -o bin/inorder ./cmd/inorder
@@ -22,6 +27,7 @@ test: ## Vet, check formatting and run every test with the race detector against
 	  if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m $(PKGS)
+	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
 
 .PHONY: flakes
 flakes: ## Run every test three times with the race detector; a test that fails one run in ten is a bug.
