@@ -91,8 +91,9 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
 func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
 	type flight struct {
-		it  *item[T]
-		res handlers.Result
+		it   *item[T]
+		res  handlers.Result
+		sent time.Time // its wait ends HandlerTimeout after it, as the lease that covered the send does
 	}
 	maxIn := max(1, p.async.MaxInFlight())
 	var window []flight
@@ -101,7 +102,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 	settle := func() bool {
 		f := window[0]
 		window = window[1:]
-		wctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		wctx, cancel := context.WithDeadline(work, f.sent.Add(p.cfg.HandlerTimeout))
 		defer cancel()
 		start := time.Now()
 		var werr error
@@ -142,24 +143,26 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 	goOn := true
 	for i := 0; i < len(items) && goOn && ctx.Err() == nil; i++ {
 		if !p.coveredAsync(work, &o, len(window), settle) {
+			goOn = false // what is still in flight is waited out below, not counted: a failure may lie before it
 			break
 		}
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
 		if p.keyParked(&it.rec) || refused[it.rec.Key] {
-			window = append(window, flight{it, nil}) // parked in its turn, without reaching the sink
+			window = append(window, flight{it, nil, time.Now()}) // parked in its turn, without reaching the sink
 			if len(window) >= maxIn {
 				goOn = settle()
 			}
 			continue
 		}
-		sctx, cancel := context.WithTimeout(work, p.cfg.HandlerTimeout)
+		sent := time.Now()
+		sctx, cancel := context.WithDeadline(work, sent.Add(p.cfg.HandlerTimeout))
 		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
 		cancel()
 		if serr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &it.rec, serr) {
 			// Refused before it was sent: parked in its turn, the records before it settling first, and
 			// the key's later records are not sent.
-			window = append(window, flight{it, failedResult{serr}})
+			window = append(window, flight{it, failedResult{serr}, time.Now()})
 			refused[it.rec.Key] = true
 			if len(window) >= maxIn {
 				goOn = settle()
@@ -178,7 +181,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 			goOn = false
 			break
 		}
-		window = append(window, flight{it, res})
+		window = append(window, flight{it, res, sent})
 		if len(window) >= maxIn {
 			goOn = settle()
 		}

@@ -89,6 +89,9 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 		// during the commit's round trip, and those that complete meanwhile ride the next commit.
 		w.commit()
 		if w.inFlight == 0 {
+			if !w.stopping && ctx.Err() == nil && w.head < w.failedAt && w.head < len(w.items) {
+				continue // the commit let the window move on: start what it reaches now
+			}
 			break
 		}
 		select {

@@ -637,6 +637,18 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 		return false, ErrReleased
 	}
 	if r.tx != nil {
+		// Kept from the last batch's commit: still say, once per third of the lease, that the instance is
+		// there (status counts it), in the transaction that holds the row.
+		if time.Since(r.beat) < r.cfg.lease()/3 {
+			return true, nil
+		}
+		ctx, cancel := r.bounded(ctx)
+		defer cancel()
+		if err := r.heartbeat(ctx, r.tx); err != nil {
+			r.dropTx(ctx)
+			return false, err
+		}
+		r.dirty = true
 		return true, nil
 	}
 	ctx, cancel := r.bounded(ctx)
@@ -1422,12 +1434,14 @@ func (r *Repository) Unlock(ctx context.Context) error {
 	r.tx, r.dirty, r.rode = nil, false, false
 	if !dirty {
 		if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			r.closeConn()
 			return fmt.Errorf("unlock cursor %q: %w", r.name, err)
 		}
 		return nil
 	}
 	if _, err := r.conn.Exec(ctx, "COMMIT"); err != nil {
 		r.renewing = time.Time{}
+		r.closeConn()
 		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
 	}
 	if !r.renewing.IsZero() {
@@ -1449,6 +1463,7 @@ func (r *Repository) Abort(ctx context.Context) error {
 		return nil
 	}
 	if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		r.closeConn()
 		return fmt.Errorf("abort cursor %q: %w", r.name, err)
 	}
 	return nil
@@ -1458,9 +1473,23 @@ func (r *Repository) dropTx(ctx context.Context) {
 	if r.tx != nil {
 		r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
 		if !r.conn.IsClosed() {
-			_, _ = r.conn.Exec(ctx, "ROLLBACK")
+			if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
+				r.closeConn()
+			}
 		}
 	}
+}
+
+// closeConn closes the connection after a COMMIT or ROLLBACK that could not be sent or answered: its
+// transaction may still be open on the server, holding the row (and, with it, statements run next in it
+// would not count), so the session goes, and the next exchange reconnects (see Broken).
+func (r *Repository) closeConn() {
+	if r.conn == nil || r.conn.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = r.conn.Close(ctx)
 }
 
 // Broken reports whether the connection is gone, so that the caller should Reconnect rather than give up.
