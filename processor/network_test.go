@@ -238,7 +238,9 @@ func (r settled) Wait(context.Context) error {
 
 func (s *slowSender) MaxInFlight() int { return 4 }
 
-func (s *slowSender) Handle(context.Context, *handlers.Record[event]) error { panic("sent through Send") }
+func (s *slowSender) Handle(context.Context, *handlers.Record[event]) error {
+	panic("sent through Send")
+}
 
 func (s *slowSender) Send(_ context.Context, rec *handlers.Record[event]) (handlers.Result, error) {
 	if rec.Value.ID == s.slowID {
