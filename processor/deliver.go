@@ -442,7 +442,7 @@ func (p *Processor[T]) finish(work context.Context, from source.Position, o outc
 
 // bounded gives one exchange with the database on the cursor connection its deadline (DatabaseTimeout).
 func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, p.cfg.DatabaseTimeout, &cursorlock.UnansweredError{Timeout: p.cfg.DatabaseTimeout})
+	return p.cur.Bounded(ctx)
 }
 
 // fail records a failing record's halt state with the position of the last success before it, and

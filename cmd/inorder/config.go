@@ -183,12 +183,9 @@ func (cf *configFile) apply(fs *flag.FlagSet, settings []configSetting) error {
 
 // nearestFlag is ", did you mean NAME?" for the flag of fs closest to key, or "".
 func nearestFlag(fs *flag.FlagSet, key string) string {
-	best, bestD := "", max(2, len(key)/3)+1
-	fs.VisitAll(func(f *flag.Flag) {
-		if d := source.EditDistance(f.Name, key); d < bestD {
-			best, bestD = f.Name, d
-		}
-	})
+	var names []string
+	fs.VisitAll(func(f *flag.Flag) { names = append(names, f.Name) })
+	best := source.Nearest(key, names)
 	if best == "" {
 		return ""
 	}

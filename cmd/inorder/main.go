@@ -123,22 +123,29 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], strings.TrimPrefix(err.Error(), "usage: "))
 		return 2
 	default:
-		msg := explainSchema(pooler.Explain(err)).Error()
-		var ce *pgconn.ConnectError
-		var refused *pgconn.PgError
-		if errors.As(err, &ce) && errors.As(err, &refused) {
-			// The server's own refusal (a wrong password, a database that does not exist), without the
-			// attempts before it: sslmode=prefer tries TLS first, which a server without it refuses.
-			msg = strings.Replace(msg, ce.Error(), fmt.Sprintf("failed to connect to `user=%s database=%s`: %v",
-				ce.Config.User, ce.Config.Database, refused), 1)
-		}
-		var sfe *processor.StartFromError
-		if errors.As(err, &sfe) { // in the CLI's words: its flag, not the library's field
-			msg = strings.Replace(msg, sfe.Error(), sfe.Explain("--start-from beginning|now|<RFC 3339 time>"), 1)
-		}
+		msg := inCLIWords(err)
 		fmt.Fprintf(stderr, "inorder %s: %s\n", args[0], msg)
 		return 1
 	}
+}
+
+// inCLIWords is the line an error of a command prints: what to do about a pooler or a database not yet
+// migrated, the server's own refusal of a connection without the attempts before it (sslmode=prefer tries
+// TLS first, which a server without it refuses), and a new process's missing start with the flag that
+// gives it rather than the library's field.
+func inCLIWords(err error) string {
+	msg := explainSchema(pooler.Explain(err)).Error()
+	var ce *pgconn.ConnectError
+	var refused *pgconn.PgError
+	if errors.As(err, &ce) && errors.As(err, &refused) {
+		msg = strings.Replace(msg, ce.Error(), fmt.Sprintf("failed to connect to `user=%s database=%s`: %v",
+			ce.Config.User, ce.Config.Database, refused), 1)
+	}
+	var sfe *processor.StartFromError
+	if errors.As(err, &sfe) {
+		msg = strings.Replace(msg, sfe.Error(), sfe.Explain("--start-from beginning|now|<RFC 3339 time>"), 1)
+	}
+	return msg
 }
 
 // explainSchema says what to do when the error is that inorder's own tables or columns are missing: the

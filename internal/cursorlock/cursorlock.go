@@ -835,7 +835,12 @@ func (r *Repository) LeaseLeft() time.Duration {
 	return max(0, time.Until(r.leaseFrom.Add(r.cfg.lease())))
 }
 
-// bounded gives one exchange with the database its deadline (Config.Timeout).
+// Bounded gives one exchange with the database its deadline (Config.Timeout): the repository's own, and
+// those its user makes on its connection (a read, a poll).
+func (r *Repository) Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return r.bounded(ctx)
+}
+
 func (r *Repository) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeoutCause(ctx, r.cfg.timeout(), &UnansweredError{Timeout: r.cfg.timeout()})
 }

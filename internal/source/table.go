@@ -329,9 +329,9 @@ func lookup(ctx context.Context, conn Querier, table string) (relation, error) {
 // name is closest to table's, when one is close enough to be a typo of it: "" otherwise, and when the
 // catalog cannot be read.
 func nearestTable(ctx context.Context, conn Querier, table string) string {
-	schema, name, qualified := strings.Cut(table, ".")
+	schema, _, qualified := strings.Cut(table, ".")
 	if !qualified {
-		schema, name = "", table
+		schema = ""
 	}
 	rows, err := conn.Query(ctx, `
 		SELECT CASE WHEN $1 = '' THEN c.relname ELSE n.nspname || '.' || c.relname END
@@ -345,9 +345,15 @@ func nearestTable(ctx context.Context, conn Querier, table string) string {
 	if err != nil {
 		return ""
 	}
+	return Nearest(table, names)
+}
+
+// Nearest returns the one of names closest to name, ignoring case, when it is close enough to be a typo
+// of it (an edit distance of at most a third of name's length, and at least 2); "" when none is.
+func Nearest(name string, names []string) string {
 	best, bestD := "", max(2, len([]rune(name))/3)+1
 	for _, n := range names {
-		if d := EditDistance(strings.ToLower(n), strings.ToLower(table)); d < bestD {
+		if d := EditDistance(strings.ToLower(n), strings.ToLower(name)); d < bestD {
 			best, bestD = n, d
 		}
 	}
