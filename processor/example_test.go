@@ -3,9 +3,11 @@ package processor_test
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
@@ -63,4 +65,65 @@ func Example() {
 	// booking 1: 2 seats for ada
 	// booking 2: 1 seats for grace
 	// booking 3: 4 seats for ada
+}
+
+// ExampleClient runs two processes of one instance on the connections of one Client: however many
+// processes a service embeds, and however many it stands by for, it opens at most MaxConns connections.
+func ExampleClient() {
+	ctx := context.Background()
+	url := pgtest.ExampleURL() // any database where `inorder migrate` ran
+	conn, _ := pgx.Connect(ctx, url)
+	defer conn.Close(ctx)
+	for _, table := range []string{"invoices", "refunds"} {
+		_, _ = conn.Exec(ctx, `
+			CREATE TABLE `+table+` (
+				id         bigserial PRIMARY KEY,
+				customer   text NOT NULL,
+				seats      int NOT NULL,
+				created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+			);
+			CREATE INDEX ON `+table+` (created_at, id);
+			INSERT INTO `+table+` (customer, seats) VALUES ('grace', 1);`)
+	}
+
+	cc, _ := pgx.ParseConfig(url)
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc, MaxConns: 3})
+	if err != nil {
+		panic(err)
+	}
+	defer client.Close() // after the processors stopped
+
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
+	var mu sync.Mutex
+	lines := map[string]string{}
+	for _, table := range []string{"invoices", "refunds"} {
+		p, err := processor.New(processor.Config[Booking]{
+			Client:    client, // its database and instance; no connection of its own
+			StartFrom: cursor.StartFromBeginning,
+			Process:   table + "_mail",
+			Source:    processor.Source{Table: table, Columns: []string{"id", "customer", "seats"}},
+			Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
+				mu.Lock()
+				defer mu.Unlock()
+				lines[rec.Process] = fmt.Sprintf("%s: %d seats for %s", rec.Process, rec.Value.Seats, rec.Value.Customer)
+				if len(lines) == 2 {
+					stop()
+				}
+				return nil
+			}),
+			PollInterval: 50 * time.Millisecond,
+			Logger:       zerolog.Nop(),
+		})
+		if err != nil {
+			panic(err)
+		}
+		client.Add(p)
+	}
+	if err := client.Run(ctx); err != nil { // or add each processor to a lifecycle.Group
+		panic(err)
+	}
+	fmt.Println(lines["refunds_mail"])
+	// Output:
+	// refunds_mail: 1 seats for grace
 }

@@ -78,7 +78,11 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	defer cancel()
 	var at pgtype.Timestamptz
 	var id pgtype.Text
-	conn := p.cur.Conn()
+	conn, err := p.cur.Conn(ctx)
+	if err != nil {
+		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
+		return
+	}
 	if err := conn.QueryRow(ctx, "SELECT position_created_at, position_id FROM inorder.cursor WHERE process_name = $1",
 		p.cfg.Process).Scan(&at, &id); err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")

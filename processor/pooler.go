@@ -30,10 +30,15 @@ func (p *Processor[T]) detectPooler(ctx context.Context) error {
 		p.pooling = poolingNone
 		return nil
 	case !moves:
-		cc := p.cfg.ConnConfig.Copy()
-		cc.RuntimeParams = map[string]string{"application_name": "inorder-check:" + p.cfg.Process}
 		var err error
-		moves, err = pooler.PoolsTransactions(ctx, cc)
+		if p.cfg.Client != nil {
+			// Asked once for the whole instance.
+			_, moves, err = p.cfg.Client.shared.Pooled(ctx)
+		} else {
+			cc := p.cfg.ConnConfig.Copy()
+			cc.RuntimeParams = map[string]string{"application_name": "inorder-check:" + p.cfg.Process}
+			moves, err = pooler.PoolsTransactions(ctx, cc)
+		}
 		if pooler.Fatal(err) {
 			return pooler.Explain(err)
 		}

@@ -40,7 +40,11 @@ type Config[T any] struct {
 	// Process names the stream and its cursor row, for example "booking_sms_outbox".
 	Process string
 	// ConnConfig is the database to read from; the processor opens one dedicated connection from it.
+	// With a Client it may be left nil: the client's is used.
 	ConnConfig *pgx.ConnConfig
+	// Client, when set, runs the processor on the connections of the client's instance, shared with its
+	// other processors, instead of connections of its own (see Client). Instance is then the client's.
+	Client *Client
 	// Source is the table and the columns that order it.
 	Source Source
 
@@ -369,6 +373,11 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.Process == "" {
 		return nil, errors.New("processor: Config.Process is required")
 	}
+	if cfg.Client != nil {
+		if err := cfg.Client.fit(&cfg.ConnConfig, &cfg.Instance); err != nil {
+			return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
+		}
+	}
 	if cfg.ConnConfig == nil {
 		return nil, fmt.Errorf("processor %q: Config.ConnConfig is required", cfg.Process)
 	}
@@ -510,7 +519,10 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 	}()
 
-	if p.cfg.ProbeInterval > 0 {
+	if p.cfg.ProbeInterval > 0 && p.cfg.Client != nil {
+		p.prober = p.cfg.Client.prober()
+		defer func() { p.prober.Close(); p.prober = nil }()
+	} else if p.cfg.ProbeInterval > 0 {
 		p.prober = probe.Open(p.cfg.ConnConfig)
 		defer func() { p.prober.Close(); p.prober = nil }()
 	}
@@ -526,10 +538,12 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer func() { stopListening(); <-listening }()
 	}
 
+	p.cur.Detach()
 	woken := false
 	for ctx.Err() == nil {
 		p.rowBusy = false
 		n, wait, err := p.tick(ctx, work)
+		p.cur.Detach() // on a Client's connections: hold none while not locked
 		if n > 0 {
 			p.probeGap, p.lastRecords = 0, time.Now()
 		}
@@ -615,6 +629,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		// No Start: the process is registered (see register) only once the source and the handler's
 		// columns have been checked, so that a configuration error leaves no cursor row behind.
 		Instance:          p.cfg.Instance,
+		Shared:            p.cfg.Client.sharedConns(),
 		Transactional:     p.cfg.TxHandler != nil,
 		SynchronousCommit: p.cfg.SynchronousCommit,
 	}
@@ -648,7 +663,12 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			return err
 		}
 	}
-	t, err := source.Inspect(checks, p.cur.Conn(), src.spec())
+	conn, err := p.cur.Conn(checks)
+	if err != nil {
+		p.abandon(work)
+		return err
+	}
+	t, err := source.Inspect(checks, conn, src.spec())
 	if err != nil {
 		p.abandon(work)
 		return err
@@ -705,7 +725,11 @@ func (p *Processor[T]) abandon(work context.Context) {
 // columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just
 // what RowToStructByName fills, and a field without a column is reported at start, naming both.
 func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
-	t, err := source.Inspect(ctx, p.cur.Conn(), source.Spec{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
+	conn, err := p.cur.Conn(ctx)
+	if err != nil {
+		return nil, err
+	}
+	t, err := source.Inspect(ctx, conn, source.Spec{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
 		CreatedAtColumn: p.cfg.Source.CreatedAtColumn, KeyColumn: p.cfg.Source.KeyColumn})
 	if err != nil {
 		return nil, err
@@ -890,6 +914,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		wait = p.fail(work, st, o.last, o.failed, o.cause)
 	default:
 		keep, err = p.finish(work, st.Position, o)
+		// On a Client's connections a process that others wait for ends its transaction with its batch:
+		// the next batch waits its turn.
+		keep = keep && !p.cur.Contended()
 	}
 	now := time.Now()
 	for _, it := range items[:n] {
@@ -901,6 +928,13 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 // lock takes the cursor row for one batch, reporting false when another instance owns the process.
 func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	ok, err := p.cur.TryLock(work)
+	var busy *cursorlock.BusyError
+	if errors.As(err, &busy) {
+		// The lease decides: an owner that waits this long for a connection may lose the process to an
+		// instance that has one, which is how work spreads over the fleet when one instance is short.
+		p.log.Warn().Err(err).Msg("waiting for a connection: raise the instance's max-conns if this recurs")
+		return false, nil
+	}
 	var stale *cursorlock.StaleOwnerError
 	if errors.As(err, &stale) {
 		p.log.Warn().Err(err).Str("owner", stale.Instance).Msg("cannot take over yet: the owner's lease ran out but " +

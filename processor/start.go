@@ -28,7 +28,11 @@ func (p *Processor[T]) register(ctx context.Context) error {
 	}
 	start := p.cfg.StartFrom
 	if start.IsZero() {
-		has, err := p.table.HasRows(ctx, p.cur.Conn())
+		conn, err := p.cur.Conn(ctx)
+		if err != nil {
+			return err
+		}
+		has, err := p.table.HasRows(ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -110,7 +114,11 @@ func (r reader) String() string {
 // readers lists the processes whose cursor rows say they read the table (a partitioned process once, by
 // its name). What cannot be read is left out: the refusal stands without it.
 func (p *Processor[T]) readers(ctx context.Context) []reader {
-	infos, err := cursor.List(ctx, p.cur.Conn(), "")
+	conn, err := p.cur.Conn(ctx)
+	if err != nil {
+		return nil
+	}
+	infos, err := cursor.List(ctx, conn, "")
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not list the processes that read the table")
 		return nil
@@ -126,7 +134,7 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 			continue
 		}
 		r := &reader{name: in.Process, position: in.Position, behind: -1}
-		if lag, err := cursor.Behind(ctx, p.cur.Conn(), in); err == nil {
+		if lag, err := cursor.Behind(ctx, conn, in); err == nil {
 			r.behind = lag.Rows
 		}
 		byName[in.Process] = r

@@ -60,6 +60,7 @@ type runFlags struct {
 	listen           bool
 	partitions       int
 	maxPartitions    int
+	maxConns         int
 
 	webhookURL         string
 	webhookSecretEnv   string
@@ -124,6 +125,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
 	fs.IntVar(&f.partitions, "partitions", 0, "split the process into N ordered streams by a hash of the key column (default: one stream)")
 	fs.IntVar(&f.maxPartitions, "max-partitions", 0, "partitions this instance works at once, one connection each (default all)")
+	fs.IntVar(&f.maxConns, "max-conns", processor.DefaultMaxConns, "the most connections this instance opens to the database for its processes, however many "+
+		"it runs or stands by for: a session for the ownership locks and a pool the batches take turns on (--listen and --partitions add their own)")
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
 	fs.StringVar(&f.configPath, "config", "", "a YAML file of run flags and a processes: list, one OS process running them all "+
@@ -184,14 +187,37 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if top.metricsAddr != "" {
 		metrics = ops.NewMetrics()
 	}
+	if top.maxConns < 2 {
+		return usageErr("--max-conns must be at least 2 (a session and one connection to work on), got %d", top.maxConns)
+	}
 	var runners []lifecycle.Runner
-	var first processor.Config[handlers.Row]
 	shared := &stdoutShare{}
+	clients := map[string]*processor.Client{} // one per database and instance: the instance's connections
+	var first *processor.Client
+	defer func() {
+		for _, c := range clients {
+			c.Close()
+		}
+	}()
 	for _, pf := range procs {
 		cfg, err := pf.config(log)
 		if err != nil {
 			return pf.inEntry(err)
 		}
+		key := fmt.Sprintf("%s@%s:%d/%s\x00%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port,
+			cfg.ConnConfig.Database, cfg.Instance)
+		if clients[key] == nil {
+			c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: top.maxConns,
+				Instance: cfg.Instance, DatabaseTimeout: cfg.DatabaseTimeout})
+			if err != nil {
+				return pf.inEntry(usageErr("%v", err))
+			}
+			clients[key] = c
+			if first == nil {
+				first = c
+			}
+		}
+		cfg.Client = clients[key]
 		cfg.TracerProvider = tp
 		pf.stdoutHandler = shared.handler(stdoutW)
 		h, closeHandler, err := pf.newHandler(ctx, cfg, stdoutW)
@@ -218,18 +244,12 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		if err != nil {
 			return pf.inEntry(usageErr("%v", err))
 		}
-		if len(runners) == 0 {
-			first = cfg
-		}
 		runners = append(runners, p)
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log})
 	if metrics != nil {
-		pool, err := ops.NewPool(ctx, first.ConnConfig)
-		if err != nil {
-			return err
-		}
-		defer pool.Close()
+		// On the instance's own pool: metrics take no connection of their own.
+		pool := first.Pool()
 		// Readiness and lag follow each process: one stream, or for a partitioned run the process as a
 		// whole (its coordination connected; the rows behind all its partitions), beside the partitions
 		// this instance works, each under its own name.

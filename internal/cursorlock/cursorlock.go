@@ -51,6 +51,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
@@ -106,6 +107,11 @@ type Config struct {
 	// A Transactional repository's commits always wait: they carry the application's own writes, which
 	// others may read (and act on) as soon as they are committed.
 	SynchronousCommit bool
+
+	// Shared, when set, gives the repository the instance's shared connections instead of one of its own
+	// (see Shared): ConnConfig and Instance are then the Shared's, and the repository holds a connection
+	// only for the length of a cursor transaction or a look at the lease.
+	Shared *Shared
 
 	// Timeout bounds every exchange of the repository with the database: a statement, a pipeline of them,
 	// a commit, and the connection's start-up. An exchange that takes longer ends the connection, which
@@ -244,6 +250,9 @@ func (r *registry) open(ctx context.Context, name string, cfg Config) (*Reposito
 	if name == "" {
 		return nil, errors.New("cursor: process name is empty")
 	}
+	if cfg.Shared != nil {
+		cfg.ConnConfig, cfg.Instance = cfg.Shared.ConnConfig(), cfg.Shared.Instance()
+	}
 	if cfg.ConnConfig == nil {
 		return nil, fmt.Errorf("open cursor %q: Config.ConnConfig is required", name)
 	}
@@ -253,15 +262,17 @@ func (r *registry) open(ctx context.Context, name string, cfg Config) (*Reposito
 	if repo, ok := r.repos[key]; ok {
 		return repo, nil
 	}
-	repo := &Repository{name: name, key: key, cfg: cfg, registry: r}
-	repo.lockSQL, repo.lockArgs = lockStatement(cfg)
+	repo := &Repository{name: name, key: key, cfg: cfg, registry: r, shared: cfg.Shared}
+	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
 	if err := repo.connect(ctx); err != nil {
 		return nil, err
 	}
 	if err := repo.register(ctx); err != nil {
-		repo.conn.Close(ctx)
+		repo.closeConn()
+		repo.Detach()
 		return nil, err
 	}
+	repo.Detach()
 	if r.repos == nil {
 		r.repos = map[string]*Repository{}
 	}
@@ -280,9 +291,15 @@ type Repository struct {
 	lockSQL  string
 	lockArgs []any // after the name
 
-	mu    sync.Mutex // guards conn swaps against Close from another goroutine
-	conn  *pgx.Conn
-	dirty bool // the open transaction changed the cursor row
+	mu   sync.Mutex // guards conn swaps against Close from another goroutine
+	conn *pgx.Conn
+	// shared, when set, lends conn (as pconn) for a cursor transaction or a look at the lease; conn is nil
+	// between them (see attach and Detach). advGen is the generation of the shared session under which
+	// this repository took its advisory lock.
+	shared *Shared
+	pconn  *pgxpool.Conn
+	advGen uint64
+	dirty  bool // the open transaction changed the cursor row
 	// tx is the open transaction that holds the row lock, nil when none is open. It is always handle:
 	// pgx's handle of the connection's first transaction, kept for the connection's life, while the
 	// transactions themselves begin and end with BEGIN, COMMIT and ROLLBACK sent in the same round trip
@@ -383,6 +400,13 @@ func (r *Repository) instance() string {
 }
 
 func (r *Repository) connect(ctx context.Context) error {
+	if r.shared != nil {
+		r.mu.Lock()
+		r.tx, r.handle, r.rode, r.dirty = nil, nil, false, false
+		r.inFlight = InFlight{Records: -1}
+		r.mu.Unlock()
+		return r.attach(ctx)
+	}
 	cc := r.cfg.ConnConfig.Copy()
 	// Only application_name: a pooler refuses start-up parameters it does not know, and a session setting
 	// would not hold through one anyway. The timeouts are set in each transaction (see lockStatement).
@@ -450,6 +474,9 @@ func (r *Repository) Register(ctx context.Context, start Start) error {
 	if start.IsZero() {
 		return fmt.Errorf("register cursor %q: no start given", r.name)
 	}
+	if err := r.attach(ctx); err != nil {
+		return fmt.Errorf("register cursor %q: %w", r.name, err)
+	}
 	var at any
 	if !start.at.IsZero() {
 		at = start.at.Add(-time.Microsecond) // after every row created before start.at
@@ -495,7 +522,14 @@ func (r *Repository) heartbeat(ctx context.Context, q interface {
 func (r *Repository) Unregister(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
-	if !r.registered || r.conn == nil || r.conn.IsClosed() || r.tx != nil {
+	if !r.registered || r.tx != nil {
+		return nil
+	}
+	if err := r.attach(ctx); err != nil {
+		return fmt.Errorf("unregister cursor %q: %w", r.name, err)
+	}
+	defer r.Detach()
+	if r.conn == nil || r.conn.IsClosed() {
 		return nil
 	}
 	_, err := r.conn.Exec(ctx, `
@@ -513,9 +547,57 @@ func (r *Repository) Unregister(ctx context.Context) error {
 	return nil
 }
 
-// Conn returns the repository's dedicated connection. While the cursor is locked, statements on it run
-// inside the lock-holding transaction.
-func (r *Repository) Conn() *pgx.Conn { return r.conn }
+// Conn returns the repository's connection: its dedicated one, or one borrowed from the shared pool until
+// Detach (or the end of the transaction that holds the row). While the cursor is locked, statements on it
+// run inside the lock-holding transaction.
+func (r *Repository) Conn(ctx context.Context) (*pgx.Conn, error) {
+	if err := r.attach(ctx); err != nil {
+		return nil, fmt.Errorf("cursor %q: %w", r.name, err)
+	}
+	return r.conn, nil
+}
+
+// attach borrows a connection of the shared pool when the repository works on shared connections and has
+// none; it waits for one at most a third of the lease.
+func (r *Repository) attach(ctx context.Context) error {
+	if r.shared == nil || r.pconn != nil {
+		return nil
+	}
+	if r.released {
+		return ErrReleased
+	}
+	c, err := r.shared.acquire(ctx, r.cfg.lease()/3)
+	if err != nil {
+		return err
+	}
+	conn := c.Conn()
+	r.mu.Lock()
+	r.pconn, r.conn, r.handle = c, conn, r.shared.handle(conn)
+	// The backend is compared within one loan only: another loan is another connection.
+	r.pooled, r.backend = r.shared.isPooled(conn), 0
+	r.mu.Unlock()
+	return nil
+}
+
+// Detach gives a connection borrowed from the shared pool back when no transaction is open on it, so
+// that an idle process, or a standby, holds none. A no-op on a dedicated connection.
+func (r *Repository) Detach() {
+	if r.shared == nil || r.pconn == nil || r.tx != nil {
+		return
+	}
+	r.mu.Lock()
+	c, conn, h := r.pconn, r.conn, r.handle
+	r.pconn, r.conn, r.handle = nil, nil, nil
+	r.mu.Unlock()
+	if !conn.IsClosed() {
+		r.shared.keepHandle(conn, h)
+	}
+	c.Release()
+}
+
+// Contended reports whether, on shared connections, another process of the instance waits for a
+// connection now: an owner then ends its transaction with its batch rather than keep the row for the next.
+func (r *Repository) Contended() bool { return r.shared != nil && r.shared.Contended() }
 
 // Tx returns the transaction that holds the cursor row lock, or nil when the cursor is not locked. A
 // TxHandler's writes go through it so that they commit with the position.
@@ -593,7 +675,7 @@ const NoInsertLockKey = source.NoInsertKey
 // SynchronousCommit or Transactional, synchronous_commit = off (SET LOCAL: they hold through any pooler and
 // end with the transaction), takes the no-insert lock unless the transaction
 // carries a handler's writes, and reads the backend serving it.
-func lockStatement(cfg Config) (string, []any) {
+func lockStatement(cfg Config, applicationName string) (string, []any) {
 	idle := strconv.FormatInt(cfg.idleTimeout().Milliseconds(), 10)
 	marks := "set_config('idle_in_transaction_session_timeout', $2, true)"
 	if !cfg.SynchronousCommit && !cfg.Transactional {
@@ -603,6 +685,12 @@ func lockStatement(cfg Config) (string, []any) {
 	if !cfg.Transactional {
 		marks += " || pg_advisory_xact_lock_shared($3)::text"
 		args = append(args, NoInsertLockKey)
+	}
+	if cfg.Shared != nil {
+		// A connection of the shared pool is named for the process while its transaction holds the row,
+		// as a dedicated connection is for its life: a standby ends a stale owner's transaction by it.
+		marks += fmt.Sprintf(" || set_config('application_name', $%d, true)", len(args)+2)
+		args = append(args, applicationName)
 	}
 	return `
 	SELECT ` + StateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
@@ -635,6 +723,17 @@ var ErrFenced = errors.New("another instance has taken over the process")
 func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	if r.released {
 		return false, ErrReleased
+	}
+	if err := r.attach(ctx); err != nil {
+		return false, fmt.Errorf("lock cursor %q: %w", r.name, err)
+	}
+	defer func() {
+		if r.tx == nil {
+			r.Detach()
+		}
+	}()
+	if r.shared != nil && r.advisory && !r.shared.holds(r.advGen) {
+		r.advisory = false // the instance's session was lost, and the lock with it
 	}
 	if r.tx != nil {
 		// Kept from the last batch's commit: still say, once per third of the lease, that the instance is
@@ -975,13 +1074,23 @@ func (r *Repository) vacant(ctx context.Context) (bool, error) {
 		SELECT `+leaseColumns+`,
 		       CASE WHEN $2 AND owner_session AND lease_expires_at > clock_timestamp()
 		            THEN pg_try_advisory_lock($3) ELSE false END
-		FROM inorder.cursor WHERE process_name = $1`, r.name, r.trySession(), LockKey(r.name)).
+		FROM inorder.cursor WHERE process_name = $1`, r.name, r.trySession() && r.shared == nil, LockKey(r.name)).
 		Scan(append(scanLease(&r.lease), &took)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("cursor %q: %w", r.name, ErrForgotten)
 	}
 	if err != nil {
 		return false, fmt.Errorf("read lease of cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	if r.shared != nil && r.trySession() && r.lease.session && !r.lease.free {
+		// The instance's session takes the lock, not the connection borrowed for this look.
+		var gen uint64
+		if took, gen, err = r.shared.tryLock(ctx, LockKey(r.name)); err != nil {
+			return false, fmt.Errorf("cursor %q: %w", r.name, err)
+		}
+		if took {
+			r.advGen = gen
+		}
 	}
 	r.advisory = r.advisory || took
 	return r.lease.free || r.advisory || (r.token != 0 && r.lease.token == r.token), nil
@@ -1006,6 +1115,17 @@ func (r *Repository) claim(ctx context.Context, take bool) error {
 	if take {
 		epoch, token = r.lease.epoch+1, newToken()
 	}
+	session, try := r.session(), r.trySession()
+	if r.shared != nil {
+		// The instance's session takes the lock; a session that cannot be reached only means that
+		// standbys wait out the lease should this instance vanish.
+		if try {
+			if took, gen, err := r.shared.tryLock(ctx, LockKey(r.name)); err == nil && took {
+				r.advisory, r.advGen = true, gen
+			}
+		}
+		session, try = r.session(), false
+	}
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
 		SET owner_epoch = $2, owner_token = $9, owner_instance = $3,
@@ -1014,7 +1134,7 @@ func (r *Repository) claim(ctx context.Context, take bool) error {
 		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7))
 		WHERE process_name = $1 AND owner_token = $8
 		RETURNING owner_session`,
-		r.name, epoch, r.instance(), r.cfg.lease(), r.session(), r.trySession(), LockKey(r.name), r.lease.token, token).
+		r.name, epoch, r.instance(), r.cfg.lease(), session, try, LockKey(r.name), r.lease.token, token).
 		Scan(&r.advisory)
 	if err != nil {
 		return err
@@ -1035,11 +1155,18 @@ func newToken() int64 {
 
 // session reports whether this instance holds the process's advisory lock on a session of its own, which
 // a standby can rely on: a pooler that turned out to pool by transaction makes its session no one's.
-func (r *Repository) session() bool { return r.advisory && !r.pooled && !r.movesBackends }
+func (r *Repository) session() bool {
+	return r.advisory && !r.pooled && !r.movesBackends && (r.shared == nil || r.shared.holds(r.advGen))
+}
 
 // giveUpSession releases the advisory lock held by an instance that does not own the process, so that
 // only an owner ever holds it (owner_session relies on that).
 func (r *Repository) giveUpSession(ctx context.Context) {
+	if r.advisory && r.shared != nil {
+		_ = r.shared.unlock(ctx, LockKey(r.name), r.advGen) // a session that failed took the lock with it
+		r.advisory = false
+		return
+	}
 	if !r.advisory || r.conn == nil || r.conn.IsClosed() {
 		return
 	}
@@ -1435,6 +1562,7 @@ func (r *Repository) Unlock(ctx context.Context) error {
 	}
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
+	defer r.Detach()
 	dirty := r.dirty
 	r.tx, r.dirty, r.rode = nil, false, false
 	if !dirty {
@@ -1463,6 +1591,7 @@ func (r *Repository) Abort(ctx context.Context) error {
 	}
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
+	defer r.Detach()
 	r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
 	if r.conn.IsClosed() {
 		return nil
@@ -1499,6 +1628,9 @@ func (r *Repository) closeConn() {
 
 // Broken reports whether the connection is gone, so that the caller should Reconnect rather than give up.
 func (r *Repository) Broken(err error) bool {
+	if r.shared != nil {
+		return (r.conn != nil && r.conn.IsClosed()) || IsConnectionError(err)
+	}
 	if r.conn == nil || r.conn.IsClosed() {
 		return true
 	}
@@ -1516,6 +1648,11 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 	if r.backend != 0 && !r.pooled {
 		r.former = r.backend
 	}
+	if r.shared != nil {
+		r.closeConn()
+		r.Detach()
+		return r.connect(ctx)
+	}
 	if r.conn != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 		_ = r.conn.Close(closeCtx)
@@ -1530,6 +1667,11 @@ func (r *Repository) Release(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	err := r.Unlock(ctx)
+	if r.shared != nil && (r.token != 0 || !r.beat.IsZero()) {
+		if aerr := r.attach(ctx); aerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, aerr)
+		}
+	}
 	if r.token != 0 && r.conn != nil && !r.conn.IsClosed() {
 		// Give up the lease now, so a standby takes over at once rather than when it runs out.
 		if _, uerr := r.conn.Exec(ctx, `UPDATE inorder.cursor SET lease_expires_at = NULL, owner_session = false
@@ -1537,6 +1679,9 @@ func (r *Repository) Release(ctx context.Context) error {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 		r.epoch, r.token = 0, 0
+	}
+	if r.advisory && r.shared != nil {
+		r.giveUpSession(ctx)
 	}
 	if r.advisory && r.conn != nil && !r.conn.IsClosed() {
 		if _, uerr := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); uerr != nil && err == nil {
@@ -1555,11 +1700,14 @@ func (r *Repository) Release(ctx context.Context) error {
 		delete(r.registry.repos, r.key)
 	}
 	r.registry.mu.Unlock()
+	if r.shared != nil {
+		r.Detach()
+	}
 	r.mu.Lock()
 	r.released = true
 	conn := r.conn
 	r.mu.Unlock()
-	if conn != nil {
+	if conn != nil && r.shared == nil {
 		if cerr := conn.Close(ctx); err == nil && cerr != nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, cerr)
 		}

@@ -48,7 +48,9 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	a.Unclaim()
 
 	// No start-up parameter a pooler would refuse: the session is named, nothing else.
-	rows, err := a.Conn().Query(ctx, "SELECT name FROM pg_settings WHERE source = 'client' ORDER BY name")
+	conn, err := a.Conn(ctx)
+	require.NoError(t, err)
+	rows, err := conn.Query(ctx, "SELECT name FROM pg_settings WHERE source = 'client' ORDER BY name")
 	require.NoError(t, err)
 	fromClient, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -61,7 +63,7 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	require.NoError(t, a.Tx().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
 	require.Equal(t, "5s", idle, "the cursor transaction carries its idle timeout")
 	require.NoError(t, a.Unlock(ctx))
-	require.NoError(t, a.Conn().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
+	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
 	require.Equal(t, "0", idle, "and it ends with the transaction")
 
 	require.NoError(t, a.Release(ctx))

@@ -23,7 +23,7 @@ func TestLockStatementSetsSynchronousCommit(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			sql, _ := lockStatement(tt.cfg)
+			sql, _ := lockStatement(tt.cfg, "")
 			require.Equal(t, tt.off, strings.Contains(sql, "set_config('synchronous_commit', 'off', true)"), sql)
 		})
 	}

@@ -72,6 +72,9 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 // MayPark reports whether the role may read and write parked records (migration 11 grants it to the
 // roles that could update cursor rows before it; a role granted by hand since may lack it).
 func (r *Repository) MayPark(ctx context.Context) (read, write bool, err error) {
+	if err := r.attach(ctx); err != nil {
+		return false, false, fmt.Errorf("check the privileges on inorder.parked: %w", err)
+	}
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	err = r.conn.QueryRow(ctx, `SELECT has_table_privilege('inorder.parked', 'SELECT'),

@@ -27,6 +27,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/source"
@@ -73,7 +74,8 @@ type Result struct {
 type Prober struct {
 	key  string
 	cfg  *pgx.ConnConfig
-	refs int // under registry.mu
+	pool *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
+	refs int           // under registry.mu
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -112,6 +114,24 @@ func Open(cfg *pgx.ConnConfig) *Prober {
 	// Only application_name: a pooler refuses start-up parameters it does not know.
 	c.RuntimeParams["application_name"] = ApplicationName
 	p := &Prober{key: key, cfg: c, refs: 1, waiters: map[*waiter]struct{}{},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	registry.probers[key] = p
+	go p.loop()
+	return p
+}
+
+// OpenPool returns the prober of the processors that share pool (the connections of one instance), starting
+// it if this is its first user: each probe borrows a connection of the pool for its statement. Every
+// OpenPool must be matched by a Close.
+func OpenPool(pool *pgxpool.Pool) *Prober {
+	key := fmt.Sprintf("pool %p", pool)
+	registry.mu.Lock()
+	defer registry.mu.Unlock()
+	if p, ok := registry.probers[key]; ok {
+		p.refs++
+		return p
+	}
+	p := &Prober{key: key, pool: pool, refs: 1, waiters: map[*waiter]struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
 	registry.probers[key] = p
 	go p.loop()
@@ -223,6 +243,11 @@ func (p *Prober) loop() {
 		if len(batch) == 0 {
 			continue
 		}
+		if p.pool != nil {
+			rows, versions, err := p.probePool(batch)
+			p.answer(batch, rows, versions, err)
+			continue
+		}
 		if conn == nil && time.Since(failedAt) < time.Second {
 			// A failed probe made its waiters fall back; they come back after their poll interval, and
 			// connecting again at most once a second spares a database in trouble.
@@ -251,6 +276,24 @@ func (p *Prober) loop() {
 		}
 		p.answer(batch, rows, versions, err)
 	}
+}
+
+// probePool runs one probe for batch on a connection borrowed from the pool.
+func (p *Prober) probePool(batch []*waiter) ([]bool, []string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+	c, err := p.pool.Acquire(ctx)
+	cancel()
+	if err != nil {
+		return nil, nil, fmt.Errorf("probe: %w", err)
+	}
+	defer c.Release()
+	rows, versions, err := p.probe(c.Conn(), batch)
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = c.Conn().Close(ctx) // the pool drops it
+		cancel()
+	}
+	return rows, versions, err
 }
 
 // probe runs one statement for batch: per waiter, whether a row lies after its position and its cursor

@@ -1,0 +1,170 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance runs three instances of one configuration file
+// with 30 processes on 30 tables while rows are written throughout, and stops and restarts one instance
+// halfway (a rolling restart): every row reaches stdout once, in order per process, from one instance at a
+// time, and no instance ever has more connections than --max-conns (its default) open.
+func TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const tables, maxConns = 30, 4
+	var ddl, entries strings.Builder
+	for i := range tables {
+		fmt.Fprintf(&ddl, `CREATE TABLE outbox_%02d (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
+			CREATE INDEX ON outbox_%02d (created_at, id);`, i, i)
+		fmt.Fprintf(&entries, "  - process: relay_%02d\n    table: outbox_%02d\n", i, i)
+	}
+	b.db.Exec(t, ddl.String())
+	path := writeConfig(t, `
+database-url: ${DATABASE_URL}
+start-from: beginning
+poll-interval: 50ms
+processes:
+`+entries.String())
+
+	// Sample each instance's sessions (named "inorder…@<instance>") until the test ends.
+	most := map[string]int{}
+	var mostMu sync.Mutex
+	ctx, cancel := context.WithCancel(context.Background())
+	sampled := make(chan struct{})
+	samples := 0
+	go func() {
+		defer close(sampled)
+		for ctx.Err() == nil {
+			rows, err := b.db.Pool.Query(ctx, `SELECT split_part(application_name, '@', 2), count(*)::int
+				FROM pg_stat_activity WHERE application_name LIKE 'inorder%@%' AND datname = current_database()
+				GROUP BY 1`)
+			if err != nil {
+				continue
+			}
+			mostMu.Lock()
+			for rows.Next() {
+				var in string
+				var n int
+				if rows.Scan(&in, &n) == nil && n > most[in] {
+					most[in] = n
+				}
+			}
+			samples++
+			mostMu.Unlock()
+			rows.Close()
+		}
+	}()
+	defer func() { cancel(); <-sampled }()
+
+	instances := map[string]*proc{}
+	var stopped []*proc // instances stopped halfway, whose output counts too
+	for _, in := range []string{"a", "b", "c"} {
+		instances[in] = startBinary(t, b.env, "run", "--config", path, "--instance", in)
+	}
+	want := map[string][]int64{}
+	write := func(round int) {
+		// Each round writes to every table, one row to most and five to a few.
+		var sql strings.Builder
+		for i := range tables {
+			n := 1
+			if (i+round)%7 == 0 {
+				n = 5
+			}
+			fmt.Fprintf(&sql, "INSERT INTO outbox_%02d SELECT FROM generate_series(1, %d);", i, n)
+			process := fmt.Sprintf("relay_%02d", i)
+			for range n {
+				want[process] = append(want[process], int64(len(want[process])+1))
+			}
+		}
+		b.db.Exec(t, sql.String())
+	}
+	// delivered returns, per process, the ids each run of an instance printed, in its order.
+	delivered := func() map[string][][]int64 {
+		got := map[string][][]int64{}
+		outputs := append([]*proc(nil), stopped...)
+		for _, p := range instances {
+			outputs = append(outputs, p)
+		}
+		for i, p := range outputs {
+			for _, l := range p.output() {
+				var line struct {
+					Process string
+					Record  struct{ ID int64 }
+				}
+				require.NoError(t, json.Unmarshal([]byte(l), &line), l)
+				runs := got[line.Process]
+				for len(runs) <= i {
+					runs = append(runs, nil)
+				}
+				runs[i] = append(runs[i], line.Record.ID)
+				got[line.Process] = runs
+			}
+		}
+		return got
+	}
+	count := func(runs [][]int64) (n int) {
+		for _, r := range runs {
+			n += len(r)
+		}
+		return n
+	}
+	caughtUp := func() bool {
+		got := delivered()
+		for process, ids := range want {
+			if count(got[process]) < len(ids) {
+				return false
+			}
+		}
+		return true
+	}
+	for round := range 12 {
+		write(round)
+		if round == 5 {
+			// A rolling restart of instance a: it gives its processes up at a clean stop, the others take
+			// them, and it comes back as a standby.
+			require.Eventually(t, caughtUp, 60*time.Second, 20*time.Millisecond, "caught up before the restart")
+			a := instances["a"]
+			require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
+			require.Zero(t, a.wait(t), a.logs())
+			stopped = append(stopped, a)
+			instances["a"] = startBinary(t, b.env, "run", "--config", path, "--instance", "a")
+		}
+	}
+	require.Eventually(t, caughtUp, 60*time.Second, 20*time.Millisecond, "every row delivered")
+	got := delivered()
+	for process, ids := range want {
+		// One instance at a time: each run printed an unbroken, rising stretch of the process's ids, and the
+		// stretches, put in order, are every id once.
+		var stretches [][]int64
+		for _, r := range got[process] {
+			if len(r) > 0 {
+				stretches = append(stretches, r)
+			}
+		}
+		slices.SortFunc(stretches, func(x, y []int64) int { return int(x[0] - y[0]) })
+		require.Equal(t, ids, slices.Concat(stretches...), "process %s: every row once, in order, one instance at a time", process)
+	}
+
+	for _, p := range instances {
+		require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+		require.Zero(t, p.wait(t), p.logs())
+	}
+	cancel()
+	<-sampled
+	require.Positive(t, samples)
+	for _, in := range []string{"a", "b", "c"} {
+		require.Positive(t, most[in], "instance %s was seen", in)
+		require.LessOrEqual(t, most[in], maxConns, "instance %s's connections at their most", in)
+	}
+	t.Logf("connections at their most: %v over %d samples", most, samples)
+}

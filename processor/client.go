@@ -1,0 +1,168 @@
+package processor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/probe"
+)
+
+// DefaultMaxConns is the ClientConfig.MaxConns that zero means: a session for the ownership locks and
+// three connections to work on, for any number of processes.
+const DefaultMaxConns = 4
+
+// ClientConfig configures a Client.
+type ClientConfig struct {
+	// ConnConfig is the database every process of the client reads from. Required.
+	ConnConfig *pgx.ConnConfig
+
+	// MaxConns bounds the connections the client opens to Postgres, whatever the number of processes it
+	// runs or stands by for: one session holds the ownership lock (a session-level advisory lock) of
+	// every process the instance owns, and the rest are a pool lent to a process for the length of its
+	// batch transaction, and to the idle probe and a standby's look at a lease between them. A process
+	// waiting for a connection waits its turn, so MaxConns bounds how many processes deliver at the same
+	// moment: slow handlers (a webhook that takes a second a batch) want more, fast ones few. At least 2;
+	// zero means DefaultMaxConns.
+	MaxConns int
+
+	// Instance names this instance (see Config.Instance); every process of the client runs as it. Empty
+	// means "<hostname>:<pid>".
+	Instance string
+
+	// DatabaseTimeout bounds each exchange on the client's session and each connection start-up, as
+	// Config.DatabaseTimeout does for a process. Zero means DefaultDatabaseTimeout.
+	DatabaseTimeout time.Duration
+}
+
+// Client owns the Postgres connections of one instance and runs many processors on them, as River's
+// Client owns one pool for all its workers. Without a Client each processor opens its own connections
+// (its cursor connection and, when it stands by, the same), so a service that embeds forty processes in
+// three replicas would hold over a hundred connections; with one Client per replica it holds MaxConns
+// each, owning or standing by.
+//
+// A processor runs on the client when its Config.Client is set. Add the processors to the client and Run
+// it, or run them in a lifecycle.Group: either way Close the client after they stopped.
+//
+// Takeover is as fast as without a Client: on a direct connection the client's session holds each owned
+// process's advisory lock, and when the instance dies the session ends with it and a standby takes over
+// at its next look. Through a pooler the lease decides, as always.
+type Client struct {
+	cfg    ClientConfig
+	shared *cursorlock.Shared
+
+	mu      sync.Mutex
+	runners []Runner
+}
+
+// Runner is what a Client runs: a Processor, or a Partitioned runner.
+type Runner interface {
+	Name() string
+	Run(ctx context.Context) error
+}
+
+// NewClient makes a client. It connects nothing yet: the connections open as the processors need them.
+func NewClient(cfg ClientConfig) (*Client, error) {
+	if cfg.ConnConfig == nil {
+		return nil, errors.New("processor client: ClientConfig.ConnConfig is required")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.MaxConns < 2 {
+		return nil, fmt.Errorf("processor client: MaxConns must be at least 2 (a session and one connection to work on), got %d", cfg.MaxConns)
+	}
+	if cfg.DatabaseTimeout <= 0 {
+		cfg.DatabaseTimeout = DefaultDatabaseTimeout
+	}
+	shared, err := cursorlock.NewShared(cursorlock.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: cfg.MaxConns,
+		Instance: cfg.Instance, Timeout: cfg.DatabaseTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &Client{cfg: cfg, shared: shared}, nil
+}
+
+// Add makes Run run r. Add every processor before Run.
+func (c *Client) Add(r Runner) {
+	c.mu.Lock()
+	c.runners = append(c.runners, r)
+	c.mu.Unlock()
+}
+
+// Name names the client as a lifecycle.Runner: "processes".
+func (c *Client) Name() string { return "processes" }
+
+// Run runs every processor added until ctx is done, and returns once all have stopped: nil after a clean
+// stop, or, when one fails with an error retrying cannot fix, that error (naming its process) once it has
+// stopped the others. It does not close the client.
+func (c *Client) Run(ctx context.Context) error {
+	c.mu.Lock()
+	runners := append([]Runner(nil), c.runners...)
+	c.mu.Unlock()
+	if len(runners) == 0 {
+		return errors.New("processor client: no processor added")
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make([]error, len(runners))
+	var wg sync.WaitGroup
+	for i, r := range runners {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if errs[i] = r.Run(ctx); errs[i] != nil {
+				cancel()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// sharedConns is the client's connections, nil for a nil client.
+func (c *Client) sharedConns() *cursorlock.Shared {
+	if c == nil {
+		return nil
+	}
+	return c.shared
+}
+
+// Pool is the client's pool, for what else the instance asks the database (metrics, status) without a
+// connection of its own. What it holds, the processors wait for.
+func (c *Client) Pool() *pgxpool.Pool { return c.shared.Pool() }
+
+// Instance is the name every process of the client runs as.
+func (c *Client) Instance() string { return c.shared.Instance() }
+
+// Close closes the client's connections, releasing the ownership locks its session holds. Call it after
+// the processors stopped.
+func (c *Client) Close() { c.shared.Close() }
+
+// prober returns the idle probe of the client's processors, on the client's pool.
+func (c *Client) prober() *probe.Prober { return probe.OpenPool(c.shared.Pool()) }
+
+// fit gives a processor's configuration the client's database and instance, or refuses another.
+func (c *Client) fit(cc **pgx.ConnConfig, instance *string) error {
+	mine := c.cfg.ConnConfig
+	switch o := *cc; {
+	case o == nil:
+		*cc = mine
+	case o.Host != mine.Host || o.Port != mine.Port || o.Database != mine.Database || o.User != mine.User:
+		return fmt.Errorf("Config.ConnConfig names another database (%s@%s:%d/%s) than its Client's (%s@%s:%d/%s)",
+			o.User, o.Host, o.Port, o.Database, mine.User, mine.Host, mine.Port, mine.Database)
+	}
+	switch {
+	case *instance == "":
+		*instance = c.Instance()
+	case *instance != c.Instance():
+		return fmt.Errorf("Config.Instance %q differs from its Client's instance %q: a client is one instance", *instance, c.Instance())
+	}
+	return nil
+}
