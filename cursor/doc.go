@@ -5,8 +5,10 @@
 // # Status
 //
 // List reads every process's cursor row without disturbing running processors: position, halt and hold
-// state, pause, the instance that owns it and how many are connected. Behind measures how many records
-// lie after a position.
+// state, pause, the instance that owns it and how many are connected, and its Status, decided by StatusOf
+// as `inorder status` decides it (for a running stream, List looks whether a record is behind, which tells
+// running from idle). Behind measures how many records lie after a position; Info.Measure reads them into
+// the Info.
 //
 // # Operator actions
 //

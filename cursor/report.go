@@ -24,14 +24,16 @@ const (
 	StatusNotRunning StreamStatus = "not running"
 	// StatusHeld: records are behind, and an open transaction holds the horizon before them.
 	StatusHeld StreamStatus = "held"
-	// StatusRunning: records are behind and being delivered, or, before Measure, an instance runs it.
+	// StatusRunning: records are behind and being delivered (or, when nobody looked, an instance runs it).
 	StatusRunning StreamStatus = "running"
-	// StatusIdle: nothing is behind.
+	// StatusIdle: an instance runs it and nothing is behind.
 	StatusIdle StreamStatus = "idle"
 )
 
-// StatusOf decides the status of in, given how far behind it is. Without lag (nil) the rows behind are
-// unknown: a process an instance runs, not paused, failing or held, is StatusRunning.
+// StatusOf decides the status of in, given how far behind it is. Without lag (nil), in.CaughtUp says
+// that nothing is behind (List looks for a row after the position): the stream is StatusIdle. Otherwise
+// the rows behind are unknown, and a process an instance runs, not paused, failing or held, is
+// StatusRunning.
 func StatusOf(in Info, lag *Lag) StreamStatus {
 	switch {
 	case in.Partitions > 0:
@@ -44,6 +46,8 @@ func StatusOf(in Info, lag *Lag) StreamStatus {
 		return StatusHalted
 	case in.Connected == 0 && !in.Locked:
 		return StatusNotRunning
+	case lag == nil && in.CaughtUp:
+		return StatusIdle
 	case lag == nil && !in.HeldSince.IsZero():
 		return StatusHeld
 	case lag == nil:
@@ -56,9 +60,9 @@ func StatusOf(in Info, lag *Lag) StreamStatus {
 	return StatusIdle
 }
 
-// Measure reads how far behind the process is (Behind) into in.Lag and decides in.Status with it. A
-// process that has not run has no lag and keeps its status; a failed measurement is kept in in.LagError
-// and returned.
+// Measure reads how far behind the process is (Behind) into in.Lag (and in.CaughtUp) and decides
+// in.Status with it, by the same rule as List. A process that has not run has no lag and keeps its status;
+// a failed measurement is kept in in.LagError and returned.
 func (in *Info) Measure(ctx context.Context, db DB) error {
 	if in.Source.Table == "" {
 		return nil
@@ -68,7 +72,7 @@ func (in *Info) Measure(ctx context.Context, db DB) error {
 		in.LagError = err.Error()
 		return err
 	}
-	in.Lag, in.LagError = &lag, ""
+	in.Lag, in.LagError, in.CaughtUp = &lag, "", lag.Rows == 0
 	in.Status = StatusOf(*in, in.Lag)
 	return nil
 }

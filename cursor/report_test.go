@@ -13,7 +13,7 @@ import (
 // TestStatusOf: the rules `inorder status` shows, decided in one place. A pause says paused whatever else
 // holds; a stream retrying a record says retrying, one halted on it (refused, or failing past its
 // halt-after threshold) says halted; rows behind separate running and held from idle, and without them a
-// running instance counts as running.
+// running instance counts as running unless List found it caught up.
 func TestStatusOf(t *testing.T) {
 	t.Parallel()
 	now := time.Now()
@@ -36,6 +36,11 @@ func TestStatusOf(t *testing.T) {
 		{"held with nothing behind is idle", cursor.Info{Connected: 1, HeldSince: now}, none, cursor.StatusIdle},
 		{"running, behind unknown", cursor.Info{Locked: true}, nil, cursor.StatusRunning},
 		{"held, behind unknown", cursor.Info{Locked: true, HeldSince: now}, nil, cursor.StatusHeld},
+		{"caught up, as List found it", cursor.Info{Locked: true, CaughtUp: true}, nil, cursor.StatusIdle},
+		{"held and caught up, as List found it", cursor.Info{Locked: true, HeldSince: now, CaughtUp: true}, nil, cursor.StatusIdle},
+		{"caught up but stopped", cursor.Info{CaughtUp: true}, nil, cursor.StatusNotRunning},
+		{"caught up but paused", cursor.Info{Locked: true, CaughtUp: true, State: cursor.State{Paused: true}}, nil, cursor.StatusPaused},
+		{"the count decides over an earlier look", cursor.Info{Locked: true, CaughtUp: true}, behind, cursor.StatusRunning},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

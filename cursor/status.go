@@ -18,11 +18,16 @@ import (
 type Info struct {
 	Process string
 	State
-	// Status is what the process is doing (StatusOf). List decides it without the rows behind, which
-	// separate running from idle and held; Measure reads them and decides it again.
+	// Status is what the process is doing (StatusOf), by the rules `inorder status` shows. For a stream an
+	// instance runs, not paused nor failing, whether any row is behind tells running (or held) from idle:
+	// List looks (CaughtUp), and Measure, which counts the rows, decides it again with the count.
 	Status StreamStatus
-	// Lag is how far behind the process is, once Measure has read it; nil before. LagError is why Measure
-	// could not read it.
+	// CaughtUp reports that no committed row of the source was after the position when List or Measure
+	// last looked. List looks only where the status turns on it (a stream an instance runs, not paused
+	// nor failing, whose source is known); elsewhere it is false until Measure.
+	CaughtUp bool
+	// Lag is how far behind the process is, once Measure has read it; nil before. LagError is why Measure,
+	// or List's look for a row behind, could not read it.
 	Lag      *Lag
 	LagError string
 	// Source is what the process last ran against; its Table is empty until it first locked its cursor.
@@ -69,7 +74,9 @@ type Info struct {
 }
 
 // List reads every process's cursor row, or only the named one when name is not empty, and which instance
-// owns each. It takes no lock and does not disturb running processors.
+// owns each, and decides each one's Status as `inorder status` does: for a stream an instance runs, not
+// paused nor failing, it looks whether any row is after the position (one index probe; Measure counts
+// them). It takes no lock and does not disturb running processors.
 func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	return list(ctx, db, name, false)
 }
@@ -147,9 +154,41 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 			}
 		}
 		in.Connected = live[in.Process]
+		if st := StatusOf(*in, nil); (st == StatusRunning || st == StatusHeld) && in.Source.Table != "" {
+			// Running, held and idle differ only by the rows behind: look whether there is one.
+			if err := in.lookBehind(ctx, tx); err != nil {
+				in.LagError = err.Error() // the status stays as without the rows behind
+			}
+		}
 		in.Status = StatusOf(*in, nil)
 	}
 	return infos, nil
+}
+
+// lookBehind looks whether any committed row of the source is after the position (horizon or not, as
+// Behind counts them) into in.CaughtUp, in a savepoint of tx, so that a failure (a source dropped or not
+// readable) leaves tx usable.
+func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
+	sp, err := tx.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("look behind %q: %w", in.Process, err)
+	}
+	defer sp.Rollback(ctx) //nolint:errcheck // read-only
+	t, err := source.Inspect(ctx, sp, in.Source.spec())
+	if err != nil {
+		return err
+	}
+	where, args := t.After(in.Position, "", 1)
+	if t.Part != nil {
+		where += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
+	}
+	var behind bool
+	if err := sp.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", t.Ident, where), args...).
+		Scan(&behind); err != nil {
+		return fmt.Errorf("look for rows after the position of %q in %s: %w", in.Process, t.Qualified, err)
+	}
+	in.CaughtUp = !behind
+	return nil
 }
 
 // holderOnSession checks the owner that said it holds the process's advisory lock on its session (see

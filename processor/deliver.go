@@ -46,7 +46,11 @@ func cutOff(ctx, work context.Context) bool { return ctx.Err() != nil && work.Er
 
 // deliverSync hands records to a Handler or TxHandler one at a time.
 func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+	p.failing.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
+	called := -1 // the last record handed to the handler
+	deliver := func(i int) error { called = i; return p.deliver(work, &items[i]) }
+	defer func() { p.settled(items, o.n, func(i int) bool { return i <= called }) }()
 	for i := range items {
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
@@ -55,13 +59,13 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 			break
 		}
 		it := &items[i]
-		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		it.rec.Attempt = p.attempt(st, it)
 		if p.keyParked(&it.rec) {
 			if err := p.park(work, st, it, nil); err != nil {
 				o.err = err
 				break
 			}
-		} else if err := p.deliver(work, it); err != nil {
+		} else if err := deliver(i); err != nil {
 			if isBatchError(err) {
 				o.err = err
 				break
@@ -97,7 +101,10 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 	}
 	maxIn := max(1, p.async.MaxInFlight())
 	var window []flight
+	p.failing.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
+	called := make([]bool, len(items)) // the records handed to the sink
+	defer func() { p.settled(items, o.n, func(i int) bool { return called[i] }) }()
 	// settle waits for the oldest result and advances past it; it reports whether to go on.
 	settle := func() bool {
 		f := window[0]
@@ -147,7 +154,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 			break
 		}
 		it := &items[i]
-		it.rec.Attempt = attemptOf(st, it.rec.ID)
+		it.rec.Attempt = p.attempt(st, it)
 		if p.keyParked(&it.rec) || refused[it.rec.Key] {
 			window = append(window, flight{it, nil, time.Now()}) // parked in its turn, without reaching the sink
 			if len(window) >= maxIn {
@@ -157,6 +164,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		}
 		sent := time.Now()
 		sctx, cancel := context.WithDeadline(work, sent.Add(p.cfg.HandlerTimeout))
+		called[i] = true
 		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
 		cancel()
 		if serr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &it.rec, serr) {
@@ -215,17 +223,8 @@ func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	}
 }
 
-// failing is what a stream is doing about a failing record.
-type failing int
-
-const (
-	failNone     failing = iota
-	failRetrying         // retrying it with backoff, for less than HaltAfter
-	failHalted           // halted on it: refused for good, or failing for longer than HaltAfter
-)
-
 // noteFailing tells the observer what the stream does now about h, the failing record (nil: none).
-func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failing {
+func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failState {
 	now := failNone
 	if h != nil {
 		now = failRetrying
@@ -233,22 +232,15 @@ func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failing {
 			now = failHalted
 		}
 	}
-	was := p.failing
+	was := p.failing.told
 	if now != was {
-		p.failing = now
+		p.failing.told = now
 		p.obs.Halted(p.cfg.Process, now == failHalted)
 		if o, ok := p.obs.(RetryObserver); ok {
 			o.Retrying(p.cfg.Process, now == failRetrying)
 		}
 	}
 	return was
-}
-
-func attemptOf(st cursorlock.State, id string) int {
-	if st.Halt != nil && st.Halt.RecordID == id {
-		return st.Halt.Attempts + 1
-	}
-	return 1
 }
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
@@ -480,7 +472,7 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	p.retryAt, p.nextAt = time.Now().Add(wait), h.NextAttemptAt
 	was := p.noteFailing(&h)
 	event := "retrying"
-	if p.failing == failHalted {
+	if p.failing.told == failHalted {
 		event = "halted"
 	}
 	p.fate(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
@@ -490,11 +482,11 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	ev := p.log.Debug()
 	msg := "handler failed again; retrying the record"
 	switch {
-	case p.failing == failHalted && was != failHalted && h.Permanent:
+	case p.failing.told == failHalted && was != failHalted && h.Permanent:
 		ev, msg = p.log.Error(), "the sink refused the record; stream halted on it until it goes through or an operator skips it"
-	case p.failing == failHalted && was != failHalted:
+	case p.failing.told == failHalted && was != failHalted:
 		ev, msg = p.log.Error(), "the record has failed for longer than the halt-after threshold; stream halted on it until it goes through or an operator skips it"
-	case p.failing == failRetrying && was != failRetrying:
+	case p.failing.told == failRetrying && was != failRetrying:
 		ev, msg = p.log.Warn(), "handler failed; retrying the record with backoff (the stream waits on it)"
 	}
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).

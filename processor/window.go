@@ -25,7 +25,8 @@ import (
 // When a record fails, nothing more starts; the records in flight finish (within one handler timeout),
 // the prefix moves as far as they allow, and the stream halts on the first record in order that did not
 // succeed, exactly as one record at a time: backoff, status, skip. Records of other keys after it that had
-// succeeded are delivered again once it goes through or is skipped.
+// succeeded are delivered again once it goes through or is skipped, each with its next attempt number
+// (see failing).
 
 // done is the outcome of one record's handler call in the window.
 type done struct {
@@ -71,6 +72,7 @@ type window[T any] struct {
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
 func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+	p.failing.forgetPassed(st.Position)
 	w := &window[T]{p: p, ctx: ctx, work: work, st: st, items: items, slots: make([]slot, len(items)),
 		errs: make([]error, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
 		failedAt: len(items), warned: -1, o: outcome[T]{last: st.Position}}
@@ -117,6 +119,9 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	if w.head < len(items) && w.slots[w.head] == failed {
 		w.o.failed, w.o.cause = &items[w.head], w.errs[w.head]
 	}
+	// The records of other keys that went out ahead of the head go out again after it, as their next
+	// attempt.
+	p.settled(items, w.o.n, func(i int) bool { return !w.began[i].IsZero() })
 	return w.o
 }
 
@@ -154,7 +159,7 @@ func (w *window[T]) start() {
 			continue
 		}
 		it := &w.items[i]
-		it.rec.Attempt = attemptOf(w.st, it.rec.ID)
+		it.rec.Attempt = w.p.attempt(w.st, it)
 		if w.p.keyParked(&it.rec) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)

@@ -13,9 +13,11 @@
 // The process is the name of the stream; id is the record's id column as text; created_at is the record's
 // created_at column in UTC with as many fractional digits as it has (Go's time.RFC3339Nano); key is the
 // record's key column as text (for example the aggregate id), and the field is left out when the process has
-// no key column; attempt counts deliveries of this record, 1 the first time; record is the row itself as
-// encoding/json marshals it, which for handlers.Row is one object with the columns in their selected order.
-// The fields always appear in this order.
+// no key column; attempt counts deliveries of this record, 1 the first time (a record sent again after a
+// failure, an operator's retry included, carries the next number, whether it is the record that failed or
+// one of another key that went out ahead of it with processor.Config.MaxInFlight above 1); record is the
+// row itself as encoding/json marshals it, which for handlers.Row is one object with the columns in their
+// selected order. The fields always appear in this order.
 //
 // With Config.BodyColumn the body is instead that column's JSON, as it is: an application that writes
 // the body a third-party API expects into its outbox row (a payload column) has it sent unchanged. A

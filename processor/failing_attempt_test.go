@@ -1,0 +1,116 @@
+package processor_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+)
+
+// attemptSink counts, per record, the attempt numbers it was handed, and refuses some records until it is
+// fixed. As an AsyncHandler it sends the records of a batch before it settles any (four at once), so that
+// the records after a refused one are sent ahead of it.
+type attemptSink struct {
+	mu       sync.Mutex
+	attempts map[int64][]int
+	refused  map[int64]bool
+}
+
+func newAttemptSink(refuse ...int64) *attemptSink {
+	s := &attemptSink{attempts: map[int64][]int{}, refused: map[int64]bool{}}
+	for _, id := range refuse {
+		s.refused[id] = true
+	}
+	return s
+}
+
+// take notes a delivery of rec and says how the sink answers it.
+func (s *attemptSink) take(rec *handlers.Record[event]) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.attempts[rec.Value.ID] = append(s.attempts[rec.Value.ID], rec.Attempt)
+	if s.refused[rec.Value.ID] {
+		return handlers.Permanent(errTest)
+	}
+	return nil
+}
+
+func (s *attemptSink) Handle(_ context.Context, rec *handlers.Record[event]) error {
+	return s.take(rec)
+}
+
+func (s *attemptSink) fix() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refused = map[int64]bool{}
+}
+
+func (s *attemptSink) sent(id int64) []int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]int(nil), s.attempts[id]...)
+}
+
+// asyncAttemptSink is attemptSink as an AsyncHandler: the answer is known at send, told at Wait.
+type asyncAttemptSink struct{ *attemptSink }
+
+type answered struct{ err error }
+
+func (a answered) Wait(context.Context) error { return a.err }
+
+func (s asyncAttemptSink) Send(_ context.Context, rec *handlers.Record[event]) (handlers.Result, error) {
+	return answered{s.take(rec)}, nil
+}
+
+func (s asyncAttemptSink) MaxInFlight() int { return 4 }
+
+// TestRecordsSentAheadOfAFailureCountTheirAttempts: with an AsyncHandler and with the keyed window, the
+// records sent ahead of a refused record are delivered again once an operator's retry lets it through,
+// each as its second attempt, the refused record too; no record is handed the same attempt number twice.
+func TestRecordsSentAheadOfAFailureCountTheirAttempts(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		async bool
+	}{{"AsyncHandler", true}, {"keyed window", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ids := b.insert(t, 3)
+			s := newAttemptSink(ids[0])
+			b.cfg.Handler = s
+			if tc.async {
+				b.cfg.Handler = asyncAttemptSink{s}
+			} else {
+				// One key per record, so that all three go out at once.
+				b.cfg.Source.KeyColumn, b.cfg.MaxInFlight = "seq", 4
+			}
+			b.cfg.RetryMin, b.cfg.RetryMax = time.Minute, time.Minute // only the operator's retry sends it again
+			start(t, b.cfg)
+			waitFor(t, "the halt on the first record", func() bool {
+				h := b.halt(t)
+				return h != nil && h.RecordID == idText(ids[0])
+			})
+			// Sent together: the two after the refused one went out ahead of it.
+			require.Equal(t, []int{1}, s.sent(ids[1]))
+			require.Equal(t, []int{1}, s.sent(ids[2]))
+			s.fix()
+			_, err := cursor.Retry(context.Background(), b.db.Pool, b.cfg.Process, cursor.ActionOpts{Actor: "ops", Reason: "fixed"})
+			require.NoError(t, err)
+			// The position passes the records sent ahead only once they went out again.
+			waitFor(t, "the position at the last record", func() bool {
+				_, id := b.position(t, b.cfg.Process)
+				return id == idText(ids[len(ids)-1])
+			})
+			require.Equal(t, []int{1, 2}, s.sent(ids[0]), "the refused record")
+			for _, id := range ids[1:] {
+				require.Equal(t, []int{1, 2}, s.sent(id), "record %d, sent ahead and again after the retry", id)
+			}
+		})
+	}
+}
