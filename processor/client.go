@@ -57,8 +57,9 @@ type Client struct {
 	cfg    ClientConfig
 	shared *cursorlock.Shared
 
-	mu      sync.Mutex
-	runners []Runner
+	mu       sync.Mutex
+	runners  []Runner
+	listener listener // the processors' wake-up listener, shared (see Config.Listen)
 }
 
 // Runner is what a Client runs: a Processor, or a Partitioned runner.

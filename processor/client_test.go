@@ -6,7 +6,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/testrun"
@@ -132,4 +134,50 @@ func TestClientRefusesAnotherInstance(t *testing.T) {
 
 	_, err = processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, MaxConns: 1})
 	require.ErrorContains(t, err, "MaxConns must be at least 2")
+}
+
+// The processors of a Client that listen for insert notifications share one listening connection: rows
+// inserted while they idle (with a poll interval of an hour) wake both, and a listener cut off is replaced
+// for both.
+func TestClientProcessesShareOneListener(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	createNotifyTrigger(t, b)
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: "listening"})
+	require.NoError(t, err)
+	var logs logBuffer
+	collectors := []*collector{newCollector(), newCollector()}
+	for i, h := range collectors {
+		cfg := b.cfg
+		cfg.Client, cfg.Listen, cfg.Handler = client, true, h
+		cfg.Process = fmt.Sprintf("listener_%d", i)
+		cfg.PollInterval = time.Hour // only a notification can make it look again within the test
+		cfg.Logger = zerolog.New(&logs).Level(zerolog.DebugLevel)
+		p, err := processor.New(cfg)
+		require.NoError(t, err)
+		client.Add(p)
+	}
+	stop := testrun.Start(t, client.Run)
+	t.Cleanup(func() { _ = stop(); client.Close() })
+	waitFor(t, "both listening", func() bool { return logs.count("listening for insert notifications") == 2 })
+	var listeners int
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
+		WHERE application_name LIKE 'inorder-listen:%' AND datname = current_database()`).Scan(&listeners))
+	require.Equal(t, 1, listeners, "one listening connection for the client")
+
+	want := b.insert(t, 3)
+	for i, h := range collectors {
+		waitFor(t, fmt.Sprintf("process %d woken", i), func() bool { return h.count() == 3 })
+	}
+	var killed bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = 'inorder-listen:@listening' AND datname = current_database()`).Scan(&killed))
+	require.True(t, killed)
+	waitFor(t, "a new listener for both", func() bool { return logs.count("listening for insert notifications") == 4 })
+	want = append(want, b.insert(t, 2)...)
+	for i, h := range collectors {
+		waitFor(t, fmt.Sprintf("process %d woken again", i), func() bool { return h.count() == 5 })
+		require.Equal(t, want, h.ids())
+	}
+	require.Zero(t, logs.count("no insert-notification trigger"))
 }

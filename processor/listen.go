@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -17,6 +18,23 @@ import (
 // polls as it always does.
 func (p *Processor[T]) listen(ctx context.Context) {
 	warned := false
+	if p.cfg.Client != nil {
+		var checked atomic.Bool
+		// One listener for the client's processors: a connection per instance, not per process.
+		p.cfg.Client.listen(ctx, &subscription{table: p.table.Qualified, wake: p.wakeUp,
+			connected: func() {
+				if !checked.Load() && p.checkNotifyTrigger(ctx) == nil {
+					checked.Store(true)
+				}
+				p.log.Info().Msg("listening for insert notifications")
+				p.wakeUp() // rows may have arrived while nobody listened
+			},
+			lost: func(err error) {
+				p.log.Warn().Err(err).Str("poll_interval", p.cfg.PollInterval.String()).
+					Msg("wake-up listener lost; polling until it is back")
+			}})
+		return
+	}
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		err := p.listenOnce(ctx, &warned, func() { attempt = 0 })
 		if ctx.Err() != nil {
@@ -47,15 +65,8 @@ func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected f
 		return fmt.Errorf("listen: %w", err)
 	}
 	if !*warned {
-		var exists bool
-		if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
-			p.table.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
-			return fmt.Errorf("look for the notify trigger: %w", err)
-		}
-		if !exists {
-			p.log.Warn().Str("table", p.table.Qualified).Msgf("no insert-notification trigger on the table, so "+
-				"nothing will wake this processor before its poll interval; create it with: inorder migrate --notify %s",
-				p.table.Qualified)
+		if err := p.warnNoTrigger(ctx, conn); err != nil {
+			return err
 		}
 		*warned = true
 	}
@@ -72,6 +83,30 @@ func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected f
 			p.wakeUp()
 		}
 	}
+}
+
+// warnNoTrigger warns when the table has no insert-notification trigger, which listening needs.
+func (p *Processor[T]) warnNoTrigger(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}) error {
+	var exists bool
+	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
+		p.table.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
+		return fmt.Errorf("look for the notify trigger: %w", err)
+	}
+	if !exists {
+		p.log.Warn().Str("table", p.table.Qualified).Msgf("no insert-notification trigger on the table, so "+
+			"nothing will wake this processor before its poll interval; create it with: inorder migrate --notify %s",
+			p.table.Qualified)
+	}
+	return nil
+}
+
+// checkNotifyTrigger is warnNoTrigger on a connection of the client's pool.
+func (p *Processor[T]) checkNotifyTrigger(ctx context.Context) error {
+	ctx, cancel := p.bounded(ctx)
+	defer cancel()
+	return p.warnNoTrigger(ctx, p.cfg.Client.Pool())
 }
 
 // wakeUp asks the loop to look now. Wake-ups coalesce: many notifications during a batch make one more
