@@ -74,6 +74,8 @@ const (
 	millis    = "ms"
 	micros    = "µs"
 	mebibytes = "MiB"
+	// connections are sessions of a server.
+	connections = "conns"
 )
 
 // figure is one number of the table: n things measured (rows, records, reads; 0 when not a count) and a
@@ -247,6 +249,7 @@ func tableLines() []line {
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
 	ls = append(ls, kafkaLines()...)
+	ls = append(ls, fleetLines()...)
 	return append(ls, networkLines()...)
 }
 
@@ -444,6 +447,7 @@ func printNotes(w io.Writer) {
 	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
 	kafkaNote(note)
+	fleetNote(note)
 	networkNote(note)
 }
 
@@ -475,6 +479,8 @@ func formatValue(f figure) string {
 	switch f.unit {
 	case perSecond:
 		return thousands(f.value) + " /s"
+	case connections:
+		return thousands(f.value) + " " + f.unit
 	case millis, micros:
 		if f.value < 10 {
 			return fmt.Sprintf("%.2f %s", f.value, f.unit)

@@ -41,6 +41,15 @@
 //     in-process cluster speaking the Kafka protocol, with one record in flight and with the keyed window
 //     of 64, beside plain franz-go clients producing the same records to the same cluster, one record at a
 //     time each: one of them, and 64 at once.
+//   - fleet: the connections and memory of 1, 10 and 50 processes, each on a table of its own, in one
+//     instance of `inorder run --config` (the binary built by the benchmark): owning them, idle once every
+//     one has caught up and busy while a row goes into every table every 100ms, and standing by (the same
+//     file as a second instance, started once the first owns everything). Connections are the most
+//     sessions pg_stat_activity shows at once named "inorder…@<instance>", read every 25ms for 3s; memory is
+//     the VmRSS of the OS process at the end of that time (target: connections ≤ --max-conns, 4). The
+//     references are the same processes as 1 and 10 `inorder run` OS processes of one process each, as a
+//     process ran before --config (50 OS processes are too heavy for a 2-CPU machine), their connections
+//     counted and their VmRSS summed; 50 processes in one instance are compared with 1.
 //   - 1ms RTT: through one TCP proxy on loopback (internal/tcpproxy) adding 0.5ms each way, a round trip
 //     of a client and a server in one cloud region: the keyset read, the single-row commit and the same
 //     commit with synchronous_commit off (one round trip each) as limits; the stdout handler writing to a
