@@ -10,12 +10,18 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/console"
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/testrun"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 const token = "console-topsecret-token-0123456789"
@@ -311,4 +317,38 @@ func TestActorFuncNamesWhoActs(t *testing.T) {
 	entries, err := cursor.Audit(context.Background(), b.db.Pool, cursor.AuditOpts{Process: "payments", Limit: 1})
 	require.NoError(t, err)
 	require.Equal(t, "grace (console)", entries[0].Actor, "the service's name, not the form's")
+}
+
+// A stream waiting for its sink shows the sink's outage and what to check, and offers no skip: skipping
+// the record would not help.
+func TestConsoleShowsASinkOutageWithoutASkip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cc, err := pgx.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	p, err := processor.New(processor.Config[payment]{
+		Process: "outage", ConnConfig: cc, StartFrom: cursor.StartFromBeginning,
+		Source: processor.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
+		Handler: handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error {
+			return handlers.Unavailable(&statusErr{code: 404}, "the URL: the receiver has no such endpoint")
+		}),
+		PollInterval: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Logger: zerolog.Nop(),
+	})
+	require.NoError(t, err)
+	testrun.Start(t, p.Run)
+	require.Eventually(t, func() bool {
+		infos, err := cursor.List(context.Background(), b.db.Pool, "outage")
+		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusSinkUnavailable
+	}, 20*time.Second, 10*time.Millisecond)
+
+	srv := b.serve(t, console.Config{AllowActions: true})
+	code, page := get(t, http.DefaultClient, srv.URL+"/process/outage")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "Waiting for the sink at record")
+	require.Contains(t, page, "the URL: the receiver has no such endpoint")
+	require.Contains(t, page, "Retry now", "an operator may still try again at once")
+	require.NotContains(t, page, "Skip record", "no skip for the sink's outage")
+	_, overview := get(t, http.DefaultClient, srv.URL+"/")
+	require.Contains(t, overview, "sink unavailable")
 }

@@ -20,6 +20,10 @@ const (
 	StatusRetrying StreamStatus = "retrying"
 	// StatusHalted: the sink refused a record, or it has failed for longer than the processor's HaltAfter.
 	StatusHalted StreamStatus = "halted"
+	// StatusSinkUnavailable: the sink refuses what every record would meet (a wrong URL, a revoked key, a
+	// missing topic, a sink down): the stream waits and retries, and flows again by itself once the sink
+	// accepts. Nothing is halted or parked for it, and skipping the record would not help.
+	StatusSinkUnavailable StreamStatus = "sink unavailable"
 	// StatusNotRunning: no instance runs the process.
 	StatusNotRunning StreamStatus = "not running"
 	// StatusHeld: records are behind, and an open transaction holds the horizon before them.
@@ -40,6 +44,8 @@ func StatusOf(in Info, lag *Lag) StreamStatus {
 		return StatusPartitioned
 	case in.Paused:
 		return StatusPaused
+	case in.Halt != nil && in.Halt.SinkUnavailable():
+		return StatusSinkUnavailable
 	case in.Halt != nil && in.Halt.Retrying():
 		return StatusRetrying
 	case in.Halt != nil:
@@ -136,6 +142,9 @@ type haltJSON struct {
 	LastFailureAt  time.Time  `json:"last_failure_at"`
 	NextAttemptAt  *time.Time `json:"next_attempt_at"`
 	HaltedAt       *time.Time `json:"halted_at"`
+	// Unavailable is what to check while the sink is unavailable (the failure is the sink's, not the
+	// record's); null otherwise.
+	Unavailable *string `json:"unavailable"`
 }
 
 type holdJSON struct {
@@ -170,6 +179,10 @@ func (in Info) report() infoJSON {
 		r.Halt = &haltJSON{RecordID: h.RecordID, Error: h.Error, Permanent: h.Permanent, Attempts: h.Attempts,
 			FirstFailureAt: h.FirstFailureAt.UTC(), LastFailureAt: h.LastFailureAt.UTC(),
 			NextAttemptAt: timeOrNil(h.NextAttemptAt), HaltedAt: timeOrNil(h.HaltedAt)}
+		if h.Unavailable != "" {
+			check := h.Unavailable
+			r.Halt.Unavailable = &check
+		}
 		if h.Status != 0 {
 			code := h.Status
 			r.Halt.Status = &code

@@ -67,3 +67,34 @@ func StatusOf(err error) (int, bool) {
 	}
 	return 0, false
 }
+
+// UnavailableError marks a refusal that is the sink's, not the record's: every record would meet it (a
+// wrong URL, a revoked or missing key, a topic that does not exist, a name that does not resolve, a TLS
+// failure, a refused connection, a service that says it is unavailable). The processor treats it as an
+// outage of the sink: it waits and retries with backoff for as long as the outage lasts, and flows again
+// by itself once the sink accepts; it never halts the stream on it, never parks a key for it, and never
+// suggests skipping the record. Check says what an operator should look at ("the URL", "the API key").
+type UnavailableError struct {
+	Err   error
+	Check string
+}
+
+func (e *UnavailableError) Error() string { return e.Err.Error() }
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable wraps err as an UnavailableError, check saying what to look at.
+func Unavailable(err error, check string) error {
+	if err == nil {
+		return nil
+	}
+	return &UnavailableError{Err: err, Check: check}
+}
+
+// UnavailableOf returns the UnavailableError in err's chain, if any.
+func UnavailableOf(err error) (*UnavailableError, bool) {
+	var u *UnavailableError
+	if errors.As(err, &u) {
+		return u, true
+	}
+	return nil, false
+}

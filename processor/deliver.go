@@ -116,6 +116,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 		if f.res != nil {
 			werr = f.res.Wait(wctx)
 			p.obs.Handled(p.cfg.Process, time.Since(start), werr)
+			p.refusals.note(f.it.rec.Key, werr)
 		}
 		switch {
 		case f.res == nil || p.keyParked(&f.it.rec):
@@ -215,6 +216,9 @@ func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
 		p.retryAt, p.nextAt = time.Time{}, time.Time{}
 		was := p.noteFailing(nil)
+		if was == failUnavailable {
+			return // said by noteFailing: the sink's outage is over
+		}
 		msg := "the record went through; retrying is over"
 		if was == failHalted {
 			msg = "stream resumed: the halted record went through"
@@ -226,11 +230,14 @@ func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 // noteFailing tells the observer what the stream does now about h, the failing record (nil: none).
 func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failState {
 	now := failNone
-	if h != nil {
+	switch {
+	case h == nil:
+	case h.SinkUnavailable():
+		now = failUnavailable
+	case !h.HaltedAt.IsZero():
+		now = failHalted
+	default:
 		now = failRetrying
-		if !h.HaltedAt.IsZero() {
-			now = failHalted
-		}
 	}
 	was := p.failing.told
 	if now != was {
@@ -238,6 +245,12 @@ func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failState {
 		p.obs.Halted(p.cfg.Process, now == failHalted)
 		if o, ok := p.obs.(RetryObserver); ok {
 			o.Retrying(p.cfg.Process, now == failRetrying)
+		}
+		if o, ok := p.obs.(UnavailableObserver); ok {
+			o.SinkUnavailable(p.cfg.Process, now == failUnavailable)
+		}
+		if was == failUnavailable {
+			p.log.Info().Msg("the sink accepts again: its outage is over, and the stream flows")
 		}
 	}
 	return was
@@ -253,6 +266,9 @@ func (p *Processor[T]) deliver(work context.Context, it *item[T]) (err error) {
 	defer func() {
 		done()
 		p.obs.Handled(p.cfg.Process, time.Since(start), err)
+		if p.cfg.Handler != nil {
+			p.refusals.note(rec.Key, err)
+		}
 		endAttempt(it, err)
 	}()
 	if p.cfg.Handler != nil {
@@ -448,10 +464,12 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 		return p.retryDelay(1, nil)
 	}
 	status, _ := handlers.StatusOf(cause)
+	check := p.sinkCheck(cause)
 	h, err := p.cur.RecordFailure(work, last, cursorlock.Failure{RecordID: rec.ID, Err: cause,
 		Permanent: handlers.IsPermanent(cause), Status: status,
-		RetryIn:   func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
-		HaltAfter: p.cfg.HaltAfter})
+		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
+		HaltAfter:   p.cfg.HaltAfter,
+		Unavailable: check})
 	if err == nil && !h.HaltedAt.IsZero() && p.parking() && rec.Key != "" {
 		// It has failed for longer than HaltAfter now: the key parks, and the stream goes on at once.
 		if err = p.parkFailed(work, st, it, cause); err == nil {
@@ -472,8 +490,11 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	p.retryAt, p.nextAt = time.Now().Add(wait), h.NextAttemptAt
 	was := p.noteFailing(&h)
 	event := "retrying"
-	if p.failing.told == failHalted {
+	switch p.failing.told {
+	case failHalted:
 		event = "halted"
+	case failUnavailable:
+		event = "sink unavailable"
 	}
 	p.fate(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
 		attribute.String("inorder.record.next_attempt_at", h.NextAttemptAt.UTC().Format(time.RFC3339Nano)))
@@ -482,6 +503,9 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 	ev := p.log.Debug()
 	msg := "handler failed again; retrying the record"
 	switch {
+	case p.failing.told == failUnavailable && was != failUnavailable:
+		ev, msg = p.log.Warn().Str("check", check), "the sink is unavailable: it refuses what every record would meet, "+
+			"so nothing is halted or parked for it; waiting and retrying with backoff until it accepts"
 	case p.failing.told == failHalted && was != failHalted && h.Permanent:
 		ev, msg = p.log.Error(), "the sink refused the record; stream halted on it until it goes through or an operator skips it"
 	case p.failing.told == failHalted && was != failHalted:
@@ -495,7 +519,7 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 }
 
 func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {
-	if cause != nil && handlers.IsPermanent(cause) {
+	if cause != nil && handlers.IsPermanent(cause) && unavailable(cause) == "" {
 		return p.cfg.RetryMax
 	}
 	d := backoff(attempts, p.cfg.RetryMin, p.cfg.RetryMax)

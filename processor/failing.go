@@ -3,6 +3,7 @@ package processor
 import (
 	"time"
 
+	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
 )
@@ -26,9 +27,10 @@ type failing struct {
 type failState int
 
 const (
-	failNone     failState = iota
-	failRetrying           // retrying it with backoff, for less than HaltAfter
-	failHalted             // halted on it: refused for good, or failing for longer than HaltAfter
+	failNone        failState = iota
+	failRetrying              // retrying it with backoff, for less than HaltAfter
+	failHalted                // halted on it: refused for good, or failing for longer than HaltAfter
+	failUnavailable           // the sink refuses what every record would meet: waiting for it, never halting
 )
 
 // sentRecord is a record handed to the handler without the position moving past it: when it was created
@@ -86,4 +88,17 @@ func (p *Processor[T]) settled(items []item[T], n int, sent func(i int) bool) {
 		}
 		f.sent[items[i].rec.ID] = sentRecord{createdAt: items[i].pos.CreatedAt, attempt: items[i].rec.Attempt}
 	}
+}
+
+// unavailable says what to check when err is the sink's outage rather than the record's failure
+// (handlers.Unavailable), and "" otherwise.
+func unavailable(err error) string {
+	u, ok := handlers.UnavailableOf(err)
+	switch {
+	case !ok:
+		return ""
+	case u.Check == "":
+		return "the sink"
+	}
+	return u.Check
 }

@@ -31,6 +31,14 @@ type RetryObserver interface {
 	Retrying(process string, retrying bool)
 }
 
+// UnavailableObserver is an Observer that is also told when a stream waits for a sink that refuses what
+// every record would meet (see handlers.Unavailable), and when the sink accepts again.
+type UnavailableObserver interface {
+	Observer
+	// SinkUnavailable reports that the stream waits for its sink, or no longer does.
+	SinkUnavailable(process string, unavailable bool)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) Batch(string, int)                    {}

@@ -57,7 +57,10 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 // still pass is retried as without parking, the stream waiting on it. The callers check first that the
 // shutdown timeout did not cut the handler off (cutOff), which is not the record's fault.
 func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[T], err error) bool {
-	if !p.parking() || rec.Key == "" {
+	if !p.parking() || rec.Key == "" || p.sinkCheck(err) != "" {
+		return false // a sink's outage is no key's: the stream waits for the sink
+	}
+	if h := st.Halt; h != nil && h.RecordID == rec.ID && h.SinkUnavailable() {
 		return false
 	}
 	if handlers.IsPermanent(err) {
@@ -87,6 +90,7 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 		return nil
 	}
 	p.markParked(pk.Key)
+	p.refusals.parked(pk.Key)
 	p.retryAt, p.nextAt = time.Time{}, time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).

@@ -357,6 +357,8 @@ type Processor[T any] struct {
 	limit, lastLimit int
 	// ahead is the next batch, read while the last one was delivered (see ahead.go); nil when none.
 	ahead *ahead[T]
+	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
+	refusals refusals
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -544,6 +546,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		p.rowBusy = false
 		n, wait, err := p.tick(ctx, work)
 		p.cur.Detach() // on a Client's connections: hold none while not locked
+		if !p.cur.Locked() && p.role == roleOwner {
+			p.redriveAfterOutage(work)
+		}
 		if n > 0 {
 			p.probeGap, p.lastRecords = 0, time.Now()
 		}
@@ -562,7 +567,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 				p.reconnect(ctx, work, err)
 				continue
 			}
-			p.log.Error().Err(err).Msg("batch failed; retrying")
+			p.log.Error().Err(cursorlock.NameSetting(err)).Msg("batch failed; retrying")
 			wait = p.cfg.RetryMin
 		}
 		wait, wakeable := p.nextWait(n, wait, woken)
@@ -742,7 +747,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 		p.log.Warn().Err(cause).Str("database_timeout", p.cfg.DatabaseTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
 	} else {
-		p.log.Warn().Err(cause).Msg("database connection lost; reconnecting")
+		p.log.Warn().Err(cursorlock.NameSetting(cause)).Msg("database connection lost; reconnecting")
 	}
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)

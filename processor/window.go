@@ -185,6 +185,7 @@ func (w *window[T]) take(d done) {
 	for {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
+		w.p.refusals.note(w.items[d.i].rec.Key, d.err)
 		switch {
 		case d.err != nil && !cutOff(w.ctx, w.work) && w.p.parksOnFailure(w.st, &w.items[d.i].rec, d.err):
 			w.parkAt(d.i, d.err)

@@ -66,6 +66,8 @@ type runFlags struct {
 	webhookSecretEnv   string
 	webhookTimeout     time.Duration
 	webhookInFlight    int
+	webhookMaxRate     string
+	webhookRecordCodes string
 	webhookHeaders     headerFlag
 	webhookBodyColumn  string
 	webhookIdempotency string
@@ -136,6 +138,11 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
 	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 0, "webhook: per-request timeout, below --handler-timeout (default four fifths of it)")
 	fs.IntVar(&f.webhookInFlight, "webhook-max-in-flight", 1, "webhook: requests at once, in order per key (records of one key one at a time)")
+	fs.StringVar(&f.webhookMaxRate, "webhook-max-rate", "", "webhook: at most N requests a second, e.g. 100/s, shared by every request in flight (default no bound); "+
+		"a 429 or 503 with Retry-After pauses every request either way")
+	fs.StringVar(&f.webhookRecordCodes, "webhook-record-status", "", "webhook: statuses that mean the record's own refusal for this API, e.g. 404 "+
+		"for one whose 404 says the customer does not exist (default none: 401, 403, 404 and the like are the sink's outage, "+
+		"which the stream waits out)")
 	fs.Var(&f.webhookHeaders, "webhook-header", "webhook: 'Name=value' header sent with every request, ${VAR} taken from the environment (repeatable)")
 	fs.StringVar(&f.webhookBodyColumn, "webhook-body-column", "", "webhook: column whose JSON is the request body, as is (default the envelope)")
 	fs.StringVar(&f.webhookIdempotency, "webhook-idempotency-header", webhook.IdempotencyKeyHeader, "webhook: header carrying the idempotency key <process>:<id>")

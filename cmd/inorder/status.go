@@ -104,7 +104,24 @@ func printStatus(w io.Writer, rep statusReport) {
 	}
 	tw.Flush()
 	for _, ps := range rep.Processes {
-		if h := ps.Halt; h != nil {
+		if h := ps.Halt; h != nil && h.SinkUnavailable() {
+			// The sink's outage: nothing about the record to fix or skip.
+			status := ""
+			if h.Status != 0 {
+				status = fmt.Sprintf(" (status %d)", h.Status)
+			}
+			next := ""
+			if !h.NextAttemptAt.IsZero() {
+				next = ", next " + h.NextAttemptAt.UTC().Format(time.RFC3339)
+			}
+			fmt.Fprintf(w, "\n%s\n%s\n%s\n  to try again now:\n%s\n",
+				wrap(fmt.Sprintf("%s waits for the sink, unavailable since %s: record %s meets a refusal every record "+
+					"would meet%s; %s so far%s. Nothing is halted or parked for it; the stream flows again by itself "+
+					"once the sink accepts.", ps.Process, h.FirstFailureAt.UTC().Format(time.RFC3339), h.RecordID, status,
+					plural(h.Attempts, "attempt"), next), "", 100),
+				wrap("check: "+h.Unavailable, "  ", 100), wrap("error: "+clip(h.Error, 600), "  ", 100),
+				command("inorder retry --process %s", ps.Process))
+		} else if h != nil {
 			kind := "retryable"
 			if h.Permanent {
 				kind = "refused by the sink"

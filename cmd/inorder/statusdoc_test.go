@@ -51,6 +51,7 @@ type processDoc struct {
 		LastFailureAt  time.Time  `json:"last_failure_at"`
 		NextAttemptAt  *time.Time `json:"next_attempt_at"`
 		HaltedAt       *time.Time `json:"halted_at"`
+		Unavailable    *string    `json:"unavailable"`
 	} `json:"halt"`
 	Hold *struct {
 		WriterPID int       `json:"writer_pid"`

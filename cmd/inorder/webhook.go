@@ -8,6 +8,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/inorder-dev/inorder/handlers"
@@ -129,7 +130,7 @@ func validHeaderName(name string) bool {
 func (f *runFlags) webhookSet() bool {
 	return f.webhookURL != "" || f.webhookSecretEnv != "" || f.webhookInFlight != 1 || len(f.webhookHeaders) > 0 ||
 		f.webhookBodyColumn != "" || f.webhookIdempotency != webhook.IdempotencyKeyHeader ||
-		f.webhookSignature != string(webhook.SignatureInorder)
+		f.webhookSignature != string(webhook.SignatureInorder) || f.webhookMaxRate != "" || f.webhookRecordCodes != ""
 }
 
 // newWebhook builds the webhook handler from its flags. Secrets come from the environment only, and no
@@ -189,14 +190,41 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 	if err != nil {
 		return nil, err
 	}
+	rate, err := parseRate(f.webhookMaxRate)
+	if err != nil {
+		return nil, err
+	}
+	var recordCodes []int
+	for _, v := range strings.FieldsFunc(f.webhookRecordCodes, func(r rune) bool { return r == ',' || r == ' ' }) {
+		code, err := strconv.Atoi(v)
+		if err != nil || code < 300 || code > 599 {
+			return nil, usageErr("--webhook-record-status %q: %q is no failing HTTP status (300 to 599)", f.webhookRecordCodes, v)
+		}
+		recordCodes = append(recordCodes, code)
+	}
 	h, err := webhook.New[handlers.Row](webhook.Config{
 		URL: f.webhookURL, Secret: secret, Signature: scheme, Timeout: f.webhookTimeout,
 		Headers: headers, IdempotencyHeader: f.webhookIdempotency, BodyColumn: f.webhookBodyColumn,
+		MaxRate: rate, RecordStatuses: recordCodes,
 	})
 	if err != nil {
 		return nil, usageErr("%v", err)
 	}
 	return h, nil
+}
+
+// parseRate reads --webhook-max-rate: "100", "100/s" or "6000/m"; "" is no bound.
+func parseRate(v string) (float64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	num, unit, _ := strings.Cut(strings.TrimSpace(v), "/")
+	n, err := strconv.ParseFloat(strings.TrimSpace(num), 64)
+	per := map[string]float64{"": 1, "s": 1, "m": 60, "min": 60}[strings.TrimSpace(unit)]
+	if err != nil || n <= 0 || per == 0 {
+		return 0, usageErr("--webhook-max-rate %q: give requests a second, as in 100/s (or a minute, as in 6000/m)", v)
+	}
+	return n / per, nil
 }
 
 // checkWebhookURL refuses a --webhook-url that is not an http or https URL with a host, in the flag's

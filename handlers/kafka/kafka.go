@@ -201,15 +201,26 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		}
 	}
 	if err != nil {
-		return failure(rec, topic, r, err)
+		return failure(rec, topic, h.topicColumn == "" && h.topicFunc == nil, r, err)
 	}
 	return nil
 }
 
-// failure describes a failed produce, marking as permanent what the brokers will never accept.
-func failure(rec *handlers.Record[handlers.Row], topic string, r *kgo.Record, err error) error {
+// failure describes a failed produce, marking as permanent what the brokers will never accept for the
+// record, and as the sink's outage what they refuse every record: credentials or rights that do not let
+// this client produce, and with one topic for every record (fixed), a topic that does not exist or that
+// the client may not write. With a topic per record, those are the record's: its topic is wrong.
+func failure(rec *handlers.Record[handlers.Row], topic string, fixed bool, r *kgo.Record, err error) error {
 	err = fmt.Errorf("kafka: produce record %s to topic %q: %w", rec.ID, topic, err)
 	switch {
+	case errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.SaslAuthenticationFailed),
+		errors.Is(err, kerr.TransactionalIDAuthorizationFailed):
+		return handlers.Unavailable(err, "the client's credentials and its rights on the cluster")
+	case fixed && (errors.Is(err, kerr.UnknownTopicOrPartition) || errors.Is(err, kerr.UnknownTopicID)):
+		return handlers.Unavailable(fmt.Errorf("%w; the topic does not exist and the brokers do not create it", err),
+			fmt.Sprintf("the topic %q (--kafka-topic): create it, or correct the name", topic))
+	case fixed && errors.Is(err, kerr.TopicAuthorizationFailed):
+		return handlers.Unavailable(err, fmt.Sprintf("the client's rights on the topic %q (an ACL allowing Write)", topic))
 	case errors.Is(err, kerr.MessageTooLarge), errors.Is(err, kerr.RecordListTooLarge):
 		return handlers.Permanent(fmt.Errorf("%w; the record is %d bytes (key, value and headers), more than a "+
 			"record batch may hold (the client's ProducerBatchMaxBytes) or the topic accepts (max.message.bytes)",

@@ -420,6 +420,14 @@ func TestRecordContents(t *testing.T) {
 		err = failing.Handle(ctx, record("9", "k", handlers.Row{}))
 		require.False(t, handlers.IsPermanent(err), "%v", err)
 		require.ErrorContains(t, err, "kafka: choose the topic of record 9: lookup failed")
+
+		// The one topic of every record does not exist: the sink's outage, not the record's refusal.
+		fixed := b.newHandler(t, kafka.Config{Topic: "nowhere"})
+		err = fixed.Handle(ctx, record("10", "k", handlers.Row{}))
+		u, ok := handlers.UnavailableOf(err)
+		require.True(t, ok, "%v", err)
+		require.False(t, handlers.IsPermanent(err), "%v", err)
+		require.Contains(t, u.Check, `the topic "nowhere" (--kafka-topic)`)
 	})
 }
 

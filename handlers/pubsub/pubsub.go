@@ -346,6 +346,16 @@ func (r *result) failure(err error) error {
 	if errors.Is(err, pubsub.ErrOversizedMessage) || status.Code(err) == codes.InvalidArgument {
 		return handlers.Permanent(err)
 	}
+	// What every record meets: credentials, rights, and with one topic for every record, a topic that does
+	// not exist. With a topic per record (a template, a TopicFunc) a missing topic is the record's.
+	switch code := status.Code(err); {
+	case code == codes.Unauthenticated:
+		return handlers.Unavailable(err, "the client's credentials (GOOGLE_APPLICATION_CREDENTIALS, the service account)")
+	case code == codes.PermissionDenied:
+		return handlers.Unavailable(err, "the service account's rights on "+r.pub.name+" (roles/pubsub.publisher)")
+	case code == codes.NotFound && r.h.fixedTopic():
+		return handlers.Unavailable(err, "the topic "+r.pub.name+" (--pubsub-topic): create it, or correct the name")
+	}
 	return err
 }
 
@@ -574,3 +584,6 @@ func messageSize(m *pubsub.Message) int {
 // ReadsColumns implements handlers.ColumnReader: the payload column, when Config.PayloadColumn names one
 // (not the default, which a record may lack: it is then published whole).
 func (h *Handler) ReadsColumns() []string { return h.reads }
+
+// fixedTopic reports whether every record goes to one topic (Config.Topic alone).
+func (h *Handler) fixedTopic() bool { return h.topicTemplate == "" && h.topicFunc == nil }

@@ -372,11 +372,15 @@ func TestTopicChoice(t *testing.T) {
 	require.NoError(t, byFunc.Handle(ctx, rec("6", row("type", "booking.created"))))
 	require.Len(t, f.messages(other), 2)
 
-	// A topic that does not exist is an ordinary failure, retried until someone creates it.
+	// The one topic of every record does not exist: the sink's outage, which the stream waits out until
+	// someone creates the topic, never halting or parking for it.
 	missing := newHandler(t, pubsub.Config{Client: f.client, Topic: "missing"})
 	err = missing.Handle(ctx, rec("7", row()))
 	require.ErrorContains(t, err, "record 7")
 	require.False(t, handlers.IsPermanent(err), "%v", err)
+	u, ok := handlers.UnavailableOf(err)
+	require.True(t, ok, "%v", err)
+	require.Contains(t, u.Check, "the topic projects/"+project+"/topics/missing")
 }
 
 // TestNewAndClose checks the configuration errors and that a closed handler refuses records.

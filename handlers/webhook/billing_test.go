@@ -104,19 +104,23 @@ func TestBillingAPIAcceptsEveryRecordInOrderPerCustomer(t *testing.T) {
 	t.Logf("%d events over %d customers, at most %d in flight", n, customers, most)
 }
 
-func TestBillingAPIRefusingTheKeyHaltsTheStream(t *testing.T) {
+// TestBillingAPIRefusingTheKeyIsASinkOutage: a revoked key refuses every record, so the stream waits for
+// the sink, halting and parking nothing, and says to check the credentials.
+func TestBillingAPIRefusingTheKeyIsASinkOutage(t *testing.T) {
 	t.Parallel()
 	o := setupOutbox(t)
 	o.insert(t, 5, 2)
 	api := billingtest.Start(t, billingtest.Config{APIKey: apiKey, IdempotencyHeader: "X-Idempotency-Key"})
 	const wrongKey = "sk_test_revoked00000000000000"
 	o.run(t, billingHandler(t, api, wrongKey), 4)
-	halt := processortest.WaitHalted(t, o.db, "billing", nil)
+	halt := processortest.WaitSinkUnavailable(t, o.db, "billing", nil)
 
-	require.Equal(t, "1", halt.RecordID, "halted on the first record")
-	require.True(t, halt.Permanent, "a refused key is not a passing failure")
+	require.Equal(t, "1", halt.RecordID, "waiting on the first record")
+	require.False(t, halt.Permanent, "the key's refusal, not the record's")
+	require.True(t, halt.Retrying(), "never halted")
+	require.Contains(t, halt.Unavailable, "the credentials")
 	require.Equal(t, http.StatusUnauthorized, halt.Status)
-	require.Equal(t, `permanent: webhook POST `+api.URL+`/v1/usage: 401 Unauthorized: `+
+	require.Equal(t, `webhook POST `+api.URL+`/v1/usage: 401 Unauthorized: `+
 		`{"error":{"message":"Invalid API Key provided: [redacted]"}}`, halt.Error)
 	require.NotContains(t, halt.Error, wrongKey[8:], "the key never reaches the cursor row")
 	require.Empty(t, api.Accepted())

@@ -85,15 +85,26 @@
 //
 // # Retries
 //
-// The response's status decides what happens to the record:
+// The response decides what happens to the record. The question each answer settles is whether this
+// record is wrong, or the sink is unusable for every record:
 //
-//   - 2xx: delivered; the position moves past the record.
-//   - 408, 429 and 5xx, network errors and timeouts: the error is retryable; the stream halts on the record
-//     and the processor tries it again with capped exponential backoff. A Retry-After header, in seconds or
-//     as an HTTP date, is honoured through handlers.RetryAfter.
-//   - 3xx (the default client does not follow redirects) and every other 4xx: the receiver rejected the
-//     record itself, so the error is handlers.Permanent. The stream halts on the record and retries it at
-//     the longest backoff only, until an operator fixes the receiver or skips the record.
+//	answer                                          whose    what the stream does
+//	2xx                                             -        delivered; the position moves past the record
+//	400, 409, 413, 415, 422 and every other 4xx     record   handlers.Permanent: halts on it (or parks its key)
+//	408, 500, a timeout                             record   retried with backoff; halts after HaltAfter
+//	401, 407 (credentials), 403 (rights)            sink     handlers.Unavailable: waits for the sink, retrying
+//	404, 405, 410, 421, 426, 505 (no such endpoint) sink     the same
+//	3xx (a redirect; the client follows none)       sink     the same
+//	429 (rate limit), 502, 503, 504, 511            sink     the same; Retry-After pauses every request
+//	no response: DNS, TLS, refused or cut           sink     the same
+//
+// A sink's outage (handlers.Unavailable, with what to check: the URL, the credentials, the rate limit)
+// never halts the stream, never parks a key and never suggests a skip: the stream waits and retries with
+// backoff, and flows again by itself once the sink accepts. For an API whose 404 (or another of these)
+// means the record's own problem, a customer that does not exist say, Config.RecordStatuses makes it the
+// record's refusal. A Retry-After header, in seconds or as an HTTP date, is honoured through
+// handlers.RetryAfter; on a 429 or a 503 it holds every request of the handler, not only the refused
+// one. Config.MaxRate spaces the requests of every record in flight, for an API that caps requests.
 //
 // An error for a status is a *StatusError; its text names the URL (without userinfo or query), the status
 // and a bounded excerpt of the response body, for example

@@ -52,8 +52,9 @@ func TestErrorBodyHidesCredentials(t *testing.T) {
 		c.Headers = http.Header{"Authorization": {"Bearer " + apiKey}, "X-Version": {"v2"}}
 	})
 	err := h.Handle(context.Background(), record("1", 1))
-	require.True(t, handlers.IsPermanent(err))
-	require.Equal(t, "permanent: webhook POST "+rc.srv.URL+`: 401 Unauthorized: {"error":"Invalid API Key provided: [redacted]", `+
+	_, ok := handlers.UnavailableOf(err)
+	require.True(t, ok, "a refused key is every record's: %v", err)
+	require.Equal(t, "webhook POST "+rc.srv.URL+`: 401 Unauthorized: {"error":"Invalid API Key provided: [redacted]", `+
 		`"header": "[redacted]", "secret": "[redacted]", "version": "v2"}`, err.Error(),
 		"credentials hidden; a short value is ordinary text")
 

@@ -74,6 +74,16 @@ type Config struct {
 	// permanent error naming the record and the column, and nothing is sent. It needs records of type
 	// handlers.Row. Empty means the envelope.
 	BodyColumn string
+	// MaxRate bounds the requests sent per second, shared by every request in flight (a keyed window),
+	// spaced evenly: for an API that caps requests (payment APIs commonly allow around 100 a second).
+	// Zero means no bound. Whatever it is, a Retry-After on a 429 or 503 response holds every request to
+	// the sink for that long, not only the refused one.
+	MaxRate float64
+	// RecordStatuses are the statuses that mean the record's own refusal for this API, although by default
+	// they are the sink's (see Handle): a 404 of an API whose 404 says that the record's customer does not
+	// exist, say. A status listed here refuses the record (a permanent failure: the stream halts, or parks
+	// the key) instead of waiting for the sink. Nil means none.
+	RecordStatuses []int
 }
 
 // Handler POSTs each record to a URL, signed as Config.Signature says, and returns once the receiver
@@ -91,6 +101,8 @@ type Handler[T any] struct {
 	bodyColumn   string
 	redactor     redactor
 	spanAttrs    []attribute.KeyValue
+	gate         *gate
+	recordStatus map[int]bool
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler[handlers.Row])(nil)
@@ -170,8 +182,20 @@ func New[T any](cfg Config) (*Handler[T], error) {
 	if cfg.MaxErrorBody < 0 {
 		return nil, fmt.Errorf("webhook: Config.MaxErrorBody %d is negative", cfg.MaxErrorBody)
 	}
+	if cfg.MaxRate < 0 {
+		return nil, fmt.Errorf("webhook: Config.MaxRate %g is negative", cfg.MaxRate)
+	}
+	recordStatus := map[int]bool{}
+	for _, code := range cfg.RecordStatuses {
+		if code < 300 || code > 599 {
+			return nil, fmt.Errorf("webhook: Config.RecordStatuses holds %d, which is no failing HTTP status (300 to 599)", code)
+		}
+		recordStatus[code] = true
+	}
 	target := redact(u)
 	h := &Handler[T]{
+		gate:         newGate(cfg.MaxRate),
+		recordStatus: recordStatus,
 		url:          cfg.URL,
 		target:       target,
 		spanAttrs:    spanAttrs(u, target),
@@ -259,13 +283,22 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		req.Header.Set(StandardSignatureHeader, sig)
 	}
 
+	if err := h.gate.wait(ctx); err != nil {
+		return fmt.Errorf("webhook POST %s: waiting for its turn (max rate, or the sink's Retry-After): %w", h.target, err)
+	}
 	resp, err = h.client.Do(req)
 	if err != nil {
 		err = unwrapURLError(err)
 		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("webhook POST %s: no response within %s: %w", h.target, h.timeout, err)
 		}
-		return fmt.Errorf("webhook POST %s: %w", h.target, err)
+		err = fmt.Errorf("webhook POST %s: %w", h.target, err)
+		if ctx.Err() == nil {
+			// No receiver judged the record: the name did not resolve, TLS failed, the connection was
+			// refused or cut. Every record would meet it.
+			return handlers.Unavailable(err, "the URL's host and the way to it (DNS, TLS, a firewall): "+h.target)
+		}
+		return err
 	}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
@@ -322,17 +355,57 @@ func (h *Handler[T]) classify(resp *http.Response) error {
 			serr.Location = redact(loc)
 		}
 	}
+	var err error = serr
+	if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok &&
+		(code == http.StatusTooManyRequests || code == http.StatusServiceUnavailable) {
+		h.gate.pause(d) // the sink's word holds for every request, not only this one
+		err = handlers.RetryAfter(serr, d)
+	} else if ok && (code == http.StatusRequestTimeout || code >= 500) {
+		err = handlers.RetryAfter(serr, d)
+	}
+	if h.recordStatus[code] {
+		return handlers.Permanent(err)
+	}
+	if check := sinkCheck(code, serr.Location, h.target); check != "" {
+		return handlers.Unavailable(err, check)
+	}
 	switch {
-	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests || code >= 500:
-		if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()); ok {
-			return handlers.RetryAfter(serr, d)
-		}
-		return serr
-	case code >= 300:
+	case code == http.StatusRequestTimeout || code >= 500:
+		return err
+	case code >= 300 && code < 600:
 		return handlers.Permanent(serr)
 	default: // an informational status the client passed on: not the record's fault
 		return serr
 	}
+}
+
+// sinkCheck says what to check when a status is the sink's refusal rather than the record's: a status that
+// names the endpoint, the credentials or the sink's own health, which every record would meet. "" for a
+// status that is the record's (400, 409, 422, ...) or may be (408, 500).
+func sinkCheck(code int, location, target string) string {
+	switch code {
+	case http.StatusUnauthorized:
+		return "the credentials: the signing secret, or the API key in --webhook-header (revoked or missing?)"
+	case http.StatusProxyAuthRequired:
+		return "the proxy's credentials"
+	case http.StatusForbidden:
+		return "the credentials' permissions (the API key's scope) and the URL: " + target
+	case http.StatusNotFound, http.StatusMethodNotAllowed, http.StatusGone, http.StatusMisdirectedRequest,
+		http.StatusUpgradeRequired, http.StatusHTTPVersionNotSupported:
+		return "the URL: the receiver has no such endpoint: " + target
+	case http.StatusTooManyRequests:
+		return "the sink's rate limit: lower --webhook-max-rate or --webhook-max-in-flight"
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout,
+		http.StatusNetworkAuthenticationRequired:
+		return "the receiver's health, and what stands in front of it: " + target
+	}
+	if code >= 300 && code < 400 {
+		if location != "" {
+			return "the URL: the receiver redirects every request to " + location
+		}
+		return "the URL: the receiver redirects every request: " + target
+	}
+	return ""
 }
 
 // StatusError is the error for a response with a status other than 2xx. Handle returns it as is for a

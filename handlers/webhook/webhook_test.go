@@ -326,12 +326,52 @@ func TestClientErrorsArePermanent(t *testing.T) {
 	require.Equal(t, `webhook POST `+rc.srv.URL+`/hooks: 400 Bad Request: {"error":"unknown customer"}`, se.Error())
 	require.Contains(t, err.Error(), "400")
 
-	for _, code := range []int{401, 403, 404, 409, 410, 413, 422} {
+	for _, code := range []int{409, 413, 415, 422} {
 		rc := newReceiver(t, status(code, ""))
 		err := newHandler(t, rc.srv.URL, nil).Handle(context.Background(), record("1", 1))
 		require.True(t, handlers.IsPermanent(err), "%d: %v", code, err)
+		_, sinks := handlers.UnavailableOf(err)
+		require.False(t, sinks, "%d is the record's refusal", code)
 		require.Contains(t, err.Error(), strconv.Itoa(code))
 	}
+}
+
+// TestRefusalsEveryRecordMeetsAreTheSinks: a status that names the endpoint, the credentials or the
+// sink's health is the sink's outage, with what to check, unless Config.RecordStatuses says that this
+// API means the record by it; 408 and 500 may pass and are the record's to retry.
+func TestRefusalsEveryRecordMeetsAreTheSinks(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		code  int
+		check string
+	}{
+		{401, "the credentials"}, {403, "the credentials' permissions"}, {404, "the URL"}, {405, "the URL"},
+		{407, "the proxy's credentials"}, {410, "the URL"}, {421, "the URL"}, {429, "rate limit"},
+		{502, "the receiver's health"}, {503, "the receiver's health"}, {504, "the receiver's health"},
+	} {
+		rc := newReceiver(t, status(tt.code, ""))
+		err := newHandler(t, rc.srv.URL+"/hooks", nil).Handle(context.Background(), record("1", 1))
+		u, ok := handlers.UnavailableOf(err)
+		require.True(t, ok, "%d is the sink's: %v", tt.code, err)
+		require.Contains(t, u.Check, tt.check, "%d", tt.code)
+		require.False(t, handlers.IsPermanent(err), "%d", tt.code)
+		require.Contains(t, err.Error(), strconv.Itoa(tt.code))
+	}
+	for _, code := range []int{408, 500} {
+		rc := newReceiver(t, status(code, ""))
+		err := newHandler(t, rc.srv.URL, nil).Handle(context.Background(), record("1", 1))
+		_, ok := handlers.UnavailableOf(err)
+		require.False(t, ok, "%d may be the record's: %v", code, err)
+		require.False(t, handlers.IsPermanent(err), "%d is retried", code)
+	}
+	// An API whose 404 means the record's customer does not exist says so.
+	rc := newReceiver(t, status(http.StatusNotFound, `{"error":"no such customer"}`))
+	err := newHandler(t, rc.srv.URL, func(c *webhook.Config) { c.RecordStatuses = []int{404} }).Handle(context.Background(), record("1", 1))
+	_, ok := handlers.UnavailableOf(err)
+	require.False(t, ok, "%v", err)
+	require.True(t, handlers.IsPermanent(err), "%v", err)
+	_, err = webhook.New[handlers.Row](webhook.Config{URL: rc.srv.URL, Secret: secret, RecordStatuses: []int{200}})
+	require.ErrorContains(t, err, "Config.RecordStatuses holds 200")
 }
 
 func TestRedirectIsNotFollowed(t *testing.T) {
@@ -341,7 +381,10 @@ func TestRedirectIsNotFollowed(t *testing.T) {
 		http.Redirect(w, r, target.srv.URL+"/moved?token=abc", http.StatusPermanentRedirect)
 	})
 	err := newHandler(t, rc.srv.URL, nil).Handle(context.Background(), record("1", 1))
-	require.True(t, handlers.IsPermanent(err), "a redirect must halt: %v", err)
+	u, ok := handlers.UnavailableOf(err)
+	require.True(t, ok, "a redirect of every request is the sink's: %v", err)
+	require.Contains(t, u.Check, "redirects every request to "+target.srv.URL+"/moved")
+	require.NotContains(t, u.Check, "token=abc")
 	require.Contains(t, err.Error(), "308 Permanent Redirect to "+target.srv.URL+"/moved")
 	require.NotContains(t, err.Error(), "token=abc")
 	require.Empty(t, target.requests(), "the redirect was followed")
@@ -433,8 +476,9 @@ func TestErrorsHideCredentials(t *testing.T) {
 	h := newHandler(t, withCreds, nil)
 	err := h.Handle(context.Background(), record("1", 1))
 	require.Equal(t, "hook:hunter2", <-users, "userinfo is sent as basic authentication")
-	require.True(t, handlers.IsPermanent(err))
-	require.Equal(t, "permanent: webhook POST "+rc.srv.URL+"/in: 403 Forbidden", err.Error())
+	_, ok := handlers.UnavailableOf(err)
+	require.True(t, ok, "a 403 is the credentials', every record's: %v", err)
+	require.Equal(t, "webhook POST "+rc.srv.URL+"/in: 403 Forbidden", err.Error())
 
 	srv := httptest.NewServer(http.NotFoundHandler())
 	closed := strings.Replace(srv.URL, "://", "://hook:hunter2@", 1) + "/in?token=s3cret"

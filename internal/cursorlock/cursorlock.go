@@ -45,6 +45,7 @@ import (
 	"os"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -208,9 +209,19 @@ type Halt struct {
 	NextAttemptAt time.Time
 	// HaltedAt is when the stream counted as halted on the record: at its first failure for a permanent
 	// one, else once it had failed for longer than the processor's HaltAfter. Zero while the stream is
-	// only retrying it, which a short blip at the sink should not turn into a page.
+	// only retrying it, which a short blip at the sink should not turn into a page, and while the sink is
+	// unavailable.
 	HaltedAt time.Time
+	// Unavailable, when not empty, says that the failure is the sink's, not the record's: every record
+	// would meet it (handlers.Unavailable: a wrong URL, a revoked key, a missing topic, a sink down). It
+	// says what to check. The stream waits and retries for as long as it lasts and never halts on it;
+	// skipping the record would not help.
+	Unavailable string
 }
+
+// SinkUnavailable reports whether the failure is the sink's outage rather than the record's (see
+// Unavailable).
+func (h *Halt) SinkUnavailable() bool { return h.Unavailable != "" }
 
 // Retrying reports whether the record is being retried with backoff and the stream has not yet counted as
 // halted (see HaltedAt).
@@ -264,6 +275,7 @@ func (r *registry) open(ctx context.Context, name string, cfg Config) (*Reposito
 	}
 	repo := &Repository{name: name, key: key, cfg: cfg, registry: r, shared: cfg.Shared}
 	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
+	repo.lockSQL17 = withoutTransactionTimeout(repo.lockSQL)
 	if err := repo.connect(ctx); err != nil {
 		return nil, err
 	}
@@ -290,6 +302,9 @@ type Repository struct {
 	registry *registry
 	lockSQL  string
 	lockArgs []any // after the name
+	// lockSQL17 is lockSQL for a server that has transaction_timeout (17 and later), which it turns off
+	// for the transaction (see withoutTransactionTimeout); lockQuery picks one per connection.
+	lockSQL17 string
 
 	mu   sync.Mutex // guards conn swaps against Close from another goroutine
 	conn *pgx.Conn
@@ -644,7 +659,7 @@ func (r *Repository) State() State { return r.state }
 // StateColumns are the columns of a cursor row that ScanState reads, in its order.
 const StateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
-	halted_at, redrive_requested_at`
+	halted_at, redrive_requested_at, halted_unavailable`
 
 // leaseColumns are what a cursor row says of its owner, as scanLease reads them.
 const leaseColumns = `owner_epoch, owner_token, coalesce(owner_instance, ''), owner_session,
@@ -697,6 +712,58 @@ func lockStatement(cfg Config, applicationName string) (string, []any) {
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`, args
+}
+
+// withoutTransactionTimeout returns the lock statement sql that also sets transaction_timeout = 0 for its
+// transaction (SET LOCAL), for a server that has the setting (17 and later; an older server refuses the
+// name).
+//
+// A cursor transaction lasts as long as its batch, handler calls included, by design: a DBA's
+// transaction_timeout (on the server, the database or the role) shorter than a batch would end every
+// batch before its commit, and with --checkpoint batch redeliver the same records forever. Its own
+// bounds are idle_in_transaction_session_timeout, set beside it (a frozen instance's transaction ends),
+// the lease (an owner stops working once it can no longer renew) and Config.Timeout on every exchange.
+// The server starts the timer at BEGIN and stops it when the setting becomes 0 inside the transaction;
+// BEGIN and this statement travel in one round trip, so it runs for microseconds.
+//
+// The rest of the family is left as the DBA set it, and the processor names the setting when one ends a
+// batch (see SettingError): statement_timeout bounds one statement, and inorder's statements are short
+// (a DBA's bound below a few milliseconds would stop a crowded pg_locks poll, which the log then says);
+// lock_timeout bounds a wait for a lock, and the cursor row is taken with SKIP LOCKED, the rest without
+// waiting but for a moment; idle_session_timeout ends a session idle outside a transaction, which
+// SET LOCAL cannot reach: a dedicated connection that idles longer reconnects at its next batch, as after
+// any cut, and the Shared session pings every 2 s.
+func withoutTransactionTimeout(sql string) string {
+	const marks = "set_config('idle_in_transaction_session_timeout', $2, true)"
+	return strings.Replace(sql, marks, marks+" || set_config('transaction_timeout', '0', true)", 1)
+}
+
+// hasTransactionTimeout reports whether the server on conn's other end has transaction_timeout (17 and
+// later), from the server_version it reported at start-up: no round trip. A pooler reports the version
+// of the server behind it. A version it cannot read counts as older, whose lock statement every version
+// takes.
+func hasTransactionTimeout(conn *pgx.Conn) bool {
+	return serverMajor(conn.PgConn().ParameterStatus("server_version")) >= 17
+}
+
+// serverMajor is the major version in a server_version such as "17.10", "18.4 (Debian 18.4-1)" or
+// "18beta1"; 0 when there is none.
+func serverMajor(v string) int {
+	end := 0
+	for end < len(v) && v[end] >= '0' && v[end] <= '9' {
+		end++
+	}
+	n, _ := strconv.Atoi(v[:end])
+	return n
+}
+
+// lockQuery is the lock statement for the repository's current connection: with a shared pool the
+// connection changes between transactions, and after a failover the server may be another version.
+func (r *Repository) lockQuery() string {
+	if hasTransactionTimeout(r.conn) {
+		return r.lockSQL17
+	}
+	return r.lockSQL
 }
 
 // ErrForgotten is returned when a process's cursor row is gone while an instance runs it: an operator
@@ -855,7 +922,7 @@ func (r *Repository) lock(ctx context.Context) (bool, error) {
 // answer no rows), sends the batch, and reads the lock and the rider. It reports whether the row was
 // locked; the transaction the batch ends in stays open either way.
 func (r *Repository) lockIn(ctx context.Context, b *pgx.Batch, skip int) (bool, error) {
-	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
+	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
 	if r.rider != nil {
 		b.Queue(r.rider.SQL, r.rider.Args...)
 	}
@@ -1198,11 +1265,12 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 		attempts          int32
 		first, last, next pgtype.Timestamptz
 		haltedAt, redrive pgtype.Timestamptz
+		unavailable       pgtype.Text
 		paused, permanent bool
 		status            pgtype.Int4
 	)
 	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused,
-		&permanent, &status, &next, &haltedAt, &redrive}, extra...)...)
+		&permanent, &status, &next, &haltedAt, &redrive, &unavailable}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return State{}, false, nil
 	}
@@ -1216,7 +1284,7 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 	if haltID.Valid {
 		st.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
 			FirstFailureAt: first.Time, LastFailureAt: last.Time, Permanent: permanent, Status: int(status.Int32),
-			NextAttemptAt: next.Time, HaltedAt: haltedAt.Time}
+			NextAttemptAt: next.Time, HaltedAt: haltedAt.Time, Unavailable: unavailable.String}
 	}
 	return st, true, nil
 }
@@ -1290,7 +1358,7 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 // past the record (the processor's or an operator's) clears it with this, and nothing else does.
 const ClearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL, halted_permanent = false,
-	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL`
+	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL, halted_unavailable = NULL`
 
 // setPositionSQL moves the position, clears the halt state, counts $4 handled records, records what is in
 // flight ($5, $6) and renews the lease ($7); once a minute it starts a new throughput window with the count
@@ -1369,7 +1437,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	}
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
-	b.Queue(r.lockSQL, append([]any{r.name}, r.lockArgs...)...)
+	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
 	ride := r.rider != nil && r.rideNext
 	if ride {
 		b.Queue(r.rider.SQL, r.rider.Args...)
@@ -1447,6 +1515,9 @@ type Failure struct {
 	// HaltAfter is how long the record may fail before the stream counts as halted rather than retrying;
 	// a permanent failure halts it at once.
 	HaltAfter time.Duration
+	// Unavailable, when not empty, records the failure as the sink's outage (see Halt.Unavailable): it
+	// never halts the stream, whatever Permanent and HaltAfter say.
+	Unavailable string
 }
 
 // RecordFailure stores the halt state of a failing record in the open transaction, together with the
@@ -1465,6 +1536,11 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		attempts = h.Attempts + 1
 	}
 	status := nullStatus(f.Status)
+	var unavailable *string
+	if f.Unavailable != "" {
+		unavailable = &f.Unavailable
+		f.Permanent = false // the sink's, not the record's
+	}
 	var h Halt
 	var stored pgtype.Int4
 	var haltedAt pgtype.Timestamptz
@@ -1481,7 +1557,9 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		    halted_error = $5,
 		    halted_permanent = $8,
 		    halted_status = $9,
+		    halted_unavailable = $13::text,
 		    halted_at = CASE
+		        WHEN $13::text IS NOT NULL THEN NULL
 		        WHEN halted_record_id = $4 AND halted_at IS NOT NULL THEN halted_at
 		        WHEN $8 OR (halted_record_id = $4 AND clock_timestamp() - halted_first_failure_at >= $10::interval)
 		          THEN clock_timestamp()
@@ -1490,7 +1568,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		WHERE process_name = $1 AND owner_token = $12
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at`,
 		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter,
-		r.cfg.lease(), r.token).
+		r.cfg.lease(), r.token, unavailable).
 		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrFenced
@@ -1499,6 +1577,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
 	}
 	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
+	h.Unavailable = f.Unavailable
 	h.HaltedAt = haltedAt.Time
 	r.state = State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	r.dirty, r.renewing = true, sent
@@ -1649,9 +1728,22 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 		r.former = r.backend
 	}
 	if r.shared != nil {
+		// The pool's other connections most likely went the same way (a server restart, a failover): the
+		// idle ones are closed, and those lent out are not lent again.
 		r.closeConn()
 		r.Detach()
-		return r.connect(ctx)
+		r.shared.pool.Reset()
+		if err := r.connect(ctx); err != nil {
+			return err
+		}
+		pctx, cancel := r.bounded(ctx)
+		defer cancel()
+		if err := r.conn.Ping(pctx); err != nil {
+			r.closeConn()
+			r.Detach()
+			return fmt.Errorf("reconnect cursor %q: %w", r.name, err)
+		}
+		return nil
 	}
 	if r.conn != nil {
 		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
@@ -1724,10 +1816,12 @@ func IsConnectionError(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		// Class 08 (connection exception), 57P01..57P03 (admin shutdown, crash shutdown, cannot connect
-		// now) and 25P03 (idle-in-transaction timeout) all mean this session is over.
+		// now), 25P03 (idle-in-transaction timeout), 25P04 (transaction timeout) and 57P05 (idle session
+		// timeout) all mean this session is over.
 		switch {
 		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
-			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "25P03":
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "25P03",
+			pgErr.Code == "25P04", pgErr.Code == "57P05":
 			return true
 		}
 		return false

@@ -33,6 +33,8 @@
 //	inorder_batches_total                counter    reads of the source (one per batch, empty ones included)
 //	inorder_records_read_total           counter    records those reads returned (records delivered again
 //	                                                 after a failure are counted again)
+//	inorder_sink_unavailable             gauge      1 while the stream waits for a sink that refuses what every
+//	                                                record would meet; nothing is halted or parked for it
 //	inorder_retrying                     gauge      1 while the stream retries a failing record with backoff,
 //	                                                 before it counts as halted (processor.Config.HaltAfter)
 //	inorder_halted                       gauge      1 while the stream is halted on a failing record: refused

@@ -43,7 +43,7 @@ type Metrics struct {
 	handled, failures, batches, read, lagErrors *prometheus.CounterVec
 	duration                                    *prometheus.HistogramVec
 	halted, retrying, hold, locked, position    *prometheus.GaugeVec
-	connected                                   *prometheus.GaugeVec
+	connected, unavailable                      *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
@@ -57,7 +57,7 @@ type procMetrics struct {
 	handled, failures, batches, read prometheus.Counter
 	duration                         prometheus.Observer
 	halted, retrying, hold, locked   prometheus.Gauge
-	position, connected              prometheus.Gauge
+	position, connected, unavailable prometheus.Gauge
 	inFlight, inFlightOldest         prometheus.Gauge
 
 	// state is guarded by Metrics.mu.
@@ -110,6 +110,10 @@ func NewMetrics() *Metrics {
 			Name: "inorder_retrying",
 			Help: "1 while the stream retries a failing record with backoff, before it counts as halted, else 0.",
 		}, label),
+		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_sink_unavailable",
+			Help: "1 while the stream waits for a sink that refuses what every record would meet (a wrong URL, a revoked key, a missing topic, a sink down), else 0: nothing is halted or parked for it.",
+		}, label),
 		hold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_horizon_hold_seconds",
 			Help: "How long the transaction holding the horizon back has been in flight; 0 when none.",
@@ -154,7 +158,7 @@ func NewMetrics() *Metrics {
 		}, label),
 	}
 	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
-		m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
+		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
 		m.parkedKeys, m.parkedRecords, m.parkedOldest, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -188,6 +192,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		read:           m.read.WithLabelValues(process),
 		halted:         m.halted.WithLabelValues(process),
 		retrying:       m.retrying.WithLabelValues(process),
+		unavailable:    m.unavailable.WithLabelValues(process),
 		hold:           m.hold.WithLabelValues(process),
 		locked:         m.locked.WithLabelValues(process),
 		position:       m.position.WithLabelValues(process),
@@ -237,6 +242,11 @@ func (m *Metrics) Position(process string, createdAt time.Time) {
 
 // Halted implements processor.Observer.
 func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
+
+// SinkUnavailable implements processor.UnavailableObserver.
+func (m *Metrics) SinkUnavailable(process string, unavailable bool) {
+	m.proc(process).unavailable.Set(b2f(unavailable))
+}
 
 // Retrying implements processor.RetryObserver.
 func (m *Metrics) Retrying(process string, retrying bool) {

@@ -72,6 +72,14 @@ func WaitHalted(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Hal
 	return waitFailure(t, db, process, "halt", opts, func(h *cursor.Halt) bool { return !h.Retrying() })
 }
 
+// WaitSinkUnavailable waits until process waits for its sink: a record fails with a refusal every record
+// would meet (handlers.Unavailable), so that nothing halts or parks for it. It returns the failure as
+// WaitHalted does; its Unavailable says what to check.
+func WaitSinkUnavailable(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
+	t.Helper()
+	return waitFailure(t, db, process, "sink outage", opts, func(h *cursor.Halt) bool { return h.SinkUnavailable() })
+}
+
 // WaitFailing waits until a record of process fails, whether the stream is retrying it or halted on it,
 // and returns the failure as WaitHalted does.
 func WaitFailing(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
