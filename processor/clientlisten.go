@@ -2,14 +2,8 @@ package processor
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inorder-dev/inorder/internal/dial"
-	"github.com/inorder-dev/inorder/migrations"
 )
 
 // listener is a Client's one connection LISTENing for the insert trigger's notifications, for every
@@ -100,21 +94,11 @@ func (c *Client) runListener(ctx context.Context, done chan struct{}) {
 }
 
 func (c *Client) listenOnce(ctx context.Context, connected func()) error {
-	cc := c.cfg.ConnConfig.Copy()
-	cc.RuntimeParams = map[string]string{}
-	for k, v := range c.cfg.ConnConfig.RuntimeParams {
-		cc.RuntimeParams[k] = v
-	}
-	cc.RuntimeParams["application_name"] = "inorder-listen:@" + c.Instance()
-	dial.Configure(cc, c.cfg.DatabaseTimeout)
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := dialListener(ctx, c.cfg.ConnConfig, "inorder-listen:@"+c.Instance(), c.cfg.DatabaseTimeout)
 	if err != nil {
-		return fmt.Errorf("connect listener: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{migrations.NotifyChannel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	connected()
 	up := true
 	c.listener.each("", &up, func(s *subscription) { s.connected() })

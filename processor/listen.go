@@ -48,22 +48,33 @@ func (p *Processor[T]) listen(ctx context.Context) {
 	}
 }
 
-func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected func()) error {
-	cc := p.cfg.ConnConfig.Copy()
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
+// dialListener connects a session named name from base and LISTENs on the insert trigger's channel.
+func dialListener(ctx context.Context, base *pgx.ConnConfig, name string, timeout time.Duration) (*pgx.Conn, error) {
+	cc := base.Copy()
+	cc.RuntimeParams = map[string]string{}
+	for k, v := range base.RuntimeParams {
+		cc.RuntimeParams[k] = v
 	}
-	// Not "inorder:…": status counts those as instances of the process.
-	cc.RuntimeParams["application_name"] = "inorder-listen:" + p.cfg.Process
-	dial.Configure(cc, p.cfg.DatabaseTimeout)
+	cc.RuntimeParams["application_name"] = name
+	dial.Configure(cc, timeout)
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("connect listener: %w", err)
+		return nil, fmt.Errorf("connect listener: %w", err)
+	}
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{migrations.NotifyChannel}.Sanitize()); err != nil {
+		conn.Close(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return conn, nil
+}
+
+func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected func()) error {
+	// Not "inorder:…": status counts those as instances of the process.
+	conn, err := dialListener(ctx, p.cfg.ConnConfig, "inorder-listen:"+p.cfg.Process, p.cfg.DatabaseTimeout)
+	if err != nil {
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{migrations.NotifyChannel}.Sanitize()); err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
 	if !*warned {
 		if err := p.warnNoTrigger(ctx, conn); err != nil {
 			return err
