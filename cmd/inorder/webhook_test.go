@@ -177,17 +177,23 @@ func TestWebhookCallsABillingAPIWithAKeyFromTheEnvironment(t *testing.T) {
 		return json.Unmarshal([]byte(stdout), &rep) == nil && len(rep.Processes) == 1 &&
 			rep.Processes[0].Halt != nil && rep.Processes[0].Halt.Attempts >= 2
 	}, 30*time.Second, 20*time.Millisecond, bad.logs())
+	// A revoked key refuses every record: the sink's outage, which the stream waits out.
 	halt := rep.Processes[0].Halt
+	require.Equal(t, "sink unavailable", rep.Processes[0].State)
 	require.Equal(t, "1", halt.RecordID)
-	require.True(t, halt.Permanent)
+	require.False(t, halt.Permanent)
+	require.Nil(t, halt.HaltedAt, "never halted")
+	require.NotNil(t, halt.Unavailable)
+	require.Contains(t, *halt.Unavailable, "the credentials")
 	require.NotNil(t, halt.Status)
 	require.Equal(t, http.StatusUnauthorized, *halt.Status)
-	require.Equal(t, `permanent: webhook POST `+api.URL+`/v1/usage: 401 Unauthorized: `+
+	require.Equal(t, `webhook POST `+api.URL+`/v1/usage: 401 Unauthorized: `+
 		`{"error":{"message":"Invalid API Key provided: [redacted]"}}`, halt.Error)
 	require.Nil(t, rep.Processes[0].Position.ID, "the position did not move")
 	code, text, _ := runBinary(t, b.env, "status", "--process", "billing_revoked")
 	require.Zero(t, code)
-	require.Contains(t, text, "billing_revoked halted on record 1")
+	require.Contains(t, text, "billing_revoked waits for the sink")
+	require.NotContains(t, text, "inorder skip")
 	require.NoError(t, bad.cmd.Process.Signal(syscall.SIGTERM))
 	require.Zero(t, bad.wait(t), bad.logs())
 
