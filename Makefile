@@ -6,7 +6,7 @@ PKGS := ./...
 
 .PHONY: help
 help: ## Show this help.
-	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  make %-8s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # VERSION is what `inorder version` says: the tag the commit is at, else the commit, "-dirty" when the
 # work tree has changes.
@@ -28,6 +28,10 @@ test: ## Vet, check formatting and run every test with the race detector against
 	$(GO) vet $(PKGS)
 	$(GO) test -race -count=1 -timeout 8m $(PKGS)
 	cd deploy && $(GO) vet ./... && $(GO) test -race -count=1 -timeout 5m ./...
+
+.PHONY: test-matrix
+test-matrix: ## Run the suites that touch SQL on PostgreSQL 14, 16, 17 and 18 with -race (npm's server binaries, installed into .pg/ when missing): processor, cursor, cursorlock, source and migrations on each, the CLI on 14 and 18, the fault suite's short form on 17 and 18 (CI's time); PG_VERSIONS="17 18" picks some.
+	GO=$(GO) .ci/test-matrix
 
 .PHONY: flakes
 flakes: ## Run every test three times with the race detector; a test that fails one run in ten is a bug.

@@ -55,7 +55,8 @@ func recentFrom(at []time.Time, now time.Time) int {
 // forget drops what is remembered.
 func (d *delivered) forget() { d.next, d.full = 0, false }
 
-// list returns what is remembered, oldest first, with when each was delivered, and forgets it.
+// list returns what is remembered, oldest first, with when each was delivered. It forgets nothing: the
+// caller forgets once it has made use of it.
 func (d *delivered) list() ([]source.Position, []time.Time) {
 	var out []source.Position
 	var at []time.Time
@@ -63,12 +64,13 @@ func (d *delivered) list() ([]source.Position, []time.Time) {
 		out, at = append(out, d.ring[d.next:]...), append(at, d.at[d.next:]...)
 	}
 	out, at = append(out, d.ring[:d.next]...), append(at, d.at[:d.next]...)
-	d.next, d.full = 0, false
 	return out, at
 }
 
 // recheck compares, after a reconnect, the records this instance delivered lately with what the server
-// has now: the cursor row's position, and the rows.
+// has now: the cursor row's position, and the rows. It forgets them only once compared: a look that fails
+// (after a failover, a Client's pool may still lend a connection to the old primary, and the next
+// reconnect finds the new one) leaves them for the recheck after the next reconnect.
 func (p *Processor[T]) recheck(ctx context.Context) {
 	ps, deliveredAt := p.delivered.list()
 	if len(ps) == 0 || p.table == nil {
@@ -97,6 +99,7 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
+	p.delivered.forget()
 	if r.After > 0 {
 		p.log.Warn().Str("position", pos.String()).Int("records", r.After).
 			Msg("the position on the server is behind records this instance delivered, which are delivered again from " +

@@ -48,6 +48,28 @@ type horizon struct {
 // tracker keeps the history of the transactions in flight across polls. It tracks both the writers and
 // every transaction whatever the horizon in use, so that a switch to HorizonTransactions knows since when
 // each transaction has been open. It belongs to one processor and is used by one goroutine.
+//
+// # Keyed by virtual transaction id, which a server hands out again
+//
+// seen is keyed by pg_locks.virtualtransaction: a backend slot and that slot's counter. The counter
+// carries over from one session of a slot to the next, so while a server runs an id is not handed out
+// twice, on any version; from PostgreSQL 17 the slots are handed out in turn (96/2, then 97/2, ...) where
+// 16 and older reuse the lowest free one. But the counters start again when the server does, and a
+// processor behind a transaction pooler keeps its client connection, and this tracker, across a restart
+// of the server behind it (a processor that sees its connection drop starts a new tracker). A transaction
+// of the restarted server (B) may then carry the id of one seen before the restart (A), and when no poll
+// fell between A's end and B's start the tracker takes B for A. That can only hold the horizon longer,
+// never let it pass a row:
+//   - An entry of seen was present at the last poll (one absent at a poll is deleted at it), so A was; B
+//     began after A ended, so after that poll. The entry's lastAbsent is that poll or earlier: B holds the
+//     horizon at an instant no later than its start, and every row B inserts is dated after its start.
+//   - For the writers horizon the entry keeps A's lastNotWriter, earlier than B's start too; if A was a
+//     writer and B is not, B is still held as a writer: longer, not shorter.
+//   - The entry goes only at a poll that sees the id absent, when neither A nor B is in flight.
+//
+// What it gets wrong is what a hold says of B: since when (A's first sighting) and, unless B writes to the
+// source, A's pid. TestAReusedVirtualTransactionIDNeverSkipsARow makes such a reuse happen, on every
+// version, and checks that no row is skipped.
 type tracker struct {
 	guard     time.Duration
 	firstPoll time.Time

