@@ -3,6 +3,8 @@ package processor
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -75,6 +77,8 @@ type tracker struct {
 	firstPoll time.Time
 	lastPoll  time.Time
 	seen      map[string]*txn
+	// ended are the transactions the last poll found gone: see earliestStart.
+	ended []*txn
 }
 
 func newTracker(guard time.Duration) *tracker {
@@ -83,11 +87,13 @@ func newTracker(guard time.Duration) *tracker {
 
 // observe folds one poll into the history and returns the horizon of the given kind.
 func (tr *tracker) observe(o source.Observation, kind Horizon) horizon {
-	for vxid := range tr.seen {
+	tr.ended = tr.ended[:0]
+	for vxid, e := range tr.seen {
 		_, w := o.Writers[vxid]
 		_, x := o.Txs[vxid]
 		if !w && !x {
 			delete(tr.seen, vxid) // it ended: its rows, if committed, are visible to the next statement
+			tr.ended = append(tr.ended, e)
 		}
 	}
 	note := func(vxid string, pid int, writer bool) {
@@ -173,8 +179,14 @@ func holdsLonger(a *txn, aFrom time.Time, b *txn, bFrom time.Time) bool {
 // earliestStart bounds the start of the transactions in flight at the last poll: the earliest instant at
 // which one of them was known to be absent, less the guard. The pids of those present since tracking
 // began, whose start is unknown, are returned apart (the bound then is the first poll).
+//
+// The transactions the last poll found gone count too. A poll reads the column's default with the
+// snapshot its statement began with, and pg_locks later, while it runs: a default changed (and a
+// transaction that was open across the change committed) between the two makes that poll pair the old
+// default with the transaction's absence. The change then shows at the next poll only, by which time the
+// transaction is no longer in flight; it may have written rows dated at its start with the new default.
 func (tr *tracker) earliestStart() (at time.Time, unknown []int) {
-	for _, e := range tr.seen {
+	for _, e := range append(slices.Collect(maps.Values(tr.seen)), tr.ended...) {
 		from := e.lastAbsent
 		if from.IsZero() {
 			unknown = append(unknown, e.pid)

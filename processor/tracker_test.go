@@ -155,11 +155,18 @@ func TestTrackerEarliestStart(t *testing.T) {
 	obs(200, "1/2", "1/3")
 	at, unknown = tr.earliestStart()
 	require.Equal(t, t0.Add(-guard), at, "1/2 was absent at the first poll")
-	require.Empty(t, unknown)
+	require.Equal(t, []int{100}, unknown, "1/1, found gone by the last poll, started before the first")
 
+	// 1/2 ended by the poll at 300: it still counts at the next switch, since that poll may have read the
+	// default from before a change that 1/2 was open across (see earliestStart).
 	obs(300, "1/3")
 	at, unknown = tr.earliestStart()
-	require.Equal(t, t0.Add(100*time.Millisecond-guard), at)
+	require.Equal(t, t0.Add(-guard), at, "1/2, found gone by the last poll, counts")
+	require.Empty(t, unknown)
+
+	obs(400, "1/3")
+	at, unknown = tr.earliestStart()
+	require.Equal(t, t0.Add(100*time.Millisecond-guard), at, "gone for two polls, 1/2 no longer counts")
 	require.Empty(t, unknown)
 }
 
