@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/probe"
+	"github.com/inorder-dev/inorder/lifecycle"
 )
 
 // DefaultMaxConns is the ClientConfig.MaxConns that zero means: a session for the ownership locks and
@@ -58,14 +59,8 @@ type Client struct {
 	shared *cursorlock.Shared
 
 	mu       sync.Mutex
-	runners  []Runner
+	runners  []lifecycle.Runner
 	listener listener // the processors' wake-up listener, shared (see Config.Listen)
-}
-
-// Runner is what a Client runs: a Processor, or a Partitioned runner.
-type Runner interface {
-	Name() string
-	Run(ctx context.Context) error
 }
 
 // NewClient makes a client. It connects nothing yet: the connections open as the processors need them.
@@ -90,8 +85,8 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	return &Client{cfg: cfg, shared: shared}, nil
 }
 
-// Add makes Run run r. Add every processor before Run.
-func (c *Client) Add(r Runner) {
+// Add makes Run run r: a Processor, or a Partitioned runner. Add every processor before Run.
+func (c *Client) Add(r lifecycle.Runner) {
 	c.mu.Lock()
 	c.runners = append(c.runners, r)
 	c.mu.Unlock()
@@ -105,7 +100,7 @@ func (c *Client) Name() string { return "processes" }
 // stopped the others. It does not close the client.
 func (c *Client) Run(ctx context.Context) error {
 	c.mu.Lock()
-	runners := append([]Runner(nil), c.runners...)
+	runners := append([]lifecycle.Runner(nil), c.runners...)
 	c.mu.Unlock()
 	if len(runners) == 0 {
 		return errors.New("processor client: no processor added")

@@ -1765,9 +1765,13 @@ func (r *Repository) Release(ctx context.Context) error {
 		}
 	}
 	if r.token != 0 && r.conn != nil && !r.conn.IsClosed() {
-		// Give up the lease now, so a standby takes over at once rather than when it runs out.
-		if _, uerr := r.conn.Exec(ctx, `UPDATE inorder.cursor SET lease_expires_at = NULL, owner_session = false
-			WHERE process_name = $1 AND owner_token = $2`, r.name, r.token); uerr != nil && err == nil {
+		// Give up the lease now, so a standby takes over at once rather than when it runs out. The write is
+		// named for the process (SET LOCAL, for its own statement's transaction), as every write of the row
+		// is, whichever connection makes it.
+		if _, uerr := r.conn.Exec(ctx, `
+			WITH named AS (SELECT set_config('application_name', $3, true))
+			UPDATE inorder.cursor SET lease_expires_at = NULL, owner_session = false
+			FROM named WHERE process_name = $1 AND owner_token = $2`, r.name, r.token, r.ApplicationName()); uerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 		r.epoch, r.token = 0, 0

@@ -152,11 +152,7 @@ func analyzeWith(process string, takenBack bool, order []row, log []delivery, ob
 			r.problem("write %d by %s set the owner's epoch back from %d to %d", a.n, a.app, epoch, a.epoch)
 		}
 		epoch = max(epoch, a.epoch)
-		// The instance writes on its own session for the process, or (inorder run's shared connections) on
-		// a connection of its pool, named for the process inside a batch and for the instance outside one
-		// (giving the lease up at a clean stop).
-		want, pooled := "inorder:"+process+"@"+a.owner, "inorder:@"+a.owner
-		if a.epoch > 0 && a.app != want[:min(len(want), 63)] && a.app != pooled[:min(len(pooled), 63)] {
+		if want := "inorder:" + process + "@" + a.owner; a.epoch > 0 && a.app != want[:min(len(want), 63)] {
 			r.problem("write %d by %s was made while %s owned the process (epoch %d)", a.n, a.app, a.owner, a.epoch)
 		}
 		if a.id == -1 {
