@@ -40,14 +40,14 @@ flakes: ## Run every test three times with the race detector; a test that fails 
 .PHONY: faults
 faults: ## Run the fault suite in full (kills, cut connections, server restarts, frozen owners; minutes).
 	@out=$$(mktemp -t inorder-faults.XXXXXX); \
-	{ INORDER_FAULTS=full $(GO) test -race -count=1 -v -run . -timeout 20m ./internal/fault/ 2>&1; \
+	{ INORDER_FAULTS=full $(GO) test -race -count=1 -v -run . -timeout 20m ./internal/harness/fault/ 2>&1; \
 	  echo $$? >$$out.rc; } | tee $$out | grep -E --line-buffered '^faults:|^(ok|FAIL|panic:)|^ *--- '; \
 	rc=$$(cat $$out.rc); rm -f $$out.rc; \
 	if [ "$$rc" = 0 ]; then rm -f $$out; else echo "full output: $$out"; fi; exit $$rc
 
 .PHONY: bench
 bench: ## Measure records/s beside the Postgres limits measured in the same run.
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 20m ./internal/bench/
+	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 20m ./internal/harness/bench/
 
 .PHONY: demo
 demo: ## Run the main job on embedded defaults: a throwaway Postgres, bookings, inorder run (Ctrl-C stops).

@@ -10,7 +10,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }

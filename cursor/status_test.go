@@ -12,7 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/internal/testrun"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 

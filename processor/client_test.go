@@ -11,7 +11,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/testrun"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/internal/tcpproxy"
+	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
 )
 

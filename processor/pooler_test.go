@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/pgbouncer"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgbouncer"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/processor"
 )

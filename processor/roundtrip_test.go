@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/tcpproxy"
+	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
 )
 

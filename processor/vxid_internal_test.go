@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // TestAWrongPasswordSaysSoInOneLine connects as a role that must give a password (a rule of its own at the

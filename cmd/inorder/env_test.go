@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // TestARunConfiguredByTheEnvironmentDelivers runs `inorder run` with no flag at all, every setting from

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/pgbouncer"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgbouncer"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // TestTheCLIThroughATransactionPooler: inorder run, status, pause, resume and audit through PgBouncer in

@@ -19,7 +19,7 @@ import (
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/billingtest"
+	"github.com/inorder-dev/inorder/internal/harness/billingtest"
 )
 
 // billingKey is the API key of the billing API the tests call; no output may ever show it, nor any part

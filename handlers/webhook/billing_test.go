@@ -13,7 +13,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
-	"github.com/inorder-dev/inorder/internal/billingtest"
+	"github.com/inorder-dev/inorder/internal/harness/billingtest"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )

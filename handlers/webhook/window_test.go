@@ -18,8 +18,8 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
-	"github.com/inorder-dev/inorder/internal/pgtest"
-	"github.com/inorder-dev/inorder/internal/testrun"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 

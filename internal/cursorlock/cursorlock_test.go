@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // Each timeout a DBA may set is made to fire on the real server, and the error it raises is named by

@@ -24,7 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/migrations"
 )
 

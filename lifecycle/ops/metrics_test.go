@@ -19,7 +19,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/internal/testrun"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
 )

@@ -10,8 +10,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/internal/source"
-	"github.com/inorder-dev/inorder/internal/testrun"
 	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
 )

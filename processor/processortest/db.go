@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inorder-dev/inorder/internal/testdb"
+	"github.com/inorder-dev/inorder/internal/harness/testdb"
 )
 
 // DBOpts configures NewDB. The zero value, like a nil *DBOpts, gives a database with inorder's

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/tcpproxy"
+	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 )
 
 // pastBound is how long a scenario of this file goes on watching after a bound was missed, so that its

@@ -1,6 +1,6 @@
 // Package pgtest gives each of the project's tests a database of its own on a real PostgreSQL server: a
 // throwaway cluster started once per test binary from the installed server binaries, or the server named
-// by $DATABASE_URL. It is a thin layer over internal/testdb, which processor/processortest, the kit for
+// by $DATABASE_URL. It is a thin layer over internal/harness/testdb, which processor/processortest, the kit for
 // users' tests, shares.
 //
 // Every test package that uses it has
@@ -16,9 +16,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/pgbouncer"
-	"github.com/inorder-dev/inorder/internal/pgcluster"
-	"github.com/inorder-dev/inorder/internal/testdb"
+	"github.com/inorder-dev/inorder/internal/harness/pgbouncer"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/testdb"
 )
 
 // Main runs the package's tests and stops the cluster afterwards. It does not return.

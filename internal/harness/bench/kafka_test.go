@@ -14,7 +14,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
 

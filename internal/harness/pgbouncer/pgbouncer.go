@@ -33,7 +33,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/inorder-dev/inorder/internal/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 )
 
 // ErrNotInstalled is returned by Start when no pgbouncer binary can be found.

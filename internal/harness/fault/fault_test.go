@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/pgbouncer"
-	"github.com/inorder-dev/inorder/internal/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgbouncer"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 )
 
 // TestFaults runs every scenario; see the package documentation.

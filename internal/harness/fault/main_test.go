@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // full is the long form of the suite, which `make faults` asks for; the default is the short form that
@@ -50,12 +50,12 @@ func TestMain(m *testing.M) {
 // build compiles ./cmd/inorder from the module root into dir. The full form builds it with the race
 // detector, so that a data race in the library under faults fails the suite too.
 func build(dir string) error {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return err
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
-		return fmt.Errorf("module root not found two levels above the package: %w", err)
+		return fmt.Errorf("module root not found three levels above the package: %w", err)
 	}
 	binary = filepath.Join(dir, "inorder")
 	args := []string{"build", "-o", binary}

@@ -24,8 +24,8 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
-	"github.com/inorder-dev/inorder/internal/pgtest"
-	"github.com/inorder-dev/inorder/internal/tcpproxy"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
 )
 

@@ -14,8 +14,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/pgcluster"
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )

@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inorder-dev/inorder/internal/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
 

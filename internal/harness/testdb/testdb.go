@@ -2,7 +2,7 @@
 // test binary: a throwaway cluster started on first use from the installed server binaries, or the server
 // that $DATABASE_URL names.
 //
-// The project's own tests reach it through internal/pgtest and users' tests through
+// The project's own tests reach it through internal/harness/pgtest and users' tests through
 // processor/processortest; both are thin layers over this package, so a test binary that uses both shares
 // one server.
 //
@@ -36,7 +36,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inorder-dev/inorder/internal/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/migrations"
 )
 

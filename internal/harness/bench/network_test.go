@@ -17,8 +17,8 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/stdout"
-	"github.com/inorder-dev/inorder/internal/pgtest"
-	"github.com/inorder-dev/inorder/internal/tcpproxy"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -74,7 +74,7 @@ func networkNote(note func(format string, args ...any)) {
 	if !measured {
 		return
 	}
-	note("network (1ms RTT): the connections go through one TCP proxy on loopback (internal/tcpproxy) that "+
+	note("network (1ms RTT): the connections go through one TCP proxy on loopback (internal/harness/tcpproxy) that "+
 		"writes every chunk it reads on %s later, each way; a SELECT 1 takes %s ms through it, %s ms around "+
 		"it (medians of %d). The keyset read and the commits are those of the loopback lines, through it; the "+
 		"async commit runs on a session with synchronous_commit off: one round trip each, no wait on the "+

@@ -50,7 +50,7 @@
 //     references are the same processes as 1 and 10 `inorder run` OS processes of one process each, as a
 //     process ran before --config (50 OS processes are too heavy for a 2-CPU machine), their connections
 //     counted and their VmRSS summed; 50 processes in one instance are compared with 1.
-//   - 1ms RTT: through one TCP proxy on loopback (internal/tcpproxy) adding 0.5ms each way, a round trip
+//   - 1ms RTT: through one TCP proxy on loopback (internal/harness/tcpproxy) adding 0.5ms each way, a round trip
 //     of a client and a server in one cloud region: the keyset read, the single-row commit and the same
 //     commit with synchronous_commit off (one round trip each) as limits; the stdout handler writing to a
 //     file, with the default batch size, against the keyset read with a checkpoint per batch (target ≥

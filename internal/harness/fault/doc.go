@@ -31,7 +31,7 @@
 //     rows only the primary has, the primary stops at once and the standby is promoted; the children must
 //     go on there by themselves and name every delivered record the failover took back;
 //   - dead_connection: the children, two of each stream, reach PostgreSQL through a TCP proxy
-//     (internal/tcpproxy) which, while they deliver, makes every connection open through it dead for good, as a NAT or a load balancer that
+//     (internal/harness/tcpproxy) which, while they deliver, makes every connection open through it dead for good, as a NAT or a load balancer that
 //     forgot them does: it takes the bytes of both sides and passes nothing on, the sockets stay open, and
 //     new connections pass. With the suite's usual flags, delivery must resume by itself within 20s of the
 //     cut (a row committed after it delivered), and the owner log within that time that its connection is

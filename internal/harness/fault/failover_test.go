@@ -13,7 +13,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/pgcluster"
+	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 )
 
 // failover runs a primary and an asynchronous streaming standby of its own (pg_basebackup); the children,
