@@ -3,48 +3,36 @@ package cursor
 import (
 	"time"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
-// StartFrom says where a process that has no cursor row yet starts: StartFromBeginning, StartFromNow or
-// StartFromTime. It matters once, when the process is registered; an existing process keeps its position
-// whatever it says. String and ParseStartFrom write and read it as "beginning", "now" or an RFC 3339 time.
-//
-// The zero value says nothing, and a processor refuses to register a process without it when its table
-// already has rows: a new process name (a typo beside the real one, say) would otherwise deliver the whole
-// table again, to a sink that may charge for each. On an empty table the zero value starts at the
-// beginning, since there is nothing to deliver twice.
-type StartFrom = cursorlock.Start
+// StartFrom is inordertype.StartFrom, kept here so that code written against package cursor compiles
+// unchanged: where a process that has no cursor row yet starts. Its zero value says nothing.
+type StartFrom = inordertype.StartFrom
 
 var (
-	// StartFromBeginning registers an unknown process before every existing row.
-	StartFromBeginning = cursorlock.StartBeginning()
-	// StartFromNow registers an unknown process after every row created before the moment of registration.
-	StartFromNow = cursorlock.StartNow()
+	// StartFromBeginning is inordertype.StartFromBeginning, kept here so that code written against package
+	// cursor compiles unchanged: it registers an unknown process before every existing row.
+	StartFromBeginning = inordertype.StartFromBeginning
+	// StartFromNow is inordertype.StartFromNow, kept here so that code written against package cursor
+	// compiles unchanged: it registers an unknown process after every row created before the moment of
+	// registration.
+	StartFromNow = inordertype.StartFromNow
 )
 
-// StartFromTime registers an unknown process so that it delivers the rows created at or after t.
-func StartFromTime(t time.Time) StartFrom { return cursorlock.StartAt(t) }
+// StartFromTime is inordertype.StartFromTime, kept here so that code written against package cursor
+// compiles unchanged: it registers an unknown process so that it delivers the rows created at or after t.
+func StartFromTime(t time.Time) StartFrom { return inordertype.StartFromTime(t) }
 
-// ParseStartFrom reads "beginning", "now" or an RFC 3339 time, as StartFrom's String writes them.
-func ParseStartFrom(v string) (StartFrom, error) { return cursorlock.ParseStart(v) }
+// ParseStartFrom is inordertype.ParseStartFrom, kept here so that code written against package cursor
+// compiles unchanged: it reads "beginning", "now" or an RFC 3339 time, as StartFrom's String writes them.
+func ParseStartFrom(v string) (StartFrom, error) { return inordertype.ParseStartFrom(v) }
 
-// Source is what a process reads, as recorded in its cursor row for status, lag and operator actions.
-type Source struct {
-	Table, IDColumn, CreatedAtColumn, KeyColumn string
-	// Partition places a partition's stream in its process; nil when the process is not partitioned.
-	Partition *Partition
-}
+// Source is inordertype.Source, kept here so that code written against package cursor compiles unchanged:
+// what a process reads. Read from a cursor row (Info.Source), only the fields the row records are set:
+// Table (schema-qualified), IDColumn, CreatedAtColumn, KeyColumn and Partition.
+type Source = inordertype.Source
 
-// Partition is one of Count streams a partitioned process is split into (processor.NewPartitioned): the
-// rows whose key column, as text, hashes (hashtextextended, as hash partitioning does) to Index modulo
-// Count, so that one key always lands in one partition and keeps its order. Its cursor row is named
-// "<process>#<Index>/<Count>"; Process groups such rows with their process.
-type Partition = source.Partition
-
-// spec is the recorded source as the machinery takes it.
-func (s Source) spec() source.Spec {
-	return source.Spec{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn, KeyColumn: s.KeyColumn,
-		Partition: s.Partition}
-}
+// Partition is inordertype.Partition, kept here so that code written against package cursor compiles
+// unchanged: one of Count streams a partitioned process is split into.
+type Partition = inordertype.Partition

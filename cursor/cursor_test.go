@@ -20,7 +20,7 @@ func setup(t *testing.T) (*pgtest.DB, cursorlock.Config) {
 	db := pgtest.New(t)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursorlock.StartBeginning()}
+	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursor.StartFromBeginning}
 }
 
 // TestListCountsOnlyThisDatabasesInstances: a process of the same name in another database on the server

@@ -237,7 +237,7 @@ func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry
 }
 
 func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Position) error {
-	args := pos.Args()
+	args := source.Args(pos)
 	_, err := tx.Exec(ctx, `
 		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3, `+cursorlock.ClearHalt+`
 		WHERE process_name = $1`, name, args[0], args[1])
@@ -257,7 +257,7 @@ func (r cursorRow) table(ctx context.Context, q source.Querier, name string) (*s
 	if r.src.Table == "" {
 		return nil, fmt.Errorf("%w, so its source is unknown", ErrNeverRan)
 	}
-	return source.Inspect(ctx, q, r.src.spec())
+	return source.Inspect(ctx, q, r.src)
 }
 
 // act runs an operator action: it locks the cursor row (waiting at most opts.Wait for a running batch to
@@ -476,7 +476,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL, name); err != nil {
 			return fail("%w", err)
 		}
-		args := at.Args()
+		args := source.Args(at)
 		if _, err := tx.Exec(ctx, `
 			INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
 			SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,
@@ -532,7 +532,7 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 			return nil, fmt.Errorf("%w: %s has %d keys parked (%d records); redrive or skip them first (inorder parked)",
 				ErrParked, s.Process, s.ParkedKeys, s.ParkedRecords)
 		}
-		t, err := source.Inspect(ctx, tx, s.Source.spec())
+		t, err := source.Inspect(ctx, tx, s.Source)
 		if err != nil {
 			return nil, err
 		}
@@ -547,7 +547,7 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 	}
 	whole := streams[0].Source
 	whole.Partition = nil
-	return source.Inspect(ctx, tx, whole.spec())
+	return source.Inspect(ctx, tx, whole)
 }
 
 // repartitionStart is where the new partitions start: after the last row dated before the instant at

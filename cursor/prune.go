@@ -149,7 +149,7 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 	if batch == 0 {
 		batch = DefaultPruneBatch
 	}
-	var from source.Position
+	var from Position
 	for {
 		if err := ctx.Err(); err != nil {
 			return fail("stopped after %d batches: %w", res.Batches, err)
@@ -172,7 +172,7 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 // pruneBatch runs one batch in a transaction of its own: it takes the prune lock, reads where every
 // process stands, deletes up to batch rows after from (or, for a dry run, counts them all) and updates
 // the audit, filling res in.
-func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, from source.Position, batch int) (int64, error) {
+func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, from Position, batch int) (int64, error) {
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("prune %s: %w", res.Table, err) }
 	tx, err := beginWaiting(ctx, db, opts.wait())
 	if err != nil {
@@ -210,7 +210,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 		res.Rows, res.Through = n, last
 		return n, nil
 	}
-	n, last := int64(0), source.Position{}
+	n, last := int64(0), Position{}
 	if !p.passed().IsBeginning() {
 		if n, last, err = p.table.DeletePrunable(ctx, tx, sel, batch); err != nil {
 			return fail(err)
@@ -277,19 +277,19 @@ const noteUnknown = "never ran, so the table it reads is unknown"
 type prunePlan struct {
 	table     *source.Table
 	readers   []PruneReader
-	positions []source.Position // every stream's position that bounds the prune
-	lowest    int               // the index of the lowest of positions: what every process passed
+	positions []Position // every stream's position that bounds the prune
+	lowest    int        // the index of the lowest of positions: what every process passed
 	limit     *PruneReader
 }
 
 // passed is the position every process of the table has passed.
-func (p *prunePlan) passed() source.Position { return p.positions[p.lowest] }
+func (p *prunePlan) passed() Position { return p.positions[p.lowest] }
 
 // pruneBound is one stream of a process of the table, which bounds the prune at its position.
 type pruneBound struct {
 	reader int // index in prunePlan.readers
 	stream string
-	pos    source.Position
+	pos    Position
 	row    *Info // nil for a partition that never ran, or a process that never ran
 	paused bool  // the stream or its process is paused
 	note   string
@@ -313,7 +313,7 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 	}
 	whole := spec
 	whole.Table, whole.Partition, whole.KeyColumn = qualified, nil, ""
-	if p.table, err = source.Inspect(ctx, tx, whole.spec()); err != nil {
+	if p.table, err = source.Inspect(ctx, tx, whole); err != nil {
 		return nil, err
 	}
 	if err := p.checkHalts(ctx, tx, bounds, cut); err != nil {

@@ -174,7 +174,7 @@ func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
 		return fmt.Errorf("look behind %q: %w", in.Process, err)
 	}
 	defer sp.Rollback(ctx) //nolint:errcheck // read-only
-	t, err := source.Inspect(ctx, sp, in.Source.spec())
+	t, err := source.Inspect(ctx, sp, in.Source)
 	if err != nil {
 		return err
 	}
@@ -271,7 +271,7 @@ func Behind(ctx context.Context, db DB, in Info) (Lag, error) {
 		return Lag{}, fmt.Errorf("measure lag of %q: %w", in.Process, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	t, err := source.Inspect(ctx, tx, in.Source.spec())
+	t, err := source.Inspect(ctx, tx, in.Source)
 	if err != nil {
 		return Lag{}, err
 	}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // Reading ahead: while a backlog's batch is delivered, the next one is read on the cursor connection,
@@ -21,7 +21,7 @@ import (
 
 // ahead is a read ahead under way or done.
 type ahead[T any] struct {
-	from  source.Position // where it reads from: the end of the batch being delivered
+	from  inordertype.Position // where it reads from: the end of the batch being delivered
 	limit int
 	done  chan struct{}
 	items []item[T] // once done
@@ -51,7 +51,7 @@ func (p *Processor[T]) joinAhead() {
 }
 
 // takeAhead returns the batch read ahead when it starts at pos, and drops it either way.
-func (p *Processor[T]) takeAhead(pos source.Position) ([]item[T], bool) {
+func (p *Processor[T]) takeAhead(pos inordertype.Position) ([]item[T], bool) {
 	a := p.ahead
 	if a == nil {
 		return nil, false

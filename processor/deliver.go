@@ -11,8 +11,8 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // outcome is what delivering a batch came to, whatever the strategy (one at a time, the keyed window, an
@@ -21,7 +21,7 @@ type outcome[T any] struct {
 	// n counts the records the position moved past, and last is where it moved to: after the last record
 	// of the contiguous prefix that succeeded.
 	n    int
-	last source.Position
+	last inordertype.Position
 	// counted is how many of the n records a commit has counted already (a record checkpoint, a renewal
 	// of the lease in the middle of a batch).
 	counted int
@@ -45,7 +45,7 @@ func (o *outcome[T]) checkpointed(stillLocked bool, err error) bool {
 func cutOff(ctx, work context.Context) bool { return ctx.Err() != nil && work.Err() != nil }
 
 // deliverSync hands records to a Handler or TxHandler one at a time.
-func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	p.failing.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
 	called := -1 // the last record handed to the handler
@@ -93,7 +93,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 }
 
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
-func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+func (p *Processor[T]) deliverAsync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	type flight struct {
 		it   *item[T]
 		res  handlers.Result
@@ -228,7 +228,7 @@ func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 }
 
 // noteFailing tells the observer what the stream does now about h, the failing record (nil: none).
-func (p *Processor[T]) noteFailing(h *cursorlock.Halt) failState {
+func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
 	now := failNone
 	switch {
 	case h == nil:
@@ -335,7 +335,7 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 // was lost to another instance, or held by an operator's action, in the instant between commit and
 // relock. last says that it ends the batch: the poll of the transactions in flight then travels with the
 // relock, for the next batch.
-func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, handled int, flying cursorlock.InFlight, last bool) (bool, error) {
+func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position, handled int, flying cursorlock.InFlight, last bool) (bool, error) {
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
@@ -385,7 +385,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying curso
 	p.joinAhead()
 	var ok bool
 	var err error
-	if o.last != (source.Position{}) && o.n > o.counted {
+	if o.last != (inordertype.Position{}) && o.n > o.counted {
 		ok, err = p.checkpoint(work, o.last, o.n-o.counted, flying, false)
 		o.counted = o.n
 	} else {
@@ -436,7 +436,7 @@ func (p *Processor[T]) flush(work context.Context) error {
 // checkpoints, the position, if it moved, is committed with the count of records handled, and the row is
 // locked again for the next batch in the same round trip. It reports whether the batch ended so, its
 // transaction going on into the next batch; otherwise the batch's transaction is Unlocked as always.
-func (p *Processor[T]) finish(work context.Context, from source.Position, o outcome[T]) (bool, error) {
+func (p *Processor[T]) finish(work context.Context, from inordertype.Position, o outcome[T]) (bool, error) {
 	if !p.cur.Locked() {
 		return false, nil
 	}
@@ -455,7 +455,7 @@ func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.Ca
 
 // fail records a failing record's halt state with the position of the last success before it, and
 // returns how long to wait before trying it again.
-func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last source.Position, it *item[T], cause error) time.Duration {
+func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], cause error) time.Duration {
 	rec := &it.rec
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.

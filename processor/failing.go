@@ -4,8 +4,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // failing is what this instance knows of the records that fail in its stream: what it last told of the
@@ -42,7 +41,7 @@ type sentRecord struct {
 
 // attemptOf is the attempt number of record id in a batch that starts from st: one more than the failed
 // attempts the cursor row counts when it is the failing record, else 1.
-func attemptOf(st cursorlock.State, id string) int {
+func attemptOf(st inordertype.State, id string) int {
 	if st.Halt != nil && st.Halt.RecordID == id {
 		return st.Halt.Attempts + 1
 	}
@@ -51,7 +50,7 @@ func attemptOf(st cursorlock.State, id string) int {
 
 // attempt is the attempt number it goes out with now: one more than the cursor row counts (attemptOf),
 // or than the last attempt at it this instance sent, whichever is more.
-func (p *Processor[T]) attempt(st cursorlock.State, it *item[T]) int {
+func (p *Processor[T]) attempt(st inordertype.State, it *item[T]) int {
 	n := attemptOf(st, it.rec.ID)
 	if s, ok := p.failing.sent[it.rec.ID]; ok && s.attempt >= n {
 		n = s.attempt + 1
@@ -61,7 +60,7 @@ func (p *Processor[T]) attempt(st cursorlock.State, it *item[T]) int {
 
 // forgetPassed forgets the records sent before that the durable position pos is past (by this instance
 // or another, or an operator's skip), at the start of a batch.
-func (f *failing) forgetPassed(pos source.Position) {
+func (f *failing) forgetPassed(pos inordertype.Position) {
 	for id, s := range f.sent {
 		if s.createdAt.Before(pos.CreatedAt) {
 			delete(f.sent, id)

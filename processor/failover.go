@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // A failover promotes a standby that, with asynchronous replication, may not have received the last
@@ -31,15 +31,15 @@ const deliveredRecently = time.Minute
 
 // delivered remembers the positions of the last records delivered, and when, oldest first once read.
 type delivered struct {
-	ring []source.Position
+	ring []inordertype.Position
 	at   []time.Time
 	next int
 	full bool
 }
 
-func (d *delivered) add(p source.Position, at time.Time) {
+func (d *delivered) add(p inordertype.Position, at time.Time) {
 	if d.ring == nil {
-		d.ring, d.at = make([]source.Position, deliveredKept), make([]time.Time, deliveredKept)
+		d.ring, d.at = make([]inordertype.Position, deliveredKept), make([]time.Time, deliveredKept)
 	}
 	d.ring[d.next], d.at[d.next] = p, at
 	d.next = (d.next + 1) % len(d.ring)
@@ -57,8 +57,8 @@ func (d *delivered) forget() { d.next, d.full = 0, false }
 
 // list returns what is remembered, oldest first, with when each was delivered. It forgets nothing: the
 // caller forgets once it has made use of it.
-func (d *delivered) list() ([]source.Position, []time.Time) {
-	var out []source.Position
+func (d *delivered) list() ([]inordertype.Position, []time.Time) {
+	var out []inordertype.Position
 	var at []time.Time
 	if d.full {
 		out, at = append(out, d.ring[d.next:]...), append(at, d.at[d.next:]...)
@@ -90,9 +90,9 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
-	var pos source.Position
+	var pos inordertype.Position
 	if at.Valid {
-		pos = source.Position{CreatedAt: at.Time.UTC(), ID: id.String}
+		pos = inordertype.Position{CreatedAt: at.Time.UTC(), ID: id.String}
 	}
 	r, err := p.table.Recheck(ctx, conn, pos, ps, recentFrom(deliveredAt, time.Now()))
 	if err != nil {

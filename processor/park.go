@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
@@ -56,7 +57,7 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 // failing for longer than HaltAfter (as the cursor row said when the batch began). A failure that may
 // still pass is retried as without parking, the stream waiting on it. The callers check first that the
 // shutdown timeout did not cut the handler off (cutOff), which is not the record's fault.
-func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[T], err error) bool {
+func (p *Processor[T]) parksOnFailure(st inordertype.State, rec *handlers.Record[T], err error) bool {
 	if !p.parking() || rec.Key == "" || p.sinkCheck(err) != "" {
 		return false // a sink's outage is no key's: the stream waits for the sink
 	}
@@ -76,7 +77,7 @@ func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[
 
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed with
 // cause, or behind the key's parked records when cause is nil. The key is parked from now on.
-func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[T], cause error) error {
+func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item[T], cause error) error {
 	p.joinAhead()
 	pk := cursorlock.Parked{Key: it.rec.Key, Position: it.pos}
 	if cause != nil {
@@ -120,7 +121,7 @@ func (p *Processor[T]) abort(work context.Context) {
 
 // parkFailed parks a record whose failure the cursor row has just counted as halting the stream
 // (RecordFailure said so): the position moves past it, in the transaction that fail commits.
-func (p *Processor[T]) parkFailed(work context.Context, st cursorlock.State, it *item[T], cause error) error {
+func (p *Processor[T]) parkFailed(work context.Context, st inordertype.State, it *item[T], cause error) error {
 	if err := p.park(work, st, it, cause); err != nil {
 		return err
 	}

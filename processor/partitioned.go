@@ -395,7 +395,7 @@ func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
 		return err
 	}
 	if !exists {
-		t, err := source.Inspect(ctx, c, p.cfg.Source.spec())
+		t, err := source.Inspect(ctx, c, p.cfg.Source)
 		if err != nil {
 			return err
 		}

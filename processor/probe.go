@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/probe"
-	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // The probe: when there was nothing to read, instead of sleeping a whole poll interval the processor asks,
@@ -52,7 +52,7 @@ func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
 // left: is there a row after it that a batch could read now? The question is built by the probe's own
 // goroutine, possibly while this processor runs its next batch, so it holds a copy of what it needs and
 // reads nothing of the processor's.
-func (p *Processor[T]) probeCond(pos source.Position) func(n int) (string, []any) {
+func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, []any) {
 	t, margin := p.table, p.cfg.InsertLatency
 	return func(n int) (string, []any) {
 		cond, args := t.After(pos, "", n)

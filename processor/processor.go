@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
@@ -340,11 +341,11 @@ type Processor[T any] struct {
 	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
 	// read it.
 	parkChecked, parkReadable bool
-	failing                   failing         // what this instance last told of a failing record
-	lastPos                   source.Position // the durable position after this instance's last batch
-	knownPos                  bool            // lastPos is known (false before the first batch and after errors)
-	tenure                    int64           // the tenure (its token) in which this instance last owned the process
-	pooling                   pooling         // what this instance said of a pooler
+	failing                   failing              // what this instance last told of a failing record
+	lastPos                   inordertype.Position // the durable position after this instance's last batch
+	knownPos                  bool                 // lastPos is known (false before the first batch and after errors)
+	tenure                    int64                // the tenure (its token) in which this instance last owned the process
+	pooling                   pooling              // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
 	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
@@ -673,7 +674,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		p.abandon(work)
 		return err
 	}
-	t, err := source.Inspect(checks, conn, src.spec())
+	t, err := source.Inspect(checks, conn, src)
 	if err != nil {
 		p.abandon(work)
 		return err
@@ -734,7 +735,7 @@ func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	t, err := source.Inspect(ctx, conn, source.Spec{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
+	t, err := source.Inspect(ctx, conn, inordertype.Source{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
 		CreatedAtColumn: p.cfg.Source.CreatedAtColumn, KeyColumn: p.cfg.Source.KeyColumn})
 	if err != nil {
 		return nil, err
@@ -752,7 +753,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.role = roleNone
-	p.takeAhead(source.Position{})
+	p.takeAhead(inordertype.Position{})
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
@@ -808,7 +809,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		if !at.IsZero() && at.Before(pos.CreatedAt) {
 			// The move back is made durable at once: a batch that fails later must not take it back while
 			// the switch stays.
-			back := source.Position{CreatedAt: at.UTC()}
+			back := inordertype.Position{CreatedAt: at.UTC()}
 			p.delivered.forget() // delivered again on purpose
 			if _, err := p.cur.Checkpoint(work, back, 0, cursorlock.InFlight{}); err != nil {
 				return horizon{}, err
@@ -844,7 +845,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
 	began := time.Now()
 	if !p.cur.Locked() {
-		p.takeAhead(source.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
+		p.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
 	}
 	if ok, err := p.lock(work); err != nil || !ok {
 		return 0, 0, err
@@ -983,7 +984,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
 		p.role, p.sourceSaved, p.tenure, p.knownPos, p.parked = roleOwner, false, tenure, false, nil
-		p.takeAhead(source.Position{}) // read in another tenure: read again
+		p.takeAhead(inordertype.Position{}) // read in another tenure: read again
 		p.delivered.forget()
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {

@@ -12,13 +12,13 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // item is one record read from the source, with its position.
 type item[T any] struct {
 	rec handlers.Record[T]
-	pos source.Position
+	pos inordertype.Position
 	// tr is what tracing keeps of the record, nil when the row carries no trace context and nothing is
 	// recorded: a pointer, so that an untraced batch of a thousand items stays as small as it was.
 	tr *itemTrace
@@ -33,7 +33,7 @@ type itemTrace struct {
 
 // read fetches the next batch: at most the batch bound of records after pos and below the horizon, in
 // (created_at, id) order, each scanned with its position.
-func (p *Processor[T]) read(work context.Context, pos source.Position, horizon time.Time) ([]item[T], error) {
+func (p *Processor[T]) read(work context.Context, pos inordertype.Position, horizon time.Time) ([]item[T], error) {
 	limit := p.batchLimit()
 	if p.windowed() {
 		// Keep the window full until near the end of the batch: it drains there, the records in flight
@@ -50,7 +50,7 @@ func (p *Processor[T]) read(work context.Context, pos source.Position, horizon t
 }
 
 // readRows reads at most limit records after pos and below horizon.
-func (p *Processor[T]) readRows(work context.Context, pos source.Position, horizon time.Time, limit int) ([]item[T], error) {
+func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, horizon time.Time, limit int) ([]item[T], error) {
 	ctx, cancel := p.bounded(work)
 	defer cancel()
 	sql, args := p.table.ReadSQL(p.generic, pos, horizon, limit)
@@ -113,7 +113,7 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error)
 			}
 		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
-		it.pos = source.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
+		it.pos = inordertype.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
 		items = append(items, it)
 		last := &items[len(items)-1]
 		if p.positional != nil {

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -219,7 +220,7 @@ func closeSpans[T any](items []item[T]) {
 
 // traceOperator records an operator's move of the position (a skip or a rewind) as a span of its own,
 // with the event named after it.
-func (p *Processor[T]) traceOperator(from, to source.Position) {
+func (p *Processor[T]) traceOperator(from, to inordertype.Position) {
 	event := "rewound"
 	if after(to, from) {
 		event = "skipped"
@@ -232,7 +233,7 @@ func (p *Processor[T]) traceOperator(from, to source.Position) {
 
 // after reports whether position a lies after b in (created_at, id) order: ids compare as numbers when
 // both are integers, else as text (uuid's text form sorts as uuids do).
-func after(a, b source.Position) bool {
+func after(a, b inordertype.Position) bool {
 	if !a.CreatedAt.Equal(b.CreatedAt) {
 		return a.CreatedAt.After(b.CreatedAt)
 	}

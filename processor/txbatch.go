@@ -8,6 +8,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
@@ -16,7 +17,7 @@ import (
 // once per batch whatever the checkpoint setting. A batch that holds the failing record of a retrying or
 // halted stream, or a record of a parked key, and a batch whose call fails, go one record at a time
 // instead (deliverSync), which finds the record that fails and keeps what went before it.
-func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	if ctx.Err() != nil {
 		return outcome[T]{last: st.Position}
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/internal/source"
 )
@@ -66,7 +67,7 @@ func TestAReusedVirtualTransactionIDNeverSkipsARow(t *testing.T) {
 	_, err = poller.Exec(ctx, `CREATE TABLE events (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON events (created_at, id)`)
 	require.NoError(t, err)
-	tbl, err := source.Inspect(ctx, poller, source.Spec{Table: "events"})
+	tbl, err := source.Inspect(ctx, poller, inordertype.Source{Table: "events"})
 	require.NoError(t, err)
 	writers, transactions := newTracker(0), newTracker(0)
 	poll := func() (w, x horizon, o source.Observation) {

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
@@ -52,7 +53,7 @@ type window[T any] struct {
 	p       *Processor[T]
 	ctx     context.Context
 	work    context.Context
-	st      cursorlock.State
+	st      inordertype.State
 	items   []item[T]
 	slots   []slot
 	errs    []error
@@ -71,7 +72,7 @@ type window[T any] struct {
 }
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
-func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.State, items []item[T]) outcome[T] {
+func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	p.failing.forgetPassed(st.Position)
 	w := &window[T]{p: p, ctx: ctx, work: work, st: st, items: items, slots: make([]slot, len(items)),
 		errs: make([]error, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),

@@ -54,6 +54,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
@@ -89,7 +90,7 @@ type Config struct {
 
 	// Start is where the process starts if it has no cursor row. The zero value registers nothing: Open
 	// then leaves the row missing (Missing reports it) for the caller to Register once it has decided.
-	Start Start
+	Start inordertype.StartFrom
 
 	// Instance names this instance in the cursor row's owner and in application_name, so that status can
 	// say who works a process. Empty means "<hostname>:<pid>".
@@ -140,105 +141,6 @@ func (c *Config) lease() time.Duration {
 		return 30 * time.Second
 	}
 	return c.Lease
-}
-
-// Start is where a process without a cursor row starts; cursor.StartFrom is its public name and documents
-// it. The zero value says nothing.
-type Start struct {
-	set, now bool
-	at       time.Time
-}
-
-// StartBeginning, StartNow and StartAt make the three starts.
-func StartBeginning() Start     { return Start{set: true} }
-func StartNow() Start           { return Start{set: true, now: true} }
-func StartAt(t time.Time) Start { return Start{set: true, at: t.UTC()} }
-
-// IsZero reports whether s says nothing.
-func (s Start) IsZero() bool { return !s.set }
-
-// String is "beginning", "now", an RFC 3339 time, or "" for the zero value.
-func (s Start) String() string {
-	switch {
-	case !s.set:
-		return ""
-	case s.now:
-		return "now"
-	case s.at.IsZero():
-		return "beginning"
-	}
-	return s.at.Format(time.RFC3339Nano)
-}
-
-// ParseStart reads what String writes.
-func ParseStart(v string) (Start, error) {
-	switch v {
-	case "beginning":
-		return StartBeginning(), nil
-	case "now":
-		return StartNow(), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, v)
-	if err != nil {
-		return Start{}, fmt.Errorf("start %q is none of beginning, now and an RFC 3339 time", v)
-	}
-	return StartAt(t), nil
-}
-
-// Halt is the state of a stream stopped on a failing record. It is kept in the cursor row, so an operator
-// sees it with `inorder status` without reading logs, and retries keep counting across instances.
-// cursor.Halt is this type.
-type Halt struct {
-	// RecordID is the id of the record that fails.
-	RecordID string
-	// Error is the last error the handler returned for it.
-	Error string
-	// Permanent reports that the sink refused the record itself (handlers.Permanent: an HTTP 4xx, an
-	// oversized message): retrying soon will not help, so an operator should fix the sink or the record,
-	// or skip it. False means the failure may pass (a 5xx, a timeout, a network error).
-	Permanent bool
-	// Status is the sink's own status code for the last failure, where it has one (the HTTP status of a
-	// webhook); 0 otherwise.
-	Status int
-	// Attempts counts the failed deliveries of the record.
-	Attempts int
-	// FirstFailureAt and LastFailureAt bound the time the stream has been failing on the record.
-	FirstFailureAt time.Time
-	LastFailureAt  time.Time
-	// NextAttemptAt is when the record is tried again.
-	NextAttemptAt time.Time
-	// HaltedAt is when the stream counted as halted on the record: at its first failure for a permanent
-	// one, else once it had failed for longer than the processor's HaltAfter. Zero while the stream is
-	// only retrying it, which a short blip at the sink should not turn into a page, and while the sink is
-	// unavailable.
-	HaltedAt time.Time
-	// Unavailable, when not empty, says that the failure is the sink's, not the record's: every record
-	// would meet it (handlers.Unavailable: a wrong URL, a revoked key, a missing topic, a sink down). It
-	// says what to check. The stream waits and retries for as long as it lasts and never halts on it;
-	// skipping the record would not help.
-	Unavailable string
-}
-
-// SinkUnavailable reports whether the failure is the sink's outage rather than the record's (see
-// Unavailable).
-func (h *Halt) SinkUnavailable() bool { return h.Unavailable != "" }
-
-// Retrying reports whether the record is being retried with backoff and the stream has not yet counted as
-// halted (see HaltedAt).
-func (h *Halt) Retrying() bool { return h.HaltedAt.IsZero() }
-
-// State is what a locked cursor row holds. cursor.State is this type.
-type State struct {
-	// Position is where the process stands: just after the last record it handled.
-	Position source.Position
-	// Halt is nil when no record is failing; otherwise the stream is retrying the record or halted on it
-	// (Halt.Retrying).
-	Halt *Halt
-	// Paused is set by an operator (cursor.Pause) and stops the process at its next batch until resumed.
-	Paused bool
-	// RedriveRequestedAt, when not zero, is when an operator last asked for parked records to be
-	// delivered (cursor.Redrive, or a skip of a parked record) and the processor has not looked yet.
-	RedriveRequestedAt time.Time
 }
 
 // registry hands out one Repository per database, process name and instance name.
@@ -335,7 +237,7 @@ type Repository struct {
 	// former is the backend that served this instance's cursor transactions before the last Reconnect,
 	// until a lock shows that it holds nothing (see endFormer).
 	former   uint32
-	state    State
+	state    inordertype.State
 	version  string   // the row's xmin when it was last locked
 	inFlight InFlight // as the row holds it
 	claimed  bool
@@ -483,7 +385,7 @@ func (r *Repository) Missing() bool { return r.missing }
 
 // Register creates the process's cursor row at start, unless it exists (another instance registered it
 // meanwhile: its position stands).
-func (r *Repository) Register(ctx context.Context, start Start) error {
+func (r *Repository) Register(ctx context.Context, start inordertype.StartFrom) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	if start.IsZero() {
@@ -493,13 +395,13 @@ func (r *Repository) Register(ctx context.Context, start Start) error {
 		return fmt.Errorf("register cursor %q: %w", r.name, err)
 	}
 	var at any
-	if !start.at.IsZero() {
-		at = start.at.Add(-time.Microsecond) // after every row created before start.at
+	if t := start.Time(); !t.IsZero() {
+		at = t.Add(-time.Microsecond) // after every row created before start.Time()
 	}
 	tag, err := r.conn.Exec(ctx, `
 		INSERT INTO inorder.cursor (process_name, position_created_at)
 		VALUES ($1, CASE WHEN $2 THEN clock_timestamp() ELSE $3::timestamptz END)
-		ON CONFLICT (process_name) DO NOTHING`, r.name, start.now, at)
+		ON CONFLICT (process_name) DO NOTHING`, r.name, start.IsNow(), at)
 	if err != nil {
 		return fmt.Errorf("register cursor %q: %w", r.name, pooler.Explain(err))
 	}
@@ -654,7 +556,7 @@ func (r *Repository) Version() string { return r.version }
 
 // State returns the position and halt state read when the lock was taken, as changed since by this
 // repository.
-func (r *Repository) State() State { return r.state }
+func (r *Repository) State() inordertype.State { return r.state }
 
 // StateColumns are the columns of a cursor row that ScanState reads, in its order.
 const StateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
@@ -1257,7 +1159,7 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 }
 
 // ScanState reads the StateColumns of a cursor row, then extra.
-func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
+func ScanState(row pgx.Row, extra ...any) (inordertype.State, bool, error) {
 	var (
 		posAt             pgtype.Timestamptz
 		posID, haltID     pgtype.Text
@@ -1272,17 +1174,17 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused,
 		&permanent, &status, &next, &haltedAt, &redrive, &unavailable}, extra...)...)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return State{}, false, nil
+		return inordertype.State{}, false, nil
 	}
 	if err != nil {
-		return State{}, false, err
+		return inordertype.State{}, false, err
 	}
-	st := State{Paused: paused, RedriveRequestedAt: redrive.Time}
+	st := inordertype.State{Paused: paused, RedriveRequestedAt: redrive.Time}
 	if posAt.Valid {
-		st.Position = source.Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
+		st.Position = inordertype.Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
 	}
 	if haltID.Valid {
-		st.Halt = &Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
+		st.Halt = &inordertype.Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
 			FirstFailureAt: first.Time, LastFailureAt: last.Time, Permanent: permanent, Status: int(status.Int32),
 			NextAttemptAt: next.Time, HaltedAt: haltedAt.Time, Unavailable: unavailable.String}
 	}
@@ -1292,13 +1194,13 @@ func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
 // SetPosition moves the position inside the open transaction, counting handled records; it becomes
 // durable when the transaction commits (Unlock or Checkpoint). It clears the halt state, since a record
 // past the halted one succeeded.
-func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handled int) error {
+func (r *Repository) SetPosition(ctx context.Context, pos inordertype.Position, handled int) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := pos.Args()
+	args := source.Args(pos)
 	sent := time.Now()
 	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.token)
 	if err == nil {
@@ -1308,7 +1210,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos source.Position, handl
 		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
 	}
 	r.dirty, r.inFlight, r.renewing = true, InFlight{}, sent
-	r.state = State{Position: pos, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
+	r.state = inordertype.State{Position: pos, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	return nil
 }
 
@@ -1394,11 +1296,11 @@ func isFenced(err error) bool {
 // trip. It reports false when someone else took the row in the instant between the commit and the new
 // lock: an operator action (Owner stays true), or another instance that found the lease run out (Owner
 // turns false). The repository is then unlocked, and the next TryLock reads what they changed.
-func (r *Repository) Checkpoint(ctx context.Context, pos source.Position, handled int, flying InFlight) (bool, error) {
+func (r *Repository) Checkpoint(ctx context.Context, pos inordertype.Position, handled int, flying InFlight) (bool, error) {
 	if r.tx == nil {
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := pos.Args()
+	args := source.Args(pos)
 	n, since := flying.args()
 	return r.commitRelock(ctx, "checkpoint", pos, checkpointSQL,
 		[]any{r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.token}, func() { r.inFlight = flying })
@@ -1427,7 +1329,7 @@ func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
 // commitRelock runs first (a fenced write; none when empty), commits, and locks the row again in a new
 // transaction with the rider after the lock, all in one round trip. pos is where the position stands once
 // first has run.
-func (r *Repository) commitRelock(ctx context.Context, what string, pos source.Position, first string, args []any, committed func()) (bool, error) {
+func (r *Repository) commitRelock(ctx context.Context, what string, pos inordertype.Position, first string, args []any, committed func()) (bool, error) {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	sent := time.Now()
@@ -1480,7 +1382,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	if err != nil {
 		r.dropTx(ctx)
 		if done {
-			r.state = State{Position: pos}
+			r.state = inordertype.State{Position: pos}
 		}
 		if errors.Is(err, ErrFenced) {
 			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
@@ -1489,7 +1391,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos source.P
 	}
 	if !ok || r.lease.token != r.token {
 		r.dropTx(ctx)
-		r.state = State{Position: pos}
+		r.state = inordertype.State{Position: pos}
 		if ok { // relocked, but the lease is another's
 			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
 			r.giveUpSession(ctx)
@@ -1523,13 +1425,13 @@ type Failure struct {
 // RecordFailure stores the halt state of a failing record in the open transaction, together with the
 // position of the last record that succeeded. Attempts count on from the stored state when the same
 // record failed before. Unlock makes it durable.
-func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f Failure) (Halt, error) {
+func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position, f Failure) (inordertype.Halt, error) {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	if r.tx == nil {
-		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
+		return inordertype.Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := pos.Args()
+	args := source.Args(pos)
 	msg := clip(f.Err.Error())
 	attempts := 1 // the row is locked, so the state read with the lock is the stored one
 	if h := r.state.Halt; h != nil && h.RecordID == f.RecordID {
@@ -1541,7 +1443,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		unavailable = &f.Unavailable
 		f.Permanent = false // the sink's, not the record's
 	}
-	var h Halt
+	var h inordertype.Halt
 	var stored pgtype.Int4
 	var haltedAt pgtype.Timestamptz
 	sent := time.Now()
@@ -1574,19 +1476,19 @@ func (r *Repository) RecordFailure(ctx context.Context, pos source.Position, f F
 		err = ErrFenced
 	}
 	if err != nil {
-		return Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
+		return inordertype.Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
 	}
 	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
 	h.Unavailable = f.Unavailable
 	h.HaltedAt = haltedAt.Time
-	r.state = State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
+	r.state = inordertype.State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	r.dirty, r.renewing = true, sent
 	return h, nil
 }
 
 // SetSource records which table and columns the process reads (Table qualified), so status can measure
 // what is behind.
-func (r *Repository) SetSource(ctx context.Context, src source.Spec) error {
+func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	if r.tx == nil {

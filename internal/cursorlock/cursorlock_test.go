@@ -8,9 +8,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
-	"github.com/inorder-dev/inorder/internal/source"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
@@ -20,7 +20,7 @@ func setup(t *testing.T) (*pgtest.DB, cursorlock.Config) {
 	db := pgtest.New(t)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursorlock.StartBeginning()}
+	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: inordertype.StartFromBeginning}
 }
 
 func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
@@ -81,7 +81,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	db, cfg := setup(t)
 	ctx := context.Background()
 	before := time.Now()
-	cfg.Start = cursorlock.StartNow()
+	cfg.Start = inordertype.StartFromNow
 	cfg.Instance = "first"
 	first, err := cursorlock.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
@@ -109,7 +109,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	ok, err = second.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok, "the standby takes over as soon as the owner released the process")
-	moved := source.Position{CreatedAt: pos.CreatedAt.Add(time.Second), ID: "7"}
+	moved := inordertype.Position{CreatedAt: pos.CreatedAt.Add(time.Second), ID: "7"}
 	require.NoError(t, second.SetPosition(ctx, moved, 1))
 	require.NoError(t, second.Unlock(ctx))
 	var id string
@@ -117,7 +117,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	require.Equal(t, "7", id)
 	require.NoError(t, second.Release(ctx))
 
-	cfg.Start = cursorlock.StartBeginning()
+	cfg.Start = inordertype.StartFromBeginning
 	cfg.Instance = "third"
 	third, err := cursorlock.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
@@ -158,7 +158,7 @@ func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, ok, "the lease ran out: the second takes the process")
 	require.Equal(t, int64(1), second.Epoch(), "under the epoch the first had")
-	require.NoError(t, second.SetPosition(ctx, source.Position{CreatedAt: time.Now(), ID: "2"}, 1))
+	require.NoError(t, second.SetPosition(ctx, inordertype.Position{CreatedAt: time.Now(), ID: "2"}, 1))
 	require.NoError(t, second.Unlock(ctx))
 
 	ok, err = first.TryLock(ctx)

@@ -8,14 +8,14 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // Parked is a record parked in its stream (see migration 11): the key's first, which failed (Error set),
 // or one parked behind it.
 type Parked struct {
 	Key       string
-	Position  source.Position
+	Position  inordertype.Position
 	Error     string
 	Status    int
 	Permanent bool

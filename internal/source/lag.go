@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // Querier runs queries: a connection, a pool or a transaction.
@@ -31,7 +33,7 @@ type Lag struct {
 const LagCountCap = 1_000_000
 
 // Behind measures the rows of t after pos. It reads the committed rows now, horizon or not.
-func (t *Table) Behind(ctx context.Context, q Querier, pos Position) (Lag, error) {
+func (t *Table) Behind(ctx context.Context, q Querier, pos inordertype.Position) (Lag, error) {
 	where, args := t.After(pos, "", 1)
 	if t.Part != nil {
 		where += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
@@ -56,19 +58,19 @@ func (t *Table) Behind(ctx context.Context, q Querier, pos Position) (Lag, error
 }
 
 // TailBefore is the position of the last row of t created before at (the beginning when there is none).
-func (t *Table) TailBefore(ctx context.Context, q Querier, at time.Time) (Position, error) {
+func (t *Table) TailBefore(ctx context.Context, q Querier, at time.Time) (inordertype.Position, error) {
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	var when *time.Time
 	var last *string
 	sql := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[1]s < $1 ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1",
 		ca, id, t.Ident)
 	if err := q.QueryRow(ctx, sql, at).Scan(&when, &last); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, fmt.Errorf("find the last row of %s before %s: %w", t.Qualified, at, err)
+		return inordertype.Position{}, fmt.Errorf("find the last row of %s before %s: %w", t.Qualified, at, err)
 	}
 	if when == nil {
-		return Position{}, nil
+		return inordertype.Position{}, nil
 	}
-	return Position{CreatedAt: when.UTC(), ID: *last}, nil
+	return inordertype.Position{CreatedAt: when.UTC(), ID: *last}, nil
 }
 
 // InFlight lists the backends of o with a transaction open that could still commit rows of t dated
@@ -80,7 +82,7 @@ func (o Observation) InFlight(t *Table) []int {
 	for vxid, pid := range o.Writers {
 		set[vxid] = pid
 	}
-	if t.Horizon == HorizonTransactions || !t.WritersSafe(o.Default) {
+	if t.Horizon == inordertype.HorizonTransactions || !t.WritersSafe(o.Default) {
 		for vxid, pid := range o.Txs {
 			set[vxid] = pid
 		}

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // ErrNoRecord is returned by Locate when the source has no row with the id.
@@ -15,16 +17,16 @@ var ErrNoRecord = errors.New("no such record")
 // Located is a source record's place in the stream, for operator actions.
 type Located struct {
 	// Record is the record's own position: a position there is just past it (what a skip sets).
-	Record Position
+	Record inordertype.Position
 	// Before is the position just before it: a position there delivers it next (what a rewind sets).
-	Before Position
+	Before inordertype.Position
 	// Ahead reports whether rows lie between the current position and the record, so that moving the
 	// position to Before would skip them.
 	Ahead bool
 }
 
 // Locate finds record id in t and places it relative to current.
-func (t *Table) Locate(ctx context.Context, q Querier, id string, current Position) (Located, error) {
+func (t *Table) Locate(ctx context.Context, q Querier, id string, current inordertype.Position) (Located, error) {
 	ca, idc := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	var loc Located
 	var at time.Time

@@ -8,11 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Partition is one of Count streams a partitioned process is split into; cursor.Partition documents it.
-type Partition struct {
-	Index, Count int
-}
-
 // PartExpr is PartitionExpr for the table's key column, its column reference prefixed (an alias).
 func (t *Table) PartExpr(prefix string) string {
 	return fmt.Sprintf("((hashtextextended(coalesce(%s%s::text, ''), 0) & 2147483647) %% %d)",

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // Resolve finds table in the catalog as the role sees it (search_path included) and returns its
@@ -25,7 +27,7 @@ func Resolve(ctx context.Context, q Querier, table string) (string, error) {
 
 // Passed is the condition "the row is at or before p": a process at p has handled it. Its parameters
 // are numbered from n. Nothing is at or before the beginning.
-func (t *Table) Passed(p Position, prefix string, n int) (cond string, args []any) {
+func (t *Table) Passed(p inordertype.Position, prefix string, n int) (cond string, args []any) {
 	ca := prefix + quote(t.Spec.CreatedAtColumn)
 	id := prefix + quote(t.Spec.IDColumn)
 	switch {
@@ -41,7 +43,7 @@ func (t *Table) Passed(p Position, prefix string, n int) (cond string, args []an
 // Order returns the indexes of ps from the position furthest back to the one furthest ahead, ordered as
 // the table orders its rows (the id compared as its own type, not as text), in one query. Equal positions
 // keep their order in ps.
-func (t *Table) Order(ctx context.Context, q Querier, ps []Position) ([]int, error) {
+func (t *Table) Order(ctx context.Context, q Querier, ps []inordertype.Position) ([]int, error) {
 	ats := make([]*time.Time, len(ps))
 	ids := make([]*string, len(ps))
 	for i, p := range ps {
@@ -73,16 +75,16 @@ func (t *Table) Order(ctx context.Context, q Querier, ps []Position) ([]int, err
 }
 
 // Find returns the position of record id in t.
-func (t *Table) Find(ctx context.Context, q Querier, id string) (Position, error) {
+func (t *Table) Find(ctx context.Context, q Querier, id string) (inordertype.Position, error) {
 	ca, idc := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	var at time.Time
-	pos := Position{}
+	pos := inordertype.Position{}
 	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[2]s = $1::text::%[4]s
 		ORDER BY %[1]s LIMIT 1`, ca, idc, t.Ident, t.IDCast)
 	if err := q.QueryRow(ctx, sql, id).Scan(&at, &pos.ID); errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, fmt.Errorf("record %s in %s: %w", id, t.Qualified, ErrNoRecord)
+		return inordertype.Position{}, fmt.Errorf("record %s in %s: %w", id, t.Qualified, ErrNoRecord)
 	} else if err != nil {
-		return Position{}, fmt.Errorf("find record %s in %s: %w", id, t.Qualified, err)
+		return inordertype.Position{}, fmt.Errorf("find record %s in %s: %w", id, t.Qualified, err)
 	}
 	pos.CreatedAt = at.UTC()
 	return pos, nil
@@ -92,10 +94,10 @@ func (t *Table) Find(ctx context.Context, q Querier, id string) (Position, error
 // before each position), and after from (where the previous batch ended; the beginning for the first).
 type Prunable struct {
 	Cut    time.Time
-	Passed []Position
+	Passed []inordertype.Position
 	// Lowest indexes the lowest of Passed: its condition leads, so that an index scan stops there.
 	Lowest int
-	From   Position
+	From   inordertype.Position
 }
 
 // where builds the condition and its arguments. Every position's condition is there, not only the
@@ -120,7 +122,7 @@ func (t *Table) prunableWhere(p Prunable, prefix string) (string, []any) {
 
 // CountPrunable counts the rows p selects and returns the last of them (the beginning when there is
 // none), deleting nothing: a dry run.
-func (t *Table) CountPrunable(ctx context.Context, q Querier, p Prunable) (int64, Position, error) {
+func (t *Table) CountPrunable(ctx context.Context, q Querier, p Prunable) (int64, inordertype.Position, error) {
 	where, args := t.prunableWhere(p, "")
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	sql := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s WHERE %[2]s), last.at, last.id
@@ -135,7 +137,7 @@ func (t *Table) CountPrunable(ctx context.Context, q Querier, p Prunable) (int64
 // then deletes the range up to it by the same index (on a table partitioned by time, in the partitions
 // the range reaches): a batch touches only its own rows, so writers of new rows and readers are not
 // blocked.
-func (t *Table) DeletePrunable(ctx context.Context, q Querier, p Prunable, limit int) (int64, Position, error) {
+func (t *Table) DeletePrunable(ctx context.Context, q Querier, p Prunable, limit int) (int64, inordertype.Position, error) {
 	where, args := t.prunableWhere(p, "")
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	sql := fmt.Sprintf(`WITH batch_end AS (
@@ -152,15 +154,15 @@ func (t *Table) DeletePrunable(ctx context.Context, q Querier, p Prunable, limit
 	return t.scanPruned(ctx, q, sql, append(args, limit))
 }
 
-func (t *Table) scanPruned(ctx context.Context, q Querier, sql string, args []any) (int64, Position, error) {
+func (t *Table) scanPruned(ctx context.Context, q Querier, sql string, args []any) (int64, inordertype.Position, error) {
 	var n int64
 	var at *time.Time
 	var id *string
 	if err := q.QueryRow(ctx, sql, args...).Scan(&n, &at, &id); err != nil {
-		return 0, Position{}, fmt.Errorf("prune %s: %w", t.Qualified, err)
+		return 0, inordertype.Position{}, fmt.Errorf("prune %s: %w", t.Qualified, err)
 	}
 	if at == nil || id == nil {
-		return n, Position{}, nil
+		return n, inordertype.Position{}, nil
 	}
-	return n, Position{CreatedAt: at.UTC(), ID: *id}, nil
+	return n, inordertype.Position{CreatedAt: at.UTC(), ID: *id}, nil
 }

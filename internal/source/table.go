@@ -13,46 +13,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
-// Spec names the table a process reads and the columns that order it; processor.Source, whose fields
-// document these, and cursor.Source, what a cursor row records of it, give it to the machinery.
-type Spec struct {
-	Table           string
-	IDColumn        string
-	CreatedAtColumn string
-	Horizon         Horizon
-	KeyColumn       string
-	Partition       *Partition
-	Columns         []string
-	// TraceColumn and TraceStateColumn hold each row's W3C trace context (traceparent, tracestate).
-	TraceColumn      string
-	TraceStateColumn string
-}
-
-// Horizon says which transactions a processor waits for before it reads past a time; processor.Horizon
-// documents the values.
-type Horizon string
-
-// The horizons.
-const (
-	HorizonAuto         Horizon = ""
-	HorizonWriters      Horizon = "writers"
-	HorizonTransactions Horizon = "transactions"
-)
-
-// ParseHorizon reads "auto", "writers" or "transactions".
-func ParseHorizon(s string) (Horizon, error) {
-	switch Horizon(s) {
-	case "auto", HorizonAuto:
-		return HorizonAuto, nil
-	case HorizonWriters, HorizonTransactions:
-		return Horizon(s), nil
-	}
-	return "", fmt.Errorf("horizon %q is none of auto, writers and transactions", s)
-}
-
-func (s Spec) withDefaults() Spec {
+// withDefaults fills in the columns a Source leaves empty that have a fixed default.
+func withDefaults(s inordertype.Source) inordertype.Source {
 	if s.IDColumn == "" {
 		s.IDColumn = "id"
 	}
@@ -82,17 +48,17 @@ type Column struct {
 // Table is a validated source: resolved names, column types and the SQL that reads it.
 type Table struct {
 	OID       uint32
-	Qualified string   // schema.table, for messages and status
-	Ident     string   // sanitized identifier for SQL
-	Spec      Spec     // the spec with defaults filled in (KeyColumn resolved)
-	Columns   []Column // selected columns, in order
-	IDCast    string   // the type $2 is cast to in the keyset comparison
-	Part      *Partition
+	Qualified string             // schema.table, for messages and status
+	Ident     string             // sanitized identifier for SQL
+	Spec      inordertype.Source // the source with defaults filled in (KeyColumn, trace columns resolved)
+	Columns   []Column           // selected columns, in order
+	IDCast    string             // the type $2 is cast to in the keyset comparison
+	Part      *inordertype.Partition
 	Warnings  []string // what is wrong but readable, for the start-up log
 
-	CreatedAtNum int16   // attnum of the created_at column, to watch its default
-	Default      string  // the created_at column's default at start-up
-	Horizon      Horizon // the horizon the source gets
+	CreatedAtNum int16               // attnum of the created_at column, to watch its default
+	Default      string              // the created_at column's default at start-up
+	Horizon      inordertype.Horizon // the horizon the source gets
 }
 
 var idTypes = map[string]string{
@@ -101,9 +67,9 @@ var idTypes = map[string]string{
 
 // Inspect resolves and checks the source against the catalog: the table exists and can be read, the
 // columns exist with usable types, and an index serves the keyset read.
-func Inspect(ctx context.Context, conn Querier, src Spec) (*Table, error) {
+func Inspect(ctx context.Context, conn Querier, src inordertype.Source) (*Table, error) {
 	part := src.Partition
-	src = src.withDefaults()
+	src = withDefaults(src)
 	if strings.TrimSpace(src.Table) == "" {
 		return nil, invalid("no source table given")
 	}
@@ -159,7 +125,7 @@ func columnsOf(ctx context.Context, conn Querier, t *Table) ([]Column, error) {
 
 // checkColumns finds the id, created_at, key and selected columns among all, checks their types, chooses
 // the horizon, and returns the created_at and id columns.
-func (t *Table) checkColumns(src Spec, all []Column) (cac, idc Column, err error) {
+func (t *Table) checkColumns(src inordertype.Source, all []Column) (cac, idc Column, err error) {
 	byName := map[string]Column{}
 	for _, c := range all {
 		byName[c.Name] = c
@@ -231,7 +197,7 @@ func (t *Table) checkColumns(src Spec, all []Column) (cac, idc Column, err error
 
 // findTraceColumns resolves the trace context columns: the named ones must exist, and unnamed ones are
 // traceparent and tracestate when the table has them.
-func (t *Table) findTraceColumns(src Spec, byName map[string]Column, find func(role, name string) (Column, error)) error {
+func (t *Table) findTraceColumns(src inordertype.Source, byName map[string]Column, find func(role, name string) (Column, error)) error {
 	for _, c := range []struct {
 		role, def string
 		name      *string
@@ -255,7 +221,7 @@ func (t *Table) findTraceColumns(src Spec, byName map[string]Column, find func(r
 
 // checkIndex refuses a table without the index its reads need: (created_at, id) for a stream, the
 // partition expression before them for a partition. The error says what to create.
-func (t *Table) checkIndex(ctx context.Context, conn Querier, rel relation, part *Partition, cac, idc Column) error {
+func (t *Table) checkIndex(ctx context.Context, conn Querier, rel relation, part *inordertype.Partition, cac, idc Column) error {
 	if part != nil {
 		t.Part = part
 		if t.Spec.KeyColumn == "" {
@@ -422,31 +388,31 @@ func (t *Table) ClockFix() string {
 
 // chooseHorizon settles which horizon the source gets, from the setting and the created_at column's
 // default, and says what the choice costs.
-func (t *Table) chooseHorizon(set Horizon, c Column) error {
+func (t *Table) chooseHorizon(set inordertype.Horizon, c Column) error {
 	kind := classify(c.Default)
 	col := t.Qualified + "." + c.Name
 	switch set {
-	case HorizonAuto:
+	case inordertype.HorizonAuto:
 		if kind == kindInsert {
-			t.Horizon = HorizonWriters
+			t.Horizon = inordertype.HorizonWriters
 			return nil
 		}
-		t.Horizon = HorizonTransactions
-	case HorizonWriters:
+		t.Horizon = inordertype.HorizonTransactions
+	case inordertype.HorizonWriters:
 		if kind == kindTransaction || kind == kindOther {
 			return invalid("%s defaults to %s, and rows that take this default would be skipped by the writers horizon, "+
 				"which is only for a created_at set at the insert; use the transactions horizon, or: %s",
 				col, c.Default, t.ClockFix())
 		}
-		t.Horizon = HorizonWriters
+		t.Horizon = inordertype.HorizonWriters
 		if kind == kindNone {
 			t.Warnings = append(t.Warnings, fmt.Sprintf("%s has no default; the writers horizon is right only if every "+
 				"writer sets it to clock_timestamp() (a transaction-time value such as now() can be skipped); prefer: %s",
 				col, t.ClockFix()))
 		}
 		return nil
-	case HorizonTransactions:
-		t.Horizon = HorizonTransactions
+	case inordertype.HorizonTransactions:
+		t.Horizon = inordertype.HorizonTransactions
 	default:
 		return invalid("horizon %q is none of auto, writers and transactions", set)
 	}
@@ -480,7 +446,7 @@ func (t *Table) WritersSafe(def string) bool {
 	case kindInsert:
 		return true
 	case kindNone:
-		return t.Spec.Horizon == HorizonWriters // the application said it writes clock_timestamp() itself
+		return t.Spec.Horizon == inordertype.HorizonWriters // the application said it writes clock_timestamp() itself
 	}
 	return false
 }
@@ -510,7 +476,7 @@ func GenericExpr(c Column) (expr string, raw bool) {
 // ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
 // order, and its arguments. Every row starts with the Hidden columns (created_at, the id as text, the key,
 // and with a trace column the traceparent and the tracestate, as text), then the selected columns.
-func (t *Table) ReadSQL(generic bool, pos Position, horizon time.Time, limit int) (string, []any) {
+func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Time, limit int) (string, []any) {
 	var b strings.Builder
 	t.selectFrom(&b, generic)
 	after, args := t.After(pos, "src.", 1)
@@ -526,7 +492,7 @@ func (t *Table) ReadSQL(generic bool, pos Position, horizon time.Time, limit int
 
 // RecordSQL builds the read of the one row at pos (a record's own position), with the columns ReadSQL
 // selects: a parked record read again for its redrive.
-func (t *Table) RecordSQL(generic bool, pos Position) (string, []any) {
+func (t *Table) RecordSQL(generic bool, pos inordertype.Position) (string, []any) {
 	var b strings.Builder
 	t.selectFrom(&b, generic)
 	fmt.Fprintf(&b, " WHERE src.%s = $1 AND src.%s = $2::text::%s", quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn), t.IDCast)
@@ -574,18 +540,18 @@ func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 
 // Before returns the position just before the row at pos: that of the row before it, or the beginning
 // when there is none. A prune bounded there keeps the row at pos.
-func (t *Table) Before(ctx context.Context, q Querier, pos Position) (Position, error) {
+func (t *Table) Before(ctx context.Context, q Querier, pos inordertype.Position) (inordertype.Position, error) {
 	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
 	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s
 		WHERE (%[1]s, %[2]s) < ($1, $2::text::%[4]s) ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1`, ca, id, t.Ident, t.IDCast)
 	var at time.Time
-	var prev Position
+	var prev inordertype.Position
 	err := q.QueryRow(ctx, sql, pos.CreatedAt, pos.ID).Scan(&at, &prev.ID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return Position{}, nil
+		return inordertype.Position{}, nil
 	}
 	if err != nil {
-		return Position{}, fmt.Errorf("find the row before %s in %s: %w", pos, t.Qualified, err)
+		return inordertype.Position{}, fmt.Errorf("find the row before %s in %s: %w", pos, t.Qualified, err)
 	}
 	prev.CreatedAt = at.UTC()
 	return prev, nil

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // A failover to a standby that had not received the last commits of the old primary (asynchronous
@@ -19,12 +21,12 @@ type Recheck struct {
 	// Vanished are the records that no row of the table has any more (no row with their created_at and
 	// id), in the order asked: those after the position, and those before it that were delivered lately
 	// (a failover can take them back while another instance moves the position past their place).
-	Vanished []Position
+	Vanished []inordertype.Position
 }
 
 // Recheck looks up the delivered records ps (each with an id) in one statement: how many lie after pos,
 // and which no longer exist among those after pos and the recent ones, ps[recentFrom:].
-func (t *Table) Recheck(ctx context.Context, q Querier, pos Position, ps []Position, recentFrom int) (Recheck, error) {
+func (t *Table) Recheck(ctx context.Context, q Querier, pos inordertype.Position, ps []inordertype.Position, recentFrom int) (Recheck, error) {
 	var r Recheck
 	if len(ps) == 0 {
 		return r, nil
