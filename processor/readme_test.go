@@ -17,7 +17,7 @@ import (
 // sendConfirmation stands for the application's own code.
 func sendConfirmation(ctx context.Context, customer string) error { return nil }
 
-// Example_library is the README's "library in 20 lines", which TestREADMESnippetsCompile keeps identical
+// Example_library is the README's "library in 30 lines", which TestREADMESnippetsCompile keeps identical
 // to this body. It is compiled, not run: it runs until SIGTERM.
 func Example_library() {
 	ctx := context.Background()
