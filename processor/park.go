@@ -51,29 +51,6 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 	return rec.Key != "" && p.parked[rec.Key]
 }
 
-// parksOnFailure reports whether rec, failed with err, is parked now instead of failing the batch: the
-// stream parks keys, the record has one, and the failure would halt the stream: a refusal, or a record
-// failing for longer than HaltAfter (as the cursor row said when the batch began). A failure that may
-// still pass is retried as without parking, the stream waiting on it. The callers check first that the
-// shutdown timeout did not cut the handler off (cutOff), which is not the record's fault.
-func (p *Processor[T]) parksOnFailure(st cursorlock.State, rec *handlers.Record[T], err error) bool {
-	if !p.parking() || rec.Key == "" || p.sinkCheck(err) != "" {
-		return false // a sink's outage is no key's: the stream waits for the sink
-	}
-	if h := st.Halt; h != nil && h.RecordID == rec.ID && h.SinkUnavailable() {
-		return false
-	}
-	h := st.Halt
-	parks := handlers.IsPermanent(err) ||
-		(h != nil && h.RecordID == rec.ID && (!h.HaltedAt.IsZero() || time.Since(h.FirstFailureAt) >= p.cfg.HaltAfter))
-	if parks {
-		// Noted now, not when the window stores it: another key's refusal may show the sink's outage
-		// before then, and this key is to be redriven when it ends.
-		p.refusals.parked(rec.Key)
-	}
-	return parks
-}
-
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed with
 // cause, or behind the key's parked records when cause is nil. The key is parked from now on.
 func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[T], cause error) error {
