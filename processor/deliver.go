@@ -93,7 +93,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st cursorlock.Stat
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.retryAt, p.nextAt = time.Time{}, time.Time{}
+		p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
 		was := p.noteFailing(nil)
 		if was == failUnavailable {
 			return // said by noteFailing: the sink's outage is over
@@ -238,7 +238,7 @@ func (p *Processor[T]) checkpoint(work context.Context, pos source.Position, han
 // standby looking at it) while this instance still owns the process, which is worth no line.
 func (p *Processor[T]) relockMissed() {
 	if p.cur.Owner() {
-		p.rowBusy = true
+		p.last.rowBusy = true
 		return
 	}
 	p.log.Info().Str("owner", p.cur.Holder()).Msg("cursor taken by another instance between batches; standing by")
@@ -270,7 +270,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying curso
 	} else {
 		ok, err = p.commit(work, 0)
 		if err == nil && !ok && p.cur.Owner() {
-			p.rowBusy = true
+			p.last.rowBusy = true
 		}
 	}
 	if !o.checkpointed(ok, err) {
@@ -353,7 +353,7 @@ func (p *Processor[T]) fail(work context.Context, st cursorlock.State, last sour
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
 	wait := time.Until(h.NextAttemptAt)
-	p.retryAt, p.nextAt = time.Now().Add(wait), h.NextAttemptAt
+	p.failing.retryAt, p.failing.nextAt = time.Now().Add(wait), h.NextAttemptAt
 	was := p.noteFailing(&h)
 	event := "retrying"
 	switch p.failing.told {

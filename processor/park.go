@@ -48,7 +48,7 @@ func (p *Processor[T]) parking() bool { return p.cfg.OnHalt == OnHaltPark }
 // before are honoured whatever OnHalt says now (an instance started without it, in a rolling deploy):
 // only new parking needs OnHaltPark.
 func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
-	return rec.Key != "" && p.parked[rec.Key]
+	return rec.Key != "" && p.tenure.parked[rec.Key]
 }
 
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed with
@@ -71,7 +71,7 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 		return nil
 	}
 	p.markParked(pk.Key)
-	p.retryAt, p.nextAt = time.Time{}, time.Time{}
+	p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
 		Int("status", pk.Status).Err(cause).
@@ -83,8 +83,8 @@ func (p *Processor[T]) park(work context.Context, st cursorlock.State, it *item[
 // by park, in the transaction that moves the position past it; a batch that ends otherwise forgets what
 // it marked (abort), and the keys are read again.
 func (p *Processor[T]) markParked(key string) {
-	if p.parked != nil { // nil: read again at the next batch, this key's committed row with the others
-		p.parked[key] = true
+	if p.tenure.parked != nil { // nil: read again at the next batch, this key's committed row with the others
+		p.tenure.parked[key] = true
 	}
 }
 
@@ -92,7 +92,7 @@ func (p *Processor[T]) markParked(key string) {
 // again at the next batch.
 func (p *Processor[T]) abort(work context.Context) {
 	_ = p.cur.Abort(work)
-	p.parked = nil
+	p.tenure.parked = nil
 }
 
 // parkFailed parks a record whose failure the cursor row has just counted as halting the stream
@@ -124,16 +124,16 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 		}
 	}
 	if !p.parkReadable {
-		p.parked = map[string]bool{}
+		p.tenure.parked = map[string]bool{}
 		return nil
 	}
 	keys, err := p.cur.ParkedKeys(work)
 	if err != nil {
 		return err
 	}
-	p.parked = make(map[string]bool, len(keys))
+	p.tenure.parked = make(map[string]bool, len(keys))
 	for _, k := range keys {
-		p.parked[k] = true
+		p.tenure.parked[k] = true
 	}
 	return nil
 }
@@ -143,12 +143,12 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 // one). It reports false when the stream must stop here (stopping, or the cursor lost).
 func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 	st := p.cur.State()
-	if p.parked == nil {
+	if p.tenure.parked == nil {
 		if err := p.loadParked(work); err != nil {
 			return false, err
 		}
-		if len(p.parked) > 0 && !p.parking() {
-			p.log.Warn().Int("keys", len(p.parked)).Msg("keys are parked in this stream: their records stay parked " +
+		if len(p.tenure.parked) > 0 && !p.parking() {
+			p.log.Warn().Int("keys", len(p.tenure.parked)).Msg("keys are parked in this stream: their records stay parked " +
 				"until a redrive, which this instance does; it parks no new key (it runs with --on-halt halt)")
 		}
 	}
@@ -225,7 +225,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 		}
 		p.delivered.add(pk.Position, time.Now())
 	}
-	delete(p.parked, key)
+	delete(p.tenure.parked, key)
 	p.log.Info().Str("key", key).Int("records", len(recs)).
 		Msg("key redriven: its parked records went through in order; the key is unparked")
 	return true, nil

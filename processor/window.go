@@ -111,7 +111,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st cursorlock.St
 	if slices.Contains(w.slots[w.head:], parked) {
 		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
 		// read again.
-		p.parked = nil
+		p.tenure.parked = nil
 	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
 		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
