@@ -49,9 +49,8 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st cursorlock.Sta
 	a := &asyncWindow[T]{p: p, ctx: ctx, work: work, st: st, items: items, maxIn: maxIn,
 		called: make([]bool, len(items)), refused: map[string]bool{}, o: outcome[T]{last: st.Position}}
 	defer func() { p.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
-	if a.send() {
-		for len(a.flights) > 0 && a.settle() {
-		}
+	for goOn := a.send(); goOn && len(a.flights) > 0; {
+		goOn = a.settle()
 	}
 	a.drain()
 	return a.o
