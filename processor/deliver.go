@@ -60,26 +60,24 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		}
 		it := &items[i]
 		it.rec.Attempt = p.attempt(st, it)
-		if p.keyParked(&it.rec) {
-			if err := p.park(work, st, it, nil); err != nil {
-				o.err = err
-				break
-			}
-		} else if err := deliver(i); err != nil {
-			if isBatchError(err) {
-				o.err = err
-				break
-			}
-			if cutOff(ctx, work) || !p.parksOnFailure(st, &it.rec, err) {
-				o.failed, o.cause = it, err
-				break
-			}
-			if err := p.park(work, st, it, err); err != nil {
-				o.err = err
-				break
-			}
-		} else {
+		behind := p.keyParked(&it.rec)
+		var err error
+		if !behind {
+			err = deliver(i)
+		}
+		f := p.fateOf(ctx, work, st, it, err, behind)
+		switch {
+		case f.kind == fateAbort:
+			o.err = err
+		case f.fails():
+			o.failed, o.cause = it, err
+		case f.kind == fatePark || f.kind == fateParkedBehind:
+			o.err = p.park(work, st, it, f.cause)
+		default:
 			p.resumed(&it.rec)
+		}
+		if o.err != nil || o.failed != nil {
+			break
 		}
 		o.last, o.n = it.pos, o.n+1
 		if p.cfg.Checkpoint == CheckpointRecord {
@@ -92,129 +90,10 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 	return o
 }
 
-// deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
-func (p *Processor[T]) deliverAsync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
-	type flight struct {
-		it   *item[T]
-		res  handlers.Result
-		sent time.Time // its wait ends HandlerTimeout after it, as the lease that covered the send does
-	}
-	maxIn := max(1, p.async.MaxInFlight())
-	var window []flight
-	p.failing.forgetPassed(st.Position)
-	o := outcome[T]{last: st.Position}
-	called := make([]bool, len(items)) // the records handed to the sink
-	defer func() { p.settled(items, o.n, func(i int) bool { return called[i] }) }()
-	// settle waits for the oldest result and advances past it; it reports whether to go on.
-	settle := func() bool {
-		f := window[0]
-		window = window[1:]
-		wctx, cancel := context.WithDeadline(work, f.sent.Add(p.cfg.HandlerTimeout))
-		defer cancel()
-		start := time.Now()
-		var werr error
-		if f.res != nil {
-			werr = f.res.Wait(wctx)
-			p.obs.Handled(p.cfg.Process, time.Since(start), werr)
-			p.refusals.note(f.it.rec.Key, werr)
-		}
-		switch {
-		case f.res == nil || p.keyParked(&f.it.rec):
-			// Parked behind its key: sent before the key was parked, it is delivered again after the
-			// key's first record, whatever the sink said of it.
-			if err := p.park(work, st, f.it, nil); err != nil {
-				o.err = err
-				return false
-			}
-		case werr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &f.it.rec, werr):
-			endAttempt(f.it, werr)
-			if err := p.park(work, st, f.it, werr); err != nil {
-				o.err = err
-				return false
-			}
-		case werr != nil:
-			endAttempt(f.it, werr)
-			o.failed, o.cause = f.it, werr
-			return false
-		default:
-			endAttempt(f.it, nil)
-			p.resumed(&f.it.rec)
-		}
-		o.last, o.n = f.it.pos, o.n+1
-		if p.cfg.Checkpoint == CheckpointRecord {
-			o.counted = o.n
-			return o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}, f.it == &items[len(items)-1]))
-		}
-		return true
-	}
-	refused := map[string]bool{} // keys whose record the sink refused at once, in this batch
-	goOn := true
-	for i := 0; i < len(items) && goOn && ctx.Err() == nil; i++ {
-		if !p.coveredAsync(work, &o, len(window), settle) {
-			goOn = false // what is still in flight is waited out below, not counted: a failure may lie before it
-			break
-		}
-		it := &items[i]
-		it.rec.Attempt = p.attempt(st, it)
-		if p.keyParked(&it.rec) || refused[it.rec.Key] {
-			window = append(window, flight{it, nil, time.Now()}) // parked in its turn, without reaching the sink
-			if len(window) >= maxIn {
-				goOn = settle()
-			}
-			continue
-		}
-		sent := time.Now()
-		sctx, cancel := context.WithDeadline(work, sent.Add(p.cfg.HandlerTimeout))
-		called[i] = true
-		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
-		cancel()
-		if serr != nil && !cutOff(ctx, work) && p.parksOnFailure(st, &it.rec, serr) {
-			// Refused before it was sent: parked in its turn, the records before it settling first, and
-			// the key's later records are not sent.
-			window = append(window, flight{it, failedResult{serr}, time.Now()})
-			refused[it.rec.Key] = true
-			if len(window) >= maxIn {
-				goOn = settle()
-			}
-			continue
-		}
-		if serr != nil {
-			endAttempt(it, serr)
-			// Earlier records settle first; this one is the failure only if they all succeed.
-			for len(window) > 0 && goOn {
-				goOn = settle()
-			}
-			if goOn {
-				o.failed, o.cause = it, serr
-			}
-			goOn = false
-			break
-		}
-		window = append(window, flight{it, res, sent})
-		if len(window) >= maxIn {
-			goOn = settle()
-		}
-	}
-	for len(window) > 0 && goOn {
-		goOn = settle()
-	}
-	// Whatever is still in flight after a failure is waited out, not counted: it is delivered again. One
-	// deadline for all of them, so that a sink that hangs cannot keep the cursor transaction idle for
-	// longer than one handler call.
-	drain, cancelDrain := context.WithTimeout(work, p.cfg.HandlerTimeout)
-	for _, f := range window {
-		if f.res != nil {
-			_ = f.res.Wait(drain)
-		}
-	}
-	cancelDrain()
-	return o
-}
-
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.retryAt, p.nextAt = time.Time{}, time.Time{}
+		p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
 		was := p.noteFailing(nil)
 		if was == failUnavailable {
 			return // said by noteFailing: the sink's outage is over
@@ -359,7 +238,7 @@ func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position
 // standby looking at it) while this instance still owns the process, which is worth no line.
 func (p *Processor[T]) relockMissed() {
 	if p.cur.Owner() {
-		p.rowBusy = true
+		p.last.rowBusy = true
 		return
 	}
 	p.log.Info().Str("owner", p.cur.Holder()).Msg("cursor taken by another instance between batches; standing by")
@@ -391,7 +270,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying curso
 	} else {
 		ok, err = p.commit(work, 0)
 		if err == nil && !ok && p.cur.Owner() {
-			p.rowBusy = true
+			p.last.rowBusy = true
 		}
 	}
 	if !o.checkpointed(ok, err) {
@@ -405,21 +284,6 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying curso
 		return false
 	}
 	return true
-}
-
-// coveredAsync is covered for an AsyncHandler: what is in flight settles first, so that the renewal
-// commits a position with nothing ahead of it in flight.
-func (p *Processor[T]) coveredAsync(work context.Context, o *outcome[T], inFlight int, settle func() bool) bool {
-	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
-	if left := p.cur.LeaseLeft(); left >= need && left >= p.cfg.Lease*2/3 {
-		return true
-	}
-	for range inFlight {
-		if !settle() {
-			return false
-		}
-	}
-	return p.covered(work, o, cursorlock.InFlight{})
 }
 
 func (p *Processor[T]) flush(work context.Context) error {
@@ -470,8 +334,10 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
 		HaltAfter:   p.cfg.HaltAfter,
 		Unavailable: check})
-	if err == nil && !h.HaltedAt.IsZero() && p.parking() && rec.Key != "" {
-		// It has failed for longer than HaltAfter now: the key parks, and the stream goes on at once.
+	if err == nil && decideFate(fateInput{err: cause, sinkCheck: check, id: rec.ID, key: rec.Key, halt: &h, counted: true,
+		parking: p.parking()}).kind == fatePark {
+		// The cursor row counts it halting now (it has failed for longer than HaltAfter, or a refusal
+		// follows the sink's outage): the key parks, and the stream goes on at once.
 		if err = p.parkFailed(work, st, it, cause); err == nil {
 			if err = p.cur.Unlock(work); err == nil {
 				return 0
@@ -487,7 +353,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
 	wait := time.Until(h.NextAttemptAt)
-	p.retryAt, p.nextAt = time.Now().Add(wait), h.NextAttemptAt
+	p.failing.retryAt, p.failing.nextAt = time.Now().Add(wait), h.NextAttemptAt
 	was := p.noteFailing(&h)
 	event := "retrying"
 	switch p.failing.told {
@@ -547,8 +413,3 @@ func (p *Processor[T]) panicked(rec *handlers.Record[T], v any) error {
 		Msg("the handler panicked; the record counts as failed")
 	return e
 }
-
-// failedResult is the settled failure of a record the sink refused before it was sent.
-type failedResult struct{ err error }
-
-func (r failedResult) Wait(context.Context) error { return r.err }

@@ -8,8 +8,9 @@ import (
 )
 
 // failing is what this instance knows of the records that fail in its stream: what it last told of the
-// failing record (told), and the records it handed to the handler that the position has not moved past
-// (sent), which go out again after the failure with the next attempt number.
+// failing record (told), when it is tried next (retryAt, nextAt), and the records it handed to the handler
+// that the position has not moved past (sent), which go out again after the failure with the next attempt
+// number.
 //
 // The cursor row counts the failed attempts of the record the stream halts on, across instances. The
 // records delivered ahead of it are the keyed window's and an AsyncHandler's: records of other keys
@@ -19,7 +20,10 @@ import (
 // record (an instance that takes over after a crash knows only the cursor row's count).
 type failing struct {
 	told failState
-	sent map[string]sentRecord // by record id
+	// retryAt is the earliest next attempt at the failing record, from this instance's own backoff, and
+	// nextAt the next attempt the cursor row said last (an earlier one: an operator's retry).
+	retryAt, nextAt time.Time
+	sent            map[string]sentRecord // by record id
 }
 
 // failState is what a stream is doing about a failing record.

@@ -49,30 +49,7 @@ func (p *Processor[T]) parking() bool { return p.cfg.OnHalt == OnHaltPark }
 // before are honoured whatever OnHalt says now (an instance started without it, in a rolling deploy):
 // only new parking needs OnHaltPark.
 func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
-	return rec.Key != "" && p.parked[rec.Key]
-}
-
-// parksOnFailure reports whether rec, failed with err, is parked now instead of failing the batch: the
-// stream parks keys, the record has one, and the failure would halt the stream: a refusal, or a record
-// failing for longer than HaltAfter (as the cursor row said when the batch began). A failure that may
-// still pass is retried as without parking, the stream waiting on it. The callers check first that the
-// shutdown timeout did not cut the handler off (cutOff), which is not the record's fault.
-func (p *Processor[T]) parksOnFailure(st inordertype.State, rec *handlers.Record[T], err error) bool {
-	if !p.parking() || rec.Key == "" || p.sinkCheck(err) != "" {
-		return false // a sink's outage is no key's: the stream waits for the sink
-	}
-	if h := st.Halt; h != nil && h.RecordID == rec.ID && h.SinkUnavailable() {
-		return false
-	}
-	h := st.Halt
-	parks := handlers.IsPermanent(err) ||
-		(h != nil && h.RecordID == rec.ID && (!h.HaltedAt.IsZero() || time.Since(h.FirstFailureAt) >= p.cfg.HaltAfter))
-	if parks {
-		// Noted now, not when the window stores it: another key's refusal may show the sink's outage
-		// before then, and this key is to be redriven when it ends.
-		p.refusals.parked(rec.Key)
-	}
-	return parks
+	return rec.Key != "" && p.tenure.parked[rec.Key]
 }
 
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed with
@@ -95,7 +72,7 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 		return nil
 	}
 	p.markParked(pk.Key)
-	p.retryAt, p.nextAt = time.Time{}, time.Time{}
+	p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
 		Int("status", pk.Status).Err(cause).
@@ -107,8 +84,8 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 // by park, in the transaction that moves the position past it; a batch that ends otherwise forgets what
 // it marked (abort), and the keys are read again.
 func (p *Processor[T]) markParked(key string) {
-	if p.parked != nil { // nil: read again at the next batch, this key's committed row with the others
-		p.parked[key] = true
+	if p.tenure.parked != nil { // nil: read again at the next batch, this key's committed row with the others
+		p.tenure.parked[key] = true
 	}
 }
 
@@ -116,7 +93,7 @@ func (p *Processor[T]) markParked(key string) {
 // again at the next batch.
 func (p *Processor[T]) abort(work context.Context) {
 	_ = p.cur.Abort(work)
-	p.parked = nil
+	p.tenure.parked = nil
 }
 
 // parkFailed parks a record whose failure the cursor row has just counted as halting the stream
@@ -148,16 +125,16 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 		}
 	}
 	if !p.parkReadable {
-		p.parked = map[string]bool{}
+		p.tenure.parked = map[string]bool{}
 		return nil
 	}
 	keys, err := p.cur.ParkedKeys(work)
 	if err != nil {
 		return err
 	}
-	p.parked = make(map[string]bool, len(keys))
+	p.tenure.parked = make(map[string]bool, len(keys))
 	for _, k := range keys {
-		p.parked[k] = true
+		p.tenure.parked[k] = true
 	}
 	return nil
 }
@@ -167,12 +144,12 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 // one). It reports false when the stream must stop here (stopping, or the cursor lost).
 func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 	st := p.cur.State()
-	if p.parked == nil {
+	if p.tenure.parked == nil {
 		if err := p.loadParked(work); err != nil {
 			return false, err
 		}
-		if len(p.parked) > 0 && !p.parking() {
-			p.log.Warn().Int("keys", len(p.parked)).Msg("keys are parked in this stream: their records stay parked " +
+		if len(p.tenure.parked) > 0 && !p.parking() {
+			p.log.Warn().Int("keys", len(p.tenure.parked)).Msg("keys are parked in this stream: their records stay parked " +
 				"until a redrive, which this instance does; it parks no new key (it runs with --on-halt halt)")
 		}
 	}
@@ -249,7 +226,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 		}
 		p.delivered.add(pk.Position, time.Now())
 	}
-	delete(p.parked, key)
+	delete(p.tenure.parked, key)
 	p.log.Info().Str("key", key).Int("records", len(recs)).
 		Msg("key redriven: its parked records went through in order; the key is unparked")
 	return true, nil

@@ -35,7 +35,7 @@ const (
 // probesRows reports whether an idle wait probes for rows after the position: not while a transaction
 // open for a while holds the horizon (the probe would answer yes for rows no batch may read yet).
 func (p *Processor[T]) probesRows() bool {
-	return p.prober != nil && p.role == roleOwner && !p.heldLong
+	return p.prober != nil && p.role == roleOwner && !p.last.heldLong
 }
 
 // rowWatched bounds a wait that an operator's action should end (a backoff, a pause): the probe watches

@@ -323,29 +323,21 @@ type Processor[T any] struct {
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
-	sourceSaved bool
-	hold        holder // the hold last recorded in the cursor row (zero: none)
+	tenure      tenure    // the tenure in which this instance last owned the process (see tenure.go)
+	last        lastBatch // what the last batch found that the next wait depends on
+	hold        holder    // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
-	retryAt     time.Time // earliest next attempt at the halted record, from this instance's own backoff
-	nextAt      time.Time // the next attempt the cursor row said last (an earlier one: an operator's retry)
 	wake        chan struct{}
-	lookSoon    bool          // the last poll found a writer just begun limiting the horizon
-	rowBusy     bool          // the last batch found the cursor row held by an operator action
-	heldLong    bool          // the last poll found the horizon held by a transaction open for a while
 	prober      *probe.Prober // the probe shared with the other processors of the database, or nil
 	probeGap    time.Duration // the probe's current interval (see probe.go)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
 	paused      bool
-	parked      map[string]bool // the keys parked in the stream (OnHaltPark); nil until read in this tenure
 	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
 	// read it.
 	parkChecked, parkReadable bool
-	failing                   failing              // what this instance last told of a failing record
-	lastPos                   inordertype.Position // the durable position after this instance's last batch
-	knownPos                  bool                 // lastPos is known (false before the first batch and after errors)
-	tenure                    int64                // the tenure (its token) in which this instance last owned the process
-	pooling                   pooling              // what this instance said of a pooler
+	failing                   failing // what this instance knows of the failing record and those sent ahead of it
+	pooling                   pooling // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
 	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
@@ -544,7 +536,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	p.cur.Detach()
 	woken := false
 	for ctx.Err() == nil {
-		p.rowBusy = false
+		p.last.rowBusy = false
 		n, wait, err := p.tick(ctx, work)
 		p.cur.Detach() // on a Client's connections: hold none while not locked
 		if !p.cur.Locked() && p.role == roleOwner {
@@ -610,7 +602,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 	if n == 0 && wait == 0 {
 		wait, wakeable = p.cfg.PollInterval, true
 		switch {
-		case woken || p.lookSoon || p.rowBusy:
+		case woken || p.last.lookSoon || p.last.rowBusy:
 			// A notification came, or a writer had just begun, yet nothing was readable: the new rows
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
@@ -758,7 +750,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
 	p.tracker = newTracker(p.cfg.InsertLatency)
-	p.sourceSaved = false
+	p.tenure.sourceSaved = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
 		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
 			return
@@ -859,7 +851,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 			err = p.cur.Unlock(work)
 			end(err)
 		}
-		p.lastPos, p.knownPos = p.cur.State().Position, err == nil
+		p.tenure.lastPos, p.tenure.knownPos = p.cur.State().Position, err == nil
 		p.endBatch(n, err)
 	}()
 	if err := p.saveSource(work); err != nil {
@@ -881,8 +873,8 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
 	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
-	p.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
-	p.heldLong = h.hold != nil && h.now.Sub(h.hold.Since) > 2*p.cfg.InsertLatency
+	p.last.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
+	p.last.heldLong = h.hold != nil && h.now.Sub(h.hold.Since) > 2*p.cfg.InsertLatency
 	st := p.cur.State() // a changed default may have moved the position back
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil
@@ -962,7 +954,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		if p.role == roleOwner && p.cur.Owner() {
 			// Still the owner: an operator action holds the row for the moment it takes. Look again
 			// shortly rather than stand by for a poll interval.
-			p.rowBusy = true
+			p.last.rowBusy = true
 			return false, nil
 		}
 		holder := p.cur.Holder()
@@ -979,11 +971,11 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	if tenure := p.cur.Tenure(); p.role != roleOwner || tenure != p.tenure {
+	if token := p.cur.Tenure(); p.role != roleOwner || token != p.tenure.token {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
-		p.role, p.sourceSaved, p.tenure, p.knownPos, p.parked = roleOwner, false, tenure, false, nil
+		p.role, p.tenure = roleOwner, tenure{token: token}
 		p.takeAhead(inordertype.Position{}) // read in another tenure: read again
 		p.delivered.forget()
 		p.obs.Locked(p.cfg.Process, true)
@@ -997,7 +989,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 // saveSource records in the cursor row, once per connection, what the process reads, for status and
 // operator actions.
 func (p *Processor[T]) saveSource(work context.Context) error {
-	if p.sourceSaved {
+	if p.tenure.sourceSaved {
 		return nil
 	}
 	src := p.table.Spec
@@ -1009,7 +1001,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	if err := p.cur.SetInFlight(work, cursorlock.InFlight{}); err != nil {
 		return err
 	}
-	p.sourceSaved = true
+	p.tenure.sourceSaved = true
 	return nil
 }
 
@@ -1029,10 +1021,10 @@ func (p *Processor[T]) followOperator() time.Duration {
 		p.log.Info().Msg("resumed by an operator")
 		p.paused = false
 	}
-	if p.knownPos && st.Position != p.lastPos {
-		p.log.Info().Str("from", p.lastPos.String()).Str("to", st.Position.String()).
+	if p.tenure.knownPos && st.Position != p.tenure.lastPos {
+		p.log.Info().Str("from", p.tenure.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
-		p.traceOperator(p.lastPos, st.Position)
+		p.traceOperator(p.tenure.lastPos, st.Position)
 		p.delivered.forget() // delivered again from where the operator said, not lost
 	}
 	p.noteFailing(st.Halt)
@@ -1043,14 +1035,14 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if due.IsZero() { // recorded before next attempts were
 		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
 	}
-	if !p.nextAt.IsZero() && due.Before(p.nextAt) {
+	if !p.failing.nextAt.IsZero() && due.Before(p.failing.nextAt) {
 		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.
 		p.log.Info().Str("record", st.Halt.RecordID).Msg("retrying the record now, as an operator asked")
-		p.retryAt = time.Time{}
+		p.failing.retryAt = time.Time{}
 	}
-	p.nextAt = due
-	if p.retryAt.After(due) {
-		due = p.retryAt
+	p.failing.nextAt = due
+	if p.failing.retryAt.After(due) {
+		due = p.failing.retryAt
 	}
 	return p.rowWatched(max(0, time.Until(due)))
 }

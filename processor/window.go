@@ -112,7 +112,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 	if slices.Contains(w.slots[w.head:], parked) {
 		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
 		// read again.
-		p.parked = nil
+		p.tenure.parked = nil
 	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
 		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
@@ -164,7 +164,7 @@ func (w *window[T]) start() {
 		if w.p.keyParked(&it.rec) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)
-			w.parkAt(i, nil)
+			w.parkAt(i, w.p.fateOf(w.ctx, w.work, w.st, it, nil, true))
 			continue
 		}
 		busy[key] = true
@@ -187,14 +187,14 @@ func (w *window[T]) take(d done) {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
 		w.p.refusals.note(w.items[d.i].rec.Key, d.err)
-		switch {
-		case d.err != nil && !cutOff(w.ctx, w.work) && w.p.parksOnFailure(w.st, &w.items[d.i].rec, d.err):
-			w.parkAt(d.i, d.err)
-		case d.err != nil:
+		switch f := w.p.fateOf(w.ctx, w.work, w.st, &w.items[d.i], d.err, false); f.kind {
+		case fatePark:
+			w.parkAt(d.i, f)
+		case fateDelivered:
+			w.slots[d.i] = succeeded
+		default: // the prefix stops at it
 			w.slots[d.i], w.errs[d.i] = failed, d.err
 			w.failedAt = min(w.failedAt, d.i)
-		default:
-			w.slots[d.i] = succeeded
 		}
 		select {
 		case d = <-w.results:
@@ -205,13 +205,13 @@ func (w *window[T]) take(d done) {
 	}
 }
 
-// parkAt parks record i (as its key's first, failed with cause, or behind the key when cause is nil): it
-// counts as complete, and the key's later records park behind it at once. Its row is stored when the
-// prefix reaches it (advance), in the transaction that moves the position past it, so that no parked row
-// lies ahead of the position.
-func (w *window[T]) parkAt(i int, cause error) {
-	w.slots[i], w.errs[i] = parked, cause
-	if cause != nil {
+// parkAt parks record i, whose fate is f (its key's first, fatePark, or behind the key,
+// fateParkedBehind): it counts as complete, and the key's later records park behind it at once. Its row
+// is stored when the prefix reaches it (advance), in the transaction that moves the position past it, so
+// that no parked row lies ahead of the position.
+func (w *window[T]) parkAt(i int, f fate) {
+	w.slots[i], w.errs[i] = parked, f.cause
+	if f.kind == fatePark {
 		w.p.markParked(w.items[i].rec.Key)
 	}
 }

@@ -1,0 +1,195 @@
+package processor
+
+import (
+	"context"
+	"time"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
+)
+
+// The async window: an AsyncHandler is sent up to its MaxInFlight records at once, in order, and their
+// results settle in the same order, the position moving past each record that settles well. The first
+// record in order that fails ends the batch: nothing more is sent, the records before it settle, and what
+// was sent after it is waited out, not counted, and delivered again (see failing).
+//
+// A record of a parked key is not sent: it takes its turn in the window, and parks behind its key when
+// its turn comes. A record the sink refuses at once (Send fails) in a way that parks its key takes its
+// turn likewise, and the key's later records in the batch are not sent either.
+
+// asyncWindow is the async window over one batch.
+type asyncWindow[T any] struct {
+	p     *Processor[T]
+	ctx   context.Context
+	work  context.Context
+	st    inordertype.State
+	items []item[T]
+	maxIn int
+	// flights are the records awaiting their turn to settle, oldest first.
+	flights []flight[T]
+	// called says which records were handed to the sink; refused are the keys whose record the sink
+	// refused at once, in this batch.
+	called  []bool
+	refused map[string]bool
+	o       outcome[T]
+}
+
+// flight is a record of the async window awaiting its turn.
+type flight[T any] struct {
+	it  *item[T]
+	res handlers.Result // nil: not sent, it parks behind its key in its turn
+	// sent is when it was sent: its wait ends HandlerTimeout after it, as the lease that covered the send does.
+	sent time.Time
+}
+
+// deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
+func (p *Processor[T]) deliverAsync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
+	maxIn := max(1, p.async.MaxInFlight())
+	p.failing.forgetPassed(st.Position)
+	a := &asyncWindow[T]{p: p, ctx: ctx, work: work, st: st, items: items, maxIn: maxIn,
+		called: make([]bool, len(items)), refused: map[string]bool{}, o: outcome[T]{last: st.Position}}
+	defer func() { p.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
+	for goOn := a.send(); goOn && len(a.flights) > 0; {
+		goOn = a.settle()
+	}
+	a.drain()
+	return a.o
+}
+
+// send hands the batch's records to the sink in order, settling the oldest whenever the window is full.
+// It reports whether to settle what is still in flight: false once a record failed or the batch must end
+// (what is in flight is then waited out, not counted: a failure may lie before it).
+func (a *asyncWindow[T]) send() bool {
+	p := a.p
+	for i := range a.items {
+		if a.ctx.Err() != nil {
+			return true
+		}
+		if !a.covered() {
+			return false
+		}
+		it := &a.items[i]
+		it.rec.Attempt = p.attempt(a.st, it)
+		if p.keyParked(&it.rec) || a.refused[it.rec.Key] {
+			if !a.add(flight[T]{it: it, sent: time.Now()}) { // parked in its turn, without reaching the sink
+				return false
+			}
+			continue
+		}
+		sent := time.Now()
+		sctx, cancel := context.WithDeadline(a.work, sent.Add(p.cfg.HandlerTimeout))
+		a.called[i] = true
+		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
+		cancel()
+		if serr == nil {
+			if !a.add(flight[T]{it: it, res: res, sent: sent}) {
+				return false
+			}
+			continue
+		}
+		if p.fateOf(a.ctx, a.work, a.st, it, serr, false).kind == fatePark {
+			// Refused before it was sent: parked in its turn, the records before it settling first, and
+			// the key's later records are not sent.
+			a.refused[it.rec.Key] = true
+			if !a.add(flight[T]{it: it, res: failedResult{serr}, sent: time.Now()}) {
+				return false
+			}
+			continue
+		}
+		endAttempt(it, serr)
+		// Earlier records settle first; this one is the failure only if they all succeed.
+		for len(a.flights) > 0 {
+			if !a.settle() {
+				return false
+			}
+		}
+		a.o.failed, a.o.cause = it, serr
+		return false
+	}
+	return true
+}
+
+// add puts f in the window, and settles the oldest once the window is full. It reports whether to go on.
+func (a *asyncWindow[T]) add(f flight[T]) bool {
+	a.flights = append(a.flights, f)
+	return len(a.flights) < a.maxIn || a.settle()
+}
+
+// settle waits for the oldest result, applies its record's fate and advances past it; it reports whether
+// to go on.
+func (a *asyncWindow[T]) settle() bool {
+	p := a.p
+	f := a.flights[0]
+	a.flights = a.flights[1:]
+	wctx, cancel := context.WithDeadline(a.work, f.sent.Add(p.cfg.HandlerTimeout))
+	defer cancel()
+	start := time.Now()
+	var werr error
+	if f.res != nil {
+		werr = f.res.Wait(wctx)
+		p.obs.Handled(p.cfg.Process, time.Since(start), werr)
+		p.refusals.note(f.it.rec.Key, werr)
+	}
+	// Parked behind its key: a record sent before the key was parked is delivered again after the key's
+	// first record, whatever the sink said of it.
+	var err error
+	switch v := p.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
+	case fateParkedBehind:
+		err = p.park(a.work, a.st, f.it, nil)
+	case fatePark:
+		endAttempt(f.it, werr)
+		err = p.park(a.work, a.st, f.it, v.cause)
+	case fateDelivered:
+		endAttempt(f.it, nil)
+		p.resumed(&f.it.rec)
+	default:
+		endAttempt(f.it, werr)
+		a.o.failed, a.o.cause = f.it, werr
+		return false
+	}
+	if err != nil {
+		a.o.err = err
+		return false
+	}
+	a.o.last, a.o.n = f.it.pos, a.o.n+1
+	if p.cfg.Checkpoint == CheckpointRecord {
+		a.o.counted = a.o.n
+		return a.o.checkpointed(p.checkpoint(a.work, a.o.last, 1, cursorlock.InFlight{}, f.it == &a.items[len(a.items)-1]))
+	}
+	return true
+}
+
+// covered is Processor.covered for the async window: what is in flight settles first, so that the
+// renewal commits a position with nothing ahead of it in flight.
+func (a *asyncWindow[T]) covered() bool {
+	p := a.p
+	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
+	if left := p.cur.LeaseLeft(); left >= need && left >= p.cfg.Lease*2/3 {
+		return true
+	}
+	for range len(a.flights) {
+		if !a.settle() {
+			return false
+		}
+	}
+	return p.covered(a.work, &a.o, cursorlock.InFlight{})
+}
+
+// drain waits out whatever is still in flight after a failure: it is not counted, and is delivered
+// again. One deadline for all of it, so that a sink that hangs cannot keep the cursor transaction idle
+// for longer than one handler call.
+func (a *asyncWindow[T]) drain() {
+	ctx, cancel := context.WithTimeout(a.work, a.p.cfg.HandlerTimeout)
+	defer cancel()
+	for _, f := range a.flights {
+		if f.res != nil {
+			_ = f.res.Wait(ctx)
+		}
+	}
+}
+
+// failedResult is the settled failure of a record the sink refused before it was sent.
+type failedResult struct{ err error }
+
+func (r failedResult) Wait(context.Context) error { return r.err }

@@ -1,0 +1,141 @@
+package processor
+
+import (
+	"context"
+	"time"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
+)
+
+// A record's fate. Whatever delivers it (one at a time, the keyed window, an AsyncHandler), what became
+// of a record once its handler returned, or once it was found behind a parked key, is decided here, by
+// decideFate, and applied by the delivery: the record went through; it failed and the batch stops on it
+// (retrying, halted, or waiting for the sink's outage, which fail records in the cursor row); its key
+// parks on it (Config.OnHalt); it parks behind its key; or the cursor transaction failed under it.
+
+// fateKind is what becomes of a record.
+type fateKind int
+
+const (
+	// fateDelivered: the record went through; the position moves past it.
+	fateDelivered fateKind = iota
+	// fateRetry: it failed with an error that may pass; the batch stops on it, and it is retried with
+	// backoff, the stream waiting on it.
+	fateRetry
+	// fateHalt: it failed for good (refused by the sink, or failing for longer than HaltAfter); the batch
+	// stops on it, and the stream halts on it.
+	fateHalt
+	// fateUnavailable: it met the sink's outage (handlers.Unavailable, or a refusal records of different
+	// keys met); the batch stops on it, and it is retried with backoff, never halted or parked.
+	fateUnavailable
+	// fatePark: it failed in a way that would halt the stream, and the stream parks keys: its key parks on
+	// it, and the position moves past it.
+	fatePark
+	// fateParkedBehind: its key is parked: it is parked behind the key without reaching the sink, or
+	// whatever the sink said of it, and the position moves past it.
+	fateParkedBehind
+	// fateCutOff: the shutdown timeout cut its handler off, which is not the record's fault: the batch
+	// stops on it, nothing is recorded, and whoever runs the process next delivers it again.
+	fateCutOff
+	// fateAbort: the cursor transaction itself failed under it (a batchError): the batch ends there and is
+	// rolled back.
+	fateAbort
+)
+
+var fateNames = [...]string{"delivered", "retry", "halt", "unavailable", "park", "parked behind", "cut off", "abort"}
+
+func (k fateKind) String() string { return fateNames[k] }
+
+// fate is what becomes of one record, with the error it failed with (nil when it went through or parks
+// behind its key).
+type fate struct {
+	kind  fateKind
+	cause error
+}
+
+// fails reports whether the batch stops on the record, its position not moved past it: it is the failing
+// record, which the batch records (fail) unless the shutdown cut it off.
+func (f fate) fails() bool {
+	switch f.kind {
+	case fateRetry, fateHalt, fateUnavailable, fateCutOff:
+		return true
+	}
+	return false
+}
+
+// fateInput is what decides a record's fate: what its handler returned, and where the record and the
+// stream stand.
+type fateInput struct {
+	// err is what the handler returned (an AsyncHandler's Send or its result's Wait); nil: it went through.
+	err error
+	// behind says that the record's key is parked (or refused earlier in the batch, see asyncWindow): it
+	// parks behind the key, whatever err says.
+	behind bool
+	// cutOff says that the shutdown timeout cut the handler off (see cutOff).
+	cutOff bool
+	// sinkCheck is what to check when err is the sink's outage rather than the record's failure
+	// (Processor.sinkCheck), "" otherwise.
+	sinkCheck string
+	// id and key are the record's.
+	id, key string
+	// halt is the cursor row's halt state: the record's failures so far when it is the failing record.
+	halt *inordertype.Halt
+	// counted says that halt already counts this failure (fail, after RecordFailure): then its HaltedAt
+	// alone says whether the record halts the stream, as the database's clock decided.
+	counted bool
+	// parking says that the stream parks keys (OnHaltPark).
+	parking bool
+	// haltAfter is Config.HaltAfter, and now the time of the failure, to compare with the first failure
+	// the cursor row counts.
+	haltAfter time.Duration
+	now       time.Time
+}
+
+// decideFate decides what becomes of a record. It is pure: the caller applies what it says.
+func decideFate(in fateInput) fate {
+	switch {
+	case in.behind:
+		return fate{kind: fateParkedBehind}
+	case in.err == nil:
+		return fate{kind: fateDelivered}
+	case isBatchError(in.err):
+		return fate{kind: fateAbort, cause: in.err}
+	case in.cutOff:
+		return fate{kind: fateCutOff, cause: in.err}
+	case in.sinkCheck != "":
+		return fate{kind: fateUnavailable, cause: in.err} // no key's fault: the stream waits for the sink
+	}
+	h := in.halt
+	if h != nil && h.RecordID != in.id {
+		h = nil // the row's halt is another record's
+	}
+	halting := handlers.IsPermanent(in.err) ||
+		(h != nil && (!h.HaltedAt.IsZero() || (!in.counted && in.now.Sub(h.FirstFailureAt) >= in.haltAfter)))
+	switch {
+	case !halting:
+		return fate{kind: fateRetry, cause: in.err}
+	case in.parking && in.key != "" && (h == nil || !h.SinkUnavailable()):
+		// A record that failed in the sink's outage and is refused now halts first (fail), which parks it
+		// once the cursor row counts it halted.
+		return fate{kind: fatePark, cause: in.err}
+	}
+	return fate{kind: fateHalt, cause: in.err}
+}
+
+// fateOf decides the fate of it, from a batch that began at st, whose handler returned err (behind: not
+// handed to the handler, its key parked). A key that parks is noted among the refusals now, not when its
+// row is stored: another key's refusal may show the sink's outage before then, and the key is to be
+// redriven when the outage ends (see outage.go).
+func (p *Processor[T]) fateOf(ctx, work context.Context, st inordertype.State, it *item[T], err error, behind bool) fate {
+	in := fateInput{err: err, behind: behind, id: it.rec.ID, key: it.rec.Key, halt: st.Halt,
+		parking: p.parking(), haltAfter: p.cfg.HaltAfter, now: time.Now()}
+	if err != nil && !behind {
+		in.cutOff, in.sinkCheck = cutOff(ctx, work), p.sinkCheck(err)
+	}
+	f := decideFate(in)
+	if f.kind == fatePark {
+		p.refusals.parked(it.rec.Key)
+	}
+	return f
+}
