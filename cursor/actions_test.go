@@ -3,6 +3,7 @@ package cursor_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,27 +18,11 @@ import (
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
+	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
 type booking struct {
 	ID int64 `db:"id"`
-}
-
-// recorder keeps the ids it was handed, refusing one on demand.
-type recorder struct {
-	mu     sync.Mutex
-	ids    []int64
-	refuse int64
-}
-
-func (r *recorder) Handle(_ context.Context, rec *handlers.Record[booking]) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if rec.Value.ID == r.refuse {
-		return handlers.Permanent(fmt.Errorf("billing API: %w", refusal{}))
-	}
-	r.ids = append(r.ids, rec.Value.ID)
-	return nil
 }
 
 // refusal is a sink's error that carries its status code, as a webhook's does.
@@ -46,10 +31,14 @@ type refusal struct{}
 func (refusal) Error() string   { return "400 Bad Request" }
 func (refusal) SinkStatus() int { return 400 }
 
-func (r *recorder) got() []int64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]int64(nil), r.ids...)
+// refusingRecorder returns a recorder that refuses record refuse for good (none when 0), as a billing API
+// refuses a booking.
+func refusingRecorder(refuse int64) *processortest.Recorder[booking] {
+	h := &processortest.Recorder[booking]{}
+	if refuse != 0 {
+		h.Fail(strconv.FormatInt(refuse, 10), handlers.Permanent(fmt.Errorf("billing API: %w", refusal{})))
+	}
+	return h
 }
 
 // logLines keeps a processor's log lines.
@@ -76,15 +65,18 @@ func (l *logLines) has(s string) bool {
 	return false
 }
 
+// await is the tests' one wait: 20s, every 5ms.
+var await = testrun.Eventually
+
 // startBilling runs process "billing" over a bookings table of n rows, refusing record refuse for good,
 // retrying it between retryMin and retryMax and polling every poll, until the test ends (or stop).
-func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration, opts ...func(*processor.Config[booking])) (*pgtest.DB, *recorder, func() error) {
+func startBilling(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration, opts ...func(*processor.Config[booking])) (*pgtest.DB, *processortest.Recorder[booking], func() error) {
 	db, h, stop, _ := startBillingLogged(t, n, refuse, retryMin, retryMax, poll, opts...)
 	return db, h, stop
 }
 
 // startBillingLogged is startBilling, keeping the processor's log lines.
-func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration, opts ...func(*processor.Config[booking])) (*pgtest.DB, *recorder, func() error, *logLines) {
+func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, poll time.Duration, opts ...func(*processor.Config[booking])) (*pgtest.DB, *processortest.Recorder[booking], func() error, *logLines) {
 	t.Helper()
 	db, _ := setup(t)
 	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -92,7 +84,7 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	db.Exec(t, "INSERT INTO bookings SELECT FROM generate_series(1, $1)", n)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	h := &recorder{refuse: refuse}
+	h := refusingRecorder(refuse)
 	logs := &logLines{}
 	cfg := processor.Config[booking]{
 		StartFrom: cursor.StartFromBeginning,
@@ -105,11 +97,6 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	return db, h, testrun.Start(t, p.Run), logs
-}
-
-func await(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, "waiting for %s", what)
 }
 
 // TestActionsKeepTheirRulesThroughTheLibrary drives every rule that keeps an operator action from skipping
@@ -153,19 +140,19 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 
 	_, err = cursor.Repartition(ctx, db.Pool, "billing", 2, opts)
 	require.ErrorIs(t, err, cursor.ErrBusy, "repartition while an instance runs")
-	require.Equal(t, []int64{1, 2}, h.got(), "no refused action moved the position")
+	require.Equal(t, []string{"1", "2"}, h.IDs(), "no refused action moved the position")
 	require.Equal(t, "3", status().Halt.RecordID)
 
 	e, err := cursor.Skip(ctx, db.Pool, "billing", "3", opts)
 	require.NoError(t, err)
 	require.Equal(t, "3", e.RecordID)
-	await(t, "the records after the skipped one", func() bool { return len(h.got()) == 4 })
-	require.Equal(t, []int64{1, 2, 4, 5}, h.got())
+	await(t, "the records after the skipped one", func() bool { return h.Len() == 4 })
+	require.Equal(t, []string{"1", "2", "4", "5"}, h.IDs())
 
 	_, err = cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{RecordID: "4"}, opts)
 	require.NoError(t, err, "rewind backwards")
-	await(t, "the rewound records", func() bool { return len(h.got()) == 6 })
-	require.Equal(t, []int64{1, 2, 4, 5, 4, 5}, h.got())
+	await(t, "the rewound records", func() bool { return h.Len() == 6 })
+	require.Equal(t, []string{"1", "2", "4", "5", "4", "5"}, h.IDs())
 
 	require.NoError(t, stop())
 	require.NoError(t, pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
@@ -213,9 +200,9 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 			halted(t, db, "2")
 			_, err := cursor.Skip(ctx, db.Pool, "billing", "2", ops)
 			require.NoError(t, err)
-			require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+			require.Eventually(t, func() bool { return h.Len() == 2 }, soon, 5*time.Millisecond,
 				"the record after the skipped one, well before the backoff ends")
-			require.Equal(t, []int64{1, 3}, h.got())
+			require.Equal(t, []string{"1", "3"}, h.IDs())
 		})
 	}
 	t.Run("rewind", func(t *testing.T) {
@@ -224,9 +211,9 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 		halted(t, db, "2")
 		_, err := cursor.Rewind(ctx, db.Pool, "billing", cursor.RewindTarget{RecordID: "1"}, ops)
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+		require.Eventually(t, func() bool { return h.Len() == 2 }, soon, 5*time.Millisecond,
 			"record 1 delivered again, well before the backoff ends")
-		require.Equal(t, []int64{1, 1}, h.got())
+		require.Equal(t, []string{"1", "1"}, h.IDs())
 		halted(t, db, "2")
 	})
 	t.Run("resume", func(t *testing.T) {
@@ -238,12 +225,12 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 		_, err = cursor.Skip(ctx, db.Pool, "billing", "2", ops)
 		require.NoError(t, err)
 		await(t, "the processor paused", func() bool { return logs.has("paused by an operator") })
-		require.Equal(t, []int64{1}, h.got(), "nothing delivered while paused")
+		require.Equal(t, []string{"1"}, h.IDs(), "nothing delivered while paused")
 		_, err = cursor.Resume(ctx, db.Pool, "billing", ops)
 		require.NoError(t, err)
-		require.Eventually(t, func() bool { return len(h.got()) == 2 }, soon, 5*time.Millisecond,
+		require.Eventually(t, func() bool { return h.Len() == 2 }, soon, 5*time.Millisecond,
 			"the record after the skipped one once resumed, well before the backoff and the poll interval end")
-		require.Equal(t, []int64{1, 3}, h.got())
+		require.Equal(t, []string{"1", "3"}, h.IDs())
 	})
 	t.Run("retry", func(t *testing.T) {
 		t.Parallel()
@@ -251,15 +238,13 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 		halted(t, db, "2")
 		_, err := cursor.Resume(ctx, db.Pool, "billing", ops)
 		require.ErrorIs(t, err, cursor.ErrNotPaused, "a resume of a stream that is not paused says so")
-		h.mu.Lock()
-		h.refuse = 0 // the sink is fixed
-		h.mu.Unlock()
+		h.Fail("2", nil) // the sink is fixed
 		e, err := cursor.Retry(ctx, db.Pool, "billing", ops)
 		require.NoError(t, err)
 		require.Equal(t, "2", e.RecordID)
-		require.Eventually(t, func() bool { return len(h.got()) == 3 }, soon, 5*time.Millisecond,
+		require.Eventually(t, func() bool { return h.Len() == 3 }, soon, 5*time.Millisecond,
 			"the fixed record and the next, well before the one-minute backoff ends")
-		require.Equal(t, []int64{1, 2, 3}, h.got())
+		require.Equal(t, []string{"1", "2", "3"}, h.IDs())
 		require.True(t, logs.has("retrying the record now, as an operator asked"))
 		_, err = cursor.Retry(ctx, db.Pool, "billing", ops)
 		require.ErrorIs(t, err, cursor.ErrNotHalted, "nothing to retry")
@@ -284,7 +269,7 @@ func TestASkipClearsEveryPartOfTheHalt(t *testing.T) {
 	})
 	_, err := cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "closed account"})
 	require.NoError(t, err)
-	require.Equal(t, []int64{1}, h.got())
+	require.Equal(t, []string{"1"}, h.IDs())
 	var left string
 	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT concat_ws(',',
 			CASE WHEN halted_record_id IS NOT NULL THEN 'record' END, CASE WHEN halted_error IS NOT NULL THEN 'error' END,

@@ -36,7 +36,7 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	require.NoError(t, err)
 	defer pool.Close()
 
-	h := &recorder{refuse: 3}
+	h := refusingRecorder(3)
 	p, err := processor.New(processor.Config[booking]{
 		StartFrom: cursor.StartFromBeginning,
 		Process:   "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
@@ -63,8 +63,8 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	ops := cursor.ActionOpts{Actor: "ops", Reason: "closed account"}
 	_, err = cursor.Skip(ctx, pool, "billing", "3", ops)
 	require.NoError(t, err)
-	await(t, "the records after the skipped one", func() bool { return len(h.got()) == 4 })
-	require.Equal(t, []int64{1, 2, 4, 5}, h.got())
+	await(t, "the records after the skipped one", func() bool { return h.Len() == 4 })
+	require.Equal(t, []string{"1", "2", "4", "5"}, h.IDs())
 
 	_, err = cursor.Pause(ctx, pool, "billing", ops)
 	require.NoError(t, err)
@@ -72,8 +72,8 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	require.NoError(t, err)
 	_, err = cursor.Resume(ctx, pool, "billing", ops)
 	require.NoError(t, err)
-	await(t, "the rewound records", func() bool { return len(h.got()) == 6 })
-	require.Equal(t, []int64{1, 2, 4, 5, 4, 5}, h.got())
+	await(t, "the rewound records", func() bool { return h.Len() == 6 })
+	require.Equal(t, []string{"1", "2", "4", "5", "4", "5"}, h.IDs())
 	await(t, "the position to be durable at the last record", func() bool {
 		infos, err := cursor.List(ctx, pool, "billing")
 		return err == nil && len(infos) == 1 && infos[0].Position.ID == "5"

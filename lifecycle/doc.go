@@ -3,11 +3,30 @@
 //
 // # Stopping
 //
-// SIGINT or SIGTERM, or the end of the context given to Run, asks every actor to stop. A processor stops
+// The end of the context given to Run, or any actor returning, asks every actor to stop. A processor stops
 // taking records, lets the record in flight finish (bounded by its shutdown timeout), makes its position
-// durable, unlocks its cursor and closes its connection; Run then returns nil and the program exits 0. A
-// second signal during that shutdown exits at once with code 130. A service that handles its own signals
-// sets Config.NoSignals and cancels the context instead.
+// durable, unlocks its cursor and closes its connection; Run then returns once every actor has.
+//
+// # Signals
+//
+// This package never ends the program and listens for no signal unless asked: the program owns both. A
+// program that stops on SIGINT and SIGTERM adds a signal actor, modelled on oklog/run's SignalHandler:
+//
+//	sigs := lifecycle.NewSignalActor(ctx, lifecycle.SignalOpts{}) // SIGINT and SIGTERM
+//	defer sigs.Stop()
+//	g.AddSignals(sigs)
+//	err := g.Run(ctx)
+//	var sig *lifecycle.SignalError
+//	if errors.As(err, &sig) {
+//		err = nil // a clean stop: exit 0
+//	}
+//
+// A signal stops the group as the context's end does, and Run returns the actor's *SignalError, which
+// names the signal; no guess is needed to tell which stopped the group. The actor listens from
+// NewSignalActor on, and its Context ends at the first signal, so that a signal during start-up stops
+// the start-up too. A signal while the group stops goes to SignalOpts.WhileStopping, where a program
+// that ends at once on a second signal calls os.Exit with the code of its choice (the inorder CLI: 130);
+// without it, such a signal has its default effect.
 //
 // # Failing
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"os"
 	"os/exec"
-	"os/signal"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -64,7 +63,7 @@ func TestStoppingMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	})
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
-	g := lifecycle.New(lifecycle.Config{NoSignals: true})
+	g := lifecycle.New(lifecycle.Config{})
 	g.AddRunner(p)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -77,7 +76,7 @@ func TestStoppingMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	case err := <-result:
 		t.Fatalf("the group stopped before the record was in flight: %v", err)
 	}
-	stop() // what SIGTERM does to a group that listens for it
+	stop() // what SIGTERM does to a group with a signal actor
 	// The group must wait for the record in flight, not cut it off.
 	select {
 	case err := <-result:
@@ -154,14 +153,14 @@ func TestZeroGroupReturnsWhatStoppedIt(t *testing.T) {
 // childEnv names, in a copy of the test binary started by inChild, the test that copy runs.
 const childEnv = "INORDER_LIFECYCLE_CHILD"
 
-// inChild runs the calling test's body in a copy of the test binary and returns that copy's exit code and
-// output; in the copy it runs body and reports true. Tests that signal themselves run there, so that no
+// inChild runs the calling test's body in a copy of the test binary and returns how that copy ended and
+// its output; in the copy it runs body and reports true. Tests that signal themselves run there, so that no
 // signal reaches a group another test runs.
-func inChild(t *testing.T, body func(t *testing.T)) (code int, out string, isChild bool) {
+func inChild(t *testing.T, body func(t *testing.T)) (state *os.ProcessState, out string, isChild bool) {
 	t.Helper()
 	if os.Getenv(childEnv) == t.Name() {
 		body(t)
-		return 0, "", true
+		return nil, "", true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -169,165 +168,100 @@ func inChild(t *testing.T, body func(t *testing.T)) (code int, out string, isChi
 	cmd.Env = append(os.Environ(), childEnv+"="+t.Name())
 	b, err := cmd.CombinedOutput()
 	var exitErr *exec.ExitError
-	if errors.As(err, &exitErr) {
-		return exitErr.ExitCode(), string(b), false
+	if !errors.As(err, &exitErr) {
+		require.NoError(t, err, "the child: %s", b)
 	}
-	require.NoError(t, err, "the child: %s", b)
-	return 0, string(b), false
+	return cmd.ProcessState, string(b), false
 }
 
 // passesInChild runs body in a copy of the test binary (see inChild) and requires that it passed there.
 func passesInChild(t *testing.T, body func(t *testing.T)) {
 	t.Helper()
-	code, out, child := inChild(t, body)
+	state, out, child := inChild(t, body)
 	if !child {
-		require.Equal(t, 0, code, "the child's output: %s", out)
+		require.Equal(t, 0, state.ExitCode(), "the child's output: %s", out)
 		require.Contains(t, out, "--- PASS: "+t.Name())
 	}
 }
 
-// TestZeroGroupStopsCleanlyOnSIGTERM: a zero Group listens for SIGTERM and takes it as a clean stop.
-func TestZeroGroupStopsCleanlyOnSIGTERM(t *testing.T) {
+// TestSignalActorStopsTheGroupWithASignalError: a group with a signal actor stops at SIGTERM, says so,
+// and returns the actor's *SignalError, which names the signal, as it is.
+func TestSignalActorStopsTheGroupWithASignalError(t *testing.T) {
 	t.Parallel()
 	passesInChild(t, func(t *testing.T) {
-		var g lifecycle.Group
+		var logs testrun.Buffer
+		g := lifecycle.New(lifecycle.Config{Logger: zerolog.New(&logs)})
+		sigs := lifecycle.NewSignalActor(context.Background(), lifecycle.SignalOpts{})
+		defer sigs.Stop()
+		g.AddSignals(sigs)
 		stopped := make(chan struct{})
 		g.Add("worker", func(ctx context.Context) error {
-			// Run listens for signals before any actor starts.
+			// The actor listens from NewSignalActor on.
 			require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
 			<-ctx.Done()
 			close(stopped)
 			return nil
 		})
-		require.NoError(t, g.Run(context.Background()), "a signal is a clean stop")
-		<-stopped
-	})
-}
-
-// TestZeroGroupExitsWithOSExitOnASecondSignal runs a zero Group whose shutdown hangs after a first
-// SIGTERM; a second SIGTERM must end that process with code 130 through os.Exit, the zero Group's
-// ExitFunc.
-func TestZeroGroupExitsWithOSExitOnASecondSignal(t *testing.T) {
-	t.Parallel()
-	code, out, child := inChild(t, func(t *testing.T) {
-		var g lifecycle.Group
-		g.Add("stuck", func(ctx context.Context) error {
-			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
-				return err
-			}
-			<-ctx.Done() // the first signal began the shutdown
-			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
-				return err
-			}
-			select {} // a shutdown that hangs
-		})
 		err := g.Run(context.Background())
-		t.Fatalf("Run returned (%v) instead of exiting", err)
+		<-stopped
+		var sig *lifecycle.SignalError
+		require.ErrorAs(t, err, &sig)
+		require.Equal(t, syscall.SIGTERM, sig.Signal)
+		require.EqualError(t, err, "received signal terminated", "no actor's name before it")
+		require.Contains(t, logs.String(), `"signal":"terminated","message":"stopping: finishing the records in flight"`)
+		require.Equal(t, err, context.Cause(sigs.Context()), "the actor's context ended at the signal, naming it")
 	})
-	if !child {
-		require.Equal(t, 130, code, "the child's output: %s", out)
-	}
 }
 
-// TestSecondSignalCallsExitFunc: a second signal during a shutdown that hangs ends the program through
-// Config.ExitFunc, with code 130.
-func TestSecondSignalCallsExitFunc(t *testing.T) {
+// TestASignalDuringStartUpStopsTheStartUpAndTheGroup: a signal before the group runs ends the actor's
+// Context, with the signal as its cause, and the group, run anyway, stops at once with that signal.
+func TestASignalDuringStartUpStopsTheStartUpAndTheGroup(t *testing.T) {
 	t.Parallel()
 	passesInChild(t, func(t *testing.T) {
-		exited := make(chan int, 1)
-		g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) { exited <- code }})
-		stuck := make(chan struct{})
-		stopping := make(chan struct{})
-		g.Add("stuck", func(ctx context.Context) error {
-			require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
-			<-ctx.Done()
-			close(stopping)
-			<-stuck // a shutdown that hangs
-			return nil
-		})
-		result := make(chan error, 1)
-		go func() { result <- g.Run(context.Background()) }()
-		<-stopping // the first signal began the shutdown
-		require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
-		select {
-		case code := <-exited:
-			require.Equal(t, 130, code)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the second signal did not exit")
-		}
-		close(stuck)
-		require.NoError(t, <-result)
+		sigs := lifecycle.NewSignalActor(context.Background(), lifecycle.SignalOpts{Signals: []os.Signal{syscall.SIGUSR1}})
+		defer sigs.Stop()
+		require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGUSR1))
+		<-sigs.Context().Done()
+		var sig *lifecycle.SignalError
+		require.ErrorAs(t, context.Cause(sigs.Context()), &sig)
+		require.Equal(t, syscall.SIGUSR1, sig.Signal)
+
+		var g lifecycle.Group
+		g.AddSignals(sigs)
+		g.Add("worker", func(ctx context.Context) error { <-ctx.Done(); return nil })
+		err := g.Run(context.Background())
+		require.ErrorAs(t, err, &sig)
+		require.Equal(t, syscall.SIGUSR1, sig.Signal)
 	})
 }
 
-// TestNoSignalsLeavesSignalsToTheCaller: with NoSignals the group does not take SIGTERM (the caller
-// handles it) and stops when its context is done.
-func TestNoSignalsLeavesSignalsToTheCaller(t *testing.T) {
-	t.Parallel()
-	passesInChild(t, func(t *testing.T) {
-		var logs testrun.Buffer
-		g := lifecycle.New(lifecycle.Config{NoSignals: true, Logger: zerolog.New(&logs)})
-		own := make(chan os.Signal, 1)
-		signal.Notify(own, syscall.SIGTERM) // the caller's own handling; without it SIGTERM would kill the test
-		ctx, stop := context.WithCancel(context.Background())
-		g.Add("worker", func(ctx context.Context) error {
-			require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGTERM))
-			<-own // the signal has been delivered to every listener
-			stop()
-			<-ctx.Done()
-			return nil
-		})
-		require.NoError(t, g.Run(ctx))
-		require.Contains(t, logs.String(), `"cause":"context canceled"`)
-		require.NotContains(t, logs.String(), `"signal"`, "the group took the signal it was told to leave")
-	})
-}
-
-// TestCancelledContextStopsAZeroGroupCleanly: a parent stops a group by cancelling Run's context; every
-// actor is interrupted and Run returns nil.
-func TestCancelledContextStopsAZeroGroupCleanly(t *testing.T) {
-	t.Parallel()
-	var g lifecycle.Group
-	ctx, stop := context.WithCancel(context.Background())
-	interrupted := make(chan struct{})
-	g.Add("worker", func(actx context.Context) error {
-		stop()
-		<-actx.Done()
-		close(interrupted)
-		return nil
-	})
-	require.NoError(t, g.Run(ctx))
-	<-interrupted
-}
-
-// TestASignalAfterAContextStopExits: when the context stopped the group, a signal during a shutdown that
-// hangs ends the program; when a signal cancelled that context (signal.NotifyContext, as the CLI runs
-// the group), that signal is the first and the next one ends it, whichever of the two the group saw first.
-func TestASignalAfterAContextStopExits(t *testing.T) {
+// TestASignalWhileStoppingGoesToWhileStopping: a signal during a shutdown that hangs, whether a first
+// signal or the context began it, goes to SignalOpts.WhileStopping, where a program would exit; the group
+// itself goes on waiting for its actors.
+func TestASignalWhileStoppingGoesToWhileStopping(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		signal bool // the context is cancelled by a signal, not by its cancel function
-	}{{"a cancelled context", false}, {"a context a signal cancelled", true}} {
+		signal bool // a signal begins the shutdown, not the context
+	}{{"after a first signal", true}, {"after the context ended", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			passesInChild(t, func(t *testing.T) {
-				var sent atomic.Bool // the signal meant to end the program has been sent
-				exited := make(chan int, 1)
-				g := lifecycle.New(lifecycle.Config{ExitFunc: func(code int) {
-					require.True(t, sent.Load(), "exited before the signal meant to end it")
-					exited <- code
+				var sent atomic.Bool // the signal meant for WhileStopping has been sent
+				whileStopping := make(chan os.Signal, 1)
+				sigs := lifecycle.NewSignalActor(context.Background(), lifecycle.SignalOpts{WhileStopping: func(s os.Signal) {
+					require.True(t, sent.Load(), "a signal went to WhileStopping before the one meant for it")
+					whileStopping <- s
 				}})
+				defer sigs.Stop()
+				var g lifecycle.Group
+				g.AddSignals(sigs)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				if tc.signal {
-					var stop context.CancelFunc
-					ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT)
-					defer stop()
-				}
+				// Added before the stuck actor, the signal actor is interrupted before it: by the time
+				// that one sees the stop, a signal counts as one while stopping.
 				stuck, stopping := make(chan struct{}), make(chan struct{})
 				g.Add("stuck", func(actx context.Context) error {
-					// Run listens for signals before any actor starts: the stop begins here.
 					if tc.signal {
 						require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
 					} else {
@@ -344,14 +278,70 @@ func TestASignalAfterAContextStopExits(t *testing.T) {
 				sent.Store(true)
 				require.NoError(t, syscall.Kill(syscall.Getpid(), syscall.SIGINT))
 				select {
-				case code := <-exited:
-					require.Equal(t, 130, code)
+				case s := <-whileStopping:
+					require.Equal(t, syscall.SIGINT, s)
 				case <-time.After(10 * time.Second):
-					t.Fatal("the signal during the shutdown did not exit")
+					t.Fatal("the signal during the shutdown did not reach WhileStopping")
 				}
 				close(stuck)
-				require.NoError(t, <-result)
+				err := <-result
+				if tc.signal {
+					var sig *lifecycle.SignalError
+					require.ErrorAs(t, err, &sig)
+				} else {
+					require.NoError(t, err, "the context stopped the group")
+				}
 			})
 		})
 	}
+}
+
+// TestWithoutWhileStoppingASecondSignalHasItsDefaultEffect: a signal actor without WhileStopping stops
+// listening once the group stops, so that a second SIGTERM during a shutdown that hangs ends the program
+// as SIGTERM does, by the operating system, not by this package.
+func TestWithoutWhileStoppingASecondSignalHasItsDefaultEffect(t *testing.T) {
+	t.Parallel()
+	state, out, child := inChild(t, func(t *testing.T) {
+		sigs := lifecycle.NewSignalActor(context.Background(), lifecycle.SignalOpts{})
+		defer sigs.Stop()
+		var g lifecycle.Group
+		g.AddSignals(sigs)
+		g.Add("stuck", func(ctx context.Context) error {
+			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+				return err
+			}
+			<-ctx.Done() // the first signal began the shutdown, and the actor stopped listening
+			if err := syscall.Kill(syscall.Getpid(), syscall.SIGTERM); err != nil {
+				return err
+			}
+			select {} // a shutdown that hangs
+		})
+		err := g.Run(context.Background())
+		t.Fatalf("Run returned (%v) instead of the program ending", err)
+	})
+	if !child {
+		ws, ok := state.Sys().(syscall.WaitStatus)
+		require.True(t, ok)
+		require.True(t, ws.Signaled(), "the child ended by a signal; its output: %s", out)
+		require.Equal(t, syscall.SIGTERM, ws.Signal())
+	}
+}
+
+// TestCancelledContextStopsAZeroGroupCleanly: a parent stops a group by cancelling Run's context; every
+// actor is interrupted and Run returns nil.
+func TestCancelledContextStopsAZeroGroupCleanly(t *testing.T) {
+	t.Parallel()
+	var logs testrun.Buffer
+	g := lifecycle.New(lifecycle.Config{Logger: zerolog.New(&logs)})
+	ctx, stop := context.WithCancel(context.Background())
+	interrupted := make(chan struct{})
+	g.Add("worker", func(actx context.Context) error {
+		stop()
+		<-actx.Done()
+		close(interrupted)
+		return nil
+	})
+	require.NoError(t, g.Run(ctx))
+	<-interrupted
+	require.Contains(t, logs.String(), `"cause":"context canceled","message":"stopping: finishing the records in flight"`)
 }

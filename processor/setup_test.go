@@ -174,10 +174,8 @@ func (b *bundle) position(t *testing.T, process string) (time.Time, string) {
 	return *at, s
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, "waiting for %s", what)
-}
+// waitFor is the tests' one wait: 20s, every 5ms.
+var waitFor = testrun.Eventually
 
 func idsText(ids []int64) string { return fmt.Sprint(ids) }
 

@@ -4,8 +4,6 @@ import (
 	"context"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/inorder-dev/inorder/console"
@@ -15,8 +13,6 @@ import (
 
 // consoleCmd serves the web console until a signal.
 func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
-	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
 	fs := newFlagSet("console", stderr)
 	var dbURL databaseURL
 	registerDatabaseURL(fs, &dbURL, "database")
@@ -30,6 +26,10 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	sigs := stopOnSignals(ctx, log)
+	defer sigs.Stop()
+	runCtx := ctx // the group's: a signal reaches the group through its signal actor alone
+	ctx = sigs.Context()
 	cfg := console.Config{Token: os.Getenv("INORDER_CONSOLE_TOKEN"), AllowActions: *allow}
 	if err := console.CheckAddr(*addr, cfg); err != nil {
 		return usageErr("--addr: %v", err)
@@ -49,10 +49,11 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return err
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log})
+	g.AddSignals(sigs)
 	a, err := g.AddHTTPServer("console", *addr, con, 5*time.Second)
 	if err != nil {
 		return usageErr("--addr: %v", err)
 	}
 	log.Info().Str("addr", a.String()).Bool("actions", *allow).Bool("token", cfg.Token != "").Msg("serving the console")
-	return g.Run(ctx)
+	return g.Run(runCtx) // a signal stops it with a *lifecycle.SignalError: realMain exits 0
 }

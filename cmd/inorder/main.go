@@ -32,6 +32,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
+	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -114,8 +115,11 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		fmt.Fprintf(stderr, "inorder: unknown command %q\n\n%s", args[0], usage)
 		return 2
 	}
+	var sig *lifecycle.SignalError
 	switch {
 	case err == nil:
+		return 0
+	case errors.As(err, &sig): // SIGINT or SIGTERM stopped run or console cleanly
 		return 0
 	case errors.Is(err, flag.ErrHelp):
 		return 0

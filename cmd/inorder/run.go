@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
 	"syscall"
 	"time"
@@ -159,11 +158,6 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
-	// A signal during start-up (connecting a sink, the metrics pool) stops it cleanly too: from here on
-	// it cancels ctx instead of killing the program, and the group is not started. The group runs with
-	// the same context, so a signal landing between that check and the group listening stops it too.
-	ctx, stopSignals := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stopSignals()
 	fs := newFlagSet("run", stderr)
 	var f runFlags
 	f.register(fs)
@@ -185,6 +179,13 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	if err != nil {
 		return err
 	}
+	// A signal during start-up (connecting a sink, the metrics pool) stops it cleanly too: from here on
+	// it ends ctx instead of killing the program, and the group is not started. The signal actor keeps it
+	// for the group, so a signal landing between that check and the group running stops the group at once.
+	sigs := stopOnSignals(ctx, log)
+	defer sigs.Stop()
+	runCtx := ctx // the group's: a signal reaches the group through its signal actor alone
+	ctx = sigs.Context()
 	tp, stopTracing, err := tracerProvider(ctx, log)
 	if err != nil {
 		return err
@@ -254,6 +255,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		runners = append(runners, p)
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log})
+	g.AddSignals(sigs)
 	if metrics != nil {
 		// On the instance's own pool: metrics take no connection of their own.
 		pool := first.Pool()
@@ -278,7 +280,20 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	for _, p := range runners {
 		g.AddRunner(p)
 	}
-	return g.Run(ctx)
+	return g.Run(runCtx) // a signal stops it with a *lifecycle.SignalError: realMain exits 0
+}
+
+// stopOnSignals returns the signal actor of a command that runs a group: SIGINT or SIGTERM stops the
+// start-up (the actor's Context) and then the group cleanly, and a signal while the group stops ends the
+// program at once with exit code 130.
+func stopOnSignals(ctx context.Context, log zerolog.Logger) *lifecycle.SignalActor {
+	return lifecycle.NewSignalActor(ctx, lifecycle.SignalOpts{
+		Signals: []os.Signal{os.Interrupt, syscall.SIGTERM},
+		WhileStopping: func(s os.Signal) {
+			log.Warn().Str("signal", s.String()).Msg("second signal: exiting at once")
+			os.Exit(130)
+		},
+	})
 }
 
 // stdoutShare hands the processes of one OS process one stdout handler, made when the first asks.
@@ -371,7 +386,6 @@ func sinkTimeout(set, bound time.Duration) time.Duration {
 	return bound * 4 / 5
 }
 
-// config checks the flags against each other and turns them into a processor configuration.
 // probeSetting is the ProbeInterval for --probe-interval, where 0 turns probing off.
 func probeSetting(d time.Duration) time.Duration {
 	if d == 0 {
@@ -380,6 +394,7 @@ func probeSetting(d time.Duration) time.Duration {
 	return d
 }
 
+// config checks the flags against each other and turns them into a processor configuration.
 func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], error) {
 	var cfg processor.Config[handlers.Row]
 	if f.process == "" {

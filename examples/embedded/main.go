@@ -23,6 +23,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -59,18 +60,21 @@ func main() {
 	}
 	log := zerolog.New(logOut).With().Timestamp().Logger()
 
-	// The group stops on SIGTERM or Ctrl-C by itself; a service with its own shutdown would cancel this
-	// context instead (and set lifecycle.Config.NoSignals if it handles the signals itself).
-	if err := run(context.Background(), databaseURL, *addr, os.Stdout, log); err != nil {
+	// The program owns its signals: SIGTERM or Ctrl-C stops the group cleanly, and one more during that
+	// stop ends the program at once, as the signal does by default. A service with its own shutdown would
+	// cancel run's context instead, as the test does.
+	sigs := lifecycle.NewSignalActor(context.Background(), lifecycle.SignalOpts{})
+	defer sigs.Stop()
+	if err := run(context.Background(), databaseURL, *addr, os.Stdout, log, sigs); err != nil {
 		log.Error().Err(err).Msg("stopped")
 		os.Exit(1)
 	}
 }
 
-// run serves the HTTP API on addr and confirms orders until a signal arrives or ctx is done, then stops
-// both. It writes "listening on <address>" to stdout once the port is open, and returns nil after a clean
-// stop.
-func run(ctx context.Context, databaseURL, addr string, stdout io.Writer, log zerolog.Logger) error {
+// run serves the HTTP API on addr and confirms orders until ctx is done or, when sigs is not nil, one of
+// its signals arrives, then stops both. It writes "listening on <address>" to stdout once the port is
+// open, and returns nil after a clean stop.
+func run(ctx context.Context, databaseURL, addr string, stdout io.Writer, log zerolog.Logger, sigs *lifecycle.SignalActor) error {
 	if err := setup(ctx, databaseURL); err != nil {
 		return err
 	}
@@ -97,13 +101,21 @@ func run(ctx context.Context, databaseURL, addr string, stdout io.Writer, log ze
 	}
 
 	g := lifecycle.New(lifecycle.Config{Logger: log})
+	if sigs != nil {
+		g.AddSignals(sigs)
+	}
 	bound, err := g.AddHTTPServer("http", addr, routes(pool, log), 10*time.Second)
 	if err != nil {
 		return err
 	}
 	g.AddRunner(confirmations)
 	fmt.Fprintf(stdout, "listening on %s\n", bound)
-	return g.Run(ctx)
+	err = g.Run(ctx)
+	var sig *lifecycle.SignalError
+	if errors.As(err, &sig) {
+		return nil // a signal is a clean stop: exit 0
+	}
+	return err
 }
 
 // setup applies inorder's migrations and creates the orders table.

@@ -208,7 +208,7 @@ func TestRunStopsWhenItsContextIsDone(t *testing.T) {
 	stdout := &syncBuffer{}
 	logs := &syncBuffer{}
 	result := make(chan error, 1)
-	go func() { result <- run(ctx, db.URL, "127.0.0.1:0", stdout, zerolog.New(logs)) }()
+	go func() { result <- run(ctx, db.URL, "127.0.0.1:0", stdout, zerolog.New(logs), nil) }()
 
 	var base string
 	require.Eventually(t, func() bool {

@@ -226,10 +226,8 @@ func runWith(t *testing.T, d db, process, table string, h handlers.Handler[handl
 	return testrun.Start(t, p.Run)
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, 30*time.Second, 5*time.Millisecond, "waiting for %s", what)
-}
+// eventually is the tests' one wait, bounded by 30s here rather than 20s.
+var eventually = testrun.EventuallyWithin(30 * time.Second)
 
 // idNum is a record id as a number, for comparisons; the beginning ("") is 0.
 func idNum(t *testing.T, id string) int64 {

@@ -422,10 +422,10 @@ type StatusError struct {
 	Body string
 }
 
-// Error returns "webhook POST <url>: <code> <reason>[ to <location>][: <body excerpt>]".
 // SinkStatus returns the status code, for the halt state (see handlers.StatusOf).
 func (e *StatusError) SinkStatus() int { return e.StatusCode }
 
+// Error returns "webhook POST <url>: <code> <reason>[ to <location>][: <body excerpt>]".
 func (e *StatusError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "webhook POST %s: %d", e.URL, e.StatusCode)

@@ -705,10 +705,8 @@ func (e *e2e) readCursor() (halt, error) {
 	return h, err
 }
 
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, "waiting for %s", what)
-}
+// eventually is the tests' one wait: 20s, every 5ms.
+var eventually = testrun.Eventually
 
 func TestProcessorRetriesServerErrorThenDelivers(t *testing.T) {
 	t.Parallel()

@@ -1,5 +1,5 @@
 // Package testrun runs something that works until its context is done (a processor's Run, an example's
-// run) in the background of a test.
+// run) in the background of a test, and waits for what it does (Eventually).
 package testrun
 
 import (
@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 // StopTimeout bounds how long stop waits for run to return after its context was cancelled.
@@ -64,4 +66,26 @@ func (b *Buffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// EventuallyTimeout bounds Eventually.
+const EventuallyTimeout = 20 * time.Second
+
+// eventuallyTick is how often Eventually checks its condition.
+const eventuallyTick = 5 * time.Millisecond
+
+// Eventually waits until cond returns true, checking it every 5ms, and fails the test with "waiting for
+// <what>" if it has not within EventuallyTimeout. It is the one wait of the tests; a package whose waits
+// take longer binds EventuallyWithin.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	require.Eventually(t, cond, EventuallyTimeout, eventuallyTick, "waiting for %s", what)
+}
+
+// EventuallyWithin returns Eventually bounded by timeout rather than EventuallyTimeout.
+func EventuallyWithin(timeout time.Duration) func(t testing.TB, what string, cond func() bool) {
+	return func(t testing.TB, what string, cond func() bool) {
+		t.Helper()
+		require.Eventually(t, cond, timeout, eventuallyTick, "waiting for %s", what)
+	}
 }
