@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"os"
 
@@ -46,9 +47,10 @@ func Example_library() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	var g lifecycle.Group // SIGTERM: finish the record in flight, make the position durable, unlock, exit 0
+	var g lifecycle.Group
+	g.AddSignals(lifecycle.NewSignalActor(ctx, lifecycle.SignalOpts{})) // SIGTERM: finish the record in flight, make the position durable, unlock
 	g.AddRunner(p)
-	if err := g.Run(ctx); err != nil {
+	if err := g.Run(ctx); err != nil && !errors.As(err, new(*lifecycle.SignalError)) {
 		log.Fatal(err) // `process "booking_sms": ...` — something retrying cannot fix
 	}
 }
