@@ -84,7 +84,7 @@ func (in *Info) Measure(ctx context.Context, db DB) error {
 }
 
 // MarshalJSON encodes in as `inorder status --json` prints each process, with the same names; times that
-// may be unset are null. The form is documented in the README and only ever added to.
+// may be unset are null. The form is documented in docs/operating.md and only ever added to.
 func (in Info) MarshalJSON() ([]byte, error) { return json.Marshal(in.report()) }
 
 // infoJSON is the documented JSON form of a process.

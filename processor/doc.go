@@ -14,8 +14,8 @@
 //
 // Any number of instances may run one process (Config.Instance names each); one works it at a time. The
 // owner holds a lease in the cursor row, renewed in its batch transactions, and every position it writes
-// is checked against the lease's epoch in the transaction that holds the row lock, so an instance whose
-// lease another has taken can never write one. That holds through a connection pooler in session or
+// is checked against the lease's token (drawn at random at every change of owner) in the transaction that
+// holds the row lock, so an instance whose lease another has taken can never write one. That holds through a connection pooler in session or
 // transaction mode (PgBouncer, or a hosted database's pooler; the URL then needs
 // default_query_exec_mode=exec or simple_protocol where the pooler keeps no prepared statements). A
 // standby takes over when the owner gives the lease up at a clean stop, when the lease runs out (Lease),

@@ -131,7 +131,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
 	fs.StringVar(&f.configPath, "config", "", "a YAML file of run flags and a processes: list, one OS process running them all "+
-		"(see the README); the environment and the command line apply to every process, over the file")
+		"(see docs/configuration.md); the environment and the command line apply to every process, over the file")
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")

@@ -13,8 +13,9 @@
 // has run out (or was given up at a clean stop). Every write of a position checks the token in that same
 // row-locked transaction, so an instance whose lease another has taken can never write one. (An epoch can
 // be handed out twice: after a failover that lost the commit by which one instance took the process,
-// another takes it under the same epoch. A random 64-bit token practically cannot.) A frozen owner is replaced once its lease runs out; one frozen inside a transaction
-// first loses it to idle_in_transaction_session_timeout, set with SET LOCAL in every cursor transaction.
+// another takes it under the same epoch. A random 64-bit token practically cannot.) A frozen owner is
+// replaced once its lease runs out; one frozen inside a transaction first loses it to
+// idle_in_transaction_session_timeout, set with SET LOCAL in every cursor transaction.
 //
 // On a direct connection the owner also holds a session-level advisory lock keyed by the process name, and
 // says so in the row (owner_session): a standby that can take that lock knows the owner's session has
@@ -1214,7 +1215,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos inordertype.Position, 
 	return nil
 }
 
-// fenced turns a position write that matched no row into ErrFenced: the epoch it was made under is not the
+// fenced turns a position write that matched no row into ErrFenced: the token it was made under is not the
 // row's any more.
 func fenced(tag pgconn.CommandTag) error {
 	if tag.RowsAffected() != 1 {

@@ -69,7 +69,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	require.NoError(t, err)
 
 	// The wiring of `inorder run --metrics-addr`.
-	g := lifecycle.New(lifecycle.Config{NoSignals: true})
+	g := lifecycle.New(lifecycle.Config{})
 	m.Track(p.Name())
 	h := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, PingTimeout: time.Second, Metrics: m})
 	addr, err := g.AddHTTPServer("ops", "127.0.0.1:0", ops.NewHandler(m, h), 5*time.Second)
