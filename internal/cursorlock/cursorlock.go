@@ -35,15 +35,12 @@ package cursorlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -451,14 +448,6 @@ func (r *Repository) connect(ctx context.Context) error {
 	return nil
 }
 
-// LockKey is the key of the session-level advisory lock that makes an instance the owner of process name
-// between batches: 64 bits of a SHA-256 of the name, so distinct names practically never share a key.
-// pg_locks shows it as classid = key>>32, objid = key&0xffffffff, objsubid = 1.
-func LockKey(name string) int64 {
-	sum := sha256.Sum256([]byte("inorder.cursor:" + name))
-	return int64(binary.BigEndian.Uint64(sum[:8]))
-}
-
 // register registers the process as Config.Start says; with the zero Start it only looks whether the
 // row is there, and leaves Missing set when it is not.
 func (r *Repository) register(ctx context.Context) error {
@@ -656,8 +645,8 @@ func (r *Repository) Version() string { return r.version }
 // repository.
 func (r *Repository) State() State { return r.state }
 
-// StateColumns are the columns of a cursor row that ScanState reads, in its order.
-const StateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
+// stateColumns are the columns of a cursor row that scanState reads, in its order.
+const stateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
 	halted_at, redrive_requested_at, halted_unavailable`
 
@@ -677,13 +666,6 @@ func (m *leaseMillis) ScanInt64(v pgtype.Int8) error {
 	*m.d = time.Duration(v.Int64) * time.Millisecond
 	return nil
 }
-
-// NoInsertLockKey is the key of the transaction-level advisory lock that every cursor transaction of a
-// processor with a plain handler holds shared, and the probe's statements too: it says "this transaction
-// inserts into no source table". The transactions horizon leaves such transactions out (see package
-// source). A transaction-level lock ends with its transaction, so no pooler can lend it to a client that
-// did not take it, as it can a session's application_name.
-const NoInsertLockKey = source.NoInsertKey
 
 // lockStatement returns the statement that locks the cursor row for a batch, and its arguments after the
 // name. Besides the row it sets the transaction's idle_in_transaction_session_timeout and, unless
@@ -708,7 +690,7 @@ func lockStatement(cfg Config, applicationName string) (string, []any) {
 		args = append(args, applicationName)
 	}
 	return `
-	SELECT ` + StateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
+	SELECT ` + stateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`, args
@@ -1245,7 +1227,7 @@ func (r *Repository) giveUpSession(ctx context.Context) {
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	var backend uint32
 	var marks string
-	st, ok, err := ScanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks)...)
+	st, ok, err := scanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks)...)
 	if ok {
 		r.state = st
 		if r.backend != 0 && backend != r.backend {
@@ -1256,8 +1238,8 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	return ok, err
 }
 
-// ScanState reads the StateColumns of a cursor row, then extra.
-func ScanState(row pgx.Row, extra ...any) (State, bool, error) {
+// scanState reads the stateColumns of a cursor row, then extra.
+func scanState(row pgx.Row, extra ...any) (State, bool, error) {
 	var (
 		posAt             pgtype.Timestamptz
 		posID, haltID     pgtype.Text
@@ -1354,9 +1336,9 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 	return nil
 }
 
-// ClearHalt is the SET list that clears every column of a failing record's state: a position that moves
+// clearHalt is the SET list that clears every column of a failing record's state: a position that moves
 // past the record (the processor's or an operator's) clears it with this, and nothing else does.
-const ClearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
+const clearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL, halted_permanent = false,
 	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL, halted_unavailable = NULL`
 
@@ -1365,7 +1347,7 @@ const ClearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts
 // so far. It writes only under the owner's token ($8): fencing.
 const setPositionSQL = `
 	UPDATE inorder.cursor
-	SET position_created_at = $2, position_id = $3, ` + ClearHalt + `,
+	SET position_created_at = $2, position_id = $3, ` + clearHalt + `,
 	    updated_at = clock_timestamp(),
 	    in_flight = $5, in_flight_since = $6,
 	    records_handled = records_handled + $4,
@@ -1836,62 +1818,3 @@ func IsConnectionError(err error) bool {
 		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
 
-// ErrPartitionsChanged is returned by RegisterPartitioned when the process is already split another way.
-var ErrPartitionsChanged = errors.New("the process has another number of partitions")
-
-// RegisterPartitioned records that process name is split into n partitions, or checks that it is. A
-// different number, or a process that already ran as one stream, is refused: changing the split is an
-// explicit operation (drain, then Repartition), since positions do not carry over between splits.
-func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int) error {
-	if _, err := conn.Exec(ctx, `INSERT INTO inorder.cursor (process_name, partitions) VALUES ($1, $2)
-		ON CONFLICT (process_name) DO NOTHING`, name, n); err != nil {
-		return fmt.Errorf("register partitioned process: %w", err)
-	}
-	var have *int32
-	var ran bool
-	if err := conn.QueryRow(ctx, `SELECT partitions, source_table IS NOT NULL FROM inorder.cursor WHERE process_name = $1`,
-		name).Scan(&have, &ran); err != nil {
-		return fmt.Errorf("register partitioned process: %w", err)
-	}
-	switch {
-	case have == nil && ran:
-		return fmt.Errorf("%w: it runs as one stream; to split it, stop it and run: inorder repartition --process %s --partitions %d",
-			ErrPartitionsChanged, name, n)
-	case have == nil:
-		_, err := conn.Exec(ctx, "UPDATE inorder.cursor SET partitions = $2 WHERE process_name = $1 AND partitions IS NULL", name, n)
-		return err
-	case int(*have) != n:
-		return fmt.Errorf("%w: it has %d, asked for %d; drain it and run: inorder repartition --process %s --partitions %d",
-			ErrPartitionsChanged, *have, n, name, n)
-	}
-	return nil
-}
-
-// PartitionName is the process name of partition index of count, "<process>#<index>/<count>": the name
-// of its own cursor row. cursor.Process groups the rows back into their process.
-func PartitionName(process string, index, count int) string {
-	return fmt.Sprintf("%s#%d/%d", process, index, count)
-}
-
-// PartitionRowSQL is the SQL condition "the row is a partition's of the process named by $1": its name is
-// PartitionName's form for that process. A process named "<process>#<something else>" is not one.
-const PartitionRowSQL = `(starts_with(process_name, $1 || '#') AND regexp_replace(process_name, '#[0-9]+/[0-9]+$', '') = $1)`
-
-// partitionName matches the names PartitionName gives.
-var partitionName = regexp.MustCompile(`^(.+)#[0-9]+/[0-9]+$`)
-
-// PartitionOf returns the process whose partition name would be by its form, "<process>#<index>/<count>",
-// and false for any other name. Processes are refused such names, so that none is taken for a partition.
-func PartitionOf(name string) (process string, ok bool) {
-	m := partitionName.FindStringSubmatch(name)
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
-}
-
-// InstancesLockKey is the key of the advisory lock that every running instance of partitioned process
-// name holds shared on its coordinating connection, from before it checks the partition count until it
-// stops. Repartition takes it exclusively: an instance between two partitions owns none of their locks,
-// but holds this one.
-func InstancesLockKey(name string) int64 { return LockKey(name + "#instances") }
