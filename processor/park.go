@@ -27,10 +27,10 @@ const (
 )
 
 // Parking a key. With OnHaltPark, a record that would halt the stream is stored as parked (its row stays
-// in the source; the parked table (migration 11) refers to it, with the error), and the position moves past it as past a
-// record that succeeded. From then on every record of its key is parked behind it, in (created_at, id)
-// order, without reaching the handler, so that nothing of the key overtakes it; the other keys go on with
-// the window. The parked keys of a stream are read once per tenure and kept in memory: only the owner
+// in the source; the parked table of migration 11 refers to it, with the error), and the position moves
+// past it as past a record that succeeded. From then on every record of its key is parked behind it, in
+// (created_at, id) order, without reaching the handler, so that nothing of the key overtakes it; the other
+// keys go on with the window. The parked keys of a stream are read once per tenure and kept in memory: only the owner
 // parks, and an operator's redrive or skip is seen in the cursor row.
 //
 // A redrive happens in the owner, between two batches, in the goroutine that delivers the stream: the

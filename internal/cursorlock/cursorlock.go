@@ -1817,4 +1817,3 @@ func IsConnectionError(err error) bool {
 	return errors.As(err, &netErr) || errors.As(err, &connectErr) || errors.Is(err, net.ErrClosed) ||
 		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
-

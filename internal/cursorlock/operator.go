@@ -437,4 +437,3 @@ var ErrCannotPark = errors.New("--on-halt park needs SELECT, INSERT, UPDATE, DEL
 // instance are not honoured.
 const CannotReadParked = "this role may not read inorder.parked, so keys parked by another instance are not " +
 	"honoured here: GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO <role>"
-
