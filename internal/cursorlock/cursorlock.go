@@ -29,8 +29,16 @@
 //
 // # One repository per process and instance
 //
-// Open hands out one Repository per database, process name and instance name: asking twice gives the
-// same one, and no method takes a name, so a repository can only touch its own row.
+// A Store (a processor.Client's, or the default one of processors without a Client) hands out one
+// Repository per database, process name and instance name: asking twice gives the same one, and no
+// method takes a name, so a repository can only touch its own row.
+//
+// # Every statement on inorder's tables
+//
+// Besides the repository, which the loop drives, this package holds every other statement on inorder's
+// own tables (cursor, parked, audit, instance; see migrations): the operator actions' (operator.go), the
+// status listing's (status.go), the idle probe's (probe.go), and the advisory-lock protocol (locks.go).
+// Each is a function named for what it does, returning typed results; no SQL text leaves the package.
 package cursorlock
 
 import (
@@ -238,65 +246,14 @@ type State struct {
 	RedriveRequestedAt time.Time
 }
 
-// registry hands out one Repository per database, process name and instance name.
-type registry struct {
-	mu    sync.Mutex
-	repos map[string]*Repository
-}
-
-var repos = &registry{}
-
-// Open returns the repository for process name on cfg's database as instance cfg.Instance, connecting and
-// registering the process on first use. Asking again for the same returns the same repository (cfg is
-// then ignored), so two parts of one program can never hold two locks, or two connections, for one
-// cursor as one instance. Instances with other names are other instances, as in other programs.
-func Open(ctx context.Context, name string, cfg Config) (*Repository, error) {
-	return repos.open(ctx, name, cfg)
-}
-
-func (r *registry) open(ctx context.Context, name string, cfg Config) (*Repository, error) {
-	if name == "" {
-		return nil, errors.New("cursor: process name is empty")
-	}
-	if cfg.Shared != nil {
-		cfg.ConnConfig, cfg.Instance = cfg.Shared.ConnConfig(), cfg.Shared.Instance()
-	}
-	if cfg.ConnConfig == nil {
-		return nil, fmt.Errorf("open cursor %q: Config.ConnConfig is required", name)
-	}
-	key := fmt.Sprintf("%s:%d/%s/%s\x00%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, name, cfg.Instance)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if repo, ok := r.repos[key]; ok {
-		return repo, nil
-	}
-	repo := &Repository{name: name, key: key, cfg: cfg, registry: r, shared: cfg.Shared}
-	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
-	repo.lockSQL17 = withoutTransactionTimeout(repo.lockSQL)
-	if err := repo.connect(ctx); err != nil {
-		return nil, err
-	}
-	if err := repo.register(ctx); err != nil {
-		repo.closeConn()
-		repo.Detach()
-		return nil, err
-	}
-	repo.Detach()
-	if r.repos == nil {
-		r.repos = map[string]*Repository{}
-	}
-	r.repos[key] = repo
-	return repo, nil
-}
-
 // Repository owns the cursor row of one process: its lock, its position and its halt state. It works on
 // a connection of its own, since the row lock lives in a transaction on that connection. Its methods are
 // meant for one goroutine at a time, the processor that Claims it.
 type Repository struct {
 	name     string
-	key      string // in the registry
+	key      string // in its store
 	cfg      Config
-	registry *registry
+	store    *Store
 	lockSQL  string
 	lockArgs []any // after the name
 	// lockSQL17 is lockSQL for a server that has transaction_timeout (17 and later), which it turns off
@@ -377,7 +334,7 @@ func (r *Repository) Claim() error {
 	if r.released {
 		return ErrReleased
 	}
-	if r.claimed {
+	if r.claimed || !claims.take(r.key) {
 		return fmt.Errorf("cursor %q: %w", r.name, ErrInUse)
 	}
 	r.claimed = true
@@ -387,6 +344,9 @@ func (r *Repository) Claim() error {
 // Unclaim ends a Claim.
 func (r *Repository) Unclaim() {
 	r.mu.Lock()
+	if r.claimed {
+		claims.give(r.key)
+	}
 	r.claimed = false
 	r.mu.Unlock()
 }
@@ -1736,7 +1696,7 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 }
 
 // Release ends the open transaction (committing it), gives up ownership, closes the connection and
-// removes the repository from its registry. Opening the name again afterwards makes a new repository.
+// removes the repository from its store. Opening the name again afterwards makes a new repository.
 func (r *Repository) Release(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
@@ -1773,11 +1733,8 @@ func (r *Repository) Release(ctx context.Context) error {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 	}
-	r.registry.mu.Lock()
-	if r.registry.repos[r.key] == r {
-		delete(r.registry.repos, r.key)
-	}
-	r.registry.mu.Unlock()
+	r.store.forget(r)
+	r.Unclaim()
 	if r.shared != nil {
 		r.Detach()
 	}
