@@ -54,7 +54,7 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	streams, err := streamNames(ctx, tx, name)
+	streams, err := cursorlock.StreamsOf(ctx, tx, name)
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
@@ -69,20 +69,6 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 			LastFailureAt: h.LastFailureAt, RedriveRequested: h.RedriveRequested}
 	}
 	return keys, nil
-}
-
-// streamNames returns the cursor rows of process name's streams: its own, or its partitions' (rows or not
-// yet). A name that is no process's (a partition's own name) stands for itself.
-func streamNames(ctx context.Context, tx pgx.Tx, name string) ([]string, error) {
-	p, err := readProcess(ctx, tx, name)
-	if err != nil || p == nil {
-		return []string{name}, err
-	}
-	names := append([]string{}, p.Unregistered...)
-	for _, s := range p.Streams {
-		names = append(names, s.Process)
-	}
-	return names, nil
 }
 
 // lockStreams locks the cursor rows of the streams (a partitioned process's partitions), waiting for their

@@ -63,6 +63,22 @@ func LockForAction(ctx context.Context, tx pgx.Tx, name string) (ActionRow, bool
 	return row, true, nil
 }
 
+// StreamsOf names the cursor rows process name's records are delivered under, as ActionRow.Streams does,
+// without locking anything: its own, or its partitions' when it is partitioned. A name without a row
+// stands for itself.
+func StreamsOf(ctx context.Context, q Querier, name string) ([]string, error) {
+	var parts *int32
+	err := q.QueryRow(ctx, "SELECT partitions FROM inorder.cursor WHERE process_name = $1", name).Scan(&parts)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return nil, err
+	}
+	row := ActionRow{Name: name}
+	if parts != nil {
+		row.Partitions = int(*parts)
+	}
+	return row.Streams(), nil
+}
+
 // SetPaused pauses or resumes process name.
 func SetPaused(ctx context.Context, tx pgx.Tx, name string, paused bool) error {
 	_, err := tx.Exec(ctx, "UPDATE inorder.cursor SET paused = $2 WHERE process_name = $1", name, paused)

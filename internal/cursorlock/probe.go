@@ -77,7 +77,7 @@ type Prober struct {
 	store *Store
 	cfg   *pgx.ConnConfig
 	pool  *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
-	refs  int           // under store.mu
+	refs  int           // under store.probeMu
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -103,8 +103,8 @@ func (s *Store) Prober(cfg *pgx.ConnConfig) *Prober {
 	} else {
 		key = fmt.Sprintf("%s|%d|%s|%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
 	if p, ok := s.probers[key]; ok {
 		p.refs++
 		return p
@@ -133,13 +133,13 @@ func (s *Store) Prober(cfg *pgx.ConnConfig) *Prober {
 
 // Close gives up one use of the prober; the last closes its connection.
 func (p *Prober) Close() {
-	p.store.mu.Lock()
+	p.store.probeMu.Lock()
 	p.refs--
 	last := p.refs == 0
 	if last {
 		delete(p.store.probers, p.key)
 	}
-	p.store.mu.Unlock()
+	p.store.probeMu.Unlock()
 	if last {
 		close(p.stop)
 		<-p.done

@@ -19,8 +19,10 @@ import (
 type Store struct {
 	shared *Shared
 
-	mu      sync.Mutex
-	repos   map[string]*Repository
+	mu    sync.Mutex // held while a repository connects: not while a probe is handed out
+	repos map[string]*Repository
+
+	probeMu sync.Mutex
 	probers map[string]*Prober
 }
 
