@@ -149,6 +149,27 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 	})
 }
 
+// skipParked drops recordID, the first parked record of its key, in the skip's transaction, and asks the
+// owning processor to redrive the rest of the key (or, when nothing is left, to unpark it). It reports
+// false when no stream of the process has recordID parked.
+func skipParked(ctx context.Context, tx pgx.Tx, row cursorRow, recordID string, e *AuditEntry) (bool, error) {
+	rec, found, err := cursorlock.FindParked(ctx, tx, row.Streams(), recordID)
+	if err != nil || !found {
+		return false, busyStreams(err)
+	}
+	if !rec.Head {
+		return true, fmt.Errorf("%w: record %s is parked behind the first record of key %q; skip that one, or redrive the key",
+			ErrNotParked, recordID, rec.Key)
+	}
+	left, err := cursorlock.DropParkedHead(ctx, tx, rec)
+	if err != nil {
+		return true, err
+	}
+	pos := rec.Position
+	e.Detail = &AuditDetail{Keys: []ParkedCount{{Key: rec.Key, Records: left}}, Through: &pos}
+	return true, nil
+}
+
 // RewindTarget says where Rewind moves a position back to: set exactly one field.
 type RewindTarget struct {
 	// RecordID delivers again from this record, inclusive.
