@@ -304,7 +304,7 @@ func (c *Console) act(w http.ResponseWriter, r *http.Request) {
 		_, err = cursor.Rewind(ctx, c.cfg.Pool, name, cursor.RewindTarget{RecordID: r.PostFormValue("record")}, opts)
 	case "redrive":
 		key := r.PostFormValue("key")
-		_, err = cursor.Redrive(ctx, c.cfg.Pool, name, cursor.RedriveOpts{Key: key, All: key == ""}, opts)
+		_, err = cursor.Redrive(ctx, c.cfg.Pool, name, cursor.RedriveOpts{ActionOpts: opts, Key: key, All: key == ""})
 	default:
 		http.Error(w, fmt.Sprintf("no action %q", action), http.StatusNotFound)
 		return

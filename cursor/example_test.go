@@ -59,8 +59,8 @@ func ExampleRedrive() {
 		_ = json.NewEncoder(w).Encode(keys) // each key: its records, the first one, its error, since when
 	})
 	mux.HandleFunc("POST /admin/processes/{name}/parked/{key}/redrive", func(w http.ResponseWriter, r *http.Request) {
-		entry, err := cursor.Redrive(r.Context(), pool, r.PathValue("name"), cursor.RedriveOpts{Key: r.PathValue("key")},
-			cursor.ActionOpts{Actor: userOf(r), Reason: r.FormValue("reason")})
+		entry, err := cursor.Redrive(r.Context(), pool, r.PathValue("name"), cursor.RedriveOpts{Key: r.PathValue("key"),
+			ActionOpts: cursor.ActionOpts{Actor: userOf(r), Reason: r.FormValue("reason")}})
 		switch {
 		case errors.Is(err, cursor.ErrUnknownProcess), errors.Is(err, cursor.ErrNotParked):
 			http.Error(w, err.Error(), http.StatusNotFound)

@@ -2,7 +2,6 @@ package cursor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -34,13 +33,11 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 		return AuditEntry{}, err
 	}
 	if parent, ok := cursorlock.PartitionOf(name); ok {
-		var parts *int32
-		err := tx.QueryRow(ctx, "SELECT partitions FROM inorder.cursor WHERE process_name = $1", parent).Scan(&parts)
-		if err == nil && parts != nil {
+		if yes, err := cursorlock.IsPartitioned(ctx, tx, parent); err == nil && yes {
 			return fail("it is a partition of %q; forget the whole process: inorder forget --process %s", parent, parent)
 		}
 	}
-	partitioned := row.partitions != nil
+	partitioned := row.Partitions > 0
 	streams, table, err := lockPartitions(ctx, tx, name, row)
 	if err != nil {
 		return fail("%w", err)
@@ -54,7 +51,7 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	if err := removeProcess(ctx, tx, name, partitioned); err != nil {
 		return fail("%w", err)
 	}
-	before := row.state.Position
+	before := row.State.Position
 	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, PositionBefore: &before,
 		Detail: &AuditDetail{Table: table, Streams: streams}}
 	if err := insertAudit(ctx, tx, &e); err != nil {
@@ -77,33 +74,25 @@ func coordinatorOf(app, process string) bool {
 // partitioned, and returns where each stream stands and the table the process read. A partition a
 // processor works is locked: refuse rather than wait.
 func lockPartitions(ctx context.Context, tx pgx.Tx, name string, row cursorRow) ([]StreamPosition, string, error) {
-	streams := []StreamPosition{{Process: name, Position: row.state.Position}}
-	table := row.src.Table
-	if row.partitions == nil {
+	streams := []StreamPosition{{Process: name, Position: row.State.Position}}
+	table := row.Source.Table
+	if row.Partitions == 0 {
 		return streams, table, nil
 	}
-	rows, err := tx.Query(ctx, `SELECT `+cursorlock.StateColumns+`, process_name, coalesce(source_table, '')
-		FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL+` ORDER BY process_name FOR UPDATE NOWAIT`, name)
-	var parts []StreamPosition
-	if err == nil {
-		parts, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (StreamPosition, error) {
-			var s StreamPosition
-			var src string
-			st, _, err := cursorlock.ScanState(r, &s.Process, &src)
-			s.Position = st.Position
-			if src != "" {
-				table = src
-			}
-			return s, err
-		})
-	}
+	parts, err := cursorlock.LockPartitions(ctx, tx, name)
 	if isLockTimeout(err) {
 		return nil, "", fmt.Errorf("%w: a processor is working one of its partitions; stop every instance first", ErrBusy)
 	}
 	if err != nil {
 		return nil, "", err
 	}
-	return append(streams, parts...), table, nil
+	for _, p := range parts {
+		streams = append(streams, StreamPosition{Process: p.Name, Position: p.Position})
+		if p.Table != "" {
+			table = p.Table
+		}
+	}
+	return streams, table, nil
 }
 
 // refuseRunning refuses (ErrBusy) while an instance owns one of the streams. An owner keeps its process's
@@ -111,35 +100,29 @@ func lockPartitions(ctx context.Context, tx pgx.Tx, name string, row cursorRow) 
 // instances lock: taking them here refuses while one runs, and keeps a standby from becoming the owner of
 // a row about to vanish. An owner through a pooler holds no advisory lock: its lease says it runs.
 func refuseRunning(ctx context.Context, tx pgx.Tx, name string, partitioned bool, streams []StreamPosition) error {
-	keys := []int64{}
-	for _, s := range streams {
-		keys = append(keys, cursorlock.LockKey(s.Process))
+	names := make([]string, len(streams))
+	for i, s := range streams {
+		names[i] = s.Process
 	}
+	instances := ""
 	if partitioned {
-		keys = append(keys, cursorlock.InstancesLockKey(name))
+		instances = name
 	}
-	var free bool
-	if err := tx.QueryRow(ctx, "SELECT bool_and(pg_try_advisory_xact_lock(k)) FROM unnest($1::bigint[]) AS k", keys).
-		Scan(&free); err != nil {
+	free, err := cursorlock.NoOwnerRuns(ctx, tx, names, instances)
+	if err != nil {
 		return err
 	}
 	if !free {
 		return fmt.Errorf("%w: an instance is running it; stop every instance first", ErrBusy)
 	}
 	// One on a direct connection holds the lock, checked above, whatever its lease says.
-	var leased string
-	err := tx.QueryRow(ctx, `SELECT process_name || ' (owned by ' || coalesce(owner_instance, '?') || ' until ' ||
-		       to_char(lease_expires_at AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS"Z"') || ')'
-		FROM inorder.cursor
-		WHERE (process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`))
-		  AND lease_expires_at > clock_timestamp() AND NOT owner_session
-		ORDER BY process_name LIMIT 1`, name, partitioned).Scan(&leased)
+	leased, ok, err := cursorlock.LeasedOwner(ctx, tx, name, partitioned)
 	switch {
-	case err == nil:
+	case err != nil:
+		return err
+	case ok:
 		return fmt.Errorf("%w: an instance is running it: %s; stop every instance first (a crashed one's lease "+
 			"runs out by then)", ErrBusy, leased)
-	case !errors.Is(err, pgx.ErrNoRows):
-		return err
 	}
 	return nil
 }
@@ -150,19 +133,15 @@ func refuseRunning(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 // transaction and then registers the process anew; one that registered in between finds its row gone and
 // stops (cursorlock.ErrForgotten).
 func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool) error {
-	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE process_name = $1
-		OR ($2 AND `+cursorlock.PartitionRowSQL+")", name, partitioned); err != nil {
+	if err := cursorlock.DeleteCursors(ctx, tx, name, partitioned); err != nil {
 		return err
 	}
-	var who string
-	err := tx.QueryRow(ctx, `SELECT process_name || ' by ' || instance FROM inorder.instance
-		WHERE (process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`)) AND seen_until > clock_timestamp()
-		ORDER BY process_name, instance LIMIT 1`, name, partitioned).Scan(&who)
+	who, live, err := cursorlock.LiveInstance(ctx, tx, name, partitioned)
 	switch {
-	case err == nil:
-		return fmt.Errorf("%w: an instance runs it (%s); stop every instance first", ErrBusy, who)
-	case !errors.Is(err, pgx.ErrNoRows):
+	case err != nil:
 		return err
+	case live:
+		return fmt.Errorf("%w: an instance runs it (%s); stop every instance first", ErrBusy, who)
 	}
 	if partitioned {
 		// The coordinating sessions of a partitioned process's instances, which run on direct or
@@ -180,9 +159,7 @@ func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 			}
 		}
 	}
-	_, err = tx.Exec(ctx, `DELETE FROM inorder.instance WHERE process_name = $1
-		OR ($2 AND `+cursorlock.PartitionRowSQL+")", name, partitioned)
-	return err
+	return cursorlock.DeleteInstances(ctx, tx, name, partitioned)
 }
 
 // refuseParked refuses (ErrParked) while records are parked in one of the streams: forgetting the process
@@ -192,9 +169,8 @@ func refuseParked(ctx context.Context, tx pgx.Tx, streams []StreamPosition) erro
 	for i, s := range streams {
 		names[i] = s.Process
 	}
-	var keys, records int
-	if err := tx.QueryRow(ctx, `SELECT count(DISTINCT (process_name, key))::int, count(*)::int FROM inorder.parked
-		WHERE process_name = ANY($1)`, names).Scan(&keys, &records); err != nil {
+	keys, records, err := cursorlock.CountParked(ctx, tx, names)
+	if err != nil {
 		return err
 	}
 	if keys > 0 {

@@ -62,7 +62,7 @@ type ActionOpts struct {
 	Wait time.Duration
 }
 
-// AuditEntry is one row of inorder.audit.
+// AuditEntry is one entry of the audit trail (migration 2).
 type AuditEntry struct {
 	ID             int64     `json:"id"`
 	At             time.Time `json:"at"`
@@ -116,34 +116,58 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 		return AuditEntry{}, fmt.Errorf("skip on %q: a reason is required", name)
 	}
 	return act(ctx, db, name, "skip", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
+		fail := func(err error) (*Position, error) {
+			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+		}
 		e.RecordID = recordID
-		st := row.state
-		if st.Halt == nil || st.Halt.RecordID != recordID {
+		halt := row.State.Halt
+		if halt == nil || halt.RecordID != recordID {
 			// The first parked record of a key: dropped, and the rest of the key redriven.
-			if found, err := skipParked(ctx, tx, name, recordID, e); found || err != nil {
+			if found, err := skipParked(ctx, tx, row, recordID, e); found || err != nil {
 				if err != nil {
-					return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+					return fail(err)
 				}
 				return nil, nil
 			}
 		}
-		if st.Halt == nil {
+		if halt == nil {
 			return nil, fmt.Errorf("skip record %s on %q: %w; skip only moves past a halted record", recordID, name, ErrNotHalted)
 		}
-		if st.Halt.RecordID != recordID {
-			return nil, fmt.Errorf("skip record %s on %q: %w (%s)", recordID, name, ErrWrongRecord, st.Halt.RecordID)
+		if halt.RecordID != recordID {
+			return nil, fmt.Errorf("skip record %s on %q: %w (%s)", recordID, name, ErrWrongRecord, halt.RecordID)
 		}
-		t, err := row.table(ctx, tx, name)
+		t, err := row.table(ctx, tx)
 		if err != nil {
-			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+			return fail(err)
 		}
-		loc, err := t.Locate(ctx, tx, recordID, st.Position)
+		loc, err := t.Locate(ctx, tx, recordID, row.State.Position)
 		if err != nil {
-			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
+			return fail(err)
 		}
 		to := loc.Record
-		return &to, setOperatorPosition(ctx, tx, name, to)
+		return &to, cursorlock.MovePosition(ctx, tx, name, to)
 	})
+}
+
+// skipParked drops recordID, the first parked record of its key, in the skip's transaction, and asks the
+// owning processor to redrive the rest of the key (or, when nothing is left, to unpark it). It reports
+// false when no stream of the process has recordID parked.
+func skipParked(ctx context.Context, tx pgx.Tx, row cursorRow, recordID string, e *AuditEntry) (bool, error) {
+	rec, found, err := cursorlock.FindParked(ctx, tx, row.Streams(), recordID)
+	if err != nil || !found {
+		return false, busyStreams(err)
+	}
+	if !rec.Head {
+		return true, fmt.Errorf("%w: record %s is parked behind the first record of key %q; skip that one, or redrive the key",
+			ErrNotParked, recordID, rec.Key)
+	}
+	left, err := cursorlock.DropParkedHead(ctx, tx, rec)
+	if err != nil {
+		return true, err
+	}
+	pos := rec.Position
+	e.Detail = &AuditDetail{Keys: []ParkedCount{{Key: rec.Key, Records: left}}, Through: &pos}
+	return true, nil
 }
 
 // RewindTarget says where Rewind moves a position back to: set exactly one field.
@@ -168,9 +192,9 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 		if err := holdOffPrune(ctx, tx); err != nil {
 			return nil, fmt.Errorf("rewind %q: %w", name, err)
 		}
-		cur := row.state.Position
+		cur := row.State.Position
 		if to.Time.IsZero() {
-			t, err := row.table(ctx, tx, name)
+			t, err := row.table(ctx, tx)
 			if err != nil {
 				return nil, fmt.Errorf("rewind %q: %w", name, err)
 			}
@@ -183,7 +207,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 					"rewind only moves back", name, to.RecordID, ErrForward)
 			}
 			back := loc.Before
-			return &back, setOperatorPosition(ctx, tx, name, back)
+			return &back, cursorlock.MovePosition(ctx, tx, name, back)
 		}
 		// The position just before the time: every record created at or after it is delivered again.
 		back := Position{CreatedAt: to.Time.UTC().Add(-time.Microsecond)}
@@ -191,7 +215,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 			return nil, fmt.Errorf("rewind %q to %s: %w (%s); rewind only moves back", name,
 				to.Time.UTC().Format(time.RFC3339Nano), ErrForward, cur)
 		}
-		return &back, setOperatorPosition(ctx, tx, name, back)
+		return &back, cursorlock.MovePosition(ctx, tx, name, back)
 	})
 }
 
@@ -211,12 +235,11 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 		action = "pause"
 	}
 	return act(ctx, db, name, action, opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*Position, error) {
-		if !paused && !row.state.Paused {
+		if !paused && !row.State.Paused {
 			// An audit entry for doing nothing would only mislead whoever reads the trail.
 			return nil, fmt.Errorf("resume %q: %w; nothing changed", name, ErrNotPaused)
 		}
-		_, err := tx.Exec(ctx, "UPDATE inorder.cursor SET paused = $2 WHERE process_name = $1", name, paused)
-		return nil, err
+		return nil, cursorlock.SetPaused(ctx, tx, name, paused)
 	})
 }
 
@@ -226,38 +249,24 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 // (ErrNotHalted). The record's attempts count on.
 func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
 	return act(ctx, db, name, "retry", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
-		if row.state.Halt == nil {
+		if row.State.Halt == nil {
 			return nil, fmt.Errorf("retry %q: %w: it is not retrying a record either; nothing to retry", name, ErrNotHalted)
 		}
-		e.RecordID = row.state.Halt.RecordID
-		_, err := tx.Exec(ctx, `UPDATE inorder.cursor SET halted_next_attempt_at = clock_timestamp()
-			WHERE process_name = $1`, name)
-		return nil, err
+		e.RecordID = row.State.Halt.RecordID
+		return nil, cursorlock.RetryNow(ctx, tx, name)
 	})
 }
 
-func setOperatorPosition(ctx context.Context, tx pgx.Tx, name string, pos Position) error {
-	args := source.Args(pos)
-	_, err := tx.Exec(ctx, `
-		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3, `+cursorlock.ClearHalt+`
-		WHERE process_name = $1`, name, args[0], args[1])
-	return err
-}
-
-// cursorRow is a cursor row as an action reads it, locked: its state, the source it last ran against,
-// and, on the parent row of a partitioned process, how many partitions it has.
-type cursorRow struct {
-	state      State
-	src        Source
-	partitions *int32
-}
+// cursorRow is a process's cursor row as an action reads it, locked: its state, the source it last ran
+// against, and, on the parent row of a partitioned process, how many partitions it has.
+type cursorRow struct{ cursorlock.ActionRow }
 
 // table resolves the row's source in the catalog.
-func (r cursorRow) table(ctx context.Context, q source.Querier, name string) (*source.Table, error) {
-	if r.src.Table == "" {
+func (r cursorRow) table(ctx context.Context, q source.Querier) (*source.Table, error) {
+	if r.Source.Table == "" {
 		return nil, fmt.Errorf("%w, so its source is unknown", ErrNeverRan)
 	}
-	return source.Inspect(ctx, q, r.src)
+	return source.Inspect(ctx, q, r.Source)
 }
 
 // act runs an operator action: it locks the cursor row (waiting at most opts.Wait for a running batch to
@@ -274,7 +283,7 @@ func act(ctx context.Context, db DB, name, action string, opts ActionOpts,
 	if err != nil {
 		return AuditEntry{}, err
 	}
-	before := row.state.Position
+	before := row.State.Position
 	e := AuditEntry{Process: name, Action: action, Actor: opts.Actor, Reason: opts.Reason, PositionBefore: &before}
 	if e.PositionAfter, err = change(tx, row, &e); err != nil {
 		return AuditEntry{}, err
@@ -325,29 +334,18 @@ func beginWaiting(ctx context.Context, db DB, wait time.Duration) (pgx.Tx, error
 // lockRow locks and reads process name's cursor row for an action, waiting for a running batch within
 // the transaction's lock_timeout.
 func lockRow(ctx context.Context, tx pgx.Tx, name, action string, opts ActionOpts) (cursorRow, error) {
-	var row cursorRow
-	var part, parts *int32
-	st, ok, err := cursorlock.ScanState(tx.QueryRow(ctx, `
-		SELECT `+cursorlock.StateColumns+`,
-		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), source_partition, source_partitions, partitions
-		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),
-		&row.src.Table, &row.src.IDColumn, &row.src.CreatedAtColumn, &row.src.KeyColumn, &part, &parts, &row.partitions)
+	row, ok, err := cursorlock.LockForAction(ctx, tx, name)
 	if isLockTimeout(err) {
-		return row, fmt.Errorf("%s on %q: %w: a batch held the cursor row for over %s; try again or wait longer",
+		return cursorRow{}, fmt.Errorf("%s on %q: %w: a batch held the cursor row for over %s; try again or wait longer",
 			action, name, ErrBusy, opts.wait())
 	}
 	if err != nil {
-		return row, fmt.Errorf("%s on %q: %w", action, name, err)
+		return cursorRow{}, fmt.Errorf("%s on %q: %w", action, name, err)
 	}
 	if !ok {
-		return row, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
+		return cursorRow{}, fmt.Errorf("%s on %q: %w", action, name, ErrUnknownProcess)
 	}
-	row.state = st
-	if parts != nil && part != nil {
-		row.src.Partition = &Partition{Index: int(*part), Count: int(*parts)}
-	}
-	return row, nil
+	return cursorRow{row}, nil
 }
 
 // isLockTimeout reports whether err is Postgres giving up on a lock: after lock_timeout, or at once for
@@ -357,40 +355,18 @@ func isLockTimeout(err error) bool {
 	return errors.As(err, &pgErr) && pgErr.Code == "55P03"
 }
 
-// insertAudit writes e to inorder.audit and fills in its id, time and database role.
+// insertAudit writes e to the audit trail and fills in its id, time and database role.
 func insertAudit(ctx context.Context, tx pgx.Tx, e *AuditEntry) error {
-	var rec *string
-	if e.RecordID != "" {
-		rec = &e.RecordID
+	a := cursorlock.Audit{Process: e.Process, Action: e.Action, Actor: e.Actor, Reason: e.Reason,
+		RecordID: e.RecordID, Before: e.PositionBefore, After: e.PositionAfter}
+	if e.Detail != nil {
+		a.Detail = e.Detail
 	}
-	// JSON text, not the values: in pgx's exec and simple-protocol modes (which a pooler in transaction
-	// mode needs) a parameter is encoded by its Go type alone, and a Position would go as its String.
-	jsonText := func(v any, null bool) (any, error) {
-		if null {
-			return nil, nil
-		}
-		b, err := json.Marshal(v)
-		return string(b), err
-	}
-	before, err := jsonText(e.PositionBefore, e.PositionBefore == nil)
+	stamp, err := cursorlock.WriteAudit(ctx, tx, a)
 	if err != nil {
 		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
 	}
-	after, err := jsonText(e.PositionAfter, e.PositionAfter == nil)
-	if err != nil {
-		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
-	}
-	detail, err := jsonText(e.Detail, e.Detail == nil)
-	if err != nil {
-		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
-	}
-	if err := tx.QueryRow(ctx, `
-		INSERT INTO inorder.audit (process_name, action, actor, reason, record_id, position_before, position_after, detail)
-		VALUES ($1, $2, $3, $4, $5, $6::text::jsonb, $7::text::jsonb, $8::text::jsonb)
-		RETURNING id, at, db_role`, e.Process, e.Action, e.Actor, e.Reason, rec, before, after, detail).
-		Scan(&e.ID, &e.At, &e.Role); err != nil {
-		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
-	}
+	e.ID, e.At, e.Role = stamp.ID, stamp.At, stamp.Role
 	return nil
 }
 
@@ -412,22 +388,21 @@ func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
 		return nil, fmt.Errorf("read audit: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	rows, err := tx.Query(ctx, `
-		SELECT id, at, process_name, action, db_role, actor, reason, coalesce(record_id, ''),
-		       position_before, position_after, detail
-		FROM inorder.audit WHERE $1 = '' OR process_name = $1
-		ORDER BY id DESC LIMIT $2`, opts.Process, opts.Limit)
+	rows, err := cursorlock.ReadAudit(ctx, tx, opts.Process, opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read audit: %w", err)
 	}
-	entries, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (AuditEntry, error) {
-		var e AuditEntry
-		err := r.Scan(&e.ID, &e.At, &e.Process, &e.Action, &e.Role, &e.Actor, &e.Reason, &e.RecordID,
-			&e.PositionBefore, &e.PositionAfter, &e.Detail)
-		return e, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read audit: %w", err)
+	entries := make([]AuditEntry, len(rows))
+	for i, r := range rows {
+		e := AuditEntry{ID: r.ID, At: r.At, Process: r.Process, Action: r.Action, Role: r.Role, Actor: r.Actor,
+			Reason: r.Reason, RecordID: r.RecordID, PositionBefore: r.Before, PositionAfter: r.After}
+		if r.Detail != nil {
+			e.Detail = new(AuditDetail)
+			if err := json.Unmarshal(r.Detail, e.Detail); err != nil {
+				return nil, fmt.Errorf("read audit: entry %d: %w", r.ID, err)
+			}
+		}
+		entries[i] = e
 	}
 	return entries, nil
 }
@@ -453,14 +428,14 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if err := lockForRepartition(ctx, tx, name); err != nil {
 			return fail("%w", err)
 		}
-		procs, err := ListProcesses(ctx, tx, name)
+		proc, err := readProcess(ctx, tx, name)
 		if err != nil {
 			return fail("%w", err)
 		}
-		if len(procs) == 0 {
+		if proc == nil {
 			return fail("%w", ErrUnknownProcess)
 		}
-		proc := procs[0] // a single stream becomes partitioned, or the partitions are split anew
+		// A single stream becomes partitioned, or the partitions are split anew.
 		if len(proc.Unregistered) > 0 {
 			return fail("%w: only %d of its %d partitions ever ran; run them until they are drained first",
 				ErrNeverRan, len(proc.Streams), proc.Info.Partitions)
@@ -473,18 +448,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if err != nil {
 			return fail("%w", err)
 		}
-		if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL, name); err != nil {
-			return fail("%w", err)
-		}
-		args := source.Args(at)
-		if _, err := tx.Exec(ctx, `
-			INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
-			SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,
-			name, n, args[0], args[1]); err != nil {
-			return fail("%w", err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE inorder.cursor SET partitions = $2, position_created_at = $3, position_id = $4
-			WHERE process_name = $1`, name, n, args[0], args[1]); err != nil {
+		if err := cursorlock.Resplit(ctx, tx, name, n, at); err != nil {
 			return fail("%w", err)
 		}
 		return &at, nil
@@ -494,18 +458,14 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 // lockForRepartition refuses (ErrBusy) while an instance of the process runs: every instance of a
 // partitioned process holds its instances lock shared, and a processor working a partition holds its row.
 func lockForRepartition(ctx context.Context, tx pgx.Tx, name string) error {
-	var idle bool
-	if err := tx.QueryRow(ctx, "SELECT pg_try_advisory_xact_lock($1)", cursorlock.InstancesLockKey(name)).Scan(&idle); err != nil {
+	idle, err := cursorlock.NoInstanceRuns(ctx, tx, name)
+	if err != nil {
 		return err
 	}
 	if !idle {
 		return fmt.Errorf("%w: an instance is running it; stop every instance first", ErrBusy)
 	}
-	rows, err := tx.Query(ctx, `SELECT process_name FROM inorder.cursor WHERE `+cursorlock.PartitionRowSQL+`
-		FOR UPDATE NOWAIT`, name)
-	if err == nil {
-		_, err = pgx.CollectRows(rows, pgx.RowTo[string])
-	}
+	_, err = cursorlock.LockPartitions(ctx, tx, name)
 	if isLockTimeout(err) {
 		return fmt.Errorf("%w: a processor is working a partition; stop every instance first", ErrBusy)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"sort"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
@@ -29,10 +31,58 @@ type Process struct {
 // Partitioned reports whether the process runs as partitions.
 func (p *Process) Partitioned() bool { return p.Info.Partitions > 0 }
 
+// ReadOpts selects what Read reads.
+type ReadOpts struct {
+	// Process reads only this process, with its partitions' rows; empty reads every process. Name a
+	// process, not one of its partitions (a partition's name reads that row alone, as a process).
+	Process string
+}
+
+// Read reads processes with their streams' cursor rows, in one read, ordered by name, and decides each
+// row's Status as `inorder status` does (see List for what it looks at). It takes no lock and does not
+// disturb running processors. An unknown Process gives none.
+func Read(ctx context.Context, db DB, opts ReadOpts) ([]Process, error) {
+	infos, err := list(ctx, db, opts.Process, true)
+	if err != nil {
+		return nil, err
+	}
+	procs := group(infos)
+	if opts.Process == "" {
+		return procs, nil
+	}
+	for _, p := range procs {
+		if p.Name == opts.Process {
+			return []Process{p}, nil
+		}
+	}
+	return nil, nil
+}
+
+// readProcess reads process name as Read does, in tx; nil when there is none.
+func readProcess(ctx context.Context, tx pgx.Tx, name string) (*Process, error) {
+	procs, err := Read(ctx, tx, ReadOpts{Process: name})
+	if err != nil || len(procs) == 0 {
+		return nil, err
+	}
+	return &procs[0], nil
+}
+
 // Processes groups cursor rows, as List returns them, into processes, ordered by name. A row named as a
 // partition whose parent is not among infos, is not partitioned or has another count is a process of its
 // own, so that nothing is left out.
-func Processes(infos []Info) []Process {
+//
+// Deprecated: Read reads the processes grouped.
+func Processes(infos []Info) []Process { return group(infos) }
+
+// ListProcesses reads process name with its streams' rows, or every process when name is empty.
+//
+// Deprecated: use Read(ctx, db, ReadOpts{Process: name}).
+func ListProcesses(ctx context.Context, db DB, name string) ([]Process, error) {
+	return Read(ctx, db, ReadOpts{Process: name})
+}
+
+// group groups cursor rows into processes (see Processes).
+func group(infos []Info) []Process {
 	byName := make(map[string]*Info, len(infos))
 	for i := range infos {
 		byName[infos[i].Process] = &infos[i]
@@ -63,23 +113,4 @@ func Processes(infos []Info) []Process {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-// ListProcesses reads process name with its streams' rows, or every process when name is empty, in one
-// read as List does. Name a process, not one of its partitions. An unknown name gives none.
-func ListProcesses(ctx context.Context, db DB, name string) ([]Process, error) {
-	infos, err := list(ctx, db, name, true)
-	if err != nil {
-		return nil, err
-	}
-	procs := Processes(infos)
-	if name == "" {
-		return procs, nil
-	}
-	for _, p := range procs {
-		if p.Name == name {
-			return []Process{p}, nil
-		}
-	}
-	return nil, nil
 }

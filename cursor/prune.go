@@ -2,7 +2,6 @@ package cursor
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -10,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -24,16 +24,10 @@ var (
 	ErrHalted = errors.New("a process of the table is halted before the cut-off")
 )
 
-// pruneLockKey is the advisory lock a prune batch holds exclusively while it reads the positions and
-// deletes, and that everything which could make a process need rows it had passed holds shared: a
-// process registering its cursor row (a trigger, migration 7) and Rewind. Its value spells "inorderp";
-// migrations/007_retention.sql names it as a literal.
-const pruneLockKey int64 = 0x696e6f7264657270
-
 // holdOffPrune waits for a prune batch in progress and keeps the next from starting until the caller's
-// transaction ends.
+// transaction ends (see cursorlock.PruneLockKey).
 func holdOffPrune(ctx context.Context, tx pgx.Tx) error {
-	_, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock_shared($1)", pruneLockKey)
+	err := cursorlock.HoldOffPrune(ctx, tx)
 	if isLockTimeout(err) {
 		return fmt.Errorf("%w: a prune of the table held it up; try again", ErrBusy)
 	}
@@ -190,9 +184,10 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 		res.Cut = cut.UTC()
 	}
 	if !opts.DryRun {
-		// Rewinds and processes registering wait for this batch, and it for them (see pruneLockKey). The
-		// positions are read after, in a statement that sees every one of them that committed.
-		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock($1)", pruneLockKey); err != nil {
+		// Rewinds and processes registering wait for this batch, and it for them (see
+		// cursorlock.PruneLockKey). The positions are read after, in a statement that sees every one of
+		// them that committed.
+		if err := cursorlock.LockForPrune(ctx, tx); err != nil {
 			return fail(err)
 		}
 	}
@@ -260,11 +255,7 @@ func auditPrune(ctx context.Context, tx pgx.Tx, opts PruneOpts, res *PruneResult
 	for i, e := range res.Entries {
 		ids[i] = e.ID
 	}
-	text, err := json.Marshal(detail) // JSON text: see insertAudit
-	if err != nil {
-		return fmt.Errorf("update audit: %w", err)
-	}
-	if _, err := tx.Exec(ctx, "UPDATE inorder.audit SET detail = $2::text::jsonb WHERE id = ANY($1)", ids, string(text)); err != nil {
+	if err := cursorlock.SetAuditDetail(ctx, tx, ids, detail); err != nil {
 		return fmt.Errorf("update audit: %w", err)
 	}
 	return nil
@@ -302,7 +293,7 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 	if err != nil {
 		return nil, err
 	}
-	procs, err := ListProcesses(ctx, tx, "")
+	procs, err := Read(ctx, tx, ReadOpts{})
 	if err != nil {
 		return nil, err
 	}

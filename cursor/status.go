@@ -2,12 +2,10 @@ package cursor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
@@ -48,7 +46,7 @@ type Info struct {
 	OwnerSince     time.Time
 	LeaseExpiresAt time.Time
 	// Connected counts the instances running this process (the holder and the ones standing by): each
-	// says so in inorder.instance at a third of its lease and removes its row when it stops, so one that
+	// says so in the instances table at a third of its lease and removes its row when it stops, so one that
 	// vanished counts until its lease would have run out.
 	Connected int
 	// HeldSince, when not zero, is since when an open transaction has held the horizon back, and
@@ -77,6 +75,9 @@ type Info struct {
 // owns each, and decides each one's Status as `inorder status` does: for a stream an instance runs, not
 // paused nor failing, it looks whether any row is after the position (one index probe; Measure counts
 // them). It takes no lock and does not disturb running processors.
+//
+// Deprecated: Read reads the same rows grouped into processes (a process's Info, and its partitions'
+// rows as its Streams). List stays for the flat listing `inorder status --json` prints.
 func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	return list(ctx, db, name, false)
 }
@@ -88,67 +89,19 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	rows, err := tx.Query(ctx, `
-		SELECT `+cursorlock.StateColumns+`, process_name,
-		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), source_partition, source_partitions,
-		       coalesce(partitions, 0),
-		       held_by_pid, held_since, updated_at, records_handled, in_flight, in_flight_since,
-		       (records_handled - window_records)
-		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
-		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
-		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session, `+parkedColumns+`
-		FROM inorder.cursor `+parkedJoin+`
-		WHERE $1 = '' OR process_name = $1 OR ($2 AND `+cursorlock.PartitionRowSQL+`)
-		ORDER BY process_name`, name, partitions)
+	rows, err := cursorlock.ListCursors(ctx, tx, name, partitions)
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
-	ownSession := map[string]bool{} // process -> its owner said it holds the advisory lock on a direct session
-	infos, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Info, error) {
-		var (
-			in          Info
-			hsin, fsin  pgtype.Timestamptz
-			flying      int32
-			heldPID     pgtype.Int4
-			part, parts pgtype.Int4
-			since, exp  pgtype.Timestamptz
-			owner       string
-			session     bool
-			parked      parkedSummary
-		)
-		st, _, err := cursorlock.ScanState(r, append([]any{&in.Process,
-			&in.Source.Table, &in.Source.IDColumn, &in.Source.CreatedAtColumn, &in.Source.KeyColumn,
-			&part, &parts, &in.Partitions, &heldPID, &hsin, &in.UpdatedAt,
-			&in.RecordsHandled, &flying, &fsin, &in.Throughput,
-			&in.Epoch, &owner, &since, &exp, &in.Locked, &session}, parked.scan()...)...)
-		parked.fill(&in)
-		ownSession[in.Process] = session
-		in.InFlight, in.InFlightSince = int(flying), fsin.Time
-		in.OwnerSince, in.LeaseExpiresAt = since.Time, exp.Time
-		if in.Locked {
-			in.Holder = owner
-		}
-		in.State = st
-		if part.Valid && parts.Valid {
-			in.Source.Partition = &Partition{Index: int(part.Int32), Count: int(parts.Int32)}
-		}
-		if heldPID.Valid {
-			in.HeldByPID, in.HeldSince = int(heldPID.Int32), hsin.Time
-		}
-		return in, err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("read cursors: %w", err)
-	}
-	// Every running instance, owner or standby, keeps a row in inorder.instance (see cursorlock).
-	live, err := instances(ctx, tx)
+	live, err := cursorlock.LiveInstances(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
-	for i := range infos {
+	infos := make([]Info, len(rows))
+	for i, c := range rows {
 		in := &infos[i]
-		if in.Locked && ownSession[in.Process] {
+		*in = infoOf(c)
+		if in.Locked && c.OwnerSession {
 			if err := holderOnSession(ctx, tx, in); err != nil {
 				return nil, err
 			}
@@ -163,6 +116,20 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 		in.Status = StatusOf(*in, nil)
 	}
 	return infos, nil
+}
+
+// infoOf is what a cursor row says of its process, before the look at its owner's session and at the
+// rows behind.
+func infoOf(c cursorlock.CursorRow) Info {
+	in := Info{Process: c.Name, State: c.State, Partitions: c.Partitions, Source: c.Source,
+		Locked: c.LeaseRuns, HeldByPID: c.HeldByPID, HeldSince: c.HeldSince, UpdatedAt: c.UpdatedAt,
+		Epoch: c.Epoch, OwnerSince: c.OwnerSince, LeaseExpiresAt: c.LeaseExpiresAt,
+		InFlight: c.InFlight, InFlightSince: c.InFlightSince, RecordsHandled: c.RecordsHandled, Throughput: c.Throughput,
+		ParkedKeys: c.ParkedKeys, ParkedRecords: c.ParkedRecords, ParkedSince: c.ParkedSince, OldestParked: c.OldestParked}
+	if in.Locked {
+		in.Holder = c.Owner
+	}
+	return in
 }
 
 // lookBehind looks whether any committed row of the source is after the position (horizon or not, as
@@ -192,46 +159,19 @@ func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
 }
 
 // holderOnSession checks the owner that said it holds the process's advisory lock on its session (see
-// cursorlock): pg_locks shows its backend to every role, and no holder means that session has ended,
-// whatever the lease says (a standby takes over at once).
+// cursorlock.SessionHolder): no holder means that session has ended, whatever the lease says (a standby
+// takes over at once).
 func holderOnSession(ctx context.Context, tx pgx.Tx, in *Info) error {
-	key := cursorlock.LockKey(in.Process)
-	var pid int32
-	err := tx.QueryRow(ctx, `
-		SELECT l.pid FROM pg_locks l
-		WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
-		  AND l.classid = $1::bigint::oid AND l.objid = $2::bigint::oid
-		  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())`,
-		int64(uint64(key)>>32), int64(uint64(key)&0xffffffff)).Scan(&pid)
+	pid, held, err := cursorlock.SessionHolder(ctx, tx, in.Process)
 	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		in.Locked, in.Holder = false, ""
 	case err != nil:
 		return fmt.Errorf("find owner of cursor %q: %w", in.Process, err)
+	case !held:
+		in.Locked, in.Holder = false, ""
 	default:
 		in.HolderPID = int(pid)
 	}
 	return nil
-}
-
-// instances counts, by process, the instances whose row in inorder.instance is live.
-func instances(ctx context.Context, tx pgx.Tx) (map[string]int, error) {
-	rows, err := tx.Query(ctx, `SELECT process_name, count(*)::int FROM inorder.instance
-		WHERE seen_until > clock_timestamp() GROUP BY process_name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	live := map[string]int{}
-	for rows.Next() {
-		var name string
-		var n int
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
-		}
-		live[name] = n
-	}
-	return live, rows.Err()
 }
 
 // coordinators returns the application_name of every other session of this database that coordinates the

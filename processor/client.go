@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder-dev/inorder/internal/cursorlock"
-	"github.com/inorder-dev/inorder/internal/probe"
 	"github.com/inorder-dev/inorder/lifecycle"
 )
 
@@ -55,8 +54,9 @@ type ClientConfig struct {
 // process's advisory lock, and when the instance dies the session ends with it and a standby takes over
 // at its next look. Through a pooler the lease decides, as always.
 type Client struct {
-	cfg    ClientConfig
-	shared *cursorlock.Shared
+	cfg     ClientConfig
+	shared  *cursorlock.Shared
+	cursors *cursorlock.Store // the processors' cursor repositories and probe, on shared
 
 	mu       sync.Mutex
 	runners  []lifecycle.Runner
@@ -82,7 +82,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, shared: shared}, nil
+	return &Client{cfg: cfg, shared: shared, cursors: cursorlock.NewStore(shared)}, nil
 }
 
 // Add makes Run run r: a Processor, or a Partitioned runner. Add every processor before Run.
@@ -141,8 +141,14 @@ func (c *Client) Instance() string { return c.shared.Instance() }
 // the processors stopped.
 func (c *Client) Close() { c.shared.Close() }
 
-// prober returns the idle probe of the client's processors, on the client's pool.
-func (c *Client) prober() *probe.Prober { return probe.OpenPool(c.shared.Pool()) }
+// store is the owner of the client's cursor repositories and idle probe, on the client's pool; for a nil
+// client (a processor without one), the default store, shared by every such processor of the Go process.
+func (c *Client) store() *cursorlock.Store {
+	if c == nil {
+		return cursorlock.DefaultStore()
+	}
+	return c.cursors
+}
 
 // fit gives a processor's configuration the client's database and instance, or refuses another.
 func (c *Client) fit(cc **pgx.ConnConfig, instance *string) error {

@@ -5,9 +5,8 @@ import (
 	"sort"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgtype"
-
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/cursorlock"
 )
 
 // A failover promotes a standby that, with asynchronous replication, may not have received the last
@@ -78,21 +77,15 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	}
 	ctx, cancel := p.bounded(ctx)
 	defer cancel()
-	var at pgtype.Timestamptz
-	var id pgtype.Text
 	conn, err := p.cur.Conn(ctx)
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
-	if err := conn.QueryRow(ctx, "SELECT position_created_at, position_id FROM inorder.cursor WHERE process_name = $1",
-		p.cfg.Process).Scan(&at, &id); err != nil {
+	pos, err := cursorlock.ReadPosition(ctx, conn, p.cfg.Process)
+	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
-	}
-	var pos inordertype.Position
-	if at.Valid {
-		pos = inordertype.Position{CreatedAt: at.Time.UTC(), ID: id.String}
 	}
 	r, err := p.table.Recheck(ctx, conn, pos, ps, recentFrom(deliveredAt, time.Now()))
 	if err != nil {

@@ -141,9 +141,9 @@ func (p *Processor[T]) redriveAfterOutage(work context.Context) {
 	}
 	defer p.cur.Detach()
 	for _, key := range keys {
-		_, err := cursor.Redrive(work, conn, p.cfg.Process, cursor.RedriveOpts{Key: key}, cursor.ActionOpts{
+		_, err := cursor.Redrive(work, conn, p.cfg.Process, cursor.RedriveOpts{Key: key, ActionOpts: cursor.ActionOpts{
 			Actor:  "inorder, after the sink's outage",
-			Reason: "parked for a refusal the sink then gave records of every key: its outage is over"})
+			Reason: "parked for a refusal the sink then gave records of every key: its outage is over"}})
 		if errors.Is(err, cursor.ErrNotParked) {
 			continue // an operator was quicker
 		}

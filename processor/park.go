@@ -28,14 +28,14 @@ const (
 )
 
 // Parking a key. With OnHaltPark, a record that would halt the stream is stored as parked (its row stays
-// in the source; inorder.parked refers to it, with the error), and the position moves past it as past a
-// record that succeeded. From then on every record of its key is parked behind it, in (created_at, id)
-// order, without reaching the handler, so that nothing of the key overtakes it; the other keys go on with
-// the window. The parked keys of a stream are read once per tenure and kept in memory: only the owner
+// in the source; the parked table of migration 11 refers to it, with the error), and the position moves
+// past it as past a record that succeeded. From then on every record of its key is parked behind it, in
+// (created_at, id) order, without reaching the handler, so that nothing of the key overtakes it; the other
+// keys go on with the window. The parked keys of a stream are read once per tenure and kept in memory: only the owner
 // parks, and an operator's redrive or skip is seen in the cursor row.
 //
 // A redrive happens in the owner, between two batches, in the goroutine that delivers the stream: the
-// key's parked records are delivered one at a time, in order, each removed from inorder.parked in the
+// key's parked records are delivered one at a time, in order, each removed from the parked table in the
 // transaction that commits after it (a transactional handler's writes with it), and the key is unparked
 // once none is left. No batch runs meanwhile, and every record of the key up to the position is among the
 // parked ones, so a new record of the key (after the position) can only come after them. A crash during a
@@ -115,13 +115,11 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 			return err
 		}
 		if p.parking() && !write {
-			return fatalError{errors.New("--on-halt park needs SELECT, INSERT, UPDATE, DELETE on inorder.parked for " +
-				"this role: GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO <role>")}
+			return fatalError{cursorlock.ErrCannotPark}
 		}
 		p.parkChecked, p.parkReadable = true, read
 		if !read {
-			p.log.Warn().Msg("this role may not read inorder.parked, so keys parked by another instance are not " +
-				"honoured here: GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.parked TO <role>")
+			p.log.Warn().Msg(cursorlock.CannotReadParked)
 		}
 	}
 	if !p.parkReadable {

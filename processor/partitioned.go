@@ -268,30 +268,9 @@ func (p *Partitioned[T]) noteFree(free []int32) {
 // holds the partition's advisory lock on its session and no session holds it (that session has ended, so
 // a standby takes over at once; see cursorlock).
 func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int32, error) {
-	n := p.opts.Partitions
-	names, classids, objids := make([]string, n), make([]int64, n), make([]int64, n)
-	for i := range n {
-		names[i] = cursorlock.PartitionName(p.cfg.Process, i, n)
-		k := uint64(cursorlock.LockKey(names[i]))
-		classids[i], objids[i] = int64(k>>32), int64(k&0xffffffff)
-	}
 	var free []int32
-	err := coord.do(ctx, func(c *pgx.Conn) error {
-		rows, err := c.Query(ctx, `
-			SELECT (k.i - 1)::int
-			FROM unnest($1::text[], $2::bigint[], $3::bigint[]) WITH ORDINALITY AS k(name, classid, objid, i)
-			LEFT JOIN inorder.cursor AS c ON c.process_name = k.name
-			WHERE c.lease_expires_at IS NULL OR c.lease_expires_at <= clock_timestamp()
-			   OR (c.owner_session AND NOT EXISTS (
-				SELECT 1 FROM pg_locks l
-				WHERE l.locktype = 'advisory' AND l.objsubid = 1
-				  AND l.classid = k.classid::oid AND l.objid = k.objid::oid
-				  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())))
-			ORDER BY k.i`, names, classids, objids)
-		if err != nil {
-			return err
-		}
-		free, err = pgx.CollectRows(rows, pgx.RowTo[int32])
+	err := coord.do(ctx, func(c *pgx.Conn) (err error) {
+		free, err = cursorlock.UnownedPartitions(ctx, c, p.cfg.Process, p.opts.Partitions)
 		return err
 	})
 	return free, err
@@ -328,7 +307,7 @@ type coordinator struct {
 	cc        *pgx.ConnConfig
 	conn      *pgx.Conn
 	appPrefix string
-	lockKey   int64
+	process   string // whose instances lock it holds
 }
 
 func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
@@ -346,7 +325,7 @@ func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
 	if len(prefix) > 40 { // application_name keeps 63 bytes: leave room to tell instances apart
 		prefix = prefix[:40]
 	}
-	c := &coordinator{cc: cc, appPrefix: prefix, lockKey: cursorlock.InstancesLockKey(p.cfg.Process)}
+	c := &coordinator{cc: cc, appPrefix: prefix, process: p.cfg.Process}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -367,9 +346,9 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 			return err
 		}
 		// Waits only while a repartition commits; the partition count is checked after it.
-		if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock_shared($1)", c.lockKey); err != nil {
+		if err := cursorlock.HoldInstances(ctx, conn, c.process); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
-			return fmt.Errorf("lock the process's instances lock: %w", err)
+			return err
 		}
 		c.conn = conn
 	}
@@ -389,9 +368,8 @@ func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
 	if !p.cfg.StartFrom.IsZero() {
 		return nil
 	}
-	var exists bool
-	if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)",
-		p.cfg.Process).Scan(&exists); err != nil {
+	exists, err := cursorlock.Registered(ctx, c, p.cfg.Process)
+	if err != nil {
 		return err
 	}
 	if !exists {
@@ -441,7 +419,7 @@ func (c *coordinator) close() {
 		// Unlocked before the connection closes, so that a repartition right after the stop sees it free.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_, _ = c.conn.Exec(ctx, "SELECT pg_advisory_unlock_shared($1)", c.lockKey)
+		_ = cursorlock.ReleaseInstances(ctx, c.conn, c.process)
 		_ = c.conn.Close(ctx)
 	}
 }

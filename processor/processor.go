@@ -19,7 +19,6 @@ import (
 	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
-	"github.com/inorder-dev/inorder/internal/probe"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -328,7 +327,7 @@ type Processor[T any] struct {
 	hold        holder    // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
 	wake        chan struct{}
-	prober      *probe.Prober // the probe shared with the other processors of the database, or nil
+	prober      *sharedProbe  // the probe shared with the other processors of the database, or nil
 	probeGap    time.Duration // the probe's current interval (see probe.go)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
@@ -514,11 +513,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 	}()
 
-	if p.cfg.ProbeInterval > 0 && p.cfg.Client != nil {
-		p.prober = p.cfg.Client.prober()
-		defer func() { p.prober.Close(); p.prober = nil }()
-	} else if p.cfg.ProbeInterval > 0 {
-		p.prober = probe.Open(p.cfg.ConnConfig)
+	if p.cfg.ProbeInterval > 0 {
+		p.prober = p.cfg.Client.store().Prober(p.cfg.ConnConfig)
 		defer func() { p.prober.Close(); p.prober = nil }()
 	}
 
@@ -632,7 +628,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		SynchronousCommit: p.cfg.SynchronousCommit,
 	}
 	for attempt := 1; ; attempt++ {
-		cur, err := cursorlock.Open(work, p.cfg.Process, ccfg)
+		cur, err := p.cfg.Client.store().Open(work, p.cfg.Process, ccfg)
 		if err == nil {
 			p.cur = cur
 			break

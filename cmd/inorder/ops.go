@@ -264,7 +264,7 @@ func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	}
 	defer conn.Close(ctx)
 	// The source, for the index hint: the single stream's, or any partition's (gone after the split).
-	procs, err := cursor.ListProcesses(ctx, conn, o.process)
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{Process: o.process})
 	if err != nil {
 		return err
 	}
@@ -356,7 +356,7 @@ func redriveCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer conn.Close(ctx)
-	e, err := cursor.Redrive(ctx, conn, o.process, cursor.RedriveOpts{Key: *key, All: *all}, o.opts())
+	e, err := cursor.Redrive(ctx, conn, o.process, cursor.RedriveOpts{ActionOpts: o.opts(), Key: *key, All: *all})
 	if err != nil {
 		return actionErr(err, o.process)
 	}

@@ -30,21 +30,26 @@
 //
 // # One repository per process and instance
 //
-// Open hands out one Repository per database, process name and instance name: asking twice gives the
-// same one, and no method takes a name, so a repository can only touch its own row.
+// A Store (a processor.Client's, or the default one of processors without a Client) hands out one
+// Repository per database, process name and instance name: asking twice gives the same one, and no
+// method takes a name, so a repository can only touch its own row.
+//
+// # Every statement on inorder's tables
+//
+// Besides the repository, which the loop drives, this package holds every other statement on inorder's
+// own tables (cursor, parked, audit, instance; see migrations): the operator actions' (operator.go), the
+// status listing's (status.go), the idle probe's (probe.go), and the advisory-lock protocol (locks.go).
+// Each is a function named for what it does, returning typed results; no SQL text leaves the package.
 package cursorlock
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,65 +149,14 @@ func (c *Config) lease() time.Duration {
 	return c.Lease
 }
 
-// registry hands out one Repository per database, process name and instance name.
-type registry struct {
-	mu    sync.Mutex
-	repos map[string]*Repository
-}
-
-var repos = &registry{}
-
-// Open returns the repository for process name on cfg's database as instance cfg.Instance, connecting and
-// registering the process on first use. Asking again for the same returns the same repository (cfg is
-// then ignored), so two parts of one program can never hold two locks, or two connections, for one
-// cursor as one instance. Instances with other names are other instances, as in other programs.
-func Open(ctx context.Context, name string, cfg Config) (*Repository, error) {
-	return repos.open(ctx, name, cfg)
-}
-
-func (r *registry) open(ctx context.Context, name string, cfg Config) (*Repository, error) {
-	if name == "" {
-		return nil, errors.New("cursor: process name is empty")
-	}
-	if cfg.Shared != nil {
-		cfg.ConnConfig, cfg.Instance = cfg.Shared.ConnConfig(), cfg.Shared.Instance()
-	}
-	if cfg.ConnConfig == nil {
-		return nil, fmt.Errorf("open cursor %q: Config.ConnConfig is required", name)
-	}
-	key := fmt.Sprintf("%s:%d/%s/%s\x00%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, name, cfg.Instance)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if repo, ok := r.repos[key]; ok {
-		return repo, nil
-	}
-	repo := &Repository{name: name, key: key, cfg: cfg, registry: r, shared: cfg.Shared}
-	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
-	repo.lockSQL17 = withoutTransactionTimeout(repo.lockSQL)
-	if err := repo.connect(ctx); err != nil {
-		return nil, err
-	}
-	if err := repo.register(ctx); err != nil {
-		repo.closeConn()
-		repo.Detach()
-		return nil, err
-	}
-	repo.Detach()
-	if r.repos == nil {
-		r.repos = map[string]*Repository{}
-	}
-	r.repos[key] = repo
-	return repo, nil
-}
-
 // Repository owns the cursor row of one process: its lock, its position and its halt state. It works on
 // a connection of its own, since the row lock lives in a transaction on that connection. Its methods are
 // meant for one goroutine at a time, the processor that Claims it.
 type Repository struct {
 	name     string
-	key      string // in the registry
+	key      string // in its store
 	cfg      Config
-	registry *registry
+	store    *Store
 	lockSQL  string
 	lockArgs []any // after the name
 	// lockSQL17 is lockSQL for a server that has transaction_timeout (17 and later), which it turns off
@@ -283,7 +237,7 @@ func (r *Repository) Claim() error {
 	if r.released {
 		return ErrReleased
 	}
-	if r.claimed {
+	if r.claimed || !claims.take(r.key) {
 		return fmt.Errorf("cursor %q: %w", r.name, ErrInUse)
 	}
 	r.claimed = true
@@ -293,6 +247,9 @@ func (r *Repository) Claim() error {
 // Unclaim ends a Claim.
 func (r *Repository) Unclaim() {
 	r.mu.Lock()
+	if r.claimed {
+		claims.give(r.key)
+	}
 	r.claimed = false
 	r.mu.Unlock()
 }
@@ -352,14 +309,6 @@ func (r *Repository) connect(ctx context.Context) error {
 	r.inFlight = InFlight{Records: -1} // unknown: the first SetInFlight writes
 	r.mu.Unlock()
 	return nil
-}
-
-// LockKey is the key of the session-level advisory lock that makes an instance the owner of process name
-// between batches: 64 bits of a SHA-256 of the name, so distinct names practically never share a key.
-// pg_locks shows it as classid = key>>32, objid = key&0xffffffff, objsubid = 1.
-func LockKey(name string) int64 {
-	sum := sha256.Sum256([]byte("inorder.cursor:" + name))
-	return int64(binary.BigEndian.Uint64(sum[:8]))
 }
 
 // register registers the process as Config.Start says; with the zero Start it only looks whether the
@@ -559,8 +508,8 @@ func (r *Repository) Version() string { return r.version }
 // repository.
 func (r *Repository) State() inordertype.State { return r.state }
 
-// StateColumns are the columns of a cursor row that ScanState reads, in its order.
-const StateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
+// stateColumns are the columns of a cursor row that scanState reads, in its order.
+const stateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
 	halted_at, redrive_requested_at, halted_unavailable`
 
@@ -580,13 +529,6 @@ func (m *leaseMillis) ScanInt64(v pgtype.Int8) error {
 	*m.d = time.Duration(v.Int64) * time.Millisecond
 	return nil
 }
-
-// NoInsertLockKey is the key of the transaction-level advisory lock that every cursor transaction of a
-// processor with a plain handler holds shared, and the probe's statements too: it says "this transaction
-// inserts into no source table". The transactions horizon leaves such transactions out (see package
-// source). A transaction-level lock ends with its transaction, so no pooler can lend it to a client that
-// did not take it, as it can a session's application_name.
-const NoInsertLockKey = source.NoInsertKey
 
 // lockStatement returns the statement that locks the cursor row for a batch, and its arguments after the
 // name. Besides the row it sets the transaction's idle_in_transaction_session_timeout and, unless
@@ -611,7 +553,7 @@ func lockStatement(cfg Config, applicationName string) (string, []any) {
 		args = append(args, applicationName)
 	}
 	return `
-	SELECT ` + StateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
+	SELECT ` + stateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`, args
@@ -1148,7 +1090,7 @@ func (r *Repository) giveUpSession(ctx context.Context) {
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	var backend uint32
 	var marks string
-	st, ok, err := ScanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks)...)
+	st, ok, err := scanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks)...)
 	if ok {
 		r.state = st
 		if r.backend != 0 && backend != r.backend {
@@ -1159,8 +1101,8 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	return ok, err
 }
 
-// ScanState reads the StateColumns of a cursor row, then extra.
-func ScanState(row pgx.Row, extra ...any) (inordertype.State, bool, error) {
+// scanState reads the stateColumns of a cursor row, then extra.
+func scanState(row pgx.Row, extra ...any) (inordertype.State, bool, error) {
 	var (
 		posAt             pgtype.Timestamptz
 		posID, haltID     pgtype.Text
@@ -1257,9 +1199,9 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 	return nil
 }
 
-// ClearHalt is the SET list that clears every column of a failing record's state: a position that moves
+// clearHalt is the SET list that clears every column of a failing record's state: a position that moves
 // past the record (the processor's or an operator's) clears it with this, and nothing else does.
-const ClearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
+const clearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL, halted_permanent = false,
 	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL, halted_unavailable = NULL`
 
@@ -1268,7 +1210,7 @@ const ClearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts
 // so far. It writes only under the owner's token ($8): fencing.
 const setPositionSQL = `
 	UPDATE inorder.cursor
-	SET position_created_at = $2, position_id = $3, ` + ClearHalt + `,
+	SET position_created_at = $2, position_id = $3, ` + clearHalt + `,
 	    updated_at = clock_timestamp(),
 	    in_flight = $5, in_flight_since = $6,
 	    records_handled = records_handled + $4,
@@ -1657,7 +1599,7 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 }
 
 // Release ends the open transaction (committing it), gives up ownership, closes the connection and
-// removes the repository from its registry. Opening the name again afterwards makes a new repository.
+// removes the repository from its store. Opening the name again afterwards makes a new repository.
 func (r *Repository) Release(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
@@ -1694,11 +1636,8 @@ func (r *Repository) Release(ctx context.Context) error {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 	}
-	r.registry.mu.Lock()
-	if r.registry.repos[r.key] == r {
-		delete(r.registry.repos, r.key)
-	}
-	r.registry.mu.Unlock()
+	r.store.forget(r)
+	r.Unclaim()
 	if r.shared != nil {
 		r.Detach()
 	}
@@ -1738,63 +1677,3 @@ func IsConnectionError(err error) bool {
 	return errors.As(err, &netErr) || errors.As(err, &connectErr) || errors.Is(err, net.ErrClosed) ||
 		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
 }
-
-// ErrPartitionsChanged is returned by RegisterPartitioned when the process is already split another way.
-var ErrPartitionsChanged = errors.New("the process has another number of partitions")
-
-// RegisterPartitioned records that process name is split into n partitions, or checks that it is. A
-// different number, or a process that already ran as one stream, is refused: changing the split is an
-// explicit operation (drain, then Repartition), since positions do not carry over between splits.
-func RegisterPartitioned(ctx context.Context, conn *pgx.Conn, name string, n int) error {
-	if _, err := conn.Exec(ctx, `INSERT INTO inorder.cursor (process_name, partitions) VALUES ($1, $2)
-		ON CONFLICT (process_name) DO NOTHING`, name, n); err != nil {
-		return fmt.Errorf("register partitioned process: %w", err)
-	}
-	var have *int32
-	var ran bool
-	if err := conn.QueryRow(ctx, `SELECT partitions, source_table IS NOT NULL FROM inorder.cursor WHERE process_name = $1`,
-		name).Scan(&have, &ran); err != nil {
-		return fmt.Errorf("register partitioned process: %w", err)
-	}
-	switch {
-	case have == nil && ran:
-		return fmt.Errorf("%w: it runs as one stream; to split it, stop it and run: inorder repartition --process %s --partitions %d",
-			ErrPartitionsChanged, name, n)
-	case have == nil:
-		_, err := conn.Exec(ctx, "UPDATE inorder.cursor SET partitions = $2 WHERE process_name = $1 AND partitions IS NULL", name, n)
-		return err
-	case int(*have) != n:
-		return fmt.Errorf("%w: it has %d, asked for %d; drain it and run: inorder repartition --process %s --partitions %d",
-			ErrPartitionsChanged, *have, n, name, n)
-	}
-	return nil
-}
-
-// PartitionName is the process name of partition index of count, "<process>#<index>/<count>": the name
-// of its own cursor row. cursor.Process groups the rows back into their process.
-func PartitionName(process string, index, count int) string {
-	return fmt.Sprintf("%s#%d/%d", process, index, count)
-}
-
-// PartitionRowSQL is the SQL condition "the row is a partition's of the process named by $1": its name is
-// PartitionName's form for that process. A process named "<process>#<something else>" is not one.
-const PartitionRowSQL = `(starts_with(process_name, $1 || '#') AND regexp_replace(process_name, '#[0-9]+/[0-9]+$', '') = $1)`
-
-// partitionName matches the names PartitionName gives.
-var partitionName = regexp.MustCompile(`^(.+)#[0-9]+/[0-9]+$`)
-
-// PartitionOf returns the process whose partition name would be by its form, "<process>#<index>/<count>",
-// and false for any other name. Processes are refused such names, so that none is taken for a partition.
-func PartitionOf(name string) (process string, ok bool) {
-	m := partitionName.FindStringSubmatch(name)
-	if m == nil {
-		return "", false
-	}
-	return m[1], true
-}
-
-// InstancesLockKey is the key of the advisory lock that every running instance of partitioned process
-// name holds shared on its coordinating connection, from before it checks the partition count until it
-// stops. Repartition takes it exclusively: an instance between two partitions owns none of their locks,
-// but holds this one.
-func InstancesLockKey(name string) int64 { return LockKey(name + "#instances") }

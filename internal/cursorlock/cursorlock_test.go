@@ -170,3 +170,48 @@ func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT owner_instance FROM inorder.cursor WHERE process_name = 'orders'").Scan(&owner))
 	require.Equal(t, "second", owner)
 }
+
+// TestStoresMeetEachOthersClaims opens one cursor as one instance in two stores (two Clients, or a Client
+// and processors without one): each store has its own repository, but only one of them may be claimed,
+// so that two processors never take each other for their own former session. A released repository
+// gives its claim back.
+func TestStoresMeetEachOthersClaims(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	cfg.Instance = "claims"
+	ctx := context.Background()
+	one, two := cursorlock.NewStore(nil), cursorlock.NewStore(nil)
+	a, err := one.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	b, err := two.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	require.NotSame(t, a, b, "each store owns its repositories")
+	again, err := one.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	require.Same(t, a, again, "asking a store twice gives the same repository")
+
+	require.NoError(t, a.Claim())
+	require.ErrorIs(t, b.Claim(), cursorlock.ErrInUse, "one cursor, one instance: one user in the Go process")
+	require.NoError(t, a.Release(ctx))
+	require.NoError(t, b.Claim(), "a released repository gives its claim back")
+	b.Unclaim()
+	require.NoError(t, b.Release(ctx))
+}
+
+// TestAStoreProbesOncePerDatabase gives the processors of one store one probe per database, and those of
+// another store their own.
+func TestAStoreProbesOncePerDatabase(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	one, two := cursorlock.NewStore(nil), cursorlock.NewStore(nil)
+	p, q := one.Prober(cfg.ConnConfig), one.Prober(cfg.ConnConfig)
+	require.Same(t, p, q, "one probe per database in a store")
+	r := two.Prober(cfg.ConnConfig)
+	require.NotSame(t, p, r, "another store probes for its own processors")
+	p.Close()
+	q.Close()
+	next := one.Prober(cfg.ConnConfig)
+	require.NotSame(t, p, next, "the last Close ends the probe; the next user starts another")
+	next.Close()
+	r.Close()
+}

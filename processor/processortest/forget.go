@@ -32,10 +32,7 @@ func ForgetOnCleanup(t testing.TB, db *DB, process string) {
 				return
 			}
 		}
-		if _, err := db.Pool.Exec(ctx, `
-			WITH audit AS (DELETE FROM inorder.audit WHERE process_name = $1 OR `+cursorlock.PartitionRowSQL+`)
-			DELETE FROM inorder.cursor WHERE process_name = $1 OR `+cursorlock.PartitionRowSQL,
-			process); err != nil {
+		if err := cursorlock.Purge(ctx, db.Pool, process); err != nil {
 			t.Errorf("processortest: forget process %q: %v", process, err)
 		}
 	})

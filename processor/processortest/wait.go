@@ -152,7 +152,7 @@ func poll(db *DB, process string, done func(ctx context.Context, streams []curso
 // streamsOf returns the cursor rows of process's streams: its own, or for a partitioned process those of
 // its partitions (fewer than it has when some are not registered yet). None means no cursor row yet.
 func streamsOf(ctx context.Context, db *DB, process string) ([]cursor.Info, error) {
-	procs, err := cursor.ListProcesses(ctx, db.Pool, process)
+	procs, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: process})
 	if err != nil || len(procs) == 0 {
 		return nil, err
 	}

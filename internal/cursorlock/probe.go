@@ -1,21 +1,22 @@
-// Package probe is the idle probe that the processors of one Go process share per database: while they
+// The idle probe, which the processors of one Store share per database (see Store.Prober): while they
 // have nothing to read, one connection asks for all of them at once, in one statement, whether any row lies
 // after each one's position and whether each one's cursor row changed (an operator's skip, rewind, pause
 // or resume). A processor runs a batch, with its horizon, pg_locks and cursor lock, only when the answer
 // concerns it, or when its own deadline comes.
 //
-// # Why one per database
+// Why one per database.
 //
 // Fifty quiet processes in one service would otherwise send fifty probes every interval. Shared, they
 // send one statement per interval, holding fifty index-only EXISTS lookups and fifty primary-key
 // lookups: the statement rate of the fleet does not grow with the number of processes.
 //
-// # What a probe decides
+// What a probe decides.
 //
 // Only when to look, never what to read: a yes wakes the processor, whose next batch reads below its
 // horizon as always. A probe that fails wakes every processor waiting on it with the error, and each falls
 // back to its poll interval; the next probe connects again.
-package probe
+
+package cursorlock
 
 import (
 	"context"
@@ -33,19 +34,19 @@ import (
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
-// ApplicationName is the probe connection's application_name.
-const ApplicationName = "inorder:probe"
+// ProbeApplicationName is the probe connection's application_name.
+const ProbeApplicationName = "inorder:probe"
 
-// statementTimeout bounds one probe statement and the probe connection's start-up; a probe that takes
+// probeTimeout bounds one probe statement and the probe connection's start-up; a probe that takes
 // longer fails (the connection is closed as dead), and its waiters fall back to their poll interval.
-const statementTimeout = dial.DefaultTimeout
+const probeTimeout = dial.DefaultTimeout
 
-// noInsert makes a probe statement's transaction say that it inserts into no source table (see
+// probeNoInsert makes a probe statement's transaction say that it inserts into no source table (see
 // source.NoInsertKey), so that the transactions horizon of every processor leaves it out.
-var noInsert = fmt.Sprintf("pg_advisory_xact_lock_shared(%d)::text", source.NoInsertKey)
+var probeNoInsert = fmt.Sprintf("pg_advisory_xact_lock_shared(%d)::text", source.NoInsertKey)
 
-// Request is what one processor waits for.
-type Request struct {
+// ProbeRequest is what one processor waits for.
+type ProbeRequest struct {
 	// RowsFunc returns an SQL boolean expression saying whether a row the processor could read lies after
 	// its position (an EXISTS over the source table), with its parameters numbered from n, and their
 	// values. Nil means rows are not watched (a halted or paused stream waits for its cursor row only).
@@ -59,8 +60,8 @@ type Request struct {
 	Gap, MaxGap time.Duration
 }
 
-// Result says why Wait returned.
-type Result struct {
+// ProbeResult says why Wait returned.
+type ProbeResult struct {
 	// Rows is true when a row lies after the position, Changed when the cursor row changed, Woken when
 	// the wake channel given to Wait received.
 	Rows, Changed, Woken bool
@@ -70,12 +71,13 @@ type Result struct {
 	Err error
 }
 
-// Prober probes for every processor of one database in this Go process.
+// Prober probes for every processor of one database in its Store.
 type Prober struct {
-	key  string
-	cfg  *pgx.ConnConfig
-	pool *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
-	refs int           // under registry.mu
+	key   string
+	store *Store
+	cfg   *pgx.ConnConfig
+	pool  *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
+	refs  int           // under store.probeMu
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -85,68 +87,59 @@ type Prober struct {
 }
 
 type waiter struct {
-	req    Request
+	req    ProbeRequest
 	gap    time.Duration
 	due    time.Time
-	result chan Result
+	result chan ProbeResult
 }
 
-var registry = struct {
-	mu      sync.Mutex
-	probers map[string]*Prober
-}{probers: map[string]*Prober{}}
-
-// Open returns the prober of cfg's database, starting it if this is its first user. Every Open must be
+// Prober returns the prober of the store's processors on cfg's database (on the store's shared pool when
+// it has one, and cfg is then ignored), starting it if this is its first user. Every Prober must be
 // matched by a Close.
-func Open(cfg *pgx.ConnConfig) *Prober {
-	key := fmt.Sprintf("%s|%d|%s|%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	if p, ok := registry.probers[key]; ok {
+func (s *Store) Prober(cfg *pgx.ConnConfig) *Prober {
+	var key string
+	if s.shared != nil {
+		key = fmt.Sprintf("pool %p", s.shared.Pool())
+	} else {
+		key = fmt.Sprintf("%s|%d|%s|%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
+	}
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if p, ok := s.probers[key]; ok {
 		p.refs++
 		return p
 	}
-	c := cfg.Copy()
-	c.RuntimeParams = map[string]string{}
-	for k, v := range cfg.RuntimeParams {
-		c.RuntimeParams[k] = v
-	}
-	// Only application_name: a pooler refuses start-up parameters it does not know.
-	c.RuntimeParams["application_name"] = ApplicationName
-	p := &Prober{key: key, cfg: c, refs: 1, waiters: map[*waiter]struct{}{},
+	p := &Prober{key: key, store: s, refs: 1, waiters: map[*waiter]struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	registry.probers[key] = p
-	go p.loop()
-	return p
-}
-
-// OpenPool returns the prober of the processors that share pool (the connections of one instance), starting
-// it if this is its first user: each probe borrows a connection of the pool for its statement. Every
-// OpenPool must be matched by a Close.
-func OpenPool(pool *pgxpool.Pool) *Prober {
-	key := fmt.Sprintf("pool %p", pool)
-	registry.mu.Lock()
-	defer registry.mu.Unlock()
-	if p, ok := registry.probers[key]; ok {
-		p.refs++
-		return p
+	if s.shared != nil {
+		p.pool = s.shared.Pool()
+	} else {
+		c := cfg.Copy()
+		c.RuntimeParams = map[string]string{}
+		for k, v := range cfg.RuntimeParams {
+			c.RuntimeParams[k] = v
+		}
+		// Only application_name: a pooler refuses start-up parameters it does not know.
+		c.RuntimeParams["application_name"] = ProbeApplicationName
+		p.cfg = c
 	}
-	p := &Prober{key: key, pool: pool, refs: 1, waiters: map[*waiter]struct{}{},
-		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	registry.probers[key] = p
+	if s.probers == nil {
+		s.probers = map[string]*Prober{}
+	}
+	s.probers[key] = p
 	go p.loop()
 	return p
 }
 
 // Close gives up one use of the prober; the last closes its connection.
 func (p *Prober) Close() {
-	registry.mu.Lock()
+	p.store.probeMu.Lock()
 	p.refs--
 	last := p.refs == 0
 	if last {
-		delete(registry.probers, p.key)
+		delete(p.store.probers, p.key)
 	}
-	registry.mu.Unlock()
+	p.store.probeMu.Unlock()
 	if last {
 		close(p.stop)
 		<-p.done
@@ -155,8 +148,8 @@ func (p *Prober) Close() {
 
 // Wait probes for req until a probe answers for it, wake receives, ctx ends or d passes, whichever comes
 // first. It returns a zero Result (with the gap reached) when nothing happened.
-func (p *Prober) Wait(ctx context.Context, req Request, d time.Duration, wake <-chan struct{}) Result {
-	w := &waiter{req: req, gap: max(req.Gap, time.Millisecond), result: make(chan Result, 1)}
+func (p *Prober) Wait(ctx context.Context, req ProbeRequest, d time.Duration, wake <-chan struct{}) ProbeResult {
+	w := &waiter{req: req, gap: max(req.Gap, time.Millisecond), result: make(chan ProbeResult, 1)}
 	w.due = time.Now().Add(w.gap)
 	p.mu.Lock()
 	p.waiters[w] = struct{}{}
@@ -164,7 +157,7 @@ func (p *Prober) Wait(ctx context.Context, req Request, d time.Duration, wake <-
 	p.nudge()
 	t := time.NewTimer(d)
 	defer t.Stop()
-	var r Result
+	var r ProbeResult
 	select {
 	case r = <-w.result:
 	case <-t.C:
@@ -255,9 +248,9 @@ func (p *Prober) loop() {
 			continue
 		}
 		if conn == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 			cc := p.cfg.Copy()
-			dial.Configure(cc, statementTimeout)
+			dial.Configure(cc, probeTimeout)
 			c, err := pgx.ConnectConfig(ctx, cc)
 			cancel()
 			if err != nil {
@@ -280,7 +273,7 @@ func (p *Prober) loop() {
 
 // probePool runs one probe for batch on a connection borrowed from the pool.
 func (p *Prober) probePool(batch []*waiter) ([]bool, []string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	c, err := p.pool.Acquire(ctx)
 	cancel()
 	if err != nil {
@@ -301,7 +294,7 @@ func (p *Prober) probePool(batch []*waiter) ([]bool, []string, error) {
 func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error) {
 	var sql strings.Builder
 	var args []any
-	sql.WriteString("SELECT " + noInsert)
+	sql.WriteString("SELECT " + probeNoInsert)
 	for _, w := range batch {
 		sql.WriteString(", ")
 		if w.req.RowsFunc == nil {
@@ -322,7 +315,7 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error
 	for i := range batch {
 		dest = append(dest, &found[i], &versions[i])
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), statementTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	if err := conn.QueryRow(ctx, sql.String(), args...).Scan(dest...); err != nil {
 		return nil, nil, fmt.Errorf("probe: %w", err)
@@ -343,7 +336,7 @@ func (p *Prober) answer(batch []*waiter, rows []bool, versions []string, err err
 		if _, ok := p.waiters[w]; !ok {
 			continue // gone meanwhile
 		}
-		r := Result{Err: err}
+		r := ProbeResult{Err: err}
 		if err == nil {
 			r.Rows = rows[i]
 			r.Changed = versions[i] != w.req.Version
