@@ -9,18 +9,18 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func setup(t *testing.T) (*pgtest.DB, cursorlock.Config) {
+func setup(t *testing.T) (*pgtest.DB, store.Config) {
 	t.Helper()
 	db := pgtest.New(t)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursor.StartFromBeginning}
+	return db, store.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursor.StartFromBeginning}
 }
 
 // TestListCountsOnlyThisDatabasesInstances: a process of the same name in another database on the server
@@ -31,10 +31,10 @@ func TestListCountsOnlyThisDatabasesInstances(t *testing.T) {
 	here, cfg := setup(t)
 	_, other := setup(t)
 	cfg.Instance, other.Instance = "here", "elsewhere"
-	mine, err := cursorlock.Open(ctx, "same_name", cfg)
+	mine, err := store.Open(ctx, "same_name", cfg)
 	require.NoError(t, err)
 	defer mine.Release(ctx) //nolint:errcheck // cleanup
-	theirs, err := cursorlock.Open(ctx, "same_name", other)
+	theirs, err := store.Open(ctx, "same_name", other)
 	require.NoError(t, err)
 	defer theirs.Release(ctx) //nolint:errcheck // cleanup
 

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Forget deletes the cursor rows of process name (its partitions' too), for a process that is retired or
@@ -32,8 +32,8 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 	if err != nil {
 		return AuditEntry{}, err
 	}
-	if parent, ok := cursorlock.PartitionOf(name); ok {
-		if yes, err := cursorlock.IsPartitioned(ctx, tx, parent); err == nil && yes {
+	if parent, ok := store.PartitionOf(name); ok {
+		if yes, err := store.IsPartitioned(ctx, tx, parent); err == nil && yes {
 			return fail("it is a partition of %q; forget the whole process: inorder forget --process %s", parent, parent)
 		}
 	}
@@ -79,7 +79,7 @@ func lockPartitions(ctx context.Context, tx pgx.Tx, name string, row cursorRow) 
 	if row.Partitions == 0 {
 		return streams, table, nil
 	}
-	parts, err := cursorlock.LockPartitions(ctx, tx, name)
+	parts, err := store.LockPartitions(ctx, tx, name)
 	if isLockTimeout(err) {
 		return nil, "", fmt.Errorf("%w: a processor is working one of its partitions; stop every instance first", ErrBusy)
 	}
@@ -108,7 +108,7 @@ func refuseRunning(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 	if partitioned {
 		instances = name
 	}
-	free, err := cursorlock.NoOwnerRuns(ctx, tx, names, instances)
+	free, err := store.NoOwnerRuns(ctx, tx, names, instances)
 	if err != nil {
 		return err
 	}
@@ -116,7 +116,7 @@ func refuseRunning(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 		return fmt.Errorf("%w: an instance is running it; stop every instance first", ErrBusy)
 	}
 	// One on a direct connection holds the lock, checked above, whatever its lease says.
-	leased, ok, err := cursorlock.LeasedOwner(ctx, tx, name, partitioned)
+	leased, ok, err := store.LeasedOwner(ctx, tx, name, partitioned)
 	switch {
 	case err != nil:
 		return err
@@ -131,12 +131,12 @@ func refuseRunning(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 // instance says it runs. An instance that registered before the delete (standing by, or about to lock)
 // has said so, so the instances are read only after it. One that registers later waits for this
 // transaction and then registers the process anew; one that registered in between finds its row gone and
-// stops (cursorlock.ErrForgotten).
+// stops (store.ErrForgotten).
 func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool) error {
-	if err := cursorlock.DeleteCursors(ctx, tx, name, partitioned); err != nil {
+	if err := store.DeleteCursors(ctx, tx, name, partitioned); err != nil {
 		return err
 	}
-	who, live, err := cursorlock.LiveInstance(ctx, tx, name, partitioned)
+	who, live, err := store.LiveInstance(ctx, tx, name, partitioned)
 	switch {
 	case err != nil:
 		return err
@@ -159,7 +159,7 @@ func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 			}
 		}
 	}
-	return cursorlock.DeleteInstances(ctx, tx, name, partitioned)
+	return store.DeleteInstances(ctx, tx, name, partitioned)
 }
 
 // refuseParked refuses (ErrParked) while records are parked in one of the streams: forgetting the process
@@ -169,7 +169,7 @@ func refuseParked(ctx context.Context, tx pgx.Tx, streams []StreamPosition) erro
 	for i, s := range streams {
 		names[i] = s.Process
 	}
-	keys, records, err := cursorlock.CountParked(ctx, tx, names)
+	keys, records, err := store.CountParked(ctx, tx, names)
 	if err != nil {
 		return err
 	}

@@ -8,8 +8,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -67,7 +67,7 @@ func TestForgetRefusedWhileAnInstanceStandsBy(t *testing.T) {
 	_, cfg := setup(t)
 	db, _ := setup(t)
 	cfg.ConnConfig.Database = db.Name
-	standby, err := cursorlock.Open(ctx, "billing", cfg) // connected and registered, not owning it
+	standby, err := store.Open(ctx, "billing", cfg) // connected and registered, not owning it
 	require.NoError(t, err)
 	ops := cursor.ActionOpts{Actor: "ops"}
 	_, err = cursor.Forget(ctx, db.Pool, "billing", ops)

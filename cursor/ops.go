@@ -11,8 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Sentinel errors of operator actions, for callers that branch on them. Every action error wraps one of
@@ -145,7 +145,7 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 			return fail(err)
 		}
 		to := loc.Record
-		return &to, cursorlock.MovePosition(ctx, tx, name, to)
+		return &to, store.MovePosition(ctx, tx, name, to)
 	})
 }
 
@@ -153,7 +153,7 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 // owning processor to redrive the rest of the key (or, when nothing is left, to unpark it). It reports
 // false when no stream of the process has recordID parked.
 func skipParked(ctx context.Context, tx pgx.Tx, row cursorRow, recordID string, e *AuditEntry) (bool, error) {
-	rec, found, err := cursorlock.FindParked(ctx, tx, row.Streams(), recordID)
+	rec, found, err := store.FindParked(ctx, tx, row.Streams(), recordID)
 	if err != nil || !found {
 		return false, busyStreams(err)
 	}
@@ -161,7 +161,7 @@ func skipParked(ctx context.Context, tx pgx.Tx, row cursorRow, recordID string, 
 		return true, fmt.Errorf("%w: record %s is parked behind the first record of key %q; skip that one, or redrive the key",
 			ErrNotParked, recordID, rec.Key)
 	}
-	left, err := cursorlock.DropParkedHead(ctx, tx, rec)
+	left, err := store.DropParkedHead(ctx, tx, rec)
 	if err != nil {
 		return true, err
 	}
@@ -207,7 +207,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 					"rewind only moves back", name, to.RecordID, ErrForward)
 			}
 			back := loc.Before
-			return &back, cursorlock.MovePosition(ctx, tx, name, back)
+			return &back, store.MovePosition(ctx, tx, name, back)
 		}
 		// The position just before the time: every record created at or after it is delivered again.
 		back := Position{CreatedAt: to.Time.UTC().Add(-time.Microsecond)}
@@ -215,7 +215,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 			return nil, fmt.Errorf("rewind %q to %s: %w (%s); rewind only moves back", name,
 				to.Time.UTC().Format(time.RFC3339Nano), ErrForward, cur)
 		}
-		return &back, cursorlock.MovePosition(ctx, tx, name, back)
+		return &back, store.MovePosition(ctx, tx, name, back)
 	})
 }
 
@@ -239,7 +239,7 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 			// An audit entry for doing nothing would only mislead whoever reads the trail.
 			return nil, fmt.Errorf("resume %q: %w; nothing changed", name, ErrNotPaused)
 		}
-		return nil, cursorlock.SetPaused(ctx, tx, name, paused)
+		return nil, store.SetPaused(ctx, tx, name, paused)
 	})
 }
 
@@ -253,13 +253,13 @@ func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry
 			return nil, fmt.Errorf("retry %q: %w: it is not retrying a record either; nothing to retry", name, ErrNotHalted)
 		}
 		e.RecordID = row.State.Halt.RecordID
-		return nil, cursorlock.RetryNow(ctx, tx, name)
+		return nil, store.RetryNow(ctx, tx, name)
 	})
 }
 
 // cursorRow is a process's cursor row as an action reads it, locked: its state, the source it last ran
 // against, and, on the parent row of a partitioned process, how many partitions it has.
-type cursorRow struct{ cursorlock.ActionRow }
+type cursorRow struct{ store.ActionRow }
 
 // table resolves the row's source in the catalog.
 func (r cursorRow) table(ctx context.Context, q source.Querier) (*source.Table, error) {
@@ -334,7 +334,7 @@ func beginWaiting(ctx context.Context, db DB, wait time.Duration) (pgx.Tx, error
 // lockRow locks and reads process name's cursor row for an action, waiting for a running batch within
 // the transaction's lock_timeout.
 func lockRow(ctx context.Context, tx pgx.Tx, name, action string, opts ActionOpts) (cursorRow, error) {
-	row, ok, err := cursorlock.LockForAction(ctx, tx, name)
+	row, ok, err := store.LockForAction(ctx, tx, name)
 	if isLockTimeout(err) {
 		return cursorRow{}, fmt.Errorf("%s on %q: %w: a batch held the cursor row for over %s; try again or wait longer",
 			action, name, ErrBusy, opts.wait())
@@ -357,12 +357,12 @@ func isLockTimeout(err error) bool {
 
 // insertAudit writes e to the audit trail and fills in its id, time and database role.
 func insertAudit(ctx context.Context, tx pgx.Tx, e *AuditEntry) error {
-	a := cursorlock.Audit{Process: e.Process, Action: e.Action, Actor: e.Actor, Reason: e.Reason,
+	a := store.Audit{Process: e.Process, Action: e.Action, Actor: e.Actor, Reason: e.Reason,
 		RecordID: e.RecordID, Before: e.PositionBefore, After: e.PositionAfter}
 	if e.Detail != nil {
 		a.Detail = e.Detail
 	}
-	stamp, err := cursorlock.WriteAudit(ctx, tx, a)
+	stamp, err := store.WriteAudit(ctx, tx, a)
 	if err != nil {
 		return fmt.Errorf("%s on %q: write audit: %w", e.Action, e.Process, err)
 	}
@@ -388,7 +388,7 @@ func Audit(ctx context.Context, db DB, opts AuditOpts) ([]AuditEntry, error) {
 		return nil, fmt.Errorf("read audit: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	rows, err := cursorlock.ReadAudit(ctx, tx, opts.Process, opts.Limit)
+	rows, err := store.ReadAudit(ctx, tx, opts.Process, opts.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("read audit: %w", err)
 	}
@@ -448,7 +448,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		if err != nil {
 			return fail("%w", err)
 		}
-		if err := cursorlock.Resplit(ctx, tx, name, n, at); err != nil {
+		if err := store.Resplit(ctx, tx, name, n, at); err != nil {
 			return fail("%w", err)
 		}
 		return &at, nil
@@ -458,14 +458,14 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 // lockForRepartition refuses (ErrBusy) while an instance of the process runs: every instance of a
 // partitioned process holds its instances lock shared, and a processor working a partition holds its row.
 func lockForRepartition(ctx context.Context, tx pgx.Tx, name string) error {
-	idle, err := cursorlock.NoInstanceRuns(ctx, tx, name)
+	idle, err := store.NoInstanceRuns(ctx, tx, name)
 	if err != nil {
 		return err
 	}
 	if !idle {
 		return fmt.Errorf("%w: an instance is running it; stop every instance first", ErrBusy)
 	}
-	_, err = cursorlock.LockPartitions(ctx, tx, name)
+	_, err = store.LockPartitions(ctx, tx, name)
 	if isLockTimeout(err) {
 		return fmt.Errorf("%w: a processor is working a partition; stop every instance first", ErrBusy)
 	}

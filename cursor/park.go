@@ -8,7 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 var (
@@ -54,11 +54,11 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	streams, err := cursorlock.StreamsOf(ctx, tx, name)
+	streams, err := store.StreamsOf(ctx, tx, name)
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
-	heads, err := cursorlock.ParkedHeads(ctx, tx, streams)
+	heads, err := store.ParkedHeads(ctx, tx, streams)
 	if err != nil {
 		return nil, fmt.Errorf("read parked keys of %q: %w", name, err)
 	}
@@ -72,9 +72,9 @@ func Parked(ctx context.Context, db DB, name string) ([]ParkedKey, error) {
 }
 
 // lockStreams locks the cursor rows of the streams (a partitioned process's partitions), waiting for their
-// running batches to end (see cursorlock.LockStreams).
+// running batches to end (see store.LockStreams).
 func lockStreams(ctx context.Context, tx pgx.Tx, streams []string) error {
-	return busyStreams(cursorlock.LockStreams(ctx, tx, streams))
+	return busyStreams(store.LockStreams(ctx, tx, streams))
 }
 
 // busyStreams says ErrBusy for a lock on the streams' rows that stayed held for too long.
@@ -113,7 +113,7 @@ func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts, aopts ..
 		if err := lockStreams(ctx, tx, streams); err != nil {
 			return nil, fmt.Errorf("redrive %q: %w", name, err)
 		}
-		asked, err := cursorlock.RequestRedrive(ctx, tx, streams, opts.Key)
+		asked, err := store.RequestRedrive(ctx, tx, streams, opts.Key)
 		if err != nil {
 			return nil, fmt.Errorf("redrive %q: %w", name, err)
 		}

@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Process is a process with the streams it runs as. A process that is not partitioned is one stream, its
@@ -96,7 +96,7 @@ func group(infos []Info) []Process {
 		}
 		p := Process{Name: in.Process, Info: in}
 		for k := range in.Partitions {
-			name := cursorlock.PartitionName(in.Process, k, in.Partitions)
+			name := store.PartitionName(in.Process, k, in.Partitions)
 			if s, ok := byName[name]; ok {
 				p.Streams = append(p.Streams, *s)
 				belongs[name] = true

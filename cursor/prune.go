@@ -9,8 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Sentinel errors of Prune.
@@ -25,9 +25,9 @@ var (
 )
 
 // holdOffPrune waits for a prune batch in progress and keeps the next from starting until the caller's
-// transaction ends (see cursorlock.PruneLockKey).
+// transaction ends (see store.PruneLockKey).
 func holdOffPrune(ctx context.Context, tx pgx.Tx) error {
-	err := cursorlock.HoldOffPrune(ctx, tx)
+	err := store.HoldOffPrune(ctx, tx)
 	if isLockTimeout(err) {
 		return fmt.Errorf("%w: a prune of the table held it up; try again", ErrBusy)
 	}
@@ -185,9 +185,9 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	}
 	if !opts.DryRun {
 		// Rewinds and processes registering wait for this batch, and it for them (see
-		// cursorlock.PruneLockKey). The positions are read after, in a statement that sees every one of
+		// store.PruneLockKey). The positions are read after, in a statement that sees every one of
 		// them that committed.
-		if err := cursorlock.LockForPrune(ctx, tx); err != nil {
+		if err := store.LockForPrune(ctx, tx); err != nil {
 			return fail(err)
 		}
 	}
@@ -255,7 +255,7 @@ func auditPrune(ctx context.Context, tx pgx.Tx, opts PruneOpts, res *PruneResult
 	for i, e := range res.Entries {
 		ids[i] = e.ID
 	}
-	if err := cursorlock.SetAuditDetail(ctx, tx, ids, detail); err != nil {
+	if err := store.SetAuditDetail(ctx, tx, ids, detail); err != nil {
 		return fmt.Errorf("update audit: %w", err)
 	}
 	return nil

@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Info is what the database says about one process, read without disturbing it. It encodes to JSON as
@@ -89,11 +89,11 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
-	rows, err := cursorlock.ListCursors(ctx, tx, name, partitions)
+	rows, err := store.ListCursors(ctx, tx, name, partitions)
 	if err != nil {
 		return nil, fmt.Errorf("read cursors: %w", err)
 	}
-	live, err := cursorlock.LiveInstances(ctx, tx)
+	live, err := store.LiveInstances(ctx, tx)
 	if err != nil {
 		return nil, fmt.Errorf("count instances: %w", err)
 	}
@@ -120,7 +120,7 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 
 // infoOf is what a cursor row says of its process, before the look at its owner's session and at the
 // rows behind.
-func infoOf(c cursorlock.CursorRow) Info {
+func infoOf(c store.CursorRow) Info {
 	in := Info{Process: c.Name, State: c.State, Partitions: c.Partitions, Source: c.Source,
 		Locked: c.LeaseRuns, HeldByPID: c.HeldByPID, HeldSince: c.HeldSince, UpdatedAt: c.UpdatedAt,
 		Epoch: c.Epoch, OwnerSince: c.OwnerSince, LeaseExpiresAt: c.LeaseExpiresAt,
@@ -159,10 +159,10 @@ func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
 }
 
 // holderOnSession checks the owner that said it holds the process's advisory lock on its session (see
-// cursorlock.SessionHolder): no holder means that session has ended, whatever the lease says (a standby
+// store.SessionHolder): no holder means that session has ended, whatever the lease says (a standby
 // takes over at once).
 func holderOnSession(ctx context.Context, tx pgx.Tx, in *Info) error {
-	pid, held, err := cursorlock.SessionHolder(ctx, tx, in.Process)
+	pid, held, err := store.SessionHolder(ctx, tx, in.Process)
 	switch {
 	case err != nil:
 		return fmt.Errorf("find owner of cursor %q: %w", in.Process, err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // The async window: an AsyncHandler is sent up to its MaxInFlight records at once, in order, and their
@@ -155,7 +155,7 @@ func (a *asyncWindow[T]) settle() bool {
 	a.o.last, a.o.n = f.it.pos, a.o.n+1
 	if p.cfg.Checkpoint == CheckpointRecord {
 		a.o.counted = a.o.n
-		return a.o.checkpointed(p.checkpoint(a.work, a.o.last, 1, cursorlock.InFlight{}, f.it == &a.items[len(a.items)-1]))
+		return a.o.checkpointed(p.checkpoint(a.work, a.o.last, 1, store.InFlight{}, f.it == &a.items[len(a.items)-1]))
 	}
 	return true
 }
@@ -173,7 +173,7 @@ func (a *asyncWindow[T]) covered() bool {
 			return false
 		}
 	}
-	return p.covered(a.work, &a.o, cursorlock.InFlight{})
+	return p.covered(a.work, &a.o, store.InFlight{})
 }
 
 // drain waits out whatever is still in flight after a failure: it is not counted, and is delivered

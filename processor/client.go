@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/lifecycle"
 )
 
@@ -55,8 +55,8 @@ type ClientConfig struct {
 // at its next look. Through a pooler the lease decides, as always.
 type Client struct {
 	cfg     ClientConfig
-	shared  *cursorlock.Shared
-	cursors *cursorlock.Store // the processors' cursor repositories and probe, on shared
+	shared  *store.Shared
+	cursors *store.Store // the processors' cursor repositories and probe, on shared
 
 	mu       sync.Mutex
 	runners  []lifecycle.Runner
@@ -77,12 +77,12 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if cfg.DatabaseTimeout <= 0 {
 		cfg.DatabaseTimeout = DefaultDatabaseTimeout
 	}
-	shared, err := cursorlock.NewShared(cursorlock.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: cfg.MaxConns,
+	shared, err := store.NewShared(store.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: cfg.MaxConns,
 		Instance: cfg.Instance, Timeout: cfg.DatabaseTimeout})
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, shared: shared, cursors: cursorlock.NewStore(shared)}, nil
+	return &Client{cfg: cfg, shared: shared, cursors: store.New(shared)}, nil
 }
 
 // Add makes Run run r: a Processor, or a Partitioned runner. Add every processor before Run.
@@ -123,7 +123,7 @@ func (c *Client) Run(ctx context.Context) error {
 }
 
 // sharedConns is the client's connections, nil for a nil client.
-func (c *Client) sharedConns() *cursorlock.Shared {
+func (c *Client) sharedConns() *store.Shared {
 	if c == nil {
 		return nil
 	}
@@ -143,9 +143,9 @@ func (c *Client) Close() { c.shared.Close() }
 
 // store is the owner of the client's cursor repositories and idle probe, on the client's pool; for a nil
 // client (a processor without one), the default store, shared by every such processor of the Go process.
-func (c *Client) store() *cursorlock.Store {
+func (c *Client) store() *store.Store {
 	if c == nil {
-		return cursorlock.DefaultStore()
+		return store.Default()
 	}
 	return c.cursors
 }

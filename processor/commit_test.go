@@ -14,7 +14,7 @@ import (
 // TestATransactionalHandlerCommitsDurably: the cursor transaction of a transactional handler keeps the
 // database's synchronous_commit whatever SynchronousCommit says: its writes are the application's own,
 // which others may act on as soon as they commit. (A plain handler's positions commit with it off; see
-// cursorlock's lock statement test and the fault suite's server_crash scenario.)
+// store's lock statement test and the fault suite's server_crash scenario.)
 func TestATransactionalHandlerCommitsDurably(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

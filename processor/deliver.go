@@ -12,7 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // outcome is what delivering a batch came to, whatever the strategy (one at a time, the keyed window, an
@@ -55,7 +55,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
 		}
-		if !p.covered(work, &o, cursorlock.InFlight{}) {
+		if !p.covered(work, &o, store.InFlight{}) {
 			break
 		}
 		it := &items[i]
@@ -82,7 +82,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		o.last, o.n = it.pos, o.n+1
 		if p.cfg.Checkpoint == CheckpointRecord {
 			o.counted = o.n
-			if !o.checkpointed(p.checkpoint(work, o.last, 1, cursorlock.InFlight{}, i == len(items)-1)) {
+			if !o.checkpointed(p.checkpoint(work, o.last, 1, store.InFlight{}, i == len(items)-1)) {
 				break
 			}
 		}
@@ -214,7 +214,7 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 // was lost to another instance, or held by an operator's action, in the instant between commit and
 // relock. last says that it ends the batch: the poll of the transactions in flight then travels with the
 // relock, for the next batch.
-func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position, handled int, flying cursorlock.InFlight, last bool) (bool, error) {
+func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position, handled int, flying store.InFlight, last bool) (bool, error) {
 	if err := p.flush(work); err != nil {
 		return false, err
 	}
@@ -255,7 +255,7 @@ func leaseMargin(lease time.Duration) time.Duration { return min(time.Second, le
 // renews the lease by committing what the batch has delivered so far (the row is locked again in the same
 // round trip). It reports false when the batch must end here: the renewal failed (o.err), the row went
 // to another instance (o.lost), or it is held for a moment (o.lost: the next batch looks again).
-func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying cursorlock.InFlight) bool {
+func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store.InFlight) bool {
 	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
 	left := p.cur.LeaseLeft()
 	if left >= need && left >= p.cfg.Lease*2/3 {
@@ -309,7 +309,7 @@ func (p *Processor[T]) finish(work context.Context, from inordertype.Position, o
 		// for the next batch.
 		return o.n > 0 && o.counted == o.n, nil
 	}
-	return p.checkpoint(work, o.last, o.n-o.counted, cursorlock.InFlight{}, true)
+	return p.checkpoint(work, o.last, o.n-o.counted, store.InFlight{}, true)
 }
 
 // bounded gives one exchange with the database on the cursor connection its deadline (DatabaseTimeout).
@@ -329,7 +329,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	}
 	status, _ := handlers.StatusOf(cause)
 	check := p.sinkCheck(cause)
-	h, err := p.cur.RecordFailure(work, last, cursorlock.Failure{RecordID: rec.ID, Err: cause,
+	h, err := p.cur.RecordFailure(work, last, store.Failure{RecordID: rec.ID, Err: cause,
 		Permanent: handlers.IsPermanent(cause), Status: status,
 		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
 		HaltAfter:   p.cfg.HaltAfter,

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // A failover promotes a standby that, with asynchronous replication, may not have received the last
@@ -82,7 +82,7 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
-	pos, err := cursorlock.ReadPosition(ctx, conn, p.cfg.Process)
+	pos, err := store.ReadPosition(ctx, conn, p.cfg.Process)
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return

@@ -12,7 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // OnHalt says what a stream does with a record that would halt it (see Config.OnHalt).
@@ -56,7 +56,7 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 // cause, or behind the key's parked records when cause is nil. The key is parked from now on.
 func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item[T], cause error) error {
 	p.joinAhead()
-	pk := cursorlock.Parked{Key: it.rec.Key, Position: it.pos}
+	pk := store.Parked{Key: it.rec.Key, Position: it.pos}
 	if cause != nil {
 		pk.Error, pk.Permanent, pk.Attempts = cause.Error(), handlers.IsPermanent(cause), it.rec.Attempt
 		pk.Status, _ = handlers.StatusOf(cause)
@@ -115,11 +115,11 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 			return err
 		}
 		if p.parking() && !write {
-			return fatalError{cursorlock.ErrCannotPark}
+			return fatalError{store.ErrCannotPark}
 		}
 		p.parkChecked, p.parkReadable = true, read
 		if !read {
-			p.log.Warn().Msg(cursorlock.CannotReadParked)
+			p.log.Warn().Msg(store.CannotReadParked)
 		}
 	}
 	if !p.parkReadable {
@@ -176,7 +176,7 @@ func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 
 // redriveKey delivers one key's parked records in order, each removed as it goes through; a record that
 // fails ends the key's redrive with the key still parked. It reports false when the stream must stop.
-func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.Parked) (bool, error) {
+func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked) (bool, error) {
 	key := recs[0].Key
 	for n, pk := range recs {
 		if ctx.Err() != nil {
@@ -231,7 +231,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []cursorlock.P
 }
 
 // readParked reads a parked record's row from the source again.
-func (p *Processor[T]) readParked(work context.Context, pk cursorlock.Parked) (*item[T], error) {
+func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[T], error) {
 	sql, args := p.table.RecordSQL(p.generic, pk.Position)
 	ctx, cancel := p.bounded(work)
 	defer cancel()

@@ -14,9 +14,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/cursor"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/rs/zerolog"
 )
 
@@ -75,7 +75,7 @@ func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], 
 			cfg.Process)
 	}
 	probe := cfg
-	probe.Process = cursorlock.PartitionName(cfg.Process, 0, opts.Partitions)
+	probe.Process = store.PartitionName(cfg.Process, 0, opts.Partitions)
 	if _, err := newStream(probe); err != nil { // the same checks as for one stream
 		return nil, err
 	}
@@ -99,7 +99,7 @@ func (p *Partitioned[T]) Run(ctx context.Context) error {
 		if err := p.resolveStart(ctx, c); err != nil {
 			return err
 		}
-		return cursorlock.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
+		return store.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
 	}); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -173,7 +173,7 @@ func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) er
 // over, and says which.
 func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	cfg := p.cfg
-	cfg.Process = cursorlock.PartitionName(p.cfg.Process, i, p.opts.Partitions)
+	cfg.Process = store.PartitionName(p.cfg.Process, i, p.opts.Partitions)
 	cfg.Source.Partition = &cursor.Partition{Index: i, Count: p.opts.Partitions}
 	proc, err := newStream(cfg)
 	if err != nil {
@@ -266,11 +266,11 @@ func (p *Partitioned[T]) noteFree(free []int32) {
 
 // unowned lists the partitions no instance owns: no lease runs on their cursor rows, or the owner said it
 // holds the partition's advisory lock on its session and no session holds it (that session has ended, so
-// a standby takes over at once; see cursorlock).
+// a standby takes over at once; see store).
 func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int32, error) {
 	var free []int32
 	err := coord.do(ctx, func(c *pgx.Conn) (err error) {
-		free, err = cursorlock.UnownedPartitions(ctx, c, p.cfg.Process, p.opts.Partitions)
+		free, err = store.UnownedPartitions(ctx, c, p.cfg.Process, p.opts.Partitions)
 		return err
 	})
 	return free, err
@@ -301,7 +301,7 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 
 // coordinator is the instance's one connection for choosing partitions, shared by its slots. Its
 // application_name tells other instances this one is running the process, and the process's instances
-// lock, which it holds shared, tells `inorder repartition` (see cursorlock.InstancesLockKey).
+// lock, which it holds shared, tells `inorder repartition` (see store.InstancesLockKey).
 type coordinator struct {
 	mu        sync.Mutex
 	cc        *pgx.ConnConfig
@@ -346,14 +346,14 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 			return err
 		}
 		// Waits only while a repartition commits; the partition count is checked after it.
-		if err := cursorlock.HoldInstances(ctx, conn, c.process); err != nil {
+		if err := store.HoldInstances(ctx, conn, c.process); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return err
 		}
 		c.conn = conn
 	}
 	err := f(c.conn)
-	if err != nil && cursorlock.IsConnectionError(err) {
+	if err != nil && store.IsConnectionError(err) {
 		_ = c.conn.Close(context.WithoutCancel(ctx))
 		c.conn = nil
 	}
@@ -368,7 +368,7 @@ func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
 	if !p.cfg.StartFrom.IsZero() {
 		return nil
 	}
-	exists, err := cursorlock.Registered(ctx, c, p.cfg.Process)
+	exists, err := store.Registered(ctx, c, p.cfg.Process)
 	if err != nil {
 		return err
 	}
@@ -419,7 +419,7 @@ func (c *coordinator) close() {
 		// Unlocked before the connection closes, so that a repartition right after the stop sees it free.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		_ = cursorlock.ReleaseInstances(ctx, c.conn, c.process)
+		_ = store.ReleaseInstances(ctx, c.conn, c.process)
 		_ = c.conn.Close(ctx)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // The probe: when there was nothing to read, instead of sleeping a whole poll interval the processor asks,
@@ -76,7 +76,7 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 	if time.Since(p.lastRecords) >= probeQuietAfter {
 		limit *= 4
 	}
-	req := cursorlock.ProbeRequest{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
+	req := store.ProbeRequest{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
 	if rows {
 		req.RowsFunc = p.probeCond(p.cur.State().Position)
 		req.Gap = min(max(p.probeGap, probeFirst), limit)
@@ -93,5 +93,5 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 }
 
 // sharedProbe is the idle probe a processor shares with the other processors of its store (see
-// cursorlock.Store.Prober).
-type sharedProbe = cursorlock.Prober
+// store.Store.Prober).
+type sharedProbe = store.Prober

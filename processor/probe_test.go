@@ -8,7 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -92,7 +92,7 @@ func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 			WHERE application_name LIKE $1 AND datname = current_database()`, name).Scan(&n))
 		return n
 	}
-	waitFor(t, "the probe's session", func() bool { return sessions(cursorlock.ProbeApplicationName) == 1 })
+	waitFor(t, "the probe's session", func() bool { return sessions(store.ProbeApplicationName) == 1 })
 	var cut int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE application_name LIKE 'inorder:%' AND datname = current_database()`).Scan(&cut))
@@ -100,7 +100,7 @@ func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 	second := b.insert(t, 1)
 	waitFor(t, "the row after the reconnection", func() bool { return b.h.count() == 2 })
 	require.Equal(t, append(first, second...), b.h.ids())
-	waitFor(t, "the probe connected again", func() bool { return sessions(cursorlock.ProbeApplicationName) == 1 })
+	waitFor(t, "the probe connected again", func() bool { return sessions(store.ProbeApplicationName) == 1 })
 }
 
 // TestProcessorsOfOneDatabaseShareOneProbe runs three processes in one Go process: their probes go
@@ -126,7 +126,7 @@ func TestProcessorsOfOneDatabaseShareOneProbe(t *testing.T) {
 	waitFor(t, "one probe session beside three cursor sessions", func() bool {
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE application_name = $1),
 				count(*) FILTER (WHERE application_name LIKE 'inorder:%' AND application_name <> $1)
-			FROM pg_stat_activity WHERE datname = current_database()`, cursorlock.ProbeApplicationName).Scan(&probes, &cursors))
+			FROM pg_stat_activity WHERE datname = current_database()`, store.ProbeApplicationName).Scan(&probes, &cursors))
 		return probes == 1 && cursors == 3
 	})
 	more := b.insert(t, 1)

@@ -16,10 +16,10 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Checkpoint says when an advanced position becomes durable.
@@ -317,7 +317,7 @@ type Processor[T any] struct {
 	table    *source.Table
 	tracker  *tracker
 	kind     Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
-	cur      *cursorlock.Repository
+	cur      *store.Repository
 	deadline *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
@@ -342,7 +342,7 @@ type Processor[T any] struct {
 	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
 	tracing       tracing
 	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
-	// cursorlock.Rider); the horizon takes it when the lock it rode with is the one held.
+	// store.Rider); the horizon takes it when the lock it rode with is the one held.
 	polled source.Observation
 	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastLimit is the
 	// bound of the last read.
@@ -355,7 +355,7 @@ type Processor[T any] struct {
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
 func New[T any](cfg Config[T]) (*Processor[T], error) {
-	if _, ok := cursorlock.PartitionOf(cfg.Process); ok {
+	if _, ok := store.PartitionOf(cfg.Process); ok {
 		return nil, fmt.Errorf("processor %q: the name has the form of a partition's (<process>#<index>/<count>), "+
 			"which inorder gives the partitions of a partitioned process; name the process otherwise", cfg.Process)
 	}
@@ -442,7 +442,7 @@ func (p *Processor[T]) Name() string { return p.cfg.Process }
 // ErrPartitionsChanged is returned by a Partitioned runner when the process is already split another
 // way (or ran as one stream): changing the split is an explicit operation (drain, then
 // cursor.Repartition), since positions do not carry over between splits.
-var ErrPartitionsChanged = cursorlock.ErrPartitionsChanged
+var ErrPartitionsChanged = store.ErrPartitionsChanged
 
 // defaultLogger is l, or for the zero Logger one that writes JSON lines to standard error at info level:
 // a library user sees what the processor does without configuring anything.
@@ -461,8 +461,8 @@ func (e fatalError) Unwrap() error { return e.err }
 
 func isFatal(err error) bool {
 	var f fatalError
-	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, cursorlock.ErrInUse) ||
-		errors.Is(err, cursorlock.ErrForgotten) || pooler.Fatal(err) {
+	if errors.As(err, &f) || errors.Is(err, ErrInvalidSource) || errors.Is(err, store.ErrInUse) ||
+		errors.Is(err, store.ErrForgotten) || pooler.Fatal(err) {
 		return true
 	}
 	var pgErr *pgconn.PgError
@@ -556,7 +556,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 				p.reconnect(ctx, work, err)
 				continue
 			}
-			p.log.Error().Err(cursorlock.NameSetting(err)).Msg("batch failed; retrying")
+			p.log.Error().Err(store.NameSetting(err)).Msg("batch failed; retrying")
 			wait = p.cfg.RetryMin
 		}
 		wait, wakeable := p.nextWait(n, wait, woken)
@@ -615,7 +615,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
-	ccfg := cursorlock.Config{
+	ccfg := store.Config{
 		Timeout:                  p.cfg.DatabaseTimeout,
 		ConnConfig:               p.cfg.ConnConfig,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
@@ -633,7 +633,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			p.cur = cur
 			break
 		}
-		if isFatal(err) || !cursorlock.IsConnectionError(err) {
+		if isFatal(err) || !store.IsConnectionError(err) {
 			return err
 		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
@@ -646,7 +646,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	}
 	// The checks below take a few statements each; together they must not wait on a dead path forever.
 	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.cfg.DatabaseTimeout,
-		&cursorlock.UnansweredError{Timeout: 3 * p.cfg.DatabaseTimeout})
+		&store.UnansweredError{Timeout: 3 * p.cfg.DatabaseTimeout})
 	defer cancelChecks()
 	src := p.cfg.Source
 	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
@@ -669,7 +669,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	}
 	p.table, p.kind = t, t.Horizon
 	sql, args := t.LocksQuery()
-	p.cur.SetRider(&cursorlock.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
+	p.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
 		p.polled, err = source.ScanLocks(rows)
 		return err
 	}})
@@ -732,11 +732,11 @@ func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
 }
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
-	if cursorlock.Unanswered(work, cause) {
+	if store.Unanswered(work, cause) {
 		p.log.Warn().Err(cause).Str("database_timeout", p.cfg.DatabaseTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
 	} else {
-		p.log.Warn().Err(cursorlock.NameSetting(cause)).Msg("database connection lost; reconnecting")
+		p.log.Warn().Err(store.NameSetting(cause)).Msg("database connection lost; reconnecting")
 	}
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
@@ -799,7 +799,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// the switch stays.
 			back := inordertype.Position{CreatedAt: at.UTC()}
 			p.delivered.forget() // delivered again on purpose
-			if _, err := p.cur.Checkpoint(work, back, 0, cursorlock.InFlight{}); err != nil {
+			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 				return horizon{}, err
 			}
 			ev = ev.Str("from", pos.String()).Str("to", back.String())
@@ -922,14 +922,14 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 // lock takes the cursor row for one batch, reporting false when another instance owns the process.
 func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	ok, err := p.cur.TryLock(work)
-	var busy *cursorlock.BusyError
+	var busy *store.BusyError
 	if errors.As(err, &busy) {
 		// The lease decides: an owner that waits this long for a connection may lose the process to an
 		// instance that has one, which is how work spreads over the fleet when one instance is short.
 		p.log.Warn().Err(err).Msg("waiting for a connection: raise the instance's max-conns if this recurs")
 		return false, nil
 	}
-	var stale *cursorlock.StaleOwnerError
+	var stale *store.StaleOwnerError
 	if errors.As(err, &stale) {
 		p.log.Warn().Err(err).Str("owner", stale.Instance).Msg("cannot take over yet: the owner's lease ran out but " +
 			"its session still holds the cursor row; grant this role pg_signal_backend to take over within the lease")
@@ -994,7 +994,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 		return err
 	}
 	// Whatever an instance that crashed mid-window left there is not in flight any more.
-	if err := p.cur.SetInFlight(work, cursorlock.InFlight{}); err != nil {
+	if err := p.cur.SetInFlight(work, store.InFlight{}); err != nil {
 		return err
 	}
 	p.tenure.sourceSaved = true

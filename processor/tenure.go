@@ -6,7 +6,7 @@ import "github.com/inorder-dev/inorder/inordertype"
 // the cursor row in a new tenure (lock) starts it afresh in one assignment: whatever happened to the row
 // in between was done by other instances (or nobody), not by an operator.
 type tenure struct {
-	// token is the tenure's (cursorlock.Repository.Tenure).
+	// token is the tenure's (store.Repository.Tenure).
 	token int64
 	// sourceSaved says the cursor row holds what the process reads (saveSource), once per tenure and per
 	// connection: a reconnect clears it too.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // deliverTxBatch hands a whole batch to a handlers.TxBatchHandler in one call, in a savepoint of the cursor
@@ -21,7 +21,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 	if ctx.Err() != nil {
 		return outcome[T]{last: st.Position}
 	}
-	if o := (outcome[T]{last: st.Position}); !p.covered(work, &o, cursorlock.InFlight{}) {
+	if o := (outcome[T]{last: st.Position}); !p.covered(work, &o, store.InFlight{}) {
 		return o
 	}
 	recs := make([]*handlers.Record[T], len(items))
@@ -66,7 +66,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 	o := outcome[T]{last: items[len(items)-1].pos, n: len(items)}
 	if p.cfg.Checkpoint == CheckpointRecord {
 		o.counted = o.n
-		o.checkpointed(p.checkpoint(work, o.last, o.n, cursorlock.InFlight{}, true))
+		o.checkpointed(p.checkpoint(work, o.last, o.n, store.InFlight{}, true))
 	}
 	return o
 }

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // The keyed window: with MaxInFlight above 1, a Handler gets several records at once, in order per key.
@@ -108,14 +108,14 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 			w.stopping = true
 		}
 	}
-	p.noteInFlight(cursorlock.InFlight{})
+	p.noteInFlight(store.InFlight{})
 	if slices.Contains(w.slots[w.head:], parked) {
 		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
 		// read again.
 		p.tenure.parked = nil
 	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
-		w.o.err = p.cur.SetInFlight(work, cursorlock.InFlight{})
+		w.o.err = p.cur.SetInFlight(work, store.InFlight{})
 	}
 	if w.head < len(items) && w.slots[w.head] == failed {
 		w.o.failed, w.o.cause = &items[w.head], w.errs[w.head]
@@ -281,8 +281,8 @@ func (w *window[T]) watch() {
 
 // oldest is what is in flight: how many records, and since when the oldest of them (at its index, -1
 // for none).
-func (w *window[T]) oldest() (cursorlock.InFlight, int) {
-	f, at := cursorlock.InFlight{Records: w.inFlight}, -1
+func (w *window[T]) oldest() (store.InFlight, int) {
+	f, at := store.InFlight{Records: w.inFlight}, -1
 	for i := w.head; i < len(w.items) && i < w.head+w.p.cfg.MaxInFlight; i++ {
 		if w.slots[i] == flying && (at < 0 || w.began[i].Before(f.Since)) {
 			f.Since, at = w.began[i], i
@@ -298,7 +298,7 @@ type InFlightObserver interface {
 	InFlight(process string, records int, oldest time.Duration)
 }
 
-func (p *Processor[T]) noteInFlight(f cursorlock.InFlight) {
+func (p *Processor[T]) noteInFlight(f store.InFlight) {
 	if o, ok := p.obs.(InFlightObserver); ok {
 		var age time.Duration
 		if f.Records > 0 {

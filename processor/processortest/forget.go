@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // ForgetOnCleanup removes the cursor rows of process from db when the test ends: its own row, the rows of
@@ -32,7 +32,7 @@ func ForgetOnCleanup(t testing.TB, db *DB, process string) {
 				return
 			}
 		}
-		if err := cursorlock.Purge(ctx, db.Pool, process); err != nil {
+		if err := store.Purge(ctx, db.Pool, process); err != nil {
 			t.Errorf("processortest: forget process %q: %v", process, err)
 		}
 	})

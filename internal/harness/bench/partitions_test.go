@@ -13,9 +13,9 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -96,7 +96,7 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 		if err := rows.Scan(&p, &e.id, &e.at, &count); err != nil {
 			tb.Fatalf("last rows of the partitions: %v", err)
 		}
-		ends[cursorlock.PartitionName(process, p, partitions)] = e
+		ends[store.PartitionName(process, p, partitions)] = e
 		largest = max(largest, count)
 	}
 	if err := rows.Err(); err != nil {

@@ -1,4 +1,4 @@
-package cursorlock
+package store
 
 import (
 	"context"
@@ -8,8 +8,8 @@ import (
 )
 
 // Store is the owner of the cursor repositories and the idle probes of whoever opens the connections: a
-// processor.Client holds one over its shared connections (NewStore(shared)), and processors without a
-// Client share the default store (DefaultStore), which gives each repository a connection of its own and
+// processor.Client holds one over its shared connections (New(shared)), and processors without a
+// Client share the default store (Default), which gives each repository a connection of its own and
 // probes per database.
 //
 // Within a store, Open hands out one Repository per database, process name and instance name: asking
@@ -26,19 +26,19 @@ type Store struct {
 	probers map[string]*Prober
 }
 
-// NewStore returns a store whose repositories and probe work on shared's connections; nil shared gives a
+// New returns a store whose repositories and probe work on shared's connections; nil shared gives a
 // store whose repositories each open a connection of their own (see Config.Shared).
-func NewStore(shared *Shared) *Store { return &Store{shared: shared} }
+func New(shared *Shared) *Store { return &Store{shared: shared} }
 
-var defaultStore = sync.OnceValue(func() *Store { return NewStore(nil) })
+var defaultStore = sync.OnceValue(func() *Store { return New(nil) })
 
-// DefaultStore returns the store of the processors that run without a Client: one per Go process, so
+// Default returns the store of the processors that run without a Client: one per Go process, so
 // that they share a probe per database and meet each other's claims (see Repository.Claim).
-func DefaultStore() *Store { return defaultStore() }
+func Default() *Store { return defaultStore() }
 
 // Open returns the repository for process name on the default store (see Store.Open).
 func Open(ctx context.Context, name string, cfg Config) (*Repository, error) {
-	return DefaultStore().Open(ctx, name, cfg)
+	return Default().Open(ctx, name, cfg)
 }
 
 // Open returns the repository for process name on cfg's database as instance cfg.Instance, connecting and

@@ -1,4 +1,4 @@
-package cursorlock_test
+package store_test
 
 import (
 	"context"
@@ -8,12 +8,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Each timeout a DBA may set is made to fire on the real server, and the error it raises is named by
-// cursorlock.Setting: the processor's log line says which setting stopped it. transaction_timeout only
+// store.Setting: the processor's log line says which setting stopped it. transaction_timeout only
 // where the server has it (17+). A cancel that is not a timeout's, and a SKIP LOCKED-style refusal, name
 // nothing.
 func TestTheServersTimeoutsAreNamed(t *testing.T) {
@@ -51,8 +51,8 @@ func TestTheServersTimeoutsAreNamed(t *testing.T) {
 	t.Run("statement_timeout", func(t *testing.T) {
 		t.Parallel()
 		_, err := conn(t, map[string]string{"statement_timeout": "10ms"}).Exec(ctx, "SELECT pg_sleep(5)")
-		require.Equal(t, "statement_timeout", cursorlock.Setting(err), "%v", err)
-		require.ErrorContains(t, cursorlock.NameSetting(err), "the server's statement_timeout")
+		require.Equal(t, "statement_timeout", store.Setting(err), "%v", err)
+		require.ErrorContains(t, store.NameSetting(err), "the server's statement_timeout")
 	})
 	t.Run("lock_timeout", func(t *testing.T) {
 		t.Parallel()
@@ -63,16 +63,16 @@ func TestTheServersTimeoutsAreNamed(t *testing.T) {
 		_, err = tx.Exec(ctx, "SELECT id FROM t WHERE id = 1 FOR UPDATE")
 		require.NoError(t, err)
 		_, err = conn(t, map[string]string{"lock_timeout": "10ms"}).Exec(ctx, "SELECT id FROM t WHERE id = 1 FOR UPDATE")
-		require.Equal(t, "lock_timeout", cursorlock.Setting(err), "%v", err)
+		require.Equal(t, "lock_timeout", store.Setting(err), "%v", err)
 		_, err = conn(t, nil).Exec(ctx, "SELECT id FROM t WHERE id = 1 FOR UPDATE NOWAIT")
 		require.Error(t, err)
-		require.Empty(t, cursorlock.Setting(err), "NOWAIT is not a timeout: %v", err)
+		require.Empty(t, store.Setting(err), "NOWAIT is not a timeout: %v", err)
 	})
 	t.Run("idle_session_timeout", func(t *testing.T) {
 		t.Parallel()
 		err := ended(t, conn(t, map[string]string{"idle_session_timeout": "50ms"}))
-		require.Equal(t, "idle_session_timeout", cursorlock.Setting(err), "%v", err)
-		require.True(t, cursorlock.IsConnectionError(err), "the session is over: %v", err)
+		require.Equal(t, "idle_session_timeout", store.Setting(err), "%v", err)
+		require.True(t, store.IsConnectionError(err), "the session is over: %v", err)
 	})
 	t.Run("idle_in_transaction_session_timeout", func(t *testing.T) {
 		t.Parallel()
@@ -80,8 +80,8 @@ func TestTheServersTimeoutsAreNamed(t *testing.T) {
 		_, err := c.Exec(ctx, "BEGIN")
 		require.NoError(t, err)
 		err = ended(t, c)
-		require.Equal(t, "idle_in_transaction_session_timeout", cursorlock.Setting(err), "%v", err)
-		require.True(t, cursorlock.IsConnectionError(err), "the session is over: %v", err)
+		require.Equal(t, "idle_in_transaction_session_timeout", store.Setting(err), "%v", err)
+		require.True(t, store.IsConnectionError(err), "the session is over: %v", err)
 	})
 	t.Run("transaction_timeout", func(t *testing.T) {
 		t.Parallel()
@@ -92,8 +92,8 @@ func TestTheServersTimeoutsAreNamed(t *testing.T) {
 		_, err := c.Exec(ctx, "BEGIN")
 		require.NoError(t, err)
 		err = ended(t, c)
-		require.Equal(t, "transaction_timeout", cursorlock.Setting(err), "%v", err)
-		require.True(t, cursorlock.IsConnectionError(err), "the session is over: %v", err)
+		require.Equal(t, "transaction_timeout", store.Setting(err), "%v", err)
+		require.True(t, store.IsConnectionError(err), "the session is over: %v", err)
 	})
 	t.Run("a cancel of inorder's own", func(t *testing.T) {
 		t.Parallel()
@@ -101,6 +101,6 @@ func TestTheServersTimeoutsAreNamed(t *testing.T) {
 		defer cancel()
 		_, err := conn(t, nil).Exec(cctx, "SELECT pg_sleep(5)")
 		require.Error(t, err)
-		require.Empty(t, cursorlock.Setting(err), "%v", err)
+		require.Empty(t, store.Setting(err), "%v", err)
 	})
 }

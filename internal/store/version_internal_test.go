@@ -1,4 +1,4 @@
-package cursorlock
+package store
 
 import (
 	"strings"

@@ -16,7 +16,7 @@
 // horizon as always. A probe that fails wakes every processor waiting on it with the error, and each falls
 // back to its poll interval; the next probe connects again.
 
-package cursorlock
+package store
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package cursorlock_test
+package store_test
 
 import (
 	"context"
@@ -9,42 +9,42 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/cursorlock"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-func setup(t *testing.T) (*pgtest.DB, cursorlock.Config) {
+func setup(t *testing.T) (*pgtest.DB, store.Config) {
 	t.Helper()
 	db := pgtest.New(t)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	return db, cursorlock.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: inordertype.StartFromBeginning}
+	return db, store.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: inordertype.StartFromBeginning}
 }
 
 func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	t.Parallel()
 	_, cfg := setup(t)
 	ctx := context.Background()
-	a, err := cursorlock.Open(ctx, "orders", cfg)
+	a, err := store.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
-	again, err := cursorlock.Open(ctx, "orders", cfg)
+	again, err := store.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.Same(t, a, again, "asking twice for a name gives the same repository")
-	other, err := cursorlock.Open(ctx, "refunds", cfg)
+	other, err := store.Open(ctx, "refunds", cfg)
 	require.NoError(t, err)
 	require.NotSame(t, a, other)
 	require.Equal(t, "orders", a.Name())
 	elsewhere := cfg
 	elsewhere.Instance = "another instance"
-	b, err := cursorlock.Open(ctx, "orders", elsewhere)
+	b, err := store.Open(ctx, "orders", elsewhere)
 	require.NoError(t, err)
 	require.NotSame(t, a, b, "another instance of the process is another repository, as in another program")
 	require.NoError(t, b.Release(ctx))
 
 	require.NoError(t, a.Claim())
-	require.ErrorIs(t, a.Claim(), cursorlock.ErrInUse, "two processors in one Go process cannot share a cursor")
+	require.ErrorIs(t, a.Claim(), store.ErrInUse, "two processors in one Go process cannot share a cursor")
 	a.Unclaim()
 
 	// No start-up parameter a pooler would refuse: the session is named, nothing else.
@@ -68,8 +68,8 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 
 	require.NoError(t, a.Release(ctx))
 	_, err = a.TryLock(ctx)
-	require.ErrorIs(t, err, cursorlock.ErrReleased)
-	fresh, err := cursorlock.Open(ctx, "orders", cfg)
+	require.ErrorIs(t, err, store.ErrReleased)
+	fresh, err := store.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.NotSame(t, a, fresh, "a released name opens anew")
 	require.NoError(t, fresh.Release(ctx))
@@ -83,10 +83,10 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	before := time.Now()
 	cfg.Start = inordertype.StartFromNow
 	cfg.Instance = "first"
-	first, err := cursorlock.Open(ctx, "now_process", cfg)
+	first, err := store.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 	cfg.Instance = "second"
-	second, err := cursorlock.Open(ctx, "now_process", cfg)
+	second, err := store.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 
 	ok, err := first.TryLock(ctx)
@@ -119,7 +119,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 
 	cfg.Start = inordertype.StartFromBeginning
 	cfg.Instance = "third"
-	third, err := cursorlock.Open(ctx, "now_process", cfg)
+	third, err := store.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 	ok, err = third.TryLock(ctx)
 	require.NoError(t, err)
@@ -137,11 +137,11 @@ func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
 	db, cfg := setup(t)
 	ctx := context.Background()
 	cfg.Instance = "first"
-	first, err := cursorlock.Open(ctx, "orders", cfg)
+	first, err := store.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	defer first.Release(ctx) //nolint:errcheck // cleanup
 	cfg.Instance = "second"
-	second, err := cursorlock.Open(ctx, "orders", cfg)
+	second, err := store.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	defer second.Release(ctx) //nolint:errcheck // cleanup
 
@@ -180,7 +180,7 @@ func TestStoresMeetEachOthersClaims(t *testing.T) {
 	_, cfg := setup(t)
 	cfg.Instance = "claims"
 	ctx := context.Background()
-	one, two := cursorlock.NewStore(nil), cursorlock.NewStore(nil)
+	one, two := store.New(nil), store.New(nil)
 	a, err := one.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	b, err := two.Open(ctx, "orders", cfg)
@@ -191,7 +191,7 @@ func TestStoresMeetEachOthersClaims(t *testing.T) {
 	require.Same(t, a, again, "asking a store twice gives the same repository")
 
 	require.NoError(t, a.Claim())
-	require.ErrorIs(t, b.Claim(), cursorlock.ErrInUse, "one cursor, one instance: one user in the Go process")
+	require.ErrorIs(t, b.Claim(), store.ErrInUse, "one cursor, one instance: one user in the Go process")
 	require.NoError(t, a.Release(ctx))
 	require.NoError(t, b.Claim(), "a released repository gives its claim back")
 	b.Unclaim()
@@ -203,7 +203,7 @@ func TestStoresMeetEachOthersClaims(t *testing.T) {
 func TestAStoreProbesOncePerDatabase(t *testing.T) {
 	t.Parallel()
 	_, cfg := setup(t)
-	one, two := cursorlock.NewStore(nil), cursorlock.NewStore(nil)
+	one, two := store.New(nil), store.New(nil)
 	p, q := one.Prober(cfg.ConnConfig), one.Prober(cfg.ConnConfig)
 	require.Same(t, p, q, "one probe per database in a store")
 	r := two.Prober(cfg.ConnConfig)
