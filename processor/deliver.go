@@ -362,7 +362,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	case failUnavailable:
 		event = "sink unavailable"
 	}
-	p.fate(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
+	p.endSpan(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
 		attribute.String("inorder.record.next_attempt_at", h.NextAttemptAt.UTC().Format(time.RFC3339Nano)))
 	// One line per change of state: retrying begins (a warning), the stream halts (an error: refused for
 	// good, or failing for longer than HaltAfter). Every attempt in between is a debug line.

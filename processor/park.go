@@ -67,7 +67,7 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 	if err := p.cur.Park(work, pk); err != nil {
 		return err
 	}
-	p.fate(work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", cause != nil))
+	p.endSpan(work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", cause != nil))
 	if cause == nil {
 		return nil
 	}
@@ -194,7 +194,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 			it.rec.Attempt = pk.Attempts + 1
 			cause = p.deliver(work, it)
 			if cause != nil {
-				p.fate(work, it, "still parked") // the key stays parked, with the new error
+				p.endSpan(work, it, "still parked") // the key stays parked, with the new error
 			}
 		}
 		if isBatchError(cause) {

@@ -193,10 +193,10 @@ func (it *item[T]) span() trace.Span {
 	return it.tr.span
 }
 
-// fate closes a record's span with what became of it: "halted" (the stream waits on it), "retrying",
+// endSpan closes a record's span with what became of it: "halted" (the stream waits on it), "retrying",
 // "parked" (its key waits behind it). A record parked behind its key without a handler call gets a span of
 // its own for it, so that the application's trace shows where its record went.
-func (p *Processor[T]) fate(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
+func (p *Processor[T]) endSpan(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
 	if it.span() == nil {
 		if p.startAttempt(ctx, it); it.span() == nil {
 			return // nothing is recorded

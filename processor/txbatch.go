@@ -56,7 +56,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 		}
 		p.log.Debug().Err(err).Int("records", len(recs)).Msg("the batch failed; delivering it one record at a time")
 		for i := range items {
-			p.fate(work, &items[i], "delivered one at a time")
+			p.endSpan(work, &items[i], "delivered one at a time")
 		}
 		return p.deliverSync(ctx, work, st, items)
 	}
