@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -13,6 +14,17 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 )
+
+// noting is the real transport, noting when each request is handed to it.
+type noting struct {
+	next http.RoundTripper
+	at   *arrivals
+}
+
+func (n noting) RoundTrip(r *http.Request) (*http.Response, error) {
+	n.at.note()
+	return n.next.RoundTrip(r)
+}
 
 // arrivals is a receiver that notes when each request arrived, answering what answer says.
 type arrivals struct {
@@ -34,29 +46,34 @@ func (a *arrivals) times() []time.Time {
 	return append([]time.Time(nil), a.at...)
 }
 
-// MaxRate spaces the requests of every caller at once: 21 sent together at 40 a second span half a
-// second from the first to the last as sent; arrivals may bunch by what dialling each connection took,
-// so the test asks for 300 ms of the 500. Unbounded, they arrive within a few milliseconds.
+// MaxRate spaces the requests of every caller at once: 21 handed to the handler together at 40 a second
+// go to the transport no sooner than 25 ms apart, the k-th of them (in time) at least k × 25 ms after the
+// callers began. The times are taken where the request leaves the handler for the real transport, not
+// where it arrives: what the receiver sees also holds what dialling each connection took, which bunches
+// arrivals on a loaded machine without saying anything of the rate. Unbounded, they all go at once.
 func TestMaxRateIsSharedByEveryRequestInFlight(t *testing.T) {
 	t.Parallel()
-	var a arrivals
-	rc := newReceiver(t, func(w http.ResponseWriter, _ *http.Request) { a.note() })
-	h := newHandler(t, rc.srv.URL, func(c *webhook.Config) { c.MaxRate = 40 })
-	const n = 21
+	rc := newReceiver(t, func(http.ResponseWriter, *http.Request) {})
+	var sent arrivals
+	client := &http.Client{Transport: noting{http.DefaultTransport.(*http.Transport).Clone(), &sent}}
+	const rate, n = 40, 21
+	interval := time.Second / rate
+	h := newHandler(t, rc.srv.URL, func(c *webhook.Config) { c.MaxRate, c.Client = rate, client })
 	errs := make(chan error, n)
+	began := time.Now()
 	for i := range n {
 		go func() { errs <- h.Handle(context.Background(), record(strconv.Itoa(i+1), 1)) }()
 	}
 	for range n {
 		require.NoError(t, <-errs)
 	}
-	at := a.times()
+	at := sent.times()
 	require.Len(t, at, n)
-	first, last := at[0], at[0]
-	for _, x := range at {
-		first, last = minTime(first, x), maxTime(last, x)
+	slices.SortFunc(at, func(a, b time.Time) int { return a.Compare(b) })
+	for k, x := range at {
+		require.GreaterOrEqual(t, x.Sub(began), time.Duration(k)*interval,
+			"request %d of %d went to the transport %s after the callers began: faster than %d a second", k+1, n, x.Sub(began), rate)
 	}
-	require.GreaterOrEqual(t, last.Sub(first), 300*time.Millisecond, "never faster than the rate, whatever the number in flight")
 
 	_, err := webhook.New[handlers.Row](webhook.Config{URL: rc.srv.URL, Secret: secret, MaxRate: -1})
 	require.ErrorContains(t, err, "Config.MaxRate -1 is negative")
@@ -93,16 +110,4 @@ func TestRetryAfterPausesEveryRequest(t *testing.T) {
 	require.GreaterOrEqual(t, at[1].Sub(refused), 900*time.Millisecond, "held until the sink's Retry-After")
 }
 
-func minTime(a, b time.Time) time.Time {
-	if b.Before(a) {
-		return b
-	}
-	return a
-}
 
-func maxTime(a, b time.Time) time.Time {
-	if b.After(a) {
-		return b
-	}
-	return a
-}
