@@ -109,5 +109,3 @@ func TestRetryAfterPausesEveryRequest(t *testing.T) {
 	require.Len(t, at, 2)
 	require.GreaterOrEqual(t, at[1].Sub(refused), 900*time.Millisecond, "held until the sink's Retry-After")
 }
-
-
