@@ -146,3 +146,50 @@ func TestRunRelaysToJetStreamAcrossTwoSIGKILLs(t *testing.T) {
 	require.Len(t, lastOfKey, keys)
 	require.Equal(t, total, stored(), "no duplicate in the stream")
 }
+
+// TestAStreamDeletedMidRunIsTheSinkOutage deletes the stream while the binary runs: every publish meets
+// no stream, which status shows as the sink's outage naming the subject, never as a halt; once the stream
+// is back, the stream flows again by itself and the new stream holds the records published after it.
+func TestAStreamDeletedMidRunIsTheSinkOutage(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv, js := natsStream(t)
+	ctx := context.Background()
+	b.book(t, 30, "1")
+	p := startBinary(t, b.env, runArgs("--handler", "nats", "--nats-url", srv.URL(), "--nats-subject", "orders.{key}",
+		"--nats-max-in-flight", "4")...)
+	require.Eventually(t, func() bool { return b.position(t) == "30" }, 30*time.Second, 10*time.Millisecond, p.logs())
+
+	require.NoError(t, js.DeleteStream(ctx, "ORDERS"))
+	b.book(t, 30, "1")
+	require.Eventually(t, func() bool {
+		code, out, errOut := runBinary(t, b.env, "status", "--json")
+		require.Zero(t, code, errOut)
+		var rep statusDoc
+		require.NoError(t, json.Unmarshal([]byte(out), &rep), out)
+		require.Len(t, rep.Processes, 1)
+		ps := rep.Processes[0]
+		require.NotEqual(t, "halted", ps.State, out)
+		if ps.State != "sink unavailable" {
+			return false
+		}
+		require.NotNil(t, ps.Halt, out)
+		require.NotNil(t, ps.Halt.Unavailable, out)
+		require.Contains(t, *ps.Halt.Unavailable, "a stream whose subjects include orders.customer-")
+		require.Nil(t, ps.Halt.HaltedAt, out)
+		return true
+	}, 30*time.Second, 20*time.Millisecond, p.logs())
+	require.Equal(t, "30", b.position(t), "nothing moves past a record no stream stored")
+
+	_, err := js.CreateStream(ctx, njs.StreamConfig{Name: "ORDERS", Subjects: []string{"orders.>"}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return b.position(t) == "60" }, 30*time.Second, 10*time.Millisecond, p.logs())
+	require.Eventually(t, func() bool {
+		return strings.Contains(p.logs(), `"message":"the sink accepts again: its outage is over, and the stream flows"`)
+	}, 20*time.Second, 20*time.Millisecond)
+	stream, err := js.Stream(ctx, "ORDERS")
+	require.NoError(t, err)
+	info, err := stream.Info(ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 30, info.State.Msgs, "the records after the outage, each once")
+}
