@@ -80,6 +80,7 @@ type runFlags struct {
 	pubsubMaxBytes      int
 
 	kafka kafkaFlags
+	nats  natsFlags
 
 	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
 	configPath, configEntry string
@@ -155,6 +156,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", pubsub.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
 
 	f.kafka.register(fs)
+	f.nats.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -240,6 +242,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		if pf.handler == "kafka" {
 			cfg.MaxInFlight = pf.kafka.maxInFlight
 		}
+		if pf.handler == "nats" {
+			cfg.MaxInFlight = pf.nats.maxInFlight
+		}
 		if metrics != nil {
 			cfg.Observer = metrics
 		}
@@ -314,6 +319,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if f.kafka.set() && f.handler != "kafka" {
 		return nil, nothing, usageErr("--kafka-* flags need --handler kafka")
 	}
+	if f.nats.set() && f.handler != "nats" {
+		return nil, nothing, usageErr("--nats-* flags need --handler nats")
+	}
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -363,6 +371,11 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler kafka")
 		}
 		return f.kafka.newHandler(cfg)
+	case "nats":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler nats")
+		}
+		return f.nats.newHandler(ctx)
 	default:
 		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub or kafka", f.handler)
 	}
