@@ -79,7 +79,8 @@ type runFlags struct {
 	pubsubPayloadColumn string
 	pubsubMaxBytes      int
 
-	kafka kafkaFlags
+	kafka    kafkaFlags
+	rabbitmq rabbitmqFlags
 
 	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
 	configPath, configEntry string
@@ -109,7 +110,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"(default off: a Postgres crash may deliver the last few hundred ms of records again, never skip one)")
 	fs.StringVar(&f.startFrom, "start-from", "", "where a new process starts: beginning, now or an RFC 3339 time "+
 		"(required when the table already has rows; an existing process keeps its position)")
-	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub or kafka")
+	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub, kafka or rabbitmq")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
 	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
@@ -155,6 +156,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", pubsub.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
 
 	f.kafka.register(fs)
+	f.rabbitmq.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -240,6 +242,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		if pf.handler == "kafka" {
 			cfg.MaxInFlight = pf.kafka.maxInFlight
 		}
+		if pf.handler == "rabbitmq" {
+			cfg.MaxInFlight = pf.rabbitmq.maxInFlight
+		}
 		if metrics != nil {
 			cfg.Observer = metrics
 		}
@@ -314,6 +319,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if f.kafka.set() && f.handler != "kafka" {
 		return nil, nothing, usageErr("--kafka-* flags need --handler kafka")
 	}
+	if f.rabbitmq.set() && f.handler != "rabbitmq" {
+		return nil, nothing, usageErr("--rabbitmq-* flags need --handler rabbitmq")
+	}
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -363,8 +371,13 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler kafka")
 		}
 		return f.kafka.newHandler(cfg)
+	case "rabbitmq":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler rabbitmq")
+		}
+		return f.rabbitmq.newHandler(ctx, cfg)
 	default:
-		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub or kafka", f.handler)
+		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub, kafka or rabbitmq", f.handler)
 	}
 }
 
