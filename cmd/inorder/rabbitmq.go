@@ -4,16 +4,11 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"os"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
 	"github.com/inorder-dev/inorder/processor"
 )
-
-// rabbitmqURLEnv is the environment variable --rabbitmq-url falls back to, so that the password need not be
-// on the command line.
-const rabbitmqURLEnv = "RABBITMQ_URL"
 
 // rabbitmqFlags are the flags of `inorder run --handler rabbitmq`.
 type rabbitmqFlags struct {
@@ -26,7 +21,7 @@ type rabbitmqFlags struct {
 }
 
 func (r *rabbitmqFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&r.url, "rabbitmq-url", "", "rabbitmq: broker URL, amqp://user:password@host:5672/vhost (default $"+rabbitmqURLEnv+")")
+	fs.StringVar(&r.url, "rabbitmq-url", "", "rabbitmq: broker URL, amqp://user:password@host:5672/vhost (INORDER_RABBITMQ_URL keeps the password off the command line)")
 	fs.StringVar(&r.exchange, "rabbitmq-exchange", "", "rabbitmq: exchange records are published to; it must exist (amq.default: the default exchange, routing to the queue named by the routing key)")
 	fs.StringVar(&r.routingKey, "rabbitmq-routing-key", "", "rabbitmq: routing key of every record (default each record's key column)")
 	fs.StringVar(&r.payloadColumn, "rabbitmq-payload-column", rabbitmq.DefaultPayloadColumn, "rabbitmq: column sent as the message body (whole record as JSON without it)")
@@ -43,12 +38,8 @@ func (r *rabbitmqFlags) set() bool {
 // newHandler checks the flags, connects to the broker, checks that the exchange exists, and returns the
 // RabbitMQ handler and a function that closes its connection.
 func (r *rabbitmqFlags) newHandler(ctx context.Context, cfg processor.Config[handlers.Row]) (handlers.Handler[handlers.Row], func(), error) {
-	url := r.url
-	if url == "" {
-		url = os.Getenv(rabbitmqURLEnv)
-	}
-	if url == "" {
-		return nil, nil, usageErr("--handler rabbitmq needs --rabbitmq-url (or $%s): amqp://user:password@host:5672/vhost", rabbitmqURLEnv)
+	if r.url == "" {
+		return nil, nil, usageErr("--handler rabbitmq needs --rabbitmq-url (or INORDER_RABBITMQ_URL): amqp://user:password@host:5672/vhost")
 	}
 	if r.exchange == "" {
 		return nil, nil, usageErr("--handler rabbitmq needs --rabbitmq-exchange (amq.default for the default exchange)")
@@ -60,7 +51,7 @@ func (r *rabbitmqFlags) newHandler(ctx context.Context, cfg processor.Config[han
 	if exchange == "amq.default" {
 		exchange = ""
 	}
-	h, err := rabbitmq.New(rabbitmq.Config{URL: url, Exchange: exchange, RoutingKey: r.routingKey,
+	h, err := rabbitmq.New(rabbitmq.Config{URL: r.url, Exchange: exchange, RoutingKey: r.routingKey,
 		PayloadColumn: namedColumn(r.payloadColumn, rabbitmq.DefaultPayloadColumn), TypeColumn: r.typeColumn})
 	if err != nil {
 		return nil, nil, usageErr("--rabbitmq-*: %v", err)

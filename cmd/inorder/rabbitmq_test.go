@@ -33,7 +33,7 @@ func TestRabbitMQFlagsGetOneClearLine(t *testing.T) {
 		want string
 	}{
 		{"no url", runArgs("--handler", "rabbitmq", "--rabbitmq-exchange", "x"), 2,
-			"inorder run: --handler rabbitmq needs --rabbitmq-url (or $RABBITMQ_URL): amqp://user:password@host:5672/vhost"},
+			"inorder run: --handler rabbitmq needs --rabbitmq-url (or INORDER_RABBITMQ_URL): amqp://user:password@host:5672/vhost"},
 		{"no exchange", runArgs("--handler", "rabbitmq", "--rabbitmq-url", node.URL()), 2,
 			"--handler rabbitmq needs --rabbitmq-exchange (amq.default for the default exchange)"},
 		{"bad url", runArgs("--handler", "rabbitmq", "--rabbitmq-url", "http://x", "--rabbitmq-exchange", "x"), 2,
