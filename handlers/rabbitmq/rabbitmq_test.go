@@ -16,6 +16,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
+	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
 // TestPublishesEveryRecordInOrderPerKey runs a processor with a window of 8 over 200 records of four
@@ -180,4 +181,27 @@ func TestNewRefusesWhatCannotWork(t *testing.T) {
 		require.ErrorContains(t, err, tc.want)
 	}
 	_ = time.Second
+}
+
+// TestTheStreamWaitsForAQueueToBeBound runs a processor with a fixed routing key that no queue is bound
+// for: the stream waits on the sink, saying which binding to check, and flows by itself once a queue is
+// bound, every record once and in order (one at a time: the keys share the queue).
+func TestTheStreamWaitsForAQueueToBeBound(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	x := b.exchange(t, amqp.ExchangeDirect)
+	ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
+		SELECT 'k' || (g % 3), 'booking.created', jsonb_build_object('n', g)
+		FROM generate_series(1, 30) g ORDER BY g RETURNING id`)
+	b.run(t, "unbound", b.newHandler(t, rabbitmq.Config{Exchange: x, RoutingKey: "bookings"}), runOpts{})
+	halt := processortest.WaitSinkUnavailable(t, b.db, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	require.Contains(t, halt.Unavailable, `bind a queue for routing key "bookings"`)
+
+	q := b.queue(t, "q", x, "bookings")
+	processortest.WaitCaughtUp(t, b.db, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	var got []string
+	for _, d := range b.consume(t, q, len(ids)) {
+		got = append(got, d.Headers[rabbitmq.HeaderID].(string))
+	}
+	require.Equal(t, ids, got, "every record once, in order")
 }
