@@ -72,8 +72,9 @@
 // naming the routing key: bind a queue for it, or skip the record).
 //
 // Also the sink's: a connection that cannot be made, credentials or a virtual host the broker refuses,
-// an exchange that does not exist (the broker closes the channel with 404 NOT_FOUND) and a user without
-// the right to write to it (403 ACCESS_REFUSED). CheckExchange looks the exchange up at start, so that a
+// an exchange that does not exist (the broker closes the channel with 404 NOT_FOUND), a user without
+// the right to write to it (403 ACCESS_REFUSED), and a broker that blocks publishers (connection.blocked,
+// during a memory or disk alarm). CheckExchange looks the exchange up at start, so that a
 // wrong name stops the start instead.
 //
 // The record's own: a body larger than the broker's max_message_size (the broker closes the channel with

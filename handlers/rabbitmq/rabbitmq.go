@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"regexp"
 	"strconv"
 	"sync"
@@ -51,9 +52,10 @@ type Config struct {
 	// connects on its first record (or CheckExchange) and again after the connection is lost. Required.
 	URL string
 	// AMQP is the client's connection configuration: TLS, SASL mechanisms, heartbeat, client properties.
-	// Its zero value means the client's defaults with a 10s heartbeat and dial timeout, and the connection
-	// named "inorder". Its Recovery must be nil: the handler reconnects by itself, and the client's own
-	// recovery would reopen the channel with publishes of the old one unconfirmed.
+	// Its zero value means the client's defaults with a 10s heartbeat and the connection named "inorder";
+	// without a Dial of its own, connecting and the handshake take at most 10s, and no longer than the
+	// record that connects may wait. Its Recovery must be nil: the handler reconnects by itself, and the
+	// client's own recovery would reopen the channel with publishes of the old one unconfirmed.
 	AMQP amqp.Config
 
 	// Exchange is the exchange records are published to. Empty means the default exchange, which routes
@@ -92,6 +94,8 @@ type Handler struct {
 	reads []string
 	// where names the broker in errors, without credentials.
 	where string
+	// ownDial is whether Config.AMQP.Dial was given; without it, connecting is bounded by the record's ctx.
+	ownDial bool
 
 	// routed is set once the exchange has routed a record: from then on, a record it returns is the
 	// record's refusal rather than the sink's.
@@ -130,9 +134,6 @@ func New(cfg Config) (*Handler, error) {
 	if ac.Locale == "" {
 		ac.Locale = "en_US"
 	}
-	if ac.Dial == nil {
-		ac.Dial = amqp.DefaultDial(10 * time.Second)
-	}
 	if ac.Properties == nil {
 		ac.Properties = amqp.NewConnectionProperties()
 		ac.Properties.SetClientConnectionName("inorder")
@@ -140,6 +141,7 @@ func New(cfg Config) (*Handler, error) {
 	h := &Handler{
 		url:           cfg.URL,
 		amqpConfig:    ac,
+		ownDial:       ac.Dial != nil,
 		exchange:      cfg.Exchange,
 		routingKey:    cfg.RoutingKey,
 		payloadColumn: cfg.PayloadColumn,
@@ -219,7 +221,9 @@ func (h *Handler) Close() error {
 // fails, with handlers.Unavailable when the exchange routes nothing at all (see the package
 // documentation, "Failures"). When ctx ends first, Handle returns ctx's error, and the broker may still
 // route the record: it is then published again when the processor delivers it again, after its first
-// copy, so the order of a key holds.
+// copy, so the order of a key holds. The publish itself is a write on the connection's socket, which ctx
+// does not interrupt; while the broker blocks publishers (connection.blocked: a memory or disk alarm),
+// Handle fails at once, as the sink's outage, rather than write what the broker would not read.
 func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]) (err error) {
 	key := h.routingKey
 	if key == "" {
@@ -247,7 +251,7 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 	if err != nil {
 		return err
 	}
-	p, err := s.publish(ctx, h.exchange, key, msg)
+	p, err := s.publish(h.exchange, key, msg)
 	if err != nil {
 		return h.failure(rec, key, err, len(msg.Body))
 	}
@@ -294,6 +298,9 @@ var sizeRefusal = regexp.MustCompile(`message size (\d+) is larger than configur
 // permanent what the broker will never accept of this record.
 func (h *Handler) failure(rec *handlers.Record[handlers.Row], key string, err error, size int) error {
 	err = fmt.Errorf("rabbitmq: publish record %s to %s with routing key %q: %w", rec.ID, h.exchangeName(), key, err)
+	if errors.Is(err, errBlocked) {
+		return handlers.Unavailable(err, "the broker's memory and disk alarms (rabbitmq-diagnostics alarms)")
+	}
 	var ae *amqp.Error
 	if !errors.As(err, &ae) {
 		return err
@@ -387,7 +394,11 @@ func (h *Handler) session(ctx context.Context) (*session, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	conn, err := amqp.DialConfig(h.url, h.amqpConfig)
+	ac := h.amqpConfig
+	if !h.ownDial {
+		ac.Dial = func(network, addr string) (net.Conn, error) { return dial(ctx, network, addr) }
+	}
+	conn, err := amqp.DialConfig(h.url, ac)
 	if err != nil {
 		return nil, h.unavailable(fmt.Errorf("rabbitmq: connect to %s: %w", h.where, err))
 	}
@@ -398,6 +409,28 @@ func (h *Handler) session(ctx context.Context) (*session, error) {
 	}
 	h.sess = s
 	return s, nil
+}
+
+// dialTimeout bounds connecting and the AMQP handshake, within the ctx of the record that connects.
+const dialTimeout = 10 * time.Second
+
+// dial connects for the client, with a deadline on the handshake that the client clears once the
+// connection is open.
+func dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: dialTimeout}
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(dialTimeout)
+	if dl, ok := ctx.Deadline(); ok && dl.Before(deadline) {
+		deadline = dl
+	}
+	if err := c.SetDeadline(deadline); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // session is a connection and its one channel in confirm mode, on which every record is published, with
@@ -412,6 +445,7 @@ type session struct {
 	pending  map[uint64]*pending       // by delivery tag
 	returned map[string][]*amqp.Return // by message id, returned and awaiting their confirm
 	err      error                     // why the session ended; nil while it is open
+	blocked  string                    // the broker's reason while it blocks publishers (connection.blocked)
 }
 
 // pending is a publish awaiting its confirm.
@@ -438,17 +472,33 @@ func openSession(conn *amqp.Connection) (*session, error) {
 	returns := ch.NotifyReturn(make(chan amqp.Return))
 	confirms := ch.NotifyPublish(make(chan amqp.Confirmation))
 	closes := ch.NotifyClose(make(chan *amqp.Error, 1))
+	blocks := conn.NotifyBlocked(make(chan amqp.Blocking, 1))
 	if err := ch.Confirm(false); err != nil {
 		return nil, err
 	}
-	go s.listen(returns, confirms, closes)
+	go s.listen(returns, confirms, closes, blocks)
 	return s, nil
 }
 
 // listen settles publishes as the broker answers, and all of them when the channel closes.
-func (s *session) listen(returns <-chan amqp.Return, confirms <-chan amqp.Confirmation, closes <-chan *amqp.Error) {
+func (s *session) listen(returns <-chan amqp.Return, confirms <-chan amqp.Confirmation, closes <-chan *amqp.Error,
+	blocks <-chan amqp.Blocking) {
 	for {
 		select {
+		case b, ok := <-blocks:
+			if !ok {
+				blocks = nil
+				continue
+			}
+			s.mu.Lock()
+			s.blocked = ""
+			if b.Active {
+				s.blocked = b.Reason
+				if s.blocked == "" {
+					s.blocked = "no reason given"
+				}
+			}
+			s.mu.Unlock()
 		case r, ok := <-returns:
 			if !ok {
 				returns = nil
@@ -499,38 +549,35 @@ func (s *session) isClosed() bool {
 	return s.err != nil
 }
 
-// publish sends msg and returns the publish awaiting its confirm. Sending is not bounded by the client
-// (a broker that blocks publishers stops reading), so it runs aside and ctx bounds the wait for it.
-func (s *session) publish(ctx context.Context, exchange, key string, msg amqp.Publishing) (*pending, error) {
+// errBlocked is the failure of a publish while the broker blocks publishers.
+var errBlocked = errors.New("the broker blocks publishers")
+
+// publish sends msg and returns the publish awaiting its confirm. It fails at once while the broker blocks
+// publishers (a memory or disk alarm): the publish would wait, unread, however long the alarm lasts.
+func (s *session) publish(exchange, key string, msg amqp.Publishing) (*pending, error) {
 	p := &pending{messageID: msg.MessageId, done: make(chan outcome, 1)}
-	sent := make(chan error, 1)
-	go func() {
-		s.pubMu.Lock()
-		defer s.pubMu.Unlock()
-		// Not under s.mu: the client holds the lock this takes while it hands listen a confirm, and listen
-		// takes s.mu to settle it.
-		tag := s.ch.GetNextPublishSeqNo()
-		s.mu.Lock()
-		if s.err != nil {
-			s.mu.Unlock()
-			sent <- s.err
-			return
-		}
-		s.pending[tag] = p // before the publish: its confirm may come before Publish returns
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	// Not under s.mu: the client holds the lock this takes while it hands listen a confirm, and listen
+	// takes s.mu to settle it.
+	tag := s.ch.GetNextPublishSeqNo()
+	s.mu.Lock()
+	switch {
+	case s.err != nil:
 		s.mu.Unlock()
-		if _, err := s.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg); err != nil {
-			s.mu.Lock()
-			delete(s.pending, tag)
-			s.mu.Unlock()
-			sent <- err
-			return
-		}
-		sent <- nil
-	}()
-	select {
-	case err := <-sent:
-		return p, err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("not sent yet (the broker reads no more: a resource alarm?): %w", ctx.Err())
+		return nil, s.err
+	case s.blocked != "":
+		reason := s.blocked
+		s.mu.Unlock()
+		return nil, fmt.Errorf("%w (connection.blocked: %s)", errBlocked, reason)
 	}
+	s.pending[tag] = p // before the publish: its confirm may come before Publish returns
+	s.mu.Unlock()
+	if _, err := s.ch.PublishWithDeferredConfirm(exchange, key, true, false, msg); err != nil {
+		s.mu.Lock()
+		delete(s.pending, tag)
+		s.mu.Unlock()
+		return nil, err
+	}
+	return p, nil
 }
