@@ -233,11 +233,15 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		return handlers.Permanent(fmt.Errorf("rabbitmq: record %s: its key is %d bytes, more than the %d a routing "+
 			"key may be", rec.ID, len(key), maxRoutingKey))
 	}
-	ctx, span := tracecontext.Start(ctx, tracerName, "publish "+h.exchange, trace.SpanKindProducer)
+	destination := h.exchange
+	if destination == "" {
+		destination = "amq.default" // the name the semantic conventions give the default exchange
+	}
+	ctx, span := tracecontext.Start(ctx, tracerName, "publish "+destination, trace.SpanKindProducer)
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("messaging.system", "rabbitmq"),
 			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "publish"),
-			attribute.String("messaging.destination.name", h.exchange),
+			attribute.String("messaging.destination.name", destination),
 			attribute.String("messaging.rabbitmq.destination.routing_key", key),
 			attribute.String("messaging.message.id", MessageID(rec)))
 	}

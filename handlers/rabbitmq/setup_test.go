@@ -2,7 +2,6 @@ package rabbitmq_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"regexp"
 	"strconv"
@@ -200,4 +199,3 @@ func requireUnavailable(t *testing.T, err error, check string) {
 	require.False(t, handlers.IsPermanent(err), "not the record's: %v", err)
 }
 
-var _ = errors.New
