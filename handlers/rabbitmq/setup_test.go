@@ -198,4 +198,3 @@ func requireUnavailable(t *testing.T, err error, check string) {
 	require.Contains(t, u.Check, check)
 	require.False(t, handlers.IsPermanent(err), "not the record's: %v", err)
 }
-
