@@ -79,8 +79,9 @@ type runFlags struct {
 	pubsubPayloadColumn string
 	pubsubMaxBytes      int
 
-	kafka kafkaFlags
-	nats  natsFlags
+	kafka    kafkaFlags
+	nats     natsFlags
+	rabbitmq rabbitmqFlags
 
 	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
 	configPath, configEntry string
@@ -110,7 +111,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"(default off: a Postgres crash may deliver the last few hundred ms of records again, never skip one)")
 	fs.StringVar(&f.startFrom, "start-from", "", "where a new process starts: beginning, now or an RFC 3339 time "+
 		"(required when the table already has rows; an existing process keeps its position)")
-	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub or kafka")
+	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub, kafka or rabbitmq")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
 	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
@@ -157,6 +158,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 
 	f.kafka.register(fs)
 	f.nats.register(fs)
+	f.rabbitmq.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -245,6 +247,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		if pf.handler == "nats" {
 			cfg.MaxInFlight = pf.nats.maxInFlight
 		}
+		if pf.handler == "rabbitmq" {
+			cfg.MaxInFlight = pf.rabbitmq.maxInFlight
+		}
 		if metrics != nil {
 			cfg.Observer = metrics
 		}
@@ -322,6 +327,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if f.nats.set() && f.handler != "nats" {
 		return nil, nothing, usageErr("--nats-* flags need --handler nats")
 	}
+	if f.rabbitmq.set() && f.handler != "rabbitmq" {
+		return nil, nothing, usageErr("--rabbitmq-* flags need --handler rabbitmq")
+	}
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -376,8 +384,13 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler nats")
 		}
 		return f.nats.newHandler(ctx)
+	case "rabbitmq":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler rabbitmq")
+		}
+		return f.rabbitmq.newHandler(ctx, cfg)
 	default:
-		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub or kafka", f.handler)
+		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub, kafka or rabbitmq", f.handler)
 	}
 }
 

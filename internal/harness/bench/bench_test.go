@@ -250,6 +250,7 @@ func tableLines() []line {
 	)
 	ls = append(ls, kafkaLines()...)
 	ls = append(ls, natsLines()...)
+	ls = append(ls, rabbitmqLines()...)
 	ls = append(ls, fleetLines()...)
 	return append(ls, networkLines()...)
 }
@@ -449,6 +450,7 @@ func printNotes(w io.Writer) {
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
 	kafkaNote(note)
 	natsNote(note)
+	rabbitmqNote(note)
 	fleetNote(note)
 	networkNote(note)
 }
