@@ -174,7 +174,7 @@ type row struct {
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	procs, err := cursor.ListProcesses(ctx, c.cfg.Pool, "")
+	procs, err := cursor.Read(ctx, c.cfg.Pool, cursor.ReadOpts{})
 	if err != nil {
 		c.fail(w, err)
 		return
@@ -237,7 +237,7 @@ type holder struct {
 func (c *Console) process(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	name := r.PathValue("name")
-	procs, err := cursor.ListProcesses(ctx, c.cfg.Pool, name)
+	procs, err := cursor.Read(ctx, c.cfg.Pool, cursor.ReadOpts{Process: name})
 	if err != nil {
 		c.fail(w, err)
 		return

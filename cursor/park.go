@@ -90,7 +90,9 @@ func busyStreams(err error) error {
 type RedriveOpts struct {
 	// ActionOpts names who redrives and why, for the audit; Actor is required.
 	ActionOpts
+	// Key is the parked key whose records are delivered; leave it empty with All.
 	Key string
+	// All redrives every parked key of the process, each in its own order; Key must then be empty.
 	All bool
 }
 
@@ -99,8 +101,8 @@ type RedriveOpts struct {
 // interval, between two batches. A key whose first record still fails stays parked, with the new error.
 // It refuses when nothing matching is parked (ErrNotParked). Audited, with the keys in the entry's detail.
 //
-// Deprecated: the trailing ActionOpts is the former spelling; set RedriveOpts.ActionOpts instead. When
-// given, it takes the place of RedriveOpts.ActionOpts.
+// The trailing aopts is the former spelling, kept so that calls written for it compile; set
+// RedriveOpts.ActionOpts instead. When given, it takes the place of RedriveOpts.ActionOpts.
 func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts, aopts ...ActionOpts) (AuditEntry, error) {
 	if len(aopts) > 0 {
 		opts.ActionOpts = aopts[0]

@@ -38,9 +38,11 @@ type ReadOpts struct {
 	Process string
 }
 
-// Read reads processes with their streams' cursor rows, in one read, ordered by name, and decides each
-// row's Status as `inorder status` does (see List for what it looks at). It takes no lock and does not
-// disturb running processors. An unknown Process gives none.
+// Read reads processes with their streams' cursor rows, in one read, ordered by name, and which instance
+// owns each, and decides each row's Status as `inorder status` does: for a stream an instance runs, not
+// paused nor failing, it looks whether any row is after the position (one index probe; Measure counts
+// them). It takes no lock and does not disturb running processors. An unknown Process gives none. List is
+// its flat form.
 func Read(ctx context.Context, db DB, opts ReadOpts) ([]Process, error) {
 	infos, err := list(ctx, db, opts.Process, true)
 	if err != nil {

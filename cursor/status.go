@@ -76,8 +76,8 @@ type Info struct {
 // paused nor failing, it looks whether any row is after the position (one index probe; Measure counts
 // them). It takes no lock and does not disturb running processors.
 //
-// Deprecated: Read reads the same rows grouped into processes (a process's Info, and its partitions'
-// rows as its Streams). List stays for the flat listing `inorder status --json` prints.
+// List is Read's flat form, the one `inorder status --json` prints: Read gives the same rows grouped into
+// processes (a process's Info, and its partitions' rows as its Streams), which is what most callers want.
 func List(ctx context.Context, db DB, name string) ([]Info, error) {
 	return list(ctx, db, name, false)
 }

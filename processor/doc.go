@@ -4,24 +4,24 @@
 // # The loop
 //
 // A Processor owns one named process. Each batch it locks the process's cursor row (see package cursor),
-// computes the horizon, reads at most BatchSize records after its position and below the horizon in
-// keyset order (BatchSize, which adapts to a backlog by default), hands them to the handler one by one, advances the position after each success, and
-// unlocks. When there is nothing to read it probes (ProbeInterval): one shared, index-only statement asks
-// whether a row lies after its position, and only a yes runs a batch. Without the probe, and while another
-// instance owns the process, it waits PollInterval.
+// computes the horizon, reads at most BatchSize records after its position and below the horizon in keyset
+// order (BatchSize, which adapts to a backlog by default), hands them to the handler one by one, advances
+// the position after each success, and unlocks. When there is nothing to read it probes (ProbeInterval):
+// one shared, index-only statement asks whether a row lies after its position, and only a yes runs a batch.
+// Without the probe, and while another instance owns the process, it waits PollInterval.
 //
 // # Ownership
 //
 // Any number of instances may run one process (Config.Instance names each); one works it at a time. The
-// owner holds a lease in the cursor row, renewed in its batch transactions, and every position it writes
-// is checked against the lease's token (drawn at random at every change of owner) in the transaction that
-// holds the row lock, so an instance whose lease another has taken can never write one. That holds through a connection pooler in session or
-// transaction mode (PgBouncer, or a hosted database's pooler; the URL then needs
-// default_query_exec_mode=exec or simple_protocol where the pooler keeps no prepared statements). A
-// standby takes over when the owner gives the lease up at a clean stop, when the lease runs out (Lease),
-// or, on a direct connection, as soon as the owner's session ends. After a reconnect (a server restart, a
-// failover to a standby) the processor goes on from the cursor row it finds, and names the records it
-// delivered that the server no longer has.
+// owner holds a lease in the cursor row, renewed in its batch transactions, and every position it writes is
+// checked against the lease's token (drawn at random at every change of owner) in the transaction that
+// holds the row lock, so an instance whose lease another has taken can never write one. That holds through
+// a connection pooler in session or transaction mode (PgBouncer, or a hosted database's pooler; the URL
+// then needs default_query_exec_mode=exec or simple_protocol where the pooler keeps no prepared
+// statements). A standby takes over when the owner gives the lease up at a clean stop, when the lease runs
+// out (Lease), or, on a direct connection, as soon as the owner's session ends. After a reconnect (a server
+// restart, a failover to a standby) the processor goes on from the cursor row it finds, and names the
+// records it delivered that the server no longer has.
 //
 // The lease decides even for an owner cut off inside its batch: the owner starts a record only while its
 // lease covers the handler call (HandlerTimeout), renewing it by a commit of what it has delivered before

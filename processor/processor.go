@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
@@ -100,7 +99,7 @@ type Config[T any] struct {
 	// register one without it (ErrStartFromUnset), naming the processes that already read the table. On an
 	// empty table the zero value starts at the beginning. An existing process keeps its position whatever
 	// StartFrom says.
-	StartFrom cursor.StartFrom
+	StartFrom inordertype.StartFrom
 
 	// SynchronousCommit makes every position commit wait for its WAL flush. By default a position (and
 	// what commits with it: the halt state, parked records) commits with synchronous_commit = off, so that

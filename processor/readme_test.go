@@ -47,8 +47,10 @@ func Example_library() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	sigs := lifecycle.NewSignalActor(ctx, lifecycle.SignalOpts{}) // SIGTERM: finish the record in flight, make the position durable, unlock
+	defer sigs.Stop()
 	var g lifecycle.Group
-	g.AddSignals(lifecycle.NewSignalActor(ctx, lifecycle.SignalOpts{})) // SIGTERM: finish the record in flight, make the position durable, unlock
+	g.AddSignals(sigs)
 	g.AddRunner(p)
 	if err := g.Run(ctx); err != nil && !errors.As(err, new(*lifecycle.SignalError)) {
 		log.Fatal(err) // `process "booking_sms": ...` — something retrying cannot fix

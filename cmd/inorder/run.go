@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -283,9 +284,12 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		g.Add("lag", metrics.WatchLag(pool, 0))
 		log.Info().Str("addr", addr.String()).Msg("serving /metrics, /healthz and /readyz")
 	}
-	if ctx.Err() != nil {
-		log.Info().Msg("stopped by a signal during start-up")
-		return nil
+	if cause := context.Cause(ctx); cause != nil {
+		if errors.As(cause, new(*lifecycle.SignalError)) {
+			log.Info().Msg("stopped by a signal during start-up")
+			return nil
+		}
+		return cause
 	}
 	for _, p := range runners {
 		g.AddRunner(p)

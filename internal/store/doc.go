@@ -3,7 +3,7 @@
 // protocol of a process's cursor row, which a processor drives: a dedicated connection, ownership through a
 // lease in the row, the row locked FOR UPDATE SKIP LOCKED in one short transaction per batch, and the
 // position, halt and hold written inside it. Package cursor is what users and operators see of the same
-// row; it calls the functions here and writes no SQL of its own.
+// row; it calls the functions here and writes no SQL on inorder's tables of its own.
 //
 // # Ownership
 //

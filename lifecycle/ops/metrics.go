@@ -363,7 +363,7 @@ func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping f
 	}
 	defer conn.Release()
 	// Every cursor row in one read: a partitioned process needs its partitions' rows too.
-	infos, err := cursor.List(ctx, conn.Conn(), "")
+	all, err := cursor.Read(ctx, conn.Conn(), cursor.ReadOpts{})
 	if err != nil {
 		for _, n := range names {
 			fail(n)
@@ -372,7 +372,7 @@ func (m *Metrics) measureLag(ctx context.Context, pool *pgxpool.Pool, stopping f
 	}
 	// A tracked name is a process, or a partition an instance works, measured on its own.
 	procs := map[string]cursor.Process{}
-	for _, p := range cursor.Processes(infos) {
+	for _, p := range all {
 		procs[p.Name] = p
 		if p.Partitioned() {
 			for _, s := range p.Streams {
