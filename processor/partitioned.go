@@ -92,6 +92,9 @@ func (p *Partitioned[T]) Name() string { return p.cfg.Process }
 func (p *Partitioned[T]) Run(ctx context.Context) error {
 	coord, err := p.connect(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while connecting: a clean stop, as for one stream
+		}
 		return err
 	}
 	defer coord.close()
@@ -101,6 +104,9 @@ func (p *Partitioned[T]) Run(ctx context.Context) error {
 		}
 		return store.RegisterPartitioned(ctx, c, p.cfg.Process, p.opts.Partitions)
 	}); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
 	p.log.Info().Int("partitions", p.opts.Partitions).Int("slots", p.opts.Slots).Msg("working partitions")

@@ -141,6 +141,20 @@ func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	require.Contains(t, err.Error(), `CREATE INDEX CONCURRENTLY IF NOT EXISTS "events_aggregate_id_p4_idx" ON "public"."events" (((hashtextextended(coalesce("aggregate_id"::text, ''), 0) & 2147483647) % 4), "created_at", "id")`)
 }
 
+// A partitioned process stopped before its coordination connected stops cleanly, as one stream does: a
+// group stopped during start-up must not report the stop as a failure of the process.
+func TestPartitionedProcessStoppedWhileConnectingStopsCleanly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cfg := b.cfg
+	cfg.Process = "stopped_early"
+	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.NoError(t, p.Run(ctx))
+}
+
 // TestRepartitionIsRefusedWhileAnInstanceRuns: a running instance does not always own a partition (it
 // hands them over and picks them again), and owning one is not what it takes to be running; repartition
 // must refuse while any instance runs, and go through once it stopped.
