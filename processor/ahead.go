@@ -36,7 +36,7 @@ func (p *Processor[T]) readAhead(work context.Context, items []item[T], horizon 
 		return
 	}
 	a := &ahead[T]{from: items[len(items)-1].pos, limit: p.batchLimit(), done: make(chan struct{})}
-	p.ahead = a
+	p.tenure.ahead = a
 	go func() {
 		defer close(a.done)
 		a.items, a.err = p.readRows(work, a.from, horizon, a.limit)
@@ -45,18 +45,18 @@ func (p *Processor[T]) readAhead(work context.Context, items []item[T], horizon 
 
 // joinAhead waits for a read ahead under way, so that the connection is free again.
 func (p *Processor[T]) joinAhead() {
-	if p.ahead != nil {
-		<-p.ahead.done
+	if p.tenure.ahead != nil {
+		<-p.tenure.ahead.done
 	}
 }
 
 // takeAhead returns the batch read ahead when it starts at pos, and drops it either way.
 func (p *Processor[T]) takeAhead(pos inordertype.Position) ([]item[T], bool) {
-	a := p.ahead
+	a := p.tenure.ahead
 	if a == nil {
 		return nil, false
 	}
-	p.ahead = nil
+	p.tenure.ahead = nil
 	<-a.done
 	if a.err != nil || a.from != pos {
 		return nil, false

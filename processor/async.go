@@ -17,6 +17,13 @@ import (
 // A record of a parked key is not sent: it takes its turn in the window, and parks behind its key when
 // its turn comes. A record the sink refuses at once (Send fails) in a way that parks its key takes its
 // turn likewise, and the key's later records in the batch are not sent either.
+//
+// Such a refused record's fate is decided in its turn (settle), as a sent record's is: the decision made
+// when Send fails says only whether to hold the record for its turn, its key's later records held back,
+// or to end the sends at it. What decides the record's fate may change before its turn: its refusal is
+// noted among the refusals (see outage.go) only then, and may show with another key's refusal that the
+// sink is out (fateUnavailable: the key is not parked); an earlier record of its key may park the key
+// meanwhile (fateParkedBehind); the shutdown timeout may cut it off (fateCutOff).
 
 // asyncWindow is the async window over one batch.
 type asyncWindow[T any] struct {
@@ -88,9 +95,11 @@ func (a *asyncWindow[T]) send() bool {
 			}
 			continue
 		}
-		if p.fateOf(a.ctx, a.work, a.st, it, serr, false).kind == fatePark {
-			// Refused before it was sent: parked in its turn, the records before it settling first, and
-			// the key's later records are not sent.
+		v := p.fateOf(a.ctx, a.work, a.st, it, serr, false)
+		if v.kind == fatePark {
+			// Refused before it was sent, in a way that parks its key as things stand now: it waits for its
+			// turn, the records before it settling first, and the key's later records are not sent. Its
+			// fate is decided in its turn (settle), not here (see the comment at the top of this file).
 			a.refused[it.rec.Key] = true
 			if !a.add(flight[T]{it: it, res: failedResult{serr}, sent: time.Now()}) {
 				return false
@@ -104,7 +113,7 @@ func (a *asyncWindow[T]) send() bool {
 				return false
 			}
 		}
-		a.o.failed, a.o.cause = it, serr
+		a.o.failed, a.o.fate = it, v
 		return false
 	}
 	return true
@@ -145,7 +154,7 @@ func (a *asyncWindow[T]) settle() bool {
 		p.resumed(&f.it.rec)
 	default:
 		endAttempt(f.it, werr)
-		a.o.failed, a.o.cause = f.it, werr
+		a.o.failed, a.o.fate = f.it, v
 		return false
 	}
 	if err != nil {

@@ -25,9 +25,10 @@ type outcome[T any] struct {
 	// counted is how many of the n records a commit has counted already (a record checkpoint, a renewal
 	// of the lease in the middle of a batch).
 	counted int
-	// failed is the first record in order that did not succeed, with its cause; nil when none failed.
+	// failed is the first record in order that did not succeed, nil when none failed, and fate is its
+	// fate (decideFate), with the error it failed with.
 	failed *item[T]
-	cause  error
+	fate   fate
 	// err is a checkpoint that failed; lost says that the cursor went to another instance between a
 	// checkpoint's commit and the relock. Either way the batch ends there, with nothing more to record.
 	err  error
@@ -70,7 +71,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		case f.kind == fateAbort:
 			o.err = err
 		case f.fails():
-			o.failed, o.cause = it, err
+			o.failed, o.fate = it, f
 		case f.kind == fatePark || f.kind == fateParkedBehind:
 			o.err = p.park(work, st, it, f.cause)
 		default:

@@ -71,7 +71,7 @@ func (d *delivered) list() ([]inordertype.Position, []time.Time) {
 // (after a failover, a Client's pool may still lend a connection to the old primary, and the next
 // reconnect finds the new one) leaves them for the recheck after the next reconnect.
 func (p *Processor[T]) recheck(ctx context.Context) {
-	ps, deliveredAt := p.delivered.list()
+	ps, deliveredAt := p.tenure.delivered.list()
 	if len(ps) == 0 || p.table == nil {
 		return
 	}
@@ -92,7 +92,7 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
-	p.delivered.forget()
+	p.tenure.delivered.forget()
 	if r.After > 0 {
 		p.log.Warn().Str("position", pos.String()).Int("records", r.After).
 			Msg("the position on the server is behind records this instance delivered, which are delivered again from " +

@@ -13,6 +13,22 @@ import (
 // decideFate, and applied by the delivery: the record went through; it failed and the batch stops on it
 // (retrying, halted, or waiting for the sink's outage, which fail records in the cursor row); its key
 // parks on it (Config.OnHalt); it parks behind its key; or the cursor transaction failed under it.
+//
+// A record's fate is decided once, when its handler's result is in, and the delivery carries it to the
+// batch's end (outcome.fate), where the failing record's failure is recorded. It changes once at most, and
+// only one way: when the shutdown timeout has cut the batch off after its failing record's fate was decided
+// (the keyed window and the async window wait for what is in flight after it), nothing can be recorded any
+// more, and the record is cut off after all (atBatchEnd). A refusal an AsyncHandler's Send returns at once
+// is looked at when Send fails, to know whether to hold the record for its turn, and its fate is decided in
+// its turn (see async.go).
+//
+// Two paths ask decideFate about an error that is not a record's of the stream as it goes, under rules of
+// their own, and pass it only the error and whether the shutdown cut the handler off: a TxBatchHandler's
+// call for a whole batch (deliverTxBatch), whose failure, unless it aborts the batch or is cut off, sends
+// the batch one record at a time to find the record that fails; and a redrive of a parked key
+// (redriveKey), where a record that fails again, whatever its failure, stays parked with its key, and
+// neither the sink's outage, HaltAfter nor OnHalt applies. To them every failing fate but fateCutOff is
+// alike.
 
 // fateKind is what becomes of a record.
 type fateKind int
@@ -62,6 +78,16 @@ func (f fate) fails() bool {
 		return true
 	}
 	return false
+}
+
+// atBatchEnd is f, the fate of the record its batch failed on, as the batch ends: cut off when the
+// shutdown timeout has cut the batch off since f was decided, since nothing can be recorded any more (see
+// cutOff).
+func (f fate) atBatchEnd(ctx, work context.Context) fate {
+	if cutOff(ctx, work) {
+		f.kind = fateCutOff
+	}
+	return f
 }
 
 // fateInput is what decides a record's fate: what its handler returned, and where the record and the

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -40,6 +41,12 @@ func TestDecideFate(t *testing.T) {
 			fateInput{behind: true, err: refused, parking: true, key: "k"}, fateParkedBehind},
 		{"the cursor transaction failed", fateInput{err: batchError{errors.New("release savepoint")}, parking: true, key: "k"}, fateAbort},
 		{"cut off by the shutdown timeout", fateInput{err: refused, cutOff: true, parking: true, key: "k"}, fateCutOff},
+		{"went through as the shutdown timeout ran out", fateInput{cutOff: true}, fateDelivered},
+		{"the cursor transaction failed as the shutdown timeout ran out", fateInput{err: batchError{errors.New("release savepoint")}, cutOff: true}, fateAbort},
+		// A TxBatchHandler's batch and a redrive pass the error alone: every failing fate but cut off is alike to them.
+		{"the error alone, transient", fateInput{err: transient}, fateRetry},
+		{"the error alone, refused", fateInput{err: refused}, fateHalt},
+		{"the error alone, cut off", fateInput{err: transient, cutOff: true}, fateCutOff},
 		{"the sink's outage is no key's", fateInput{err: refused, sinkCheck: "the sink", parking: true, key: "k"}, fateUnavailable},
 		{"the sink's outage, failing for long", fateInput{err: transient, sinkCheck: "the sink", halt: failing(time.Hour, false)}, fateUnavailable},
 		{"a first failure", fateInput{err: transient}, fateRetry},
@@ -77,5 +84,19 @@ func TestDecideFate(t *testing.T) {
 			stops := tc.want == fateRetry || tc.want == fateHalt || tc.want == fateUnavailable || tc.want == fateCutOff
 			require.Equal(t, stops, got.fails(), "whether the batch stops on the record")
 		})
+	}
+}
+
+func TestFateAtBatchEnd(t *testing.T) {
+	t.Parallel()
+	cause := errors.New("503 from the sink")
+	live := context.Background()
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, k := range []fateKind{fateRetry, fateHalt, fateUnavailable, fateCutOff} {
+		f := fate{kind: k, cause: cause}
+		require.Equal(t, f, f.atBatchEnd(live, live), "%s: the batch was not cut off", k)
+		require.Equal(t, f, f.atBatchEnd(done, live), "%s: stopping, within the shutdown timeout", k)
+		require.Equal(t, fate{kind: fateCutOff, cause: cause}, f.atBatchEnd(done, done), "%s: cut off since", k)
 	}
 }

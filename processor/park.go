@@ -197,13 +197,15 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 				p.endSpan(work, it, "still parked") // the key stays parked, with the new error
 			}
 		}
-		if isBatchError(cause) {
+		// The record's fate is decided with the error alone: under a redrive's rules, a record that fails
+		// again stays parked with its key, whatever its failure (see fate.go).
+		switch decideFate(fateInput{err: cause, cutOff: cutOff(ctx, work)}).kind {
+		case fateDelivered:
+		case fateAbort:
 			return false, cause
-		}
-		if cause != nil {
-			if cutOff(ctx, work) {
-				return false, nil
-			}
+		case fateCutOff:
+			return false, nil
+		default: // it failed again (fateRetry, fateHalt)
 			pk.Error, pk.Permanent = cause.Error(), handlers.IsPermanent(cause)
 			pk.Status, _ = handlers.StatusOf(cause)
 			if err := p.cur.RedriveFailed(work, pk); err != nil {
@@ -222,7 +224,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		if ok, err := p.commit(work, 1); err != nil || !ok {
 			return false, err
 		}
-		p.delivered.add(pk.Position, time.Now())
+		p.tenure.delivered.add(pk.Position, time.Now())
 	}
 	delete(p.tenure.parked, key)
 	p.log.Info().Str("key", key).Int("records", len(recs)).

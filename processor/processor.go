@@ -321,7 +321,7 @@ type Processor[T any] struct {
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
-	tenure      tenure    // the tenure in which this instance last owned the process (see tenure.go)
+	tenure      tenure[T] // the tenure in which this instance last owned the process (see tenure.go)
 	last        lastBatch // what the last batch found that the next wait depends on
 	hold        holder    // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
@@ -338,7 +338,6 @@ type Processor[T any] struct {
 	pooling                   pooling // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
-	delivered     delivered // the last records delivered, for the check after a reconnect (failover.go)
 	tracing       tracing
 	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
 	// store.Rider); the horizon takes it when the lock it rode with is the one held.
@@ -346,8 +345,6 @@ type Processor[T any] struct {
 	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastLimit is the
 	// bound of the last read.
 	limit, lastLimit int
-	// ahead is the next batch, read while the last one was delivered (see ahead.go); nil when none.
-	ahead *ahead[T]
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals refusals
 }
@@ -797,7 +794,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// The move back is made durable at once: a batch that fails later must not take it back while
 			// the switch stays.
 			back := inordertype.Position{CreatedAt: at.UTC()}
-			p.delivered.forget() // delivered again on purpose
+			p.tenure.delivered.forget() // delivered again on purpose
 			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 				return horizon{}, err
 			}
@@ -901,11 +898,14 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.joinAhead()
 	}
 	n, wait, err = o.n, 0, o.err
+	if o.failed != nil {
+		o.fate = o.fate.atBatchEnd(ctx, work)
+	}
 	switch {
 	case o.err != nil || o.lost:
-	case o.failed != nil && !cutOff(ctx, work):
-		wait = p.fail(work, st, o.last, o.failed, o.cause)
-	default:
+	case o.failed != nil && o.fate.kind != fateCutOff:
+		wait = p.fail(work, st, o.last, o.failed, o.fate.cause)
+	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
 		// the next batch waits its turn.
@@ -913,7 +913,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	now := time.Now()
 	for _, it := range items[:n] {
-		p.delivered.add(it.pos, now)
+		p.tenure.delivered.add(it.pos, now)
 	}
 	return n, wait, err
 }
@@ -970,9 +970,8 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
-		p.role, p.tenure = roleOwner, tenure{token: token}
-		p.takeAhead(inordertype.Position{}) // read in another tenure: read again
-		p.delivered.forget()
+		p.joinAhead() // a batch read ahead in the last tenure is dropped with it, once its statement is done
+		p.role, p.tenure = roleOwner, tenure[T]{token: token}
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()
@@ -1020,7 +1019,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 		p.log.Info().Str("from", p.tenure.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
 		p.traceOperator(p.tenure.lastPos, st.Position)
-		p.delivered.forget() // delivered again from where the operator said, not lost
+		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {

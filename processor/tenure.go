@@ -4,8 +4,10 @@ import "github.com/inorder-dev/inorder/inordertype"
 
 // tenure is what this instance knows for one tenure of it as the process's owner. The batch that locks
 // the cursor row in a new tenure (lock) starts it afresh in one assignment: whatever happened to the row
-// in between was done by other instances (or nobody), not by an operator.
-type tenure struct {
+// in between was done by other instances (or nobody), not by an operator. A reconnect keeps the tenure
+// until then: the check after it (recheck) compares what this instance delivered in the tenure, and the
+// next lock, which follows it, starts a new one.
+type tenure[T any] struct {
 	// token is the tenure's (store.Repository.Tenure).
 	token int64
 	// sourceSaved says the cursor row holds what the process reads (saveSource), once per tenure and per
@@ -18,6 +20,12 @@ type tenure struct {
 	// parked are the keys parked in the stream (OnHaltPark): nil until read in this tenure, and again after
 	// a batch that may have marked keys whose rows it did not store (see markParked).
 	parked map[string]bool
+	// ahead is the next batch, read while the last one was delivered (see ahead.go); nil when none. A
+	// batch read in another tenure is read again.
+	ahead *ahead[T]
+	// delivered are the last records this instance delivered in the tenure, for the check after a
+	// reconnect (failover.go): the records it delivered before are not its to recheck.
+	delivered delivered
 }
 
 // lastBatch is what the last batch found that the wait before the next one depends on (nextWait,

@@ -47,11 +47,12 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 		endAttempt(&items[i], err) // a failed batch's spans are closed by its fate below, or by the tick
 	}
 	if err != nil {
-		// Not told to the observer: the records are counted as they go one at a time.
-		if isBatchError(err) {
+		// Not told to the observer: the records are counted as they go one at a time. The batch's fate is
+		// decided as one record's, with the error alone (see fate.go).
+		switch decideFate(fateInput{err: err, cutOff: cutOff(ctx, work)}).kind {
+		case fateAbort:
 			return outcome[T]{last: st.Position, err: err}
-		}
-		if cutOff(ctx, work) {
+		case fateCutOff:
 			return outcome[T]{last: st.Position}
 		}
 		p.log.Debug().Err(err).Int("records", len(recs)).Msg("the batch failed; delivering it one record at a time")

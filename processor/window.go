@@ -56,7 +56,7 @@ type window[T any] struct {
 	st      inordertype.State
 	items   []item[T]
 	slots   []slot
-	errs    []error
+	fates   []fate // the fate of each record that failed or parked
 	began   []time.Time
 	results chan done
 	// head is the first record not succeeded; inFlight counts the records whose handler runs; durable is
@@ -75,7 +75,7 @@ type window[T any] struct {
 func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	p.failing.forgetPassed(st.Position)
 	w := &window[T]{p: p, ctx: ctx, work: work, st: st, items: items, slots: make([]slot, len(items)),
-		errs: make([]error, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
+		fates: make([]fate, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
 		failedAt: len(items), warned: -1, o: outcome[T]{last: st.Position}}
 	tick := time.NewTicker(time.Second)
 	defer tick.Stop()
@@ -118,7 +118,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 		w.o.err = p.cur.SetInFlight(work, store.InFlight{})
 	}
 	if w.head < len(items) && w.slots[w.head] == failed {
-		w.o.failed, w.o.cause = &items[w.head], w.errs[w.head]
+		w.o.failed, w.o.fate = &items[w.head], w.fates[w.head]
 	}
 	// The records of other keys that went out ahead of the head go out again after it, as their next
 	// attempt.
@@ -193,7 +193,7 @@ func (w *window[T]) take(d done) {
 		case fateDelivered:
 			w.slots[d.i] = succeeded
 		default: // the prefix stops at it
-			w.slots[d.i], w.errs[d.i] = failed, d.err
+			w.slots[d.i], w.fates[d.i] = failed, f
 			w.failedAt = min(w.failedAt, d.i)
 		}
 		select {
@@ -210,7 +210,7 @@ func (w *window[T]) take(d done) {
 // is stored when the prefix reaches it (advance), in the transaction that moves the position past it, so
 // that no parked row lies ahead of the position.
 func (w *window[T]) parkAt(i int, f fate) {
-	w.slots[i], w.errs[i] = parked, f.cause
+	w.slots[i], w.fates[i] = parked, f
 	if f.kind == fatePark {
 		w.p.markParked(w.items[i].rec.Key)
 	}
@@ -223,7 +223,7 @@ func (w *window[T]) advance() {
 	for w.head < len(w.items) && (w.slots[w.head] == succeeded || w.slots[w.head] == parked) {
 		it := &w.items[w.head]
 		if w.slots[w.head] == parked {
-			if err := w.p.park(w.work, w.st, it, w.errs[w.head]); err != nil {
+			if err := w.p.park(w.work, w.st, it, w.fates[w.head].cause); err != nil {
 				w.o.err, w.stopping = err, true
 				break
 			}
