@@ -80,6 +80,7 @@ type runFlags struct {
 	pubsubMaxBytes      int
 
 	kafka kafkaFlags
+	redis redisFlags
 
 	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
 	configPath, configEntry string
@@ -155,6 +156,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", pubsub.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
 
 	f.kafka.register(fs)
+	f.redis.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -240,6 +242,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		if pf.handler == "kafka" {
 			cfg.MaxInFlight = pf.kafka.maxInFlight
 		}
+		if pf.handler == "redis" {
+			cfg.MaxInFlight = pf.redis.maxInFlight
+		}
 		if metrics != nil {
 			cfg.Observer = metrics
 		}
@@ -314,6 +319,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if f.kafka.set() && f.handler != "kafka" {
 		return nil, nothing, usageErr("--kafka-* flags need --handler kafka")
 	}
+	if f.redis.set() && f.handler != "redis" {
+		return nil, nothing, usageErr("--redis-* flags need --handler redis")
+	}
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -363,6 +371,11 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler kafka")
 		}
 		return f.kafka.newHandler(cfg)
+	case "redis":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler redis")
+		}
+		return f.redis.newHandler(ctx)
 	default:
 		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub or kafka", f.handler)
 	}
