@@ -249,6 +249,7 @@ func tableLines() []line {
 		line{key: "pubsub100", label: "pubsub to pstest, max in flight 100", ref: "batch", refLabel: "noop batch"},
 	)
 	ls = append(ls, kafkaLines()...)
+	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
 	return append(ls, networkLines()...)
 }
@@ -447,6 +448,7 @@ func printNotes(w io.Writer) {
 	note("pubsub: checkpoint batch, 10 ordering keys, the client's default publish settings (a 10ms bundling "+
 		"delay, which bounds max in flight 1 to about 100/s; hence %s rows there).", thousands(pubsubOneRows))
 	kafkaNote(note)
+	redisNote(note)
 	fleetNote(note)
 	networkNote(note)
 }
