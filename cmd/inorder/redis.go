@@ -4,7 +4,6 @@ import (
 	"context"
 	"flag"
 	"fmt"
-	"runtime"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -63,14 +62,10 @@ func (r *redisFlags) newHandler(ctx context.Context) (handlers.Handler[handlers.
 		// The URL may hold a password: name the flag, not the value.
 		return nil, nil, usageErr("--redis-url is not a redis:// or rediss:// URL (redis://[user:password@]host:port[/db])")
 	}
-	// Commands end with the handler's context (the processor's handler timeout), and the pool has a
-	// connection for each record of the window.
+	// Commands end with the handler's context (the processor's handler timeout).
 	opts.ContextTimeoutEnabled = true
 	redis.SetLogger(quietRedisLog{})
 	opts.ClientName = "inorder"
-	if n := 10 * runtime.GOMAXPROCS(0); r.maxInFlight > n {
-		opts.PoolSize = r.maxInFlight
-	}
 	client := redis.NewClient(opts)
 	h, err := redisstream.New(redisstream.Config{Client: client, Stream: r.stream, MaxLen: r.maxLen,
 		PayloadColumn: namedColumn(r.payloadColumn, redisstream.DefaultPayloadColumn), TypeColumn: r.typeColumn})

@@ -37,10 +37,11 @@
 //
 // Handle adds one record and returns once Redis answered, so the processor delivers one record at a time,
 // in (created_at, id) order. With processor.Config.MaxInFlight above 1 (the CLI's --redis-max-in-flight)
-// the processor's keyed window calls Handle for records of different keys at once, each on a connection
-// of the client's pool, and still for the records of one key one at a time, each after Redis answered for
-// the one before it. Redis runs commands one after another, so the entries of a key are in their stream
-// in order whatever the window: in a stream of its own, or, with one stream, interleaved with other keys'
+// the processor's keyed window calls Handle for records of different keys at once, and still for the
+// records of one key one at a time, each after Redis answered for the one before it. The handler sends
+// one pipeline at a time: the XADDs that arrive while one is on the wire go together in the next, one
+// write and one read for all of them. Redis runs commands one after another, so the entries of a key are
+// in their stream in order whatever the window: in a stream of its own, or, with one stream, interleaved with other keys'
 // entries in the order Redis ran them. A record without a key waits for everything before it and holds
 // everything after it. A consumer that reads the stream with XREAD or XREADGROUP sees the entries in that
 // order; with a consumer group, entries of one key handed to different consumers may of course be

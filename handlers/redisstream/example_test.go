@@ -22,7 +22,6 @@ func Example() {
 	client := redis.NewClient(&redis.Options{
 		Addr:                  "localhost:6379",
 		ContextTimeoutEnabled: true, // a command ends with the processor's HandlerTimeout
-		PoolSize:              64,   // at least processor.Config.MaxInFlight
 	})
 	defer client.Close()
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -50,8 +51,8 @@ const (
 // default.
 type Config struct {
 	// Client runs the XADD commands. The caller creates it (redis.NewClient, or a cluster or failover
-	// client) and closes it after the processor has stopped. With processor.Config.MaxInFlight above 1
-	// its pool should hold at least that many connections (go-redis's default is ten per CPU). Required.
+	// client) and closes it after the processor has stopped. The handler sends one pipeline at a time, so
+	// it needs no more than a connection or two of the client's pool. Required.
 	Client redis.Cmdable
 
 	// Stream is the stream entries are added to. With KeyPlaceholder ("{key}") in it, each record goes
@@ -80,8 +81,9 @@ type Config struct {
 // Handler adds each record to a Redis stream with XADD and returns once Redis answered with the entry's
 // id. It implements handlers.Handler for handlers.Row and is safe for concurrent use: with
 // processor.Config.MaxInFlight above 1, the processor calls it for records of different keys at once,
-// one record per key at a time, and their commands go at once over the client's connections. It holds
-// nothing of its own to release; the caller closes the client.
+// one record per key at a time, and the XADDs that arrive while a pipeline is on the wire go together in
+// the next one. It holds nothing of its own to release (no goroutine outlives a flush); the caller
+// closes the client.
 type Handler struct {
 	client redis.Cmdable
 	// prefix and suffix surround the key in a per-key stream's name; perKey is false for one stream,
@@ -95,6 +97,20 @@ type Handler struct {
 	typeColumns []string
 	// reads are the columns named in the configuration, which every record must have.
 	reads []string
+
+	// mu guards queue and flushing: the XADDs waiting for the next pipeline, and whether a flush is
+	// under way (it takes what queued while it ran before it ends).
+	mu       sync.Mutex
+	queue    []*xadd
+	flushing bool
+}
+
+// xadd is one record's command on its way through a pipeline.
+type xadd struct {
+	ctx  context.Context
+	args *redis.XAddArgs
+	err  error
+	done chan struct{} // closed once err is set
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler)(nil)
@@ -192,10 +208,95 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 	if h.maxLen > 0 {
 		args.MaxLen, args.Approx = h.maxLen, true
 	}
-	if err := h.client.XAdd(ctx, args).Err(); err != nil {
-		return classify(fmt.Errorf("redisstream: XADD record %s to stream %q: %w", rec.ID, stream, err), stream, !h.perKey)
+	x := &xadd{ctx: ctx, args: args, done: make(chan struct{})}
+	h.send(x)
+	select {
+	case <-x.done:
+	case <-ctx.Done():
+		select {
+		case <-x.done: // settled as ctx ended: the answer counts
+		default:
+			return fmt.Errorf("redisstream: XADD record %s to stream %q: no answer yet: %w", rec.ID, stream, ctx.Err())
+		}
+	}
+	if x.err != nil {
+		return classify(fmt.Errorf("redisstream: XADD record %s to stream %q: %w", rec.ID, stream, x.err), stream, !h.perKey)
 	}
 	return nil
+}
+
+// send queues x for the next pipeline. When no flush is under way, the caller runs one at once with what
+// is queued (x, at least), and a goroutine then takes over what queued meanwhile, until nothing is left:
+// the XADDs of a window that arrive while a pipeline is on the wire go together in the next one, one
+// write and one read for all of them. Only one pipeline is in flight at a time, so Redis runs the
+// commands in the order they were queued; records of one key are queued one after another's answer.
+func (h *Handler) send(x *xadd) {
+	h.mu.Lock()
+	h.queue = append(h.queue, x)
+	lead := !h.flushing
+	h.flushing = true
+	h.mu.Unlock()
+	if lead && h.flushNext() {
+		go func() {
+			for h.flushNext() {
+			}
+		}()
+	}
+}
+
+// flushNext runs the queued XADDs in one pipeline and reports whether more queued meanwhile. When none did,
+// the flush is over.
+func (h *Handler) flushNext() bool {
+	h.mu.Lock()
+	batch := h.queue
+	h.queue = nil
+	if len(batch) == 0 {
+		h.flushing = false
+		h.mu.Unlock()
+		return false
+	}
+	h.mu.Unlock()
+	ctx, cancel := batchContext(batch)
+	defer cancel()
+	var cmds []*redis.StringCmd
+	if len(batch) == 1 {
+		cmds = []*redis.StringCmd{h.client.XAdd(ctx, batch[0].args)}
+	} else {
+		pipe := h.client.Pipeline()
+		cmds = make([]*redis.StringCmd, len(batch))
+		for i, x := range batch {
+			cmds[i] = pipe.XAdd(ctx, x.args)
+		}
+		_, _ = pipe.Exec(ctx) // each command has its own error
+	}
+	for i, x := range batch {
+		x.err = cmds[i].Err()
+		close(x.done)
+	}
+	h.mu.Lock()
+	more := len(h.queue) > 0
+	if !more {
+		h.flushing = false
+	}
+	h.mu.Unlock()
+	return more
+}
+
+// batchContext is the context of a pipeline: no caller's cancellation (the others' commands are in it
+// too), and the latest of their deadlines, none when one of them has none. A caller whose context ends
+// first stops waiting for its answer.
+func batchContext(batch []*xadd) (context.Context, context.CancelFunc) {
+	var latest time.Time
+	for _, x := range batch {
+		d, ok := x.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(context.WithoutCancel(batch[0].ctx))
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(context.WithoutCancel(batch[0].ctx), latest)
 }
 
 // values are the entry's fields and values, in order.

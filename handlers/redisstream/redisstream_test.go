@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -309,5 +310,47 @@ func TestTraceContextTravelsInFields(t *testing.T) {
 				require.NotEqual(t, span.SpanContext().SpanID(), got.SpanID(), "the XADD's span is the parent")
 			}
 		})
+	}
+}
+
+// TestPipelineSettlesEachRecord sends records of 64 keys at once, so that they go in shared pipelines, one
+// key's stream being a string: that record alone fails, as its own (permanent), and every other is added.
+func TestPipelineSettlesEachRecord(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	require.NoError(t, b.client.Set(ctx, "p:k13", "x", 0).Err())
+	h := b.newHandler(t, redisstream.Config{Stream: "p:{key}"})
+	for round := range 5 {
+		errs := make([]error, 64)
+		var wg sync.WaitGroup
+		for k := range errs {
+			wg.Go(func() {
+				errs[k] = h.Handle(ctx, &handlers.Record[handlers.Row]{Process: "p", ID: strconv.Itoa(round*64 + k),
+					Key: "k" + strconv.Itoa(k), Value: handlers.Row{Columns: []string{"id"}, Values: []any{int64(k)}}})
+			})
+		}
+		wg.Wait()
+		for k, err := range errs {
+			if k == 13 {
+				require.ErrorContains(t, err, `XADD record `+strconv.Itoa(round*64+k)+` to stream "p:k13": WRONGTYPE`)
+				require.True(t, handlers.IsPermanent(err), err.Error())
+				continue
+			}
+			require.NoError(t, err, "key k%d", k)
+		}
+	}
+	require.NoError(t, b.client.Del(ctx, "p:k13").Err())
+	streams := b.entries(t, "p:k*")
+	require.Len(t, streams, 63)
+	require.Equal(t, 63*5, count(streams))
+
+	// A caller whose context ends stops waiting; the others are not cut off with it.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	err := h.Handle(cctx, &handlers.Record[handlers.Row]{Process: "p", ID: "x", Key: "k1",
+		Value: handlers.Row{Columns: []string{"id"}, Values: []any{int64(1)}}})
+	if err != nil {
+		require.ErrorIs(t, err, context.Canceled)
 	}
 }

@@ -41,7 +41,8 @@ func redisNote(note func(format string, args ...any)) {
 	note("redis: a throwaway redis-server (Debian's package, no persistence) on loopback, a stream per key (XADD, "+
 		"answered from memory); the outbox spread over %d keys, %s rows with one in flight and %s with %d; inorder "+
 		"with checkpoint batch and BatchSize 1000, the handler adding each record synchronously, the keyed window "+
-		"making %d at once over the client's pool. The references are plain go-redis goroutines adding the same "+
+		"making %d at once, pipelined (what arrives while a pipeline is on the wire goes in the next). The "+
+		"references are plain go-redis goroutines adding the same "+
 		"entries to the same server: one, and %d each adding its share one entry after another, with no database.",
 		redisKeys, thousands(redisRowsOne), thousands(redisRowsMany), redisInFlight, redisInFlight, redisInFlight)
 }
