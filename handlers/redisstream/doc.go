@@ -59,7 +59,7 @@
 // the durable position when a processor stops, crashes or loses its database connection (at most the
 // window; one at a time, a crash or a lost connection only), records of other keys that had succeeded
 // after a record that failed in the window, and a record whose Handle gave up on ctx while its XADD was
-// still on its way. Each copy is named by its id and process fields; consumers that must not act twice
+// on the wire (one still queued for the next pipeline is not sent). Each copy is named by its id and process fields; consumers that must not act twice
 // drop duplicates by them. Within a key, a copy is always behind its first copy, and no later record of
 // the key is written before a record's first copy.
 //

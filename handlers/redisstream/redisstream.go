@@ -248,14 +248,28 @@ func (h *Handler) send(x *xadd) {
 // the flush is over.
 func (h *Handler) flushNext() bool {
 	h.mu.Lock()
-	batch := h.queue
+	queued := h.queue
 	h.queue = nil
-	if len(batch) == 0 {
+	if len(queued) == 0 {
 		h.flushing = false
 		h.mu.Unlock()
 		return false
 	}
 	h.mu.Unlock()
+	// A command whose caller stopped waiting before it was sent is not sent: it is not added, and its
+	// redelivery adds no copy.
+	batch := queued[:0]
+	for _, x := range queued {
+		if err := x.ctx.Err(); err != nil {
+			x.err = err
+			close(x.done)
+			continue
+		}
+		batch = append(batch, x)
+	}
+	if len(batch) == 0 {
+		return h.more()
+	}
 	ctx, cancel := batchContext(batch)
 	defer cancel()
 	var cmds []*redis.StringCmd
@@ -273,12 +287,17 @@ func (h *Handler) flushNext() bool {
 		x.err = cmds[i].Err()
 		close(x.done)
 	}
+	return h.more()
+}
+
+// more reports whether XADDs queued during a flush, and ends the flush when none did.
+func (h *Handler) more() bool {
 	h.mu.Lock()
+	defer h.mu.Unlock()
 	more := len(h.queue) > 0
 	if !more {
 		h.flushing = false
 	}
-	h.mu.Unlock()
 	return more
 }
 
