@@ -21,5 +21,7 @@
 // # Sinks
 //
 // The subpackages are the sinks inorder ships: stdout (JSON lines), webhook (signed HTTP POSTs), pubsub
-// (Google Pub/Sub with ordering keys) and kafka (Apache Kafka, keyed by the record's key).
+// (Google Pub/Sub with ordering keys), kafka (Apache Kafka, keyed by the record's key), jetstream (NATS
+// JetStream, deduplicated by message id), rabbitmq (RabbitMQ with publisher confirms) and redisstream
+// (Redis Streams, a stream per key or one).
 package handlers

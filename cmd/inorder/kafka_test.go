@@ -46,7 +46,7 @@ func TestKafkaFlagsGetOneClearLine(t *testing.T) {
 			"--kafka-delivery-timeout (500ms) must be at least 1s"},
 		{"message bytes", kafkaArgs("--kafka-max-message-bytes", "100"),
 			"--kafka-max-message-bytes must be between 512 and 104857600, got 100"},
-		{"unknown handler", runArgs("--handler", "pigeon"), `unknown --handler "pigeon": use stdout, webhook, pubsub, kafka or rabbitmq`},
+		{"unknown handler", runArgs("--handler", "pigeon"), `unknown --handler "pigeon": use stdout, webhook, pubsub, kafka, nats, rabbitmq or redis`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runBinary(t, b.env, tc.args...)

@@ -83,6 +83,7 @@ type runFlags struct {
 	kafka    kafkaFlags
 	nats     natsFlags
 	rabbitmq rabbitmqFlags
+	redis    redisFlags
 
 	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
 	configPath, configEntry string
@@ -112,7 +113,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"(default off: a Postgres crash may deliver the last few hundred ms of records again, never skip one)")
 	fs.StringVar(&f.startFrom, "start-from", "", "where a new process starts: beginning, now or an RFC 3339 time "+
 		"(required when the table already has rows; an existing process keeps its position)")
-	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub, kafka or rabbitmq")
+	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub, kafka, nats, rabbitmq or redis")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
 	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
@@ -160,6 +161,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.kafka.register(fs)
 	f.nats.register(fs)
 	f.rabbitmq.register(fs)
+	f.redis.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -251,6 +253,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		if pf.handler == "rabbitmq" {
 			cfg.MaxInFlight = pf.rabbitmq.maxInFlight
 		}
+		if pf.handler == "redis" {
+			cfg.MaxInFlight = pf.redis.maxInFlight
+		}
 		if metrics != nil {
 			cfg.Observer = metrics
 		}
@@ -334,6 +339,9 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if f.rabbitmq.set() && f.handler != "rabbitmq" {
 		return nil, nothing, usageErr("--rabbitmq-* flags need --handler rabbitmq")
 	}
+	if f.redis.set() && f.handler != "redis" {
+		return nil, nothing, usageErr("--redis-* flags need --handler redis")
+	}
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -393,8 +401,13 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler rabbitmq")
 		}
 		return f.rabbitmq.newHandler(ctx, cfg)
+	case "redis":
+		if webhookSet || pubsubSet {
+			return nil, nothing, usageErr("--webhook-* and --pubsub-* flags contradict --handler redis")
+		}
+		return f.redis.newHandler(ctx)
 	default:
-		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub, kafka or rabbitmq", f.handler)
+		return nil, nothing, usageErr("unknown --handler %q: use stdout, webhook, pubsub, kafka, nats, rabbitmq or redis", f.handler)
 	}
 }
 

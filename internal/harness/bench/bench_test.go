@@ -251,6 +251,7 @@ func tableLines() []line {
 	ls = append(ls, kafkaLines()...)
 	ls = append(ls, natsLines()...)
 	ls = append(ls, rabbitmqLines()...)
+	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
 	return append(ls, networkLines()...)
 }
@@ -451,6 +452,7 @@ func printNotes(w io.Writer) {
 	kafkaNote(note)
 	natsNote(note)
 	rabbitmqNote(note)
+	redisNote(note)
 	fleetNote(note)
 	networkNote(note)
 }
