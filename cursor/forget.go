@@ -3,7 +3,6 @@ package cursor
 import (
 	"context"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -61,13 +60,6 @@ func Forget(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntr
 		return fail("commit: %w", err)
 	}
 	return e, nil
-}
-
-// coordinatorOf reports whether app is the coordinating session of an instance of partitioned process
-// (processor.Partitioned), which it opens before it registers the process and keeps until it stops.
-func coordinatorOf(app, process string) bool {
-	want := "inorder-partitions:" + process + "@"
-	return strings.HasPrefix(app, want) || (len(app) >= 63 && strings.HasPrefix(want, app))
 }
 
 // lockPartitions locks the rows a forget removes besides the process's own, its partitions' when it is
@@ -146,17 +138,12 @@ func removeProcess(ctx context.Context, tx pgx.Tx, name string, partitioned bool
 	if partitioned {
 		// The coordinating sessions of a partitioned process's instances, which run on direct or
 		// session-pooled connections: read afresh, after the delete.
-		if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-			return err
-		}
-		apps, err := coordinators(ctx, tx)
+		a, connected, err := store.ConnectedCoordinator(ctx, tx, name)
 		if err != nil {
 			return err
 		}
-		for _, a := range apps {
-			if coordinatorOf(a, name) {
-				return fmt.Errorf("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
-			}
+		if connected {
+			return fmt.Errorf("%w: an instance is connected to it (%s); stop every instance first", ErrBusy, a)
 		}
 	}
 	return store.DeleteInstances(ctx, tx, name, partitioned)

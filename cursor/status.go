@@ -145,13 +145,9 @@ func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	where, args := t.After(in.Position, "", 1)
-	if t.Part != nil {
-		where += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
-	}
+	exists, args := t.ExistsAfter(in.Position, nil, 1)
 	var behind bool
-	if err := sp.QueryRow(ctx, fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s WHERE %s)", t.Ident, where), args...).
-		Scan(&behind); err != nil {
+	if err := sp.QueryRow(ctx, "SELECT "+exists, args...).Scan(&behind); err != nil {
 		return fmt.Errorf("look for rows after the position of %q in %s: %w", in.Process, t.Qualified, err)
 	}
 	in.CaughtUp = !behind
@@ -172,18 +168,6 @@ func holderOnSession(ctx context.Context, tx pgx.Tx, in *Info) error {
 		in.HolderPID = int(pid)
 	}
 	return nil
-}
-
-// coordinators returns the application_name of every other session of this database that coordinates the
-// instances of a partitioned process ("inorder-partitions:…", see processor.Partitioned), which runs on a
-// direct or session-pooled connection only.
-func coordinators(ctx context.Context, tx pgx.Tx) ([]string, error) {
-	rows, err := tx.Query(ctx, `SELECT application_name FROM pg_stat_activity
-		WHERE application_name LIKE 'inorder-partitions:%' AND datname = current_database() AND pid <> pg_backend_pid()`)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
 // Lag is how far a process is behind its source.

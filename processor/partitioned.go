@@ -286,9 +286,9 @@ func (p *Partitioned[T]) unowned(ctx context.Context, coord *coordinator) ([]int
 func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator) {
 	for {
 		var alive int
-		err := coord.do(ctx, func(c *pgx.Conn) error {
-			return c.QueryRow(ctx, `SELECT count(DISTINCT application_name) FROM pg_stat_activity
-				WHERE starts_with(application_name, $1) AND datname = current_database()`, coord.appPrefix).Scan(&alive)
+		err := coord.do(ctx, func(c *pgx.Conn) (err error) {
+			alive, err = store.CountCoordinators(ctx, c, p.cfg.Process)
+			return err
 		})
 		free, ferr := p.unowned(ctx, coord)
 		p.mu.Lock()
@@ -306,14 +306,14 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 }
 
 // coordinator is the instance's one connection for choosing partitions, shared by its slots. Its
-// application_name tells other instances this one is running the process, and the process's instances
-// lock, which it holds shared, tells `inorder repartition` (see store.InstancesLockKey).
+// application_name (store.CoordinatorApplicationName) tells other instances this one is running the
+// process, and the process's instances lock, which it holds shared, tells `inorder repartition` (see
+// store.InstancesLockKey).
 type coordinator struct {
-	mu        sync.Mutex
-	cc        *pgx.ConnConfig
-	conn      *pgx.Conn
-	appPrefix string
-	process   string // whose instances lock it holds
+	mu      sync.Mutex
+	cc      *pgx.ConnConfig
+	conn    *pgx.Conn
+	process string // whose instances lock it holds
 }
 
 func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
@@ -326,12 +326,8 @@ func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
 	if cc.RuntimeParams == nil {
 		cc.RuntimeParams = map[string]string{}
 	}
-	prefix := "inorder-partitions:" + p.cfg.Process + "@"
-	cc.RuntimeParams["application_name"] = prefix + inst
-	if len(prefix) > 40 { // application_name keeps 63 bytes: leave room to tell instances apart
-		prefix = prefix[:40]
-	}
-	c := &coordinator{cc: cc, appPrefix: prefix, process: p.cfg.Process}
+	cc.RuntimeParams["application_name"] = store.CoordinatorApplicationName(p.cfg.Process, inst)
+	c := &coordinator{cc: cc, process: p.cfg.Process}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}

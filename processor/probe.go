@@ -2,10 +2,7 @@ package processor
 
 import (
 	"context"
-	"fmt"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -54,18 +51,9 @@ func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
 // reads nothing of the processor's.
 func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, []any) {
 	t, margin := p.table, p.cfg.InsertLatency
-	return func(n int) (string, []any) {
-		cond, args := t.After(pos, "", n)
-		// Only rows a batch could read now: not rows dated in the future, nor within the insert-latency
-		// margin (a batch would not read them yet), nor a NULL created_at (which no batch reads): a yes
-		// for those would run batch after batch that read nothing.
-		cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", pgx.Identifier{t.Spec.CreatedAtColumn}.Sanitize(), n+len(args))
-		args = append(args, margin)
-		if t.Part != nil {
-			cond += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
-		}
-		return "EXISTS (SELECT 1 FROM " + t.Ident + " WHERE " + cond + ")", args
-	}
+	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
+	// run batch after batch that read nothing.
+	return func(n int) (string, []any) { return t.ExistsAfter(pos, &margin, n) }
 }
 
 // probeWait waits up to d for the shared probe to see a row after the position (when rows is set) or a

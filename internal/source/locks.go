@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // A row becomes visible when its transaction commits, but its created_at is set earlier. A reader that
@@ -47,9 +49,9 @@ import (
 // Left out of the transactions watched, because they cannot insert into the source:
 //   - the processor's own transaction (the poll runs in it);
 //   - transactions of other databases (a transaction cannot write to another database's tables);
-//   - transactions that hold the no-insert lock (NoInsertKey, a transaction-level advisory lock held
-//     shared): the cursor transactions of processors with a plain handler, which only move their own
-//     cursor row, and the idle probe's statements. A processor with a transactional handler writes in its
+//   - transactions that hold the no-insert lock (store.NoInsertLockKey, a transaction-level advisory lock
+//     held shared): the cursor transactions of processors with a plain handler, which only move their
+//     own cursor row, and the idle probe's statements. A processor with a transactional handler writes in its
 //     cursor transaction and does not take it, so it is watched. The lock is matched to the transaction by
 //     its virtual transaction id, read in the same scan of pg_locks: it ends with the transaction, so no
 //     pooler can lend it to a client that did not take it, as a pooler in transaction mode lends a session's
@@ -93,11 +95,6 @@ const horizonSQL = `
 		  AND l.pid NOT IN (SELECT p.pid FROM pg_stat_progress_vacuum AS p WHERE p.pid IS NOT NULL)
 	) AS x ON true`
 
-// NoInsertKey is the key of the transaction-level advisory lock that a transaction holds shared to say it
-// inserts into no source table: "inorderN" in ASCII. pg_locks shows it as classid = key>>32,
-// objid = key&0xffffffff, objsubid = 1.
-const NoInsertKey int64 = 0x696e6f726465724e
-
 // Observation is one poll of pg_locks: when it was taken, the created_at column's default at that moment,
 // and the transactions in flight by virtual transaction id: the writers of the source and every
 // transaction watched for transaction time, each with its backend pid (0 for a prepared transaction).
@@ -122,7 +119,7 @@ func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
 // LocksQuery is the statement PollLocks runs, for a caller that sends it with others in one round trip
 // and reads its rows with ScanLocks.
 func (t *Table) LocksQuery() (string, []any) {
-	key := uint64(NoInsertKey)
+	key := uint64(store.NoInsertLockKey)
 	return horizonSQL, []any{t.OID, t.CreatedAtNum, int64(key >> 32), int64(key & 0xffffffff)}
 }
 

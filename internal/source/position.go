@@ -2,22 +2,10 @@ package source
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/inorder-dev/inorder/inordertype"
 )
-
-// Args are the values a cursor row stores for p (position_created_at, position_id): NULLs for the
-// beginning, a NULL id for a time alone.
-func Args(p inordertype.Position) [2]any {
-	if p.IsBeginning() {
-		return [2]any{nil, nil}
-	}
-	var id any
-	if p.ID != "" {
-		id = p.ID
-	}
-	return [2]any{p.CreatedAt, id}
-}
 
 // After is the keyset condition "the row comes after p" on the table's columns, its parameters numbered
 // from n, and their values. It is the one place where the three forms of a position become SQL.
@@ -32,4 +20,24 @@ func (t *Table) After(p inordertype.Position, prefix string, n int) (cond string
 	default:
 		return fmt.Sprintf("(%s, %s) > ($%d, $%d::text::%s)", ca, id, n, n+1, t.IDCast), []any{p.CreatedAt, p.ID}
 	}
+}
+
+// ExistsAfter is the SQL boolean expression "a row of t lies after p" (a row of its partition, for a
+// partition), its parameters numbered from n, and their values: the one question about the rows after a
+// position that the idle probe and the status listing ask of the source.
+//
+// With a margin, only rows a batch could read now count: created_at earlier than the database's clock
+// less margin (the insert latency), so not a row dated in the future, nor one within the margin, nor a
+// NULL created_at, which no batch reads. With nil, every committed row after p counts, horizon or not, as
+// Behind counts them.
+func (t *Table) ExistsAfter(p inordertype.Position, margin *time.Duration, n int) (expr string, args []any) {
+	cond, args := t.After(p, "", n)
+	if margin != nil {
+		cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", quote(t.Spec.CreatedAtColumn), n+len(args))
+		args = append(args, *margin)
+	}
+	if t.Part != nil {
+		cond += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
+	}
+	return "EXISTS (SELECT 1 FROM " + t.Ident + " WHERE " + cond + ")", args
 }

@@ -10,12 +10,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/inorder-dev/inorder/internal/source"
 )
 
-// The advisory-lock protocol: which lock keys exist, who holds each, and what taking one tells. Every
-// advisory lock inorder takes is taken here.
+// The advisory-lock protocol: which lock keys exist, who holds each, and what taking one tells.
 //
 //   - LockKey(process), session-level, exclusive: the owner of a process on a direct connection holds it
 //     between batches and says so in its row (owner_session); a standby that finds no session holding it
@@ -24,9 +21,25 @@ import (
 //     holds it on its coordinating connection (HoldInstances). Repartition and Forget take it
 //     exclusively (transaction-level, without waiting) to refuse while an instance runs.
 //   - NoInsertLockKey, transaction-level, shared: a transaction that inserts into no source table says so
-//     (see package source).
+//     (package source's horizon leaves such transactions out).
 //   - PruneLockKey, transaction-level: a prune batch holds it exclusively (LockForPrune); a process
 //     registering its cursor row (a trigger, migration 7) and a rewind hold it shared (HoldOffPrune).
+//
+// The keys are defined here, and so is every statement whose purpose is to take or release one of them
+// (the functions below). Four statements of this package also take one as a part of a larger statement,
+// so that it costs no round trip of its own:
+//
+//   - the cursor transaction's row lock (lockStatement, repository.go) takes the no-insert lock unless
+//     the transaction carries a handler's writes;
+//   - the look at a vacant lease (Repository.vacant, repository.go) tries the owner's lock, in the
+//     statement that reads the lease, when the lease says its owner held it on a session that may be gone;
+//   - the claim (Repository.claim, repository.go) tries the owner's lock in the UPDATE that records
+//     owner_session;
+//   - the idle probe's statement (Prober.probe, probe.go) takes the no-insert lock (probeNoInsert).
+//
+// Outside this package, migration 7's trigger takes PruneLockKey shared, with the key as a literal; and
+// migrations.Migrate serialises concurrent migrations with a transaction-level lock of its own, which is
+// no part of this protocol.
 
 // Querier is what the owner's statements run on: a *pgx.Conn, a pgx.Tx or a pool.
 type Querier interface {
@@ -53,14 +66,31 @@ func InstancesLockKey(name string) int64 { return LockKey(name + "#instances") }
 // processor with a plain handler holds shared, and the probe's statements too: it says "this transaction
 // inserts into no source table". The transactions horizon leaves such transactions out (see package
 // source). A transaction-level lock ends with its transaction, so no pooler can lend it to a client that
-// did not take it, as it can a session's application_name.
-const NoInsertLockKey = source.NoInsertKey
+// did not take it, as it can a session's application_name. Its value spells "inorderN"; pg_locks shows it
+// as classid = key>>32, objid = key&0xffffffff, objsubid = 1.
+const NoInsertLockKey int64 = 0x696e6f726465724e
 
 // PruneLockKey is the advisory lock a prune batch holds exclusively while it reads the positions and
 // deletes, and that everything which could make a process need rows it had passed holds shared: a
 // process registering its cursor row (a trigger, migration 7) and Rewind. Its value spells "inorderp";
 // migrations/007_retention.sql names it as a literal.
 const PruneLockKey int64 = 0x696e6f7264657270
+
+// trySessionLock takes the session-level lock key on q's session without waiting, and reports whether it
+// got it: the owner's lock (LockKey), which the instance's shared session or the repository's own
+// connection holds between batches.
+func trySessionLock(ctx context.Context, q Querier, key int64) (bool, error) {
+	var took bool
+	err := q.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&took)
+	return took, err
+}
+
+// unlockSession releases the session-level lock key that trySessionLock (or the statements that take the
+// owner's lock inside a larger one) took on q's session.
+func unlockSession(ctx context.Context, q Querier, key int64) error {
+	_, err := q.Exec(ctx, "SELECT pg_advisory_unlock($1)", key)
+	return err
+}
 
 // HoldOffPrune waits for a prune batch in progress and keeps the next from starting until tx ends.
 func HoldOffPrune(ctx context.Context, tx pgx.Tx) error {

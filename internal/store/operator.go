@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 )
@@ -94,7 +93,7 @@ func RetryNow(ctx context.Context, tx pgx.Tx, name string) error {
 
 // MovePosition sets process name's position as an operator does (skip, rewind), clearing its halt state.
 func MovePosition(ctx context.Context, tx pgx.Tx, name string, pos inordertype.Position) error {
-	args := source.Args(pos)
+	args := positionArgs(pos)
 	_, err := tx.Exec(ctx, `
 		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3, `+clearHalt+`
 		WHERE process_name = $1`, name, args[0], args[1])
@@ -223,7 +222,7 @@ func Resplit(ctx context.Context, tx pgx.Tx, name string, n int, at inordertype.
 	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+partitionRow, name); err != nil {
 		return err
 	}
-	args := source.Args(at)
+	args := positionArgs(at)
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
 		SELECT $1 || '#' || i || '/' || $2::int, $3::timestamptz, $4::text FROM generate_series(0, $2::int - 1) AS i`,

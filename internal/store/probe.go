@@ -31,7 +31,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder-dev/inorder/internal/dial"
-	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // ProbeApplicationName is the probe connection's application_name.
@@ -42,13 +41,14 @@ const ProbeApplicationName = "inorder:probe"
 const probeTimeout = dial.DefaultTimeout
 
 // probeNoInsert makes a probe statement's transaction say that it inserts into no source table (see
-// source.NoInsertKey), so that the transactions horizon of every processor leaves it out.
-var probeNoInsert = fmt.Sprintf("pg_advisory_xact_lock_shared(%d)::text", source.NoInsertKey)
+// NoInsertLockKey), so that the transactions horizon of every processor leaves it out. The key is a literal
+// in the statement, which has the parameters of its waiters only.
+var probeNoInsert = fmt.Sprintf("pg_advisory_xact_lock_shared(%d)::text", NoInsertLockKey)
 
 // ProbeRequest is what one processor waits for.
 type ProbeRequest struct {
 	// RowsFunc returns an SQL boolean expression saying whether a row the processor could read lies after
-	// its position (an EXISTS over the source table), with its parameters numbered from n, and their
+	// its position (source.Table.ExistsAfter), with its parameters numbered from n, and their
 	// values. Nil means rows are not watched (a halted or paused stream waits for its cursor row only).
 	// The prober calls it on its own goroutine, possibly after Wait has returned: it must read nothing the
 	// caller goes on to change.

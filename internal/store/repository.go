@@ -21,7 +21,6 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
-	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // ErrNotLocked is returned by operations that need the cursor row lock when the repository does not hold
@@ -1040,7 +1039,7 @@ func (r *Repository) giveUpSession(ctx context.Context) {
 	if !r.advisory || r.conn == nil || r.conn.IsClosed() {
 		return
 	}
-	if _, err := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); err == nil {
+	if err := unlockSession(ctx, r.conn, LockKey(r.name)); err == nil {
 		r.advisory = false
 	}
 }
@@ -1101,7 +1100,7 @@ func (r *Repository) SetPosition(ctx context.Context, pos inordertype.Position, 
 	if r.tx == nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := source.Args(pos)
+	args := positionArgs(pos)
 	sent := time.Now()
 	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.token)
 	if err == nil {
@@ -1163,6 +1162,19 @@ const clearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts
 	    halted_first_failure_at = NULL, halted_last_failure_at = NULL, halted_permanent = false,
 	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL, halted_unavailable = NULL`
 
+// positionArgs are the values a cursor row stores for p (position_created_at, position_id): NULLs for the
+// beginning, a NULL id for a time alone.
+func positionArgs(p inordertype.Position) [2]any {
+	if p.IsBeginning() {
+		return [2]any{nil, nil}
+	}
+	var id any
+	if p.ID != "" {
+		id = p.ID
+	}
+	return [2]any{p.CreatedAt, id}
+}
+
 // setPositionSQL moves the position, clears the halt state, counts $4 handled records, records what is in
 // flight ($5, $6) and renews the lease ($7); once a minute it starts a new throughput window with the count
 // so far. It writes only under the owner's token ($8): fencing.
@@ -1201,7 +1213,7 @@ func (r *Repository) Checkpoint(ctx context.Context, pos inordertype.Position, h
 	if r.tx == nil {
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := source.Args(pos)
+	args := positionArgs(pos)
 	n, since := flying.args()
 	return r.commitRelock(ctx, "checkpoint", pos, checkpointSQL,
 		[]any{r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.token}, func() { r.inFlight = flying })
@@ -1332,7 +1344,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	if r.tx == nil {
 		return inordertype.Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := source.Args(pos)
+	args := positionArgs(pos)
 	msg := clip(f.Err.Error())
 	attempts := 1 // the row is locked, so the state read with the lock is the stored one
 	if h := r.state.Halt; h != nil && h.RecordID == f.RecordID {
@@ -1583,7 +1595,7 @@ func (r *Repository) Release(ctx context.Context) error {
 		r.giveUpSession(ctx)
 	}
 	if r.advisory && r.conn != nil && !r.conn.IsClosed() {
-		if _, uerr := r.conn.Exec(ctx, "SELECT pg_advisory_unlock($1)", LockKey(r.name)); uerr != nil && err == nil {
+		if uerr := unlockSession(ctx, r.conn, LockKey(r.name)); uerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 		r.advisory = false

@@ -235,8 +235,8 @@ func (s *Shared) tryLock(ctx context.Context, key int64) (bool, uint64, error) {
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout(), &UnansweredError{Timeout: s.timeout()})
 	defer cancel()
-	var took bool
-	if err := s.session.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&took); err != nil {
+	took, err := trySessionLock(ctx, s.session, key)
+	if err != nil {
 		s.loseSession()
 		return false, 0, fmt.Errorf("session of the instance: %w", err)
 	}
@@ -252,7 +252,7 @@ func (s *Shared) unlock(ctx context.Context, key int64, gen uint64) error {
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout(), &UnansweredError{Timeout: s.timeout()})
 	defer cancel()
-	if _, err := s.session.Exec(ctx, "SELECT pg_advisory_unlock($1)", key); err != nil {
+	if err := unlockSession(ctx, s.session, key); err != nil {
 		s.loseSession()
 		return fmt.Errorf("session of the instance: %w", err)
 	}
