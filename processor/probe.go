@@ -11,7 +11,7 @@ import (
 // The probe: when there was nothing to read, instead of sleeping a whole poll interval the processor asks,
 // at short intervals, whether any row lies after its position at all, and whether its cursor row changed
 // (an operator's skip, rewind, pause or resume). Every processor of one database in this Go process asks
-// through one shared connection, all in one statement (package internal/probe), outside any transaction,
+// through one shared connection, all in one statement (internal/store's Prober), outside any transaction,
 // without reading pg_locks. Only a yes runs a batch (the lock, the horizon, the read), and otherwise a
 // batch runs every idleTicks poll intervals, to keep the session alive and look at the horizon's holds.
 // A probe only decides when to look, never what is read: the horizon still decides that, so a row the
