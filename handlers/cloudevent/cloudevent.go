@@ -4,7 +4,7 @@
 //
 // A record's event has:
 //   - id: the process and the record id, <process>:<id>, the same on every delivery of the record;
-//   - source: Config.Source, by default inorder://<process>;
+//   - source: Config.Source, by default inorder://<process> (DefaultSource);
 //   - type: the record's type column, or Config.Type when the record has none or it is NULL;
 //   - time: the record's created_at, RFC 3339;
 //   - subject: the record's key, left out when it has none;
@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"regexp"
 	"strings"
 	"time"
 
@@ -69,8 +70,8 @@ type Config struct {
 	// application wrote it, and let brokers route and filter on them without reading the body. A
 	// handler whose binding has no binary mode (NATS) refuses Binary.
 	Mode Mode
-	// Source is every event's source attribute, a URI reference. Empty means inorder://<process>, the
-	// process name escaped as a URI host may hold it.
+	// Source is every event's source attribute, a URI reference. Empty means DefaultSource of the
+	// record's process.
 	Source string
 	// Type is the type of an event whose record has no type (no type column, or NULL in it). Empty means
 	// DefaultType.
@@ -103,6 +104,18 @@ func New(cfg Config) (*Envelope, error) {
 		e.typ = DefaultType
 	}
 	return e, nil
+}
+
+// hostName matches a process name that is a URI host as it is: unreserved characters only.
+var hostName = regexp.MustCompile(`^[A-Za-z0-9._~-]+$`)
+
+// DefaultSource is the source of the events of process when Config.Source is empty: inorder://<process>,
+// or inorder:<process> percent-encoded when the name holds a character a URI host may not.
+func DefaultSource(process string) string {
+	if hostName.MatchString(process) {
+		return "inorder://" + process
+	}
+	return "inorder:" + url.PathEscape(process)
 }
 
 // Mode returns the envelope's content mode.
@@ -139,7 +152,7 @@ func Of[T any](ctx context.Context, e *Envelope, rec *handlers.Record[T], typ st
 		Data:    data,
 	}
 	if ev.Source == "" {
-		ev.Source = "inorder://" + url.PathEscape(rec.Process)
+		ev.Source = DefaultSource(rec.Process)
 	}
 	if ev.Type == "" {
 		ev.Type = e.typ
