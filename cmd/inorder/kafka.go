@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/kafka"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -22,6 +23,7 @@ const (
 
 // kafkaFlags are the flags of `inorder run --handler kafka`.
 type kafkaFlags struct {
+	envelope        *cloudevent.Envelope // from --envelope, set by runFlags.newHandler
 	brokers         string
 	topic           string
 	topicColumn     string
@@ -90,7 +92,8 @@ func (k *kafkaFlags) newHandler(cfg processor.Config[handlers.Row]) (handlers.Ha
 		return nil, nil, usageErr("--kafka-brokers: %v", err)
 	}
 	h, err := kafka.New(kafka.Config{Client: client, Topic: k.topic, TopicColumn: k.topicColumn,
-		PayloadColumn: namedColumn(k.payloadColumn, kafka.DefaultPayloadColumn), TypeColumn: k.typeColumn})
+		PayloadColumn: namedColumn(k.payloadColumn, kafka.DefaultPayloadColumn), TypeColumn: k.typeColumn,
+		Envelope: k.envelope})
 	if err != nil {
 		client.Close()
 		return nil, nil, usageErr("%v", err)

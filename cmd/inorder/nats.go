@@ -11,6 +11,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/jetstream"
 )
 
@@ -20,6 +21,7 @@ const natsCheckTimeout = 10 * time.Second
 
 // natsFlags are the flags of `inorder run --handler nats`.
 type natsFlags struct {
+	envelope      *cloudevent.Envelope // from --envelope, set by runFlags.newHandler
 	url           string
 	creds         string
 	subject       string
@@ -73,7 +75,8 @@ func (n *natsFlags) newHandler(ctx context.Context) (handlers.Handler[handlers.R
 		return nil, nil, fmt.Errorf("--nats-url: %w", err)
 	}
 	h, err := jetstream.New(jetstream.Config{JetStream: js, Subject: n.subject,
-		PayloadColumn: namedColumn(n.payloadColumn, jetstream.DefaultPayloadColumn), TypeColumn: n.typeColumn})
+		PayloadColumn: namedColumn(n.payloadColumn, jetstream.DefaultPayloadColumn), TypeColumn: n.typeColumn,
+		Envelope: n.envelope})
 	if err != nil {
 		nc.Close()
 		return nil, nil, usageErr("--nats-subject: %v", err)

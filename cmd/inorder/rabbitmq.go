@@ -6,12 +6,14 @@ import (
 	"fmt"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
 	"github.com/inorder-dev/inorder/processor"
 )
 
 // rabbitmqFlags are the flags of `inorder run --handler rabbitmq`.
 type rabbitmqFlags struct {
+	envelope      *cloudevent.Envelope // from --envelope, set by runFlags.newHandler
 	url           string
 	exchange      string
 	routingKey    string
@@ -52,7 +54,8 @@ func (r *rabbitmqFlags) newHandler(ctx context.Context, cfg processor.Config[han
 		exchange = ""
 	}
 	h, err := rabbitmq.New(rabbitmq.Config{URL: r.url, Exchange: exchange, RoutingKey: r.routingKey,
-		PayloadColumn: namedColumn(r.payloadColumn, rabbitmq.DefaultPayloadColumn), TypeColumn: r.typeColumn})
+		PayloadColumn: namedColumn(r.payloadColumn, rabbitmq.DefaultPayloadColumn), TypeColumn: r.typeColumn,
+		Envelope: r.envelope})
 	if err != nil {
 		return nil, nil, usageErr("--rabbitmq-*: %v", err)
 	}

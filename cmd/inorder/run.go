@@ -16,6 +16,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/handlers/stdout"
 	"github.com/inorder-dev/inorder/handlers/webhook"
@@ -72,6 +73,7 @@ type runFlags struct {
 	webhookBodyColumn  string
 	webhookIdempotency string
 	webhookSignature   string
+	webhookEnvelope    *cloudevent.Envelope // from --envelope, set by newHandler
 
 	pubsubProject       string
 	pubsubTopic         string
@@ -84,6 +86,7 @@ type runFlags struct {
 	nats     natsFlags
 	rabbitmq rabbitmqFlags
 	redis    redisFlags
+	envelope envelopeFlags
 
 	// configPath is --config; configEntry says where a process of a configuration file is, for its errors.
 	configPath, configEntry string
@@ -162,6 +165,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.nats.register(fs)
 	f.rabbitmq.register(fs)
 	f.redis.register(fs)
+	f.envelope.register(fs)
 }
 
 func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error {
@@ -342,6 +346,11 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if f.redis.set() && f.handler != "redis" {
 		return nil, nothing, usageErr("--redis-* flags need --handler redis")
 	}
+	env, err := f.envelope.build(f.handler)
+	if err != nil {
+		return nil, nothing, err
+	}
+	f.webhookEnvelope, f.kafka.envelope, f.nats.envelope, f.rabbitmq.envelope = env, env, env, env
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {
@@ -380,6 +389,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		h, err := pubsub.New(pubsub.Config{
 			Client: client, Topic: f.pubsubTopic, TopicTemplate: f.pubsubTopicTemplate,
 			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: namedColumn(f.pubsubPayloadColumn, pubsub.DefaultPayloadColumn), MaxMessageBytes: f.pubsubMaxBytes,
+			Envelope: env,
 		})
 		if err != nil {
 			client.Close()

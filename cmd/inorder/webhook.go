@@ -205,7 +205,7 @@ func (f *runFlags) newWebhook(cfg processor.Config[handlers.Row]) (handlers.Hand
 	h, err := webhook.New[handlers.Row](webhook.Config{
 		URL: f.webhookURL, Secret: secret, Signature: scheme, Timeout: f.webhookTimeout,
 		Headers: headers, IdempotencyHeader: f.webhookIdempotency, BodyColumn: f.webhookBodyColumn,
-		MaxRate: rate, RecordStatuses: recordCodes,
+		MaxRate: rate, RecordStatuses: recordCodes, Envelope: f.webhookEnvelope,
 	})
 	if err != nil {
 		return nil, usageErr("%v", err)

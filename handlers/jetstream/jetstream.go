@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -72,6 +73,10 @@ type Config struct {
 	// TypeColumn names the column whose value is sent in the event_type header. Empty means the type
 	// column, or the event_type column when the record has no type column, as the Kafka sink does.
 	TypeColumn string
+	// Envelope, when set, sends each record as a CloudEvent in the envelope's content mode, as the
+	// CloudEvents NATS binding says: the JSON event format as the data, the
+	// binding's only mode (New refuses cloudevent.Binary); the type from TypeColumn. Nil means the handler's own format.
+	Envelope *cloudevent.Envelope
 }
 
 // Handler publishes each record to a JetStream stream and returns once the stream acknowledged it. It
@@ -88,7 +93,8 @@ type Handler struct {
 	// typeColumns are the columns tried in turn for the event_type header.
 	typeColumns []string
 	// reads are the columns named in the configuration, which every record must have.
-	reads []string
+	reads    []string
+	envelope *cloudevent.Envelope
 }
 
 var (
@@ -117,7 +123,12 @@ func New(cfg Config) (*Handler, error) {
 			}
 		}
 	}
+	if cfg.Envelope != nil && cfg.Envelope.Mode() != cloudevent.Structured {
+		return nil, fmt.Errorf("jetstream: Config.Envelope is in %s mode, but the CloudEvents NATS binding "+
+			"defines the structured mode only", cfg.Envelope.Mode())
+	}
 	h := &Handler{
+		envelope:      cfg.Envelope,
 		js:            cfg.JetStream,
 		subject:       cfg.Subject,
 		perKey:        perKey,
@@ -189,6 +200,11 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		return err
 	}
 	tracecontext.Inject(ctx, headerCarrier(msg.Header)) // traceparent and tracestate
+	if h.envelope != nil {
+		if err := h.cloudEvent(ctx, rec, msg); err != nil {
+			return err
+		}
+	}
 	ack, err := h.js.PublishMsg(ctx, msg)
 	if err != nil {
 		return h.failure(rec, subject, msg, err)

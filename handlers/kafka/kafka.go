@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -70,6 +71,10 @@ type Config struct {
 	// TypeColumn names the column whose value is sent in the event_type header. Empty means the type
 	// column, or the event_type column when the record has no type column, as the Pub/Sub sink does.
 	TypeColumn string
+	// Envelope, when set, sends each record as a CloudEvent in the envelope's content mode, as the
+	// CloudEvents Kafka binding says: the payload as the data and ce_ headers with content-type in
+	// binary mode, the JSON event format as the value in structured mode; the type from TypeColumn. Nil means the handler's own format.
+	Envelope *cloudevent.Envelope
 }
 
 // Handler produces each record to Kafka with the record's key as the Kafka record key, and returns once
@@ -87,7 +92,8 @@ type Handler struct {
 	// typeColumns are the columns tried in turn for the event_type header.
 	typeColumns []string
 	// reads are the columns named in the configuration, which every record must have.
-	reads []string
+	reads    []string
+	envelope *cloudevent.Envelope
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler)(nil)
@@ -109,6 +115,7 @@ func New(cfg Config) (*Handler, error) {
 		return nil, fmt.Errorf("kafka: Config.Client: %w", err)
 	}
 	h := &Handler{
+		envelope:      cfg.Envelope,
 		client:        cfg.Client,
 		topic:         cfg.Topic,
 		topicColumn:   cfg.TopicColumn,
@@ -187,6 +194,11 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		return err
 	}
 	tracecontext.Inject(ctx, headerCarrier{r}) // traceparent and tracestate
+	if h.envelope != nil {
+		if err := h.cloudEvent(ctx, rec, r); err != nil {
+			return err
+		}
+	}
 	// ProduceSync sends at once rather than after the client's linger, but waits for a record already
 	// sent however long franz-go retries it; the select bounds the wait by ctx.
 	done := make(chan error, 1)

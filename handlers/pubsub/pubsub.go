@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -91,6 +92,11 @@ type Config struct {
 	// creates. Hedging cannot be combined with ordering keys and is refused. Nil means
 	// pubsub.DefaultPublishSettings.
 	PublishSettings *pubsub.PublishSettings
+	// Envelope, when set, sends each record as a CloudEvent in the envelope's content mode, as Google's
+	// Pub/Sub binding for CloudEvents says: the payload as the data, ce- attributes and content-type in
+	// binary mode, the JSON event format as the data in structured mode; the type from the type column
+	// (or event_type). Nil means the handler's own format.
+	Envelope *cloudevent.Envelope
 }
 
 // Handler publishes records to Pub/Sub with the record's key as the ordering key, and lets the position
@@ -108,6 +114,7 @@ type Handler struct {
 	reads           []string // the payload column, when the configuration names one
 	maxMessageBytes int
 	settings        *pubsub.PublishSettings
+	envelope        *cloudevent.Envelope
 
 	mu      sync.Mutex
 	closed  bool
@@ -175,6 +182,7 @@ func New(cfg Config) (*Handler, error) {
 		payloadColumn:   cfg.PayloadColumn,
 		maxMessageBytes: cfg.MaxMessageBytes,
 		pubs:            map[string]*publisher{},
+		envelope:        cfg.Envelope,
 	}
 	if cfg.PublishSettings != nil {
 		s := *cfg.PublishSettings
@@ -565,6 +573,11 @@ func (h *Handler) message(ctx context.Context, rec *handlers.Record[handlers.Row
 	}
 	tracecontext.Inject(ctx, propagation.MapCarrier(attrs)) // traceparent and tracestate
 	msg := &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: rec.Key}
+	if h.envelope != nil {
+		if err := h.cloudEvent(ctx, rec, msg); err != nil {
+			return nil, err
+		}
+	}
 	if size := messageSize(msg); size > h.maxMessageBytes {
 		return nil, handlers.Permanent(fmt.Errorf("pubsub: record %s is %d bytes as a message, more than the "+
 			"limit of %d bytes: Pub/Sub would refuse it", rec.ID, size, h.maxMessageBytes))

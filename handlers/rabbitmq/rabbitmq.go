@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -74,6 +75,11 @@ type Config struct {
 	// event_type header. Empty means the type column, or the event_type column when the record has no
 	// type column.
 	TypeColumn string
+	// Envelope, when set, sends each record as a CloudEvent in the envelope's content mode, as the
+	// CloudEvents AMQP binding says: the payload as the body, cloudEvents:
+	// headers (application properties) and the content type property in binary mode, the JSON event
+	// format as the body in structured mode; the type from TypeColumn. Nil means the handler's own format.
+	Envelope *cloudevent.Envelope
 }
 
 // Handler publishes each record to a RabbitMQ exchange with publisher confirms and the mandatory flag,
@@ -91,7 +97,8 @@ type Handler struct {
 	// typeColumns are the columns tried in turn for the type.
 	typeColumns []string
 	// reads are the columns named in the configuration, which every record must have.
-	reads []string
+	reads    []string
+	envelope *cloudevent.Envelope
 	// where names the broker in errors, without credentials.
 	where string
 	// ownDial is whether Config.AMQP.Dial was given; without it, connecting is bounded by the record's ctx.
@@ -139,6 +146,7 @@ func New(cfg Config) (*Handler, error) {
 		ac.Properties.SetClientConnectionName("inorder")
 	}
 	h := &Handler{
+		envelope:      cfg.Envelope,
 		url:           cfg.URL,
 		amqpConfig:    ac,
 		ownDial:       ac.Dial != nil,
@@ -251,6 +259,11 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		return err
 	}
 	tracecontext.Inject(ctx, tableCarrier(msg.Headers)) // traceparent and tracestate
+	if h.envelope != nil {
+		if err := h.cloudEvent(ctx, rec, &msg); err != nil {
+			return err
+		}
+	}
 	s, err := h.session(ctx)
 	if err != nil {
 		return err

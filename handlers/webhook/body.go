@@ -21,6 +21,13 @@ type envelope[T any] struct {
 // body returns the request body for rec: the envelope, or the body column's JSON as it is. An error is
 // permanent: the same record gives the same error on every attempt.
 func (h *Handler[T]) body(rec *handlers.Record[T]) ([]byte, error) {
+	if h.bodyColumn == "" && h.envelope != nil { // the record is the event's data
+		body, err := json.Marshal(rec.Value)
+		if err != nil {
+			return nil, handlers.Permanent(fmt.Errorf("webhook: encode record %s as JSON: %w", rec.ID, err))
+		}
+		return body, nil
+	}
 	if h.bodyColumn == "" {
 		body, err := json.Marshal(envelope[T]{
 			Process:   rec.Process,

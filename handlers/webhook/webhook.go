@@ -16,6 +16,7 @@ import (
 	"unicode"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
@@ -84,6 +85,11 @@ type Config struct {
 	// exist, say. A status listed here refuses the record (a permanent failure: the stream halts, or parks
 	// the key) instead of waiting for the sink. Nil means none.
 	RecordStatuses []int
+	// Envelope, when set, sends each record as a CloudEvent, in the envelope's content mode as the
+	// CloudEvents HTTP binding says: the record (or BodyColumn's JSON) as the data, its type from the
+	// record's type column (or event_type), and ce- headers in binary mode. Nil means the handler's own
+	// envelope.
+	Envelope *cloudevent.Envelope
 }
 
 // Handler POSTs each record to a URL, signed as Config.Signature says, and returns once the receiver
@@ -103,6 +109,7 @@ type Handler[T any] struct {
 	spanAttrs    []attribute.KeyValue
 	gate         *gate
 	recordStatus map[int]bool
+	envelope     *cloudevent.Envelope
 }
 
 var _ handlers.Handler[handlers.Row] = (*Handler[handlers.Row])(nil)
@@ -208,6 +215,7 @@ func New[T any](cfg Config) (*Handler[T], error) {
 		idempotency:  idempotency,
 		bodyColumn:   cfg.BodyColumn,
 		redactor:     newRedactor(cfg.Secret, cfg.Headers),
+		envelope:     cfg.Envelope,
 	}
 	if h.scheme == "" {
 		h.scheme = SignatureInorder
@@ -259,6 +267,12 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 	}
 	var resp *http.Response
 	defer func() { h.endSpan(span, resp, err) }()
+	contentType, ceHeaders := "application/json", http.Header(nil)
+	if h.envelope != nil {
+		if body, contentType, ceHeaders, err = h.cloudEvent(ctx, rec, body); err != nil {
+			return err
+		}
+	}
 	rctx, cancel := context.WithTimeout(ctx, h.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url, bytes.NewReader(body))
@@ -270,7 +284,10 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 	for k, vs := range h.headers {
 		req.Header[k] = append([]string(nil), vs...)
 	}
-	req.Header.Set("Content-Type", "application/json")
+	for k, vs := range ceHeaders {
+		req.Header[k] = vs
+	}
+	req.Header.Set("Content-Type", contentType)
 	req.Header.Set(h.idempotency, key)
 	req.Header.Set(AttemptHeader, strconv.Itoa(rec.Attempt))
 	switch now := time.Now(); h.scheme {

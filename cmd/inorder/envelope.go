@@ -1,0 +1,69 @@
+package main
+
+import (
+	"flag"
+
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
+)
+
+// envelopeFlags are the flags that wrap each record in a standard envelope: --envelope and its options.
+type envelopeFlags struct {
+	envelope string
+	mode     string
+	source   string
+	typ      string
+}
+
+// envelopeHandlers are the handlers that can send a CloudEvent.
+const envelopeHandlers = "webhook, kafka, pubsub, nats or rabbitmq"
+
+func (e *envelopeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&e.envelope, "envelope", "none", "wrap each record in a standard envelope: none (the handler's own format) "+
+		"or cloudevents (CloudEvents 1.0, for "+envelopeHandlers+")")
+	fs.StringVar(&e.mode, "envelope-mode", "", "cloudevents: binary (attributes as headers, the payload as the body) or "+
+		"structured (the whole event as the body, application/cloudevents+json) (default binary; structured for nats, "+
+		"whose binding has no other)")
+	fs.StringVar(&e.source, "ce-source", "", "cloudevents: every event's source, a URI reference (default inorder://<process>)")
+	fs.StringVar(&e.typ, "ce-type", cloudevent.DefaultType, "cloudevents: the type of an event whose record has no type column or NULL in it")
+}
+
+// set reports whether an option of --envelope cloudevents was given.
+func (e *envelopeFlags) set() bool {
+	return e.mode != "" || e.source != "" || e.typ != cloudevent.DefaultType
+}
+
+// build returns the envelope the flags ask for handler, nil for none.
+func (e *envelopeFlags) build(handler string) (*cloudevent.Envelope, error) {
+	switch e.envelope {
+	case "none":
+		if e.set() {
+			return nil, usageErr("--envelope-mode, --ce-source and --ce-type need --envelope cloudevents")
+		}
+		return nil, nil
+	case "cloudevents":
+	default:
+		return nil, usageErr("--envelope must be none or cloudevents, got %q", e.envelope)
+	}
+	mode := cloudevent.Mode(e.mode)
+	switch handler {
+	case "webhook", "kafka", "pubsub", "rabbitmq":
+	case "nats":
+		if mode == cloudevent.Binary {
+			return nil, usageErr("--envelope-mode binary: the CloudEvents NATS binding defines the structured mode only; " +
+				"use --envelope-mode structured with --handler nats")
+		}
+		if mode == "" {
+			mode = cloudevent.Structured
+		}
+	default:
+		return nil, usageErr("--envelope cloudevents needs --handler %s, not %s", envelopeHandlers, handler)
+	}
+	if mode != "" && mode != cloudevent.Binary && mode != cloudevent.Structured {
+		return nil, usageErr("--envelope-mode must be binary or structured, got %q", e.mode)
+	}
+	env, err := cloudevent.New(cloudevent.Config{Mode: mode, Source: e.source, Type: e.typ})
+	if err != nil {
+		return nil, usageErr("--ce-source: %v", err)
+	}
+	return env, nil
+}
