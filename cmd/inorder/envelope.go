@@ -15,14 +15,14 @@ type envelopeFlags struct {
 }
 
 // envelopeHandlers are the handlers that can send a CloudEvent.
-const envelopeHandlers = "webhook, kafka, pubsub, nats or rabbitmq"
+const envelopeHandlers = "webhook, kafka, pubsub, nats, rabbitmq or redis"
 
 func (e *envelopeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&e.envelope, "envelope", "none", "wrap each record in a standard envelope: none (the handler's own format) "+
 		"or cloudevents (CloudEvents 1.0, for "+envelopeHandlers+")")
 	fs.StringVar(&e.mode, "envelope-mode", "", "cloudevents: binary (attributes as headers, the payload as the body) or "+
-		"structured (the whole event as the body, application/cloudevents+json) (default binary; structured for nats, "+
-		"whose binding has no other)")
+		"structured (the whole event as the body, application/cloudevents+json) (default binary; structured for nats and redis, "+
+		"which carry no other)")
 	fs.StringVar(&e.source, "ce-source", "", "cloudevents: every event's source, a URI reference (default inorder://<process>)")
 	fs.StringVar(&e.typ, "ce-type", cloudevent.DefaultType, "cloudevents: the type of an event whose record has no type column or NULL in it")
 }
@@ -47,10 +47,13 @@ func (e *envelopeFlags) build(handler string) (*cloudevent.Envelope, error) {
 	mode := cloudevent.Mode(e.mode)
 	switch handler {
 	case "webhook", "kafka", "pubsub", "rabbitmq":
-	case "nats":
+	case "nats", "redis":
 		if mode == cloudevent.Binary {
-			return nil, usageErr("--envelope-mode binary: the CloudEvents NATS binding defines the structured mode only; " +
-				"use --envelope-mode structured with --handler nats")
+			why := "the CloudEvents NATS binding defines the structured mode only"
+			if handler == "redis" {
+				why = "CloudEvents has no Redis binding, and a stream entry carries the structured mode only"
+			}
+			return nil, usageErr("--envelope-mode binary: %s; use --envelope-mode structured with --handler %s", why, handler)
 		}
 		if mode == "" {
 			mode = cloudevent.Structured

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/redisstream"
 )
 
@@ -23,6 +24,7 @@ type redisFlags struct {
 	payloadColumn string
 	typeColumn    string
 	maxInFlight   int
+	envelope      *cloudevent.Envelope // from --envelope, set by runFlags.newHandler
 }
 
 func (r *redisFlags) register(fs *flag.FlagSet) {
@@ -68,7 +70,8 @@ func (r *redisFlags) newHandler(ctx context.Context) (handlers.Handler[handlers.
 	opts.ClientName = "inorder"
 	client := redis.NewClient(opts)
 	h, err := redisstream.New(redisstream.Config{Client: client, Stream: r.stream, MaxLen: r.maxLen,
-		PayloadColumn: namedColumn(r.payloadColumn, redisstream.DefaultPayloadColumn), TypeColumn: r.typeColumn})
+		PayloadColumn: namedColumn(r.payloadColumn, redisstream.DefaultPayloadColumn), TypeColumn: r.typeColumn,
+		Envelope: r.envelope})
 	if err != nil {
 		_ = client.Close()
 		return nil, nil, usageErr("%v", err)

@@ -350,7 +350,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 	if err != nil {
 		return nil, nothing, err
 	}
-	f.webhookEnvelope, f.kafka.envelope, f.nats.envelope, f.rabbitmq.envelope = env, env, env, env
+	f.webhookEnvelope, f.kafka.envelope, f.nats.envelope, f.rabbitmq.envelope, f.redis.envelope = env, env, env, env, env
 	switch f.handler {
 	case "stdout":
 		if webhookSet || pubsubSet {

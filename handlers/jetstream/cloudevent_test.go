@@ -9,7 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/jetstream"
-	"github.com/inorder-dev/inorder/internal/cetest"
+	"github.com/inorder-dev/inorder/internal/harness/cetest"
 )
 
 // TestCloudEvents publishes records as CloudEvents in the NATS binding's structured mode and parses each

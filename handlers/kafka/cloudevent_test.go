@@ -16,7 +16,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/kafka"
-	"github.com/inorder-dev/inorder/internal/cetest"
+	"github.com/inorder-dev/inorder/internal/harness/cetest"
 )
 
 // TestCloudEvents produces 300 records as CloudEvents in each content mode and reads every one back

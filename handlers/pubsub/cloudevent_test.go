@@ -12,7 +12,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
-	"github.com/inorder-dev/inorder/internal/cetest"
+	"github.com/inorder-dev/inorder/internal/harness/cetest"
 )
 
 // TestCloudEvents publishes records as CloudEvents in each content mode and parses every message with

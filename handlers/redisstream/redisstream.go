@@ -2,6 +2,7 @@ package redisstream
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -35,6 +37,9 @@ const (
 	FieldEventType = "event_type"
 	// FieldData carries the payload: the payload column's value, or the whole row as JSON.
 	FieldData = "data"
+	// FieldContentType says what the data field holds when it is not the payload as it is:
+	// application/cloudevents+json for a CloudEvent (Config.Envelope).
+	FieldContentType = "content_type"
 )
 
 const (
@@ -76,6 +81,12 @@ type Config struct {
 	// TypeColumn names the column whose value is sent in the event_type field. Empty means the type
 	// column, or the event_type column when the record has no type column, as the Kafka sink does.
 	TypeColumn string
+
+	// Envelope, when set, makes the data field each record's CloudEvent in the JSON event format, with a
+	// content_type field saying so (application/cloudevents+json). CloudEvents has no Redis binding, so
+	// the envelope must be in the structured mode, the one a stream entry can carry whole, as the NATS
+	// binding does. Nil sends the payload as it is.
+	Envelope *cloudevent.Envelope
 }
 
 // Handler adds each record to a Redis stream with XADD and returns once Redis answered with the entry's
@@ -95,6 +106,7 @@ type Handler struct {
 	payloadColumn string
 	// typeColumns are the columns tried in turn for the event_type field.
 	typeColumns []string
+	envelope    *cloudevent.Envelope // nil: the payload as it is
 	// reads are the columns named in the configuration, which every record must have.
 	reads []string
 
@@ -126,8 +138,12 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.MaxLen < 0 {
 		return nil, fmt.Errorf("redisstream: Config.MaxLen must not be negative, got %d", cfg.MaxLen)
 	}
+	if cfg.Envelope != nil && cfg.Envelope.Mode() != cloudevent.Structured {
+		return nil, fmt.Errorf("redisstream: Config.Envelope is in %s mode, but CloudEvents has no Redis "+
+			"binding: a stream entry carries the structured mode only", cfg.Envelope.Mode())
+	}
 	h := &Handler{client: cfg.Client, maxLen: cfg.MaxLen, payloadColumn: cfg.PayloadColumn,
-		typeColumns: []string{"type", "event_type"}}
+		typeColumns: []string{"type", "event_type"}, envelope: cfg.Envelope}
 	switch n := strings.Count(cfg.Stream, KeyPlaceholder); n {
 	case 0:
 		h.prefix = cfg.Stream
@@ -326,12 +342,19 @@ func (h *Handler) values(ctx context.Context, rec *handlers.Record[handlers.Row]
 	if rec.Key != "" {
 		v = append(v, FieldKey, rec.Key)
 	}
-	if typ, ok := rec.Value.Text(h.typeColumns...); ok {
+	typ, hasType := rec.Value.Text(h.typeColumns...)
+	if hasType {
 		v = append(v, FieldEventType, typ)
 	}
 	data, err := rec.Value.Payload(h.payloadColumn)
 	if err != nil {
 		return nil, handlers.Permanent(fmt.Errorf("redisstream: encode record %s: %w", rec.ID, err))
+	}
+	if h.envelope != nil {
+		if data, err = json.Marshal(cloudevent.Of(ctx, h.envelope, rec, typ, data)); err != nil {
+			return nil, handlers.Permanent(fmt.Errorf("redisstream: encode record %s as a CloudEvent: %w", rec.ID, err))
+		}
+		v = append(v, FieldContentType, cloudevent.StructuredContentType)
 	}
 	if data != nil {
 		v = append(v, FieldData, string(data))

@@ -19,7 +19,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/webhook"
-	"github.com/inorder-dev/inorder/internal/cetest"
+	"github.com/inorder-dev/inorder/internal/harness/cetest"
 )
 
 // TestCloudEvents POSTs 300 records as CloudEvents in each content mode to a receiver that parses every
