@@ -509,9 +509,13 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 	}()
 
+	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
+	// every processor holds it, whether it probes or not.
+	prober := p.cfg.Client.store().Prober(p.cfg.ConnConfig)
+	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
-		p.prober = p.cfg.Client.store().Prober(p.cfg.ConnConfig)
-		defer func() { p.prober.Close(); p.prober = nil }()
+		p.prober = prober
+		defer func() { p.prober = nil }()
 	}
 
 	if err := p.detectPooler(work); err != nil {

@@ -159,7 +159,7 @@ func (b *bundle) position(t *testing.T, process string) (time.Time, string) {
 	var at *time.Time
 	var id *string
 	err := b.db.Pool.QueryRow(context.Background(),
-		"SELECT position_created_at, position_id FROM inorder.cursor WHERE process_name = $1", process).Scan(&at, &id)
+		"SELECT position_created_at, position_id FROM inorder.position WHERE process_name = $1", process).Scan(&at, &id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, "" // not registered yet
 	}

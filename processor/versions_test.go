@@ -180,7 +180,7 @@ func TestUUIDv7IDsOn18(t *testing.T) {
 	require.Equal(t, ordered, got, "every order once, in (created_at, id) order")
 	var posID string
 	require.NoError(t, db.Pool.QueryRow(context.Background(),
-		"SELECT position_id FROM inorder.cursor WHERE process_name = $1", cfg.Process).Scan(&posID))
+		"SELECT position_id FROM inorder.position WHERE process_name = $1", cfg.Process).Scan(&posID))
 	require.Equal(t, ordered[len(ordered)-1], posID, "the position is the last uuid")
 }
 

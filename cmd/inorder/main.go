@@ -32,6 +32,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -259,8 +260,23 @@ func connConfig(url string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// connect opens one connection to the database named by url.
+// connect opens one connection to the database named by url, and checks that inorder's schema there is as
+// new as this binary needs (see store.CheckSchema): a command run before `inorder migrate` says so in one
+// line rather than fail on a missing column.
 func connect(ctx context.Context, url string) (*pgx.Conn, error) {
+	conn, err := connectAny(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := store.CheckSchema(ctx, conn); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// connectAny opens one connection to the database named by url, whatever its schema (for migrate).
+func connectAny(ctx context.Context, url string) (*pgx.Conn, error) {
 	cfg, err := connConfig(url)
 	if err != nil {
 		return nil, err

@@ -152,7 +152,7 @@ func (b *bundle) position(t *testing.T) string {
 	t.Helper()
 	var id *string
 	err := b.db.Pool.QueryRow(context.Background(),
-		"SELECT position_id FROM inorder.cursor WHERE process_name = 'booking_sms'").Scan(&id)
+		"SELECT position_id FROM inorder.position WHERE process_name = 'booking_sms'").Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return "" // not registered yet
 	}
@@ -224,7 +224,7 @@ func TestRunPrintsJSONLinesInOrderAndStopsCleanlyOnSIGTERM(t *testing.T) {
 	require.Contains(t, p.logs(), "cursor released")
 	var pos string
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		"SELECT position_id FROM inorder.cursor WHERE process_name = 'booking_sms'").Scan(&pos))
+		"SELECT position_id FROM inorder.position WHERE process_name = 'booking_sms'").Scan(&pos))
 	require.Equal(t, "8", pos, "the position is durable")
 	code, stdout, _ := runBinary(t, b.env, "status", "--json")
 	require.Zero(t, code)
@@ -359,7 +359,7 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 	}
 	var n int
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-		"SELECT count(*) FROM inorder.cursor WHERE position_id IS NOT NULL").Scan(&n))
+		"SELECT count(*) FROM inorder.position WHERE position_id IS NOT NULL").Scan(&n))
 	require.Zero(t, n, "no position moved")
 }
 
@@ -453,7 +453,10 @@ func TestALeastPrivilegedRoleRunsTheProcessor(t *testing.T) {
 		GRANT SELECT ON bookings TO %[1]s;
 		GRANT USAGE ON SCHEMA inorder TO %[1]s;
 		GRANT SELECT, INSERT, UPDATE ON inorder.cursor TO %[1]s;
-		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance, inorder.parked TO %[1]s`, role, b.db.Name))
+		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance, inorder.parked TO %[1]s;
+		GRANT SELECT, INSERT, TRUNCATE ON inorder.checkpoint_0, inorder.checkpoint_1, inorder.checkpoint_2 TO %[1]s;
+		GRANT USAGE ON SEQUENCE inorder.checkpoint_seq TO %[1]s;
+		GRANT SELECT ON inorder.position TO %[1]s`, role, b.db.Name))
 	env := []string{"DATABASE_URL=" + strings.Replace(b.db.URL, "postgres://postgres@", "postgres://"+role+"@", 1)}
 	b.book(t, 4, "1")
 	p := startBinary(t, env, runArgs()...)

@@ -42,7 +42,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := io.WriteString(stdout, script)
 		return err
 	}
-	conn, err := connect(ctx, dbURL.get())
+	conn, err := connectAny(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}

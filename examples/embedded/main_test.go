@@ -160,7 +160,7 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 	processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 30 * time.Second})
 	var last, pos string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM orders ORDER BY created_at DESC, id DESC LIMIT 1").Scan(&last))
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.cursor WHERE process_name = $1", process).Scan(&pos))
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.position WHERE process_name = $1", process).Scan(&pos))
 	require.Equal(t, last, pos, "the position is the last order")
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))

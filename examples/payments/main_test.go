@@ -140,7 +140,8 @@ func TestChargesEveryEventOnceInOrder(t *testing.T) {
 	var posID string
 	var halted *string
 	require.NoError(t, db.Pool.QueryRow(ctx, `
-		SELECT position_id, halted_record_id FROM inorder.cursor WHERE process_name = $1`, process).Scan(&posID, &halted))
+		SELECT p.position_id, c.halted_record_id FROM inorder.cursor AS c JOIN inorder.position AS p USING (process_name)
+		WHERE process_name = $1`, process).Scan(&posID, &halted))
 	require.Nil(t, halted)
 	var lastID string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM billing_events ORDER BY created_at DESC, id DESC LIMIT 1").Scan(&lastID))

@@ -68,7 +68,7 @@ func expected(t *testing.T, db *processortest.DB) []balance {
 		       sum(CASE e.type WHEN 'deposit' THEN e.amount ELSE -e.amount END)::bigint,
 		       count(*)
 		FROM account_events e
-		JOIN inorder.cursor c ON c.process_name = $1
+		JOIN inorder.position c ON c.process_name = $1
 		WHERE (e.created_at, e.id) <= (c.position_created_at, c.position_id::bigint)
 		GROUP BY e.account_id
 		ORDER BY e.account_id`, process)

@@ -135,7 +135,7 @@ func (b *bundle) position(t *testing.T, process string) string {
 	t.Helper()
 	var pos *string
 	err := b.db.Pool.QueryRow(context.Background(),
-		"SELECT position_id FROM inorder.cursor WHERE process_name = $1", process).Scan(&pos)
+		"SELECT position_id FROM inorder.position WHERE process_name = $1", process).Scan(&pos)
 	if errors.Is(err, pgx.ErrNoRows) || pos == nil {
 		return ""
 	}

@@ -43,10 +43,10 @@ func LockForAction(ctx context.Context, tx pgx.Tx, name string) (ActionRow, bool
 	row := ActionRow{Name: name}
 	var part, parts, partitions *int32
 	st, ok, err := scanState(tx.QueryRow(ctx, `
-		SELECT `+stateColumns+`,
+		SELECT `+effectiveStateColumns+`,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), source_partition, source_partitions, partitions
-		FROM inorder.cursor WHERE process_name = $1 FOR UPDATE`, name),
+		FROM inorder.cursor `+joinPosition+` WHERE process_name = $1 FOR UPDATE OF cursor`, name),
 		&row.Source.Table, &row.Source.IDColumn, &row.Source.CreatedAtColumn, &row.Source.KeyColumn, &part, &parts,
 		&partitions)
 	if err != nil || !ok {
@@ -95,7 +95,8 @@ func RetryNow(ctx context.Context, tx pgx.Tx, name string) error {
 func MovePosition(ctx context.Context, tx pgx.Tx, name string, pos inordertype.Position) error {
 	args := positionArgs(pos)
 	_, err := tx.Exec(ctx, `
-		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3, `+clearHalt+`
+		UPDATE inorder.cursor SET position_created_at = $2, position_id = $3,
+		       position_seq = nextval('inorder.checkpoint_seq'), `+clearHalt+`
 		WHERE process_name = $1`, name, args[0], args[1])
 	return err
 }
@@ -203,8 +204,9 @@ type StreamRow struct {
 // LockPartitions locks the cursor rows of process name's partitions, in name order, without waiting: a
 // processor working one makes it fail with the lock_not_available error (55P03).
 func LockPartitions(ctx context.Context, tx pgx.Tx, name string) ([]StreamRow, error) {
-	rows, err := tx.Query(ctx, `SELECT `+stateColumns+`, process_name, coalesce(source_table, '')
-		FROM inorder.cursor WHERE `+partitionRow+` ORDER BY process_name FOR UPDATE NOWAIT`, name)
+	rows, err := tx.Query(ctx, `SELECT `+effectiveStateColumns+`, process_name, coalesce(source_table, '')
+		FROM inorder.cursor `+joinPosition+` WHERE `+partitionRow+`
+		ORDER BY process_name FOR UPDATE OF cursor NOWAIT`, name)
 	if err != nil {
 		return nil, err
 	}
@@ -229,7 +231,8 @@ func Resplit(ctx context.Context, tx pgx.Tx, name string, n int, at inordertype.
 		name, n, args[0], args[1]); err != nil {
 		return err
 	}
-	_, err := tx.Exec(ctx, `UPDATE inorder.cursor SET partitions = $2, position_created_at = $3, position_id = $4
+	_, err := tx.Exec(ctx, `UPDATE inorder.cursor SET partitions = $2, position_created_at = $3, position_id = $4,
+		       position_seq = nextval('inorder.checkpoint_seq')
 		WHERE process_name = $1`, name, n, args[0], args[1])
 	return err
 }
@@ -304,7 +307,7 @@ func Purge(ctx context.Context, q Querier, process string) error {
 func ReadPosition(ctx context.Context, q Querier, name string) (inordertype.Position, error) {
 	var at pgtype.Timestamptz
 	var id pgtype.Text
-	if err := q.QueryRow(ctx, "SELECT position_created_at, position_id FROM inorder.cursor WHERE process_name = $1",
+	if err := q.QueryRow(ctx, "SELECT position_created_at, position_id FROM inorder.position WHERE process_name = $1",
 		name).Scan(&at, &id); err != nil {
 		return inordertype.Position{}, err
 	}

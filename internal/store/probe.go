@@ -27,6 +27,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -194,6 +195,8 @@ func (p *Prober) loop() {
 		}
 	}()
 	var failedAt time.Time
+	rotation := time.NewTicker(rotateEvery)
+	defer rotation.Stop()
 	for {
 		p.mu.Lock()
 		var next time.Time
@@ -209,16 +212,22 @@ func (p *Prober) loop() {
 			t = time.NewTimer(time.Until(next))
 			timer = t.C
 		}
-		var kicked bool
+		var kicked, rotate bool
 		select {
 		case <-p.stop:
 			return
 		case <-p.kick:
 			kicked = true
+		case <-rotation.C:
+			rotate = true
 		case <-timer:
 		}
 		if t != nil {
 			t.Stop()
+		}
+		if rotate {
+			conn = p.rotate(conn)
+			continue
 		}
 		if kicked {
 			continue
@@ -269,6 +278,51 @@ func (p *Prober) loop() {
 		}
 		p.answer(batch, rows, versions, err)
 	}
+}
+
+// rotateEvery is how often the prober takes a step of the checkpoint tables' rotation (see
+// RotateCheckpoints): a few times per rotation period, so that the table that becomes current next is
+// empty in time even when a step finds it in use.
+const rotateEvery = rotationPeriod / 4
+
+// rotate takes a step of the checkpoint tables' rotation on conn (connecting it when nil), or on a
+// connection borrowed from the pool, and returns conn as it is after: nil when it failed. A step that
+// fails is taken again at the next turn; the processors meanwhile append to their tables as before.
+func (p *Prober) rotate(conn *pgx.Conn) *pgx.Conn {
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	if p.pool != nil {
+		c, err := p.pool.Acquire(ctx)
+		if err != nil {
+			return conn
+		}
+		defer c.Release()
+		if _, err := RotateCheckpoints(ctx, c.Conn()); err != nil && !answered(err) {
+			_ = c.Conn().Close(ctx) // the pool drops it
+		}
+		return conn
+	}
+	if conn == nil {
+		cc := p.cfg.Copy()
+		dial.Configure(cc, probeTimeout)
+		c, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			return nil
+		}
+		conn = c
+	}
+	if _, err := RotateCheckpoints(ctx, conn); err != nil && !answered(err) {
+		_ = conn.Close(ctx)
+		return nil
+	}
+	return conn
+}
+
+// answered reports whether err is the server's answer (the connection works) rather than a failure to
+// reach it.
+func answered(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr)
 }
 
 // probePool runs one probe for batch on a connection borrowed from the pool.

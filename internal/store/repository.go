@@ -148,12 +148,21 @@ type Repository struct {
 	ended      Ended // the sessions TryLock ended, until EndedSessions reports them
 	// former is the backend that served this instance's cursor transactions before the last Reconnect,
 	// until a lock shows that it holds nothing (see endFormer).
-	former   uint32
-	state    inordertype.State
-	version  string   // the row's xmin when it was last locked
-	inFlight InFlight // as the row holds it
-	claimed  bool
-	released bool
+	former  uint32
+	state   inordertype.State
+	version string // the row's xmin when it was last locked
+	// The process's checkpoint (see checkpoint.go): durable is what the database holds as of the last commit,
+	// open what the open transaction has recorded (durable until it records more), next what the process
+	// has reached, which the next commit records first. known says that durable is what the database holds;
+	// when it is not (a new tenure, an operator's write, a commit whose answer was lost), the next lock reads
+	// it. rowHalted says that the row holds a halt state, which only rewriting the row clears.
+	durable, open recorded
+	next          checkpoint
+	known         bool
+	rowHalted     bool
+	current       int16 // the checkpoint table the database's clock named at the last lock
+	claimed       bool
+	released      bool
 	// registered says this repository created the row (rather than finding it), so that Unregister
 	// may remove it while nothing has used it.
 	registered bool
@@ -234,8 +243,7 @@ func (r *Repository) instance() string {
 func (r *Repository) connect(ctx context.Context) error {
 	if r.shared != nil {
 		r.mu.Lock()
-		r.tx, r.handle, r.rode, r.dirty = nil, nil, false, false
-		r.inFlight = InFlight{Records: -1}
+		r.tx, r.handle, r.rode, r.dirty, r.known = nil, nil, false, false, false
 		r.mu.Unlock()
 		return r.attach(ctx)
 	}
@@ -261,9 +269,8 @@ func (r *Repository) connect(ctx context.Context) error {
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
 	r.mu.Lock()
-	r.conn, r.tx, r.handle, r.rode, r.dirty, r.advisory = conn, nil, nil, false, false, false
+	r.conn, r.tx, r.handle, r.rode, r.dirty, r.advisory, r.known = conn, nil, nil, false, false, false, false
 	r.pooled, r.backend = pooled, backend
-	r.inFlight = InFlight{Records: -1} // unknown: the first SetInFlight writes
 	r.mu.Unlock()
 	return nil
 }
@@ -273,6 +280,12 @@ func (r *Repository) connect(ctx context.Context) error {
 func (r *Repository) register(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
+	if err := CheckSchema(ctx, r.conn); err != nil {
+		return fmt.Errorf("open cursor %q: %w", r.name, err)
+	}
+	if err := checkPrivileges(ctx, r.conn); err != nil {
+		return fmt.Errorf("open cursor %q: %w", r.name, err)
+	}
 	if r.cfg.Start.IsZero() {
 		var there bool
 		if err := r.conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM inorder.cursor WHERE process_name = $1)",
@@ -466,7 +479,10 @@ func (r *Repository) Version() string { return r.version }
 func (r *Repository) State() inordertype.State { return r.state }
 
 // stateColumns are the columns of a cursor row that scanState reads, in its order.
-const stateColumns = `position_created_at, position_id, halted_record_id, halted_error, halted_attempts,
+const stateColumns = `position_created_at, position_id, ` + haltColumns
+
+// haltColumns are the stateColumns after the position.
+const haltColumns = `halted_record_id, halted_error, halted_attempts,
 	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
 	halted_at, redrive_requested_at, halted_unavailable`
 
@@ -510,7 +526,8 @@ func lockStatement(cfg Config, applicationName string) (string, []any) {
 		args = append(args, applicationName)
 	}
 	return `
-	SELECT ` + stateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `
+	SELECT ` + stateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `,
+	       position_seq, checkpoint_table, ` + currentTable + `, records_handled, in_flight, in_flight_since
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`, args
@@ -689,7 +706,7 @@ func (r *Repository) renew(ctx context.Context, take bool, sent time.Time) error
 		return err
 	}
 	r.renewing, r.rideNext = sent, true
-	_, err := r.commitRelock(ctx, "renew lease of", r.state.Position, "", nil, func() {})
+	_, err := r.commitRelock(ctx, "renew lease of")
 	if errors.Is(err, ErrFenced) {
 		return nil // taken meanwhile; the repository is unlocked and says so
 	}
@@ -712,6 +729,9 @@ func (r *Repository) lock(ctx context.Context) (bool, error) {
 	}
 	r.tx = r.handle
 	ok, err := r.lockIn(ctx, b, len(b.QueuedQueries))
+	if err == nil && ok {
+		err = r.readCheckpoint(ctx)
+	}
 	if err != nil || !ok {
 		r.dropTx(ctx)
 	} else {
@@ -1045,15 +1065,35 @@ func (r *Repository) giveUpSession(ctx context.Context) {
 }
 
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
-	var backend uint32
-	var marks string
-	st, ok, err := scanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks)...)
-	if ok {
-		r.state = st
+	var (
+		backend        uint32
+		marks          string
+		rowSeq         int64
+		table, current int16
+		handled        int64
+		flying         int32
+		since          pgtype.Timestamptz
+	)
+	st, ok, err := scanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks,
+		&rowSeq, &table, &current, &handled, &flying, &since)...)
+	if ok && err == nil {
 		if r.backend != 0 && backend != r.backend {
 			r.movesBackends = true // a transaction pooler: sessions cannot be trusted from now on
 		}
 		r.backend = backend
+		r.current, r.rowHalted = current, st.Halt != nil
+		if r.known && r.token != 0 && r.lease.token == r.token && rowSeq == r.durable.rowSeq {
+			// Nobody but this owner has written a position since it last looked: its own is the newest.
+			st.Position = r.durable.cp.Position
+			r.durable.table = table
+		} else {
+			// The row's position, until readCheckpoint has looked for newer entries.
+			r.durable = recorded{cp: checkpoint{Position: st.Position, Handled: handled,
+				InFlight: InFlight{Records: int(flying), Since: since.Time}}, rowSeq: rowSeq, table: table}
+			r.known = false
+		}
+		r.open, r.next = r.durable, r.durable.cp
+		r.state = st
 	}
 	return ok, err
 }
@@ -1091,35 +1131,16 @@ func scanState(row pgx.Row, extra ...any) (inordertype.State, bool, error) {
 	return st, true, nil
 }
 
-// SetPosition moves the position inside the open transaction, counting handled records; it becomes
-// durable when the transaction commits (Unlock or Checkpoint). It clears the halt state, since a record
-// past the halted one succeeded.
+// SetPosition moves the position, counting handled records; the commit that ends the open transaction
+// (Checkpoint, Commit or Unlock) records it, and it is durable once that commits. It clears the halt state,
+// since a record past the halted one succeeded, and what is in flight. No statement is sent: a batch that
+// moves its position per record in one transaction records only where it ended.
 func (r *Repository) SetPosition(ctx context.Context, pos inordertype.Position, handled int) error {
-	ctx, cancel := r.bounded(ctx)
-	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := positionArgs(pos)
-	sent := time.Now()
-	tag, err := r.tx.Exec(ctx, setPositionSQL, r.name, args[0], args[1], handled, 0, nil, r.cfg.lease(), r.token)
-	if err == nil {
-		err = fenced(tag)
-	}
-	if err != nil {
-		return fmt.Errorf("set position of cursor %q: %w", r.name, err)
-	}
-	r.dirty, r.inFlight, r.renewing = true, InFlight{}, sent
+	r.next = checkpoint{Position: pos, Handled: r.next.Handled + int64(handled)}
 	r.state = inordertype.State{Position: pos, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
-	return nil
-}
-
-// fenced turns a position write that matched no row into ErrFenced: the token it was made under is not the
-// row's any more.
-func fenced(tag pgconn.CommandTag) error {
-	if tag.RowsAffected() != 1 {
-		return ErrFenced
-	}
 	return nil
 }
 
@@ -1136,23 +1157,16 @@ func (f InFlight) args() (any, any) {
 	return f.Records, f.Since
 }
 
-// SetInFlight records what is in flight now, inside the open transaction, when it differs from what the
-// row holds.
+// SetInFlight records what is in flight now; the commit that ends the open transaction records it, as
+// SetPosition's position.
 func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
-	ctx, cancel := r.bounded(ctx)
-	defer cancel()
 	if r.tx == nil {
 		return fmt.Errorf("set in flight of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	if f == r.inFlight {
-		return nil
+	if f.Records == 0 {
+		f = InFlight{}
 	}
-	n, since := f.args()
-	if _, err := r.tx.Exec(ctx, "UPDATE inorder.cursor SET in_flight = $2, in_flight_since = $3 WHERE process_name = $1",
-		r.name, n, since); err != nil {
-		return fmt.Errorf("set in flight of cursor %q: %w", r.name, err)
-	}
-	r.dirty, r.inFlight = true, f
+	r.next.InFlight = f
 	return nil
 }
 
@@ -1175,80 +1189,117 @@ func positionArgs(p inordertype.Position) [2]any {
 	return [2]any{p.CreatedAt, id}
 }
 
-// setPositionSQL moves the position, clears the halt state, counts $4 handled records, records what is in
-// flight ($5, $6) and renews the lease ($7); once a minute it starts a new throughput window with the count
-// so far. It writes only under the owner's token ($8): fencing.
-const setPositionSQL = `
-	UPDATE inorder.cursor
-	SET position_created_at = $2, position_id = $3, ` + clearHalt + `,
-	    updated_at = clock_timestamp(),
-	    in_flight = $5, in_flight_since = $6,
-	    records_handled = records_handled + $4,
-	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
-	                          THEN records_handled ELSE window_records END,
-	    window_started_at = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
-	                             THEN clock_timestamp() ELSE window_started_at END,
-	    lease_expires_at = clock_timestamp() + $7::interval
-	WHERE process_name = $1 AND owner_token = $8`
-
-// checkpointSQL is setPositionSQL made to fail when the fence refuses it (a division by zero, SQLSTATE
-// 22012): Checkpoint pipelines its COMMIT behind it, and a refused position must abort the transaction,
-// with whatever a transactional handler wrote in it, rather than let the COMMIT keep that without the
-// position.
-const checkpointSQL = `WITH moved AS (` + setPositionSQL + ` RETURNING 1) SELECT 1 / count(*)::int FROM moved`
-
-// isFenced reports whether err is checkpointSQL's refusal.
+// isFenced reports whether err is the refusal of a fenced write that aborts its transaction (appendSQL,
+// foldPositionSQL, commitSQL).
 func isFenced(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
 
+// pendingWrite returns the statement that records r.next in the open transaction, when it differs from
+// what the transaction has recorded: an entry appended to the checkpoint table the row names, or, when the
+// row must be rewritten anyway (its halt state cleared, its lease renewed), a fold of the checkpoint into
+// the row, which also moves the process to the current table. An owner whose lease is renewed less often
+// than the tables turn (a lease longer than the default) folds when its table is the one to be emptied
+// next, so that no owner ever holds up the rotation for longer than a turn.
+func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
+	if r.next.same(r.open.cp) {
+		return "", nil, false, false
+	}
+	pos := positionArgs(r.next.Position)
+	n, since := r.next.InFlight.args()
+	renewDue := r.leaseFrom.IsZero() || time.Since(r.leaseFrom) >= r.cfg.lease()/3
+	emptiedNext := int(r.open.table) == (int(r.current)+1)%checkpointTables
+	if r.rowHalted || renewDue || emptiedNext {
+		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.token}, true, true
+	}
+	return appendSQL[r.open.table], []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
+}
+
+// readWrite reads the result of pendingWrite's statement from br and takes in what it recorded.
+func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) error {
+	if !fold {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		r.open.cp = r.next
+		return nil
+	}
+	var one int
+	var seq int64
+	var table int16
+	if err := br.QueryRow().Scan(&one, &seq, &table); err != nil {
+		return err
+	}
+	r.open = recorded{cp: r.next, rowSeq: seq, table: table}
+	r.rowHalted, r.renewing = false, sent
+	return nil
+}
+
+// readCheckpoint reads, in the transaction that holds the row, the newest checkpoint entry newer than the
+// row's own position, when the repository does not know that its own is the newest.
+func (r *Repository) readCheckpoint(ctx context.Context) error {
+	if r.known {
+		return nil
+	}
+	var (
+		at      pgtype.Timestamptz
+		id      pgtype.Text
+		handled int64
+		flying  int32
+		since   pgtype.Timestamptz
+	)
+	err := r.tx.QueryRow(ctx, readCheckpointSQL, r.name).Scan(&at, &id, &handled, &flying, &since)
+	if err != nil {
+		return fmt.Errorf("read the checkpoint of cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	cp := checkpoint{Handled: handled, InFlight: InFlight{Records: int(flying), Since: since.Time}}
+	if at.Valid {
+		cp.Position = inordertype.Position{CreatedAt: at.Time.UTC(), ID: id.String}
+	}
+	r.durable.cp = cp
+	r.open, r.next, r.known = r.durable, cp, true
+	r.state.Position = cp.Position
+	return nil
+}
+
 // Checkpoint commits pos now (durable as SynchronousCommit says), counting handled records and recording
-// what is in flight: it updates
-// the row (renewing the lease), commits, and locks the row again in a new transaction, all in one round
-// trip. It reports false when someone else took the row in the instant between the commit and the new
-// lock: an operator action (Owner stays true), or another instance that found the lease run out (Owner
-// turns false). The repository is then unlocked, and the next TryLock reads what they changed.
+// what is in flight, and locks the row again in a new transaction, all in one round trip. It reports false
+// when someone else took the row in the instant between the commit and the new lock: an operator action
+// (Owner stays true), or another instance that found the lease run out (Owner turns false). The repository
+// is then unlocked, and the next TryLock reads what they changed.
 func (r *Repository) Checkpoint(ctx context.Context, pos inordertype.Position, handled int, flying InFlight) (bool, error) {
 	if r.tx == nil {
 		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := positionArgs(pos)
-	n, since := flying.args()
-	return r.commitRelock(ctx, "checkpoint", pos, checkpointSQL,
-		[]any{r.name, args[0], args[1], handled, n, since, r.cfg.lease(), r.token}, func() { r.inFlight = flying })
+	if flying.Records == 0 {
+		flying = InFlight{}
+	}
+	r.next = checkpoint{Position: pos, Handled: r.next.Handled + int64(handled), InFlight: flying}
+	return r.commitRelock(ctx, "checkpoint")
 }
 
-// commitSQL is checkpointSQL without the position: it counts $2 handled records and renews the lease ($3)
-// under the owner's token ($4), and fails (SQLSTATE 22012) when the fence refuses, which aborts what the
-// transaction holds.
-const commitSQL = `WITH held AS (
-	UPDATE inorder.cursor
-	SET records_handled = records_handled + $2, updated_at = clock_timestamp(),
-	    lease_expires_at = clock_timestamp() + $3::interval
-	WHERE process_name = $1 AND owner_token = $4 RETURNING 1) SELECT 1 / count(*)::int FROM held`
-
-// Commit commits what the open transaction holds now (durable as SynchronousCommit says), without moving
-// the position or touching the
-// halt state (a parked record delivered, and removed, by a redrive), counting handled records, and locks
+// Commit commits what the open transaction holds now (durable as SynchronousCommit says), counting handled
+// records without moving the position (a parked record delivered, and removed, by a redrive), and locks
 // the row again, as Checkpoint does; it reports false as Checkpoint does.
 func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
 	if r.tx == nil {
 		return false, fmt.Errorf("commit cursor %q: %w", r.name, ErrNotLocked)
 	}
-	return r.commitRelock(ctx, "commit", r.state.Position, commitSQL, []any{r.name, handled, r.cfg.lease(), r.token}, func() {})
+	r.next.Handled += int64(handled)
+	return r.commitRelock(ctx, "commit")
 }
 
-// commitRelock runs first (a fenced write; none when empty), commits, and locks the row again in a new
-// transaction with the rider after the lock, all in one round trip. pos is where the position stands once
-// first has run.
-func (r *Repository) commitRelock(ctx context.Context, what string, pos inordertype.Position, first string, args []any, committed func()) (bool, error) {
+// commitRelock records the checkpoint reached (see pendingWrite), commits, and locks the row again in a
+// new transaction with the rider after the lock, all in one round trip.
+func (r *Repository) commitRelock(ctx context.Context, what string) (bool, error) {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	sent := time.Now()
 	b := &pgx.Batch{}
-	if first != "" {
-		b.Queue(first, args...)
+	write, args, fold, writes := r.pendingWrite()
+	if writes {
+		b.Queue(write, args...)
 	}
 	b.Queue("COMMIT")
 	b.Queue("BEGIN")
@@ -1260,21 +1311,20 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos inordert
 	r.rode, r.rideNext = false, false
 	br := r.conn.SendBatch(ctx, b)
 	var err error
-	if first != "" {
-		_, err = br.Exec()
-		if isFenced(err) {
+	if writes {
+		if err = r.readWrite(br, fold, sent); isFenced(err) {
 			err = ErrFenced
 		}
 	}
 	if err == nil {
 		_, err = br.Exec()
+		if err != nil {
+			r.known = false // the commit may have happened or not
+		}
 	}
 	done := err == nil
 	if done {
-		committed()
-		if first != "" {
-			r.renewing = sent // the first statements renew the lease
-		}
+		r.durable = r.open
 		if !r.renewing.IsZero() {
 			r.leaseFrom, r.renewing = r.renewing, time.Time{}
 		}
@@ -1292,6 +1342,10 @@ func (r *Repository) commitRelock(ctx context.Context, what string, pos inordert
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
+	if err == nil && ok && r.lease.token == r.token {
+		err = r.readCheckpoint(ctx)
+	}
+	pos := r.durable.cp.Position
 	if err != nil {
 		r.dropTx(ctx)
 		if done {
@@ -1344,7 +1398,9 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	if r.tx == nil {
 		return inordertype.Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
-	args := positionArgs(pos)
+	r.next.Position = pos
+	args := positionArgs(r.next.Position)
+	n, since := r.next.InFlight.args()
 	msg := clip(f.Err.Error())
 	attempts := 1 // the row is locked, so the state read with the lock is the stored one
 	if h := r.state.Halt; h != nil && h.RecordID == f.RecordID {
@@ -1359,10 +1415,15 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	var h inordertype.Halt
 	var stored pgtype.Int4
 	var haltedAt pgtype.Timestamptz
+	var seq int64
+	var table int16
 	sent := time.Now()
+	// The position goes into the row, numbered anew, with the halt state: the checkpoint of the last record
+	// that succeeded, which the halt state stands beside.
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
-		SET position_created_at = $2, position_id = $3,
+		SET position_created_at = $2, position_id = $3, position_seq = nextval('inorder.checkpoint_seq'),
+		    records_handled = $14, in_flight = $15, in_flight_since = $16,
 		    halted_attempts = $6,
 		    halted_first_failure_at = CASE WHEN halted_record_id = $4 THEN halted_first_failure_at
 		                                   ELSE clock_timestamp() END,
@@ -1381,10 +1442,11 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 		        END,
 		    lease_expires_at = clock_timestamp() + $11::interval
 		WHERE process_name = $1 AND owner_token = $12
-		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at`,
+		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at,
+		          position_seq, checkpoint_table`,
 		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter,
-		r.cfg.lease(), r.token, unavailable).
-		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt)
+		r.cfg.lease(), r.token, unavailable, r.next.Handled, n, since).
+		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt, &seq, &table)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrFenced
 	}
@@ -1395,6 +1457,8 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	h.Unavailable = f.Unavailable
 	h.HaltedAt = haltedAt.Time
 	r.state = inordertype.State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
+	r.open = recorded{cp: r.next, rowSeq: seq, table: table}
+	r.rowHalted = true
 	r.dirty, r.renewing = true, sent
 	return h, nil
 }
@@ -1457,7 +1521,9 @@ func (r *Repository) Unlock(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	defer r.Detach()
-	dirty := r.dirty
+	sent := time.Now()
+	write, args, fold, writes := r.pendingWrite()
+	dirty := r.dirty || writes
 	r.tx, r.dirty, r.rode = nil, false, false
 	if !dirty {
 		if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
@@ -1466,11 +1532,34 @@ func (r *Repository) Unlock(ctx context.Context) error {
 		}
 		return nil
 	}
-	if _, err := r.conn.Exec(ctx, "COMMIT"); err != nil {
-		r.renewing = time.Time{}
+	b := &pgx.Batch{}
+	if writes {
+		b.Queue(write, args...)
+	}
+	b.Queue("COMMIT")
+	br := r.conn.SendBatch(ctx, b)
+	var err error
+	if writes {
+		if err = r.readWrite(br, fold, sent); isFenced(err) {
+			err = ErrFenced
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.renewing, r.known = time.Time{}, false
+		r.open, r.next = r.durable, r.durable.cp
+		if errors.Is(err, ErrFenced) {
+			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
+		}
 		r.closeConn()
 		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
 	}
+	r.durable = r.open
 	if !r.renewing.IsZero() {
 		r.leaseFrom, r.renewing = r.renewing, time.Time{}
 	}
@@ -1487,6 +1576,7 @@ func (r *Repository) Abort(ctx context.Context) error {
 	defer cancel()
 	defer r.Detach()
 	r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
+	r.open, r.next = r.durable, r.durable.cp
 	if r.conn.IsClosed() {
 		return nil
 	}
@@ -1500,6 +1590,7 @@ func (r *Repository) Abort(ctx context.Context) error {
 func (r *Repository) dropTx(ctx context.Context) {
 	if r.tx != nil {
 		r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
+		r.open, r.next = r.durable, r.durable.cp
 		if !r.conn.IsClosed() {
 			if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
 				r.closeConn()
@@ -1582,11 +1673,16 @@ func (r *Repository) Release(ctx context.Context) error {
 	if r.token != 0 && r.conn != nil && !r.conn.IsClosed() {
 		// Give up the lease now, so a standby takes over at once rather than when it runs out. The write is
 		// named for the process (SET LOCAL, for its own statement's transaction), as every write of the row
-		// is, whichever connection makes it.
+		// is, whichever connection makes it. The position as it stands goes into the row with it (a fold), so
+		// that the row alone says where the process stands: an instance of the version before the checkpoint
+		// log reads only the row.
 		if _, uerr := r.conn.Exec(ctx, `
 			WITH named AS (SELECT set_config('application_name', $3, true))
-			UPDATE inorder.cursor SET lease_expires_at = NULL, owner_session = false
-			FROM named WHERE process_name = $1 AND owner_token = $2`, r.name, r.token, r.ApplicationName()); uerr != nil && err == nil {
+			UPDATE inorder.cursor AS c
+			SET lease_expires_at = NULL, owner_session = false, `+foldSet+`
+			FROM named, inorder.position AS p
+			WHERE c.process_name = $1 AND c.owner_token = $2 AND p.process_name = c.process_name`,
+			r.name, r.token, r.ApplicationName()); uerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 		r.epoch, r.token = 0, 0

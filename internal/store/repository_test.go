@@ -113,7 +113,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	require.NoError(t, second.SetPosition(ctx, moved, 1))
 	require.NoError(t, second.Unlock(ctx))
 	var id string
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.cursor WHERE process_name = 'now_process'").Scan(&id))
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.position WHERE process_name = 'now_process'").Scan(&id))
 	require.Equal(t, "7", id)
 	require.NoError(t, second.Release(ctx))
 

@@ -46,12 +46,12 @@ type CursorRow struct {
 // partitions' rows when partitions is set), in name order.
 func ListCursors(ctx context.Context, q Querier, name string, partitions bool) ([]CursorRow, error) {
 	rows, err := q.Query(ctx, `
-		SELECT `+stateColumns+`, process_name,
+		SELECT `+effectiveStateColumns+`, process_name,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
 		       coalesce(source_key_column, ''), source_partition, source_partitions,
 		       coalesce(partitions, 0),
-		       held_by_pid, held_since, updated_at, records_handled, in_flight, in_flight_since,
-		       (records_handled - window_records)
+		       held_by_pid, held_since, pos.updated_at, pos.records_handled, pos.in_flight, pos.in_flight_since,
+		       (pos.records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
 		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session,
@@ -61,6 +61,7 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 			       (array_agg(record_created_at ORDER BY seq))[1] AS oldest_at,
 			       (array_agg(record_id ORDER BY seq))[1] AS oldest_id
 			FROM inorder.parked WHERE parked.process_name = cursor.process_name) AS pk ON true
+		`+joinPosition+`
 		WHERE $1 = '' OR process_name = $1 OR ($2 AND `+partitionRow+`)
 		ORDER BY process_name`, name, partitions)
 	if err != nil {

@@ -40,18 +40,43 @@ const schema = `
 		app         text NOT NULL,
 		position_id text,
 		epoch       bigint NOT NULL,
-		owner       text
+		owner       text,
+		moved       boolean NOT NULL
 	);
+	-- A write of a cursor row logs the position as it stands after it (a row written without a newer number
+	-- leaves the newest checkpoint entry's), and whether it moved it: a fold copies an entry into the row.
+	-- BEFORE, and named after the trigger that numbers a position written by hand, so that it sees the number.
 	CREATE FUNCTION fault_log_cursor_write() RETURNS trigger LANGUAGE plpgsql AS $$
+	DECLARE
+		now_at record;
 	BEGIN
-		INSERT INTO fault_cursor_writes (process, app, position_id, epoch, owner)
-		VALUES (NEW.process_name, current_setting('application_name'), NEW.position_id, NEW.owner_epoch,
-		        NEW.owner_instance);
+		SELECT position_seq, position_id INTO now_at FROM inorder.position WHERE process_name = NEW.process_name;
+		INSERT INTO fault_cursor_writes (process, app, position_id, epoch, owner, moved)
+		VALUES (NEW.process_name, current_setting('application_name'),
+		        CASE WHEN NEW.position_seq > now_at.position_seq THEN NEW.position_id ELSE now_at.position_id END,
+		        NEW.owner_epoch, NEW.owner_instance,
+		        NEW.position_seq > now_at.position_seq AND NEW.position_id IS DISTINCT FROM now_at.position_id);
+		RETURN NEW;
+	END
+	$$;
+	CREATE TRIGGER fault_log_cursor_write BEFORE UPDATE ON inorder.cursor
+		FOR EACH ROW EXECUTE FUNCTION fault_log_cursor_write();
+	-- A position appended to the checkpoint log, under the owner the cursor row names (the append is fenced).
+	CREATE FUNCTION fault_log_checkpoint() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO fault_cursor_writes (process, app, position_id, epoch, owner, moved)
+		SELECT NEW.process_name, current_setting('application_name'), NEW.position_id, c.owner_epoch,
+		       c.owner_instance, true
+		FROM inorder.cursor AS c WHERE c.process_name = NEW.process_name;
 		RETURN NULL;
 	END
 	$$;
-	CREATE TRIGGER fault_log_cursor_write AFTER UPDATE ON inorder.cursor
-		FOR EACH ROW EXECUTE FUNCTION fault_log_cursor_write();`
+	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint_0
+		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();
+	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint_1
+		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();
+	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint_2
+		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();`
 
 // stream is one process name worked by the children of a scenario.
 type stream struct {
@@ -420,11 +445,12 @@ type auditRow struct {
 	epoch   int64
 	owner   string
 	at      time.Time // when the write was made, by the server's clock
+	moved   bool      // it moved the position (a fold of the checkpoint log into the row does not)
 }
 
 func (w *world) audit() []auditRow {
 	rows, err := w.pool.Query(context.Background(),
-		"SELECT n, process, app, position_id, epoch, coalesce(owner, ''), at FROM fault_cursor_writes ORDER BY n")
+		"SELECT n, process, app, position_id, epoch, coalesce(owner, ''), at, moved FROM fault_cursor_writes ORDER BY n")
 	if err != nil {
 		w.t.Fatalf("audit: %v", err)
 	}
@@ -433,7 +459,7 @@ func (w *world) audit() []auditRow {
 	for rows.Next() {
 		var a auditRow
 		var pos *string
-		if err := rows.Scan(&a.n, &a.process, &a.app, &pos, &a.epoch, &a.owner, &a.at); err != nil {
+		if err := rows.Scan(&a.n, &a.process, &a.app, &pos, &a.epoch, &a.owner, &a.at, &a.moved); err != nil {
 			w.t.Fatalf("audit: %v", err)
 		}
 		a.id = parseID(pos)
