@@ -3,26 +3,29 @@
 -- A row updated for every record becomes, while any session holds an old snapshot (a pg_dump, a report in
 -- REPEATABLE READ, a session idle in transaction), a chain of one version per record that vacuum may not
 -- remove, and every lock and lookup of the row walks it: the stream slows to a few percent of its speed
--- within minutes. So a processor now writes a position as a new entry in one of three checkpoint tables,
--- which only ever grow by INSERT and are emptied by TRUNCATE in turn, as PgQ rotates its event tables; the
--- cursor row is rewritten only for ownership and its lease (once per third of the lease), for a failing
--- record, and when a processor moves to the next table.
+-- within minutes. So a processor now writes a position as a new entry in one of the three partitions of
+-- inorder.checkpoint, which only ever grow by INSERT and are emptied by TRUNCATE in turn, as PgQ rotates its
+-- event tables; the cursor row is rewritten only for ownership and its lease (once per third of the
+-- lease), for a failing record, and by operators.
 --
 -- A process's position is the newest of: the row's own position, numbered position_seq, and its
 -- entries numbered above that in the checkpoint tables (seq, from inorder.checkpoint_seq, which only
 -- grows: whoever writes a position holds the row lock, so the numbers follow the order of the writes).
--- checkpoint_table is the table the owner appends to. A processor moves to the table the clock names
--- (a new one every 20 seconds, in turn) by copying its position into the row, and a table that holds no
--- process's newest position is truncated, only when nothing else uses it at that instant (LOCK ...
--- NOWAIT: a pg_dump, which holds a lock on every table it dumps, makes it wait for the next turn, and no
--- statement ever queues behind it).
+-- checkpoint_table is the partition (the slot) the owner appends to. An owner moves to the partition the
+-- clock names (a new one every 20 seconds, in turn) when it renews its lease, by copying its position into
+-- the row, and a partition that holds no process's newest position is truncated, only when nothing else
+-- uses it at that instant (LOCK ... NOWAIT: a pg_dump, which holds a lock on every table it dumps, makes it
+-- wait for the next turn, and no statement ever queues behind it).
 CREATE SEQUENCE inorder.checkpoint_seq;
 
 ALTER TABLE inorder.cursor
     ADD COLUMN position_seq bigint NOT NULL DEFAULT 0,
     ADD COLUMN checkpoint_table smallint NOT NULL DEFAULT 0 CHECK (checkpoint_table BETWEEN 0 AND 2);
 
-CREATE TABLE inorder.checkpoint_0 (
+-- One partitioned table, so that an owner appends with one statement whatever its table (slot); its three
+-- partitions are what the rotation truncates, each on its own.
+CREATE TABLE inorder.checkpoint (
+    slot                smallint NOT NULL,
     process_name        text NOT NULL,
     seq                 bigint NOT NULL DEFAULT nextval('inorder.checkpoint_seq'),
     -- The position, as the cursor row holds it (NULL, NULL is the beginning).
@@ -33,12 +36,12 @@ CREATE TABLE inorder.checkpoint_0 (
     in_flight           integer NOT NULL DEFAULT 0,
     in_flight_since     timestamptz,
     at                  timestamptz NOT NULL DEFAULT clock_timestamp()
-);
-CREATE INDEX checkpoint_0_process_seq_idx ON inorder.checkpoint_0 (process_name, seq);
-CREATE TABLE inorder.checkpoint_1 (LIKE inorder.checkpoint_0 INCLUDING DEFAULTS);
-CREATE INDEX checkpoint_1_process_seq_idx ON inorder.checkpoint_1 (process_name, seq);
-CREATE TABLE inorder.checkpoint_2 (LIKE inorder.checkpoint_0 INCLUDING DEFAULTS);
-CREATE INDEX checkpoint_2_process_seq_idx ON inorder.checkpoint_2 (process_name, seq);
+) PARTITION BY LIST (slot);
+CREATE TABLE inorder.checkpoint_0 PARTITION OF inorder.checkpoint FOR VALUES IN (0);
+CREATE TABLE inorder.checkpoint_1 PARTITION OF inorder.checkpoint FOR VALUES IN (1);
+CREATE TABLE inorder.checkpoint_2 PARTITION OF inorder.checkpoint FOR VALUES IN (2);
+-- A process's newest entry: a backward scan of each partition's index, which stops at the first entry.
+CREATE INDEX checkpoint_process_seq_idx ON inorder.checkpoint (process_name, seq);
 
 -- A position written into the row by anything but a processor of this version (a running instance of the
 -- version before, hand-written SQL) is numbered at once, so that it outranks every entry before it.
@@ -70,18 +73,10 @@ SELECT c.process_name,
        CASE WHEN e.seq IS NULL THEN c.updated_at ELSE e.at END AS updated_at
 FROM inorder.cursor AS c
 LEFT JOIN LATERAL (
-    -- Each table's newest entry is found by a backward scan of its index that stops at the first.
-    SELECT * FROM (
-        (SELECT * FROM inorder.checkpoint_0 AS e0
-         WHERE e0.process_name = c.process_name AND e0.seq > c.position_seq ORDER BY e0.seq DESC LIMIT 1)
-        UNION ALL
-        (SELECT * FROM inorder.checkpoint_1 AS e1
-         WHERE e1.process_name = c.process_name AND e1.seq > c.position_seq ORDER BY e1.seq DESC LIMIT 1)
-        UNION ALL
-        (SELECT * FROM inorder.checkpoint_2 AS e2
-         WHERE e2.process_name = c.process_name AND e2.seq > c.position_seq ORDER BY e2.seq DESC LIMIT 1)
-    ) AS entries
-    ORDER BY seq DESC LIMIT 1
+    -- The newest entry: the first of each partition's backward index scan, merged.
+    SELECT * FROM inorder.checkpoint AS e
+    WHERE e.process_name = c.process_name AND e.seq > c.position_seq
+    ORDER BY e.seq DESC LIMIT 1
 ) AS e ON true;
 
 -- The roles that run processors (they may update cursor rows) append positions and rotate the tables; the
@@ -95,7 +90,7 @@ BEGIN
              WHERE c.oid = 'inorder.cursor'::regclass AND a.privilege_type IN ('SELECT', 'UPDATE')
                AND a.grantee <> c.relowner
     LOOP
-        FOREACH t IN ARRAY ARRAY['checkpoint_0', 'checkpoint_1', 'checkpoint_2'] LOOP
+        FOREACH t IN ARRAY ARRAY['checkpoint', 'checkpoint_0', 'checkpoint_1', 'checkpoint_2'] LOOP
             EXECUTE format('GRANT %s ON inorder.%I TO %s',
                            CASE r.privilege_type WHEN 'UPDATE' THEN 'SELECT, INSERT, TRUNCATE' ELSE 'SELECT' END, t,
                            CASE r.grantee WHEN 0 THEN 'PUBLIC' ELSE r.grantee::regrole::text END);

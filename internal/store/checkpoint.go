@@ -1,7 +1,7 @@
 // The checkpoint log (migration 13): how a position is recorded without rewriting the cursor row for every
 // record.
 //
-// # Why
+// Why.
 //
 // Postgres keeps every version of a row that some snapshot might still need. While one old snapshot is
 // held (a pg_dump, a report in REPEATABLE READ, a session idle in transaction, a standby's feedback, a
@@ -10,33 +10,34 @@
 // lookup of the row walks it: measured, a drain fell to 0.015 of its speed within four minutes of a held
 // snapshot. Nothing here may cost more with a snapshot held than without one.
 //
-// # How
+// How.
 //
-// A position is appended, as an entry in one of three checkpoint tables, by one INSERT that checks the
-// owner's token in the same statement (the fence), in the transaction that holds the row lock. Entries are
-// never updated or deleted one by one: the newest is found by a backward scan of (process_name, seq) that
-// stops at the first entry, however many precede it, and a table is emptied by TRUNCATE once none of its
-// entries is any process's newest. A row lock on an unchanged row writes no new version, so the cursor row
-// is rewritten only for ownership and the lease (once per third of it), for a failing record, and once
-// each time its process moves to the next table: a number of versions that grows with time, not records.
+// A position is appended as an entry of inorder.checkpoint, by one INSERT that checks the owner's token in
+// the same statement (the fence), in the transaction that holds the row lock. Entries are never updated or
+// deleted one by one: the newest is found by a backward scan of (process_name, seq) that stops at the
+// first entry, however many precede it, and the table's three partitions (slots) are emptied by TRUNCATE
+// in turn, each once none of its entries is any process's newest. A row lock on an unchanged row writes no
+// new version, so the cursor row is rewritten only for ownership and the lease (once per third of it), for
+// a failing record, and by operators: a number of versions that grows with time, not records.
 //
 // A process's position is the newest of its cursor row's own (numbered position_seq) and its entries
-// numbered above it. Every writer of a position holds the row lock and takes its number from one sequence,
-// so numbers follow the order of the writes: an operator's skip or rewind writes the row with a new number,
-// which outranks every entry before it.
+// numbered above it (the view inorder.position). Every writer of a position holds the row lock and takes
+// its number from one sequence, so numbers follow the order of the writes: an operator's skip or rewind
+// writes the row with a new number, which outranks every entry before it.
 //
-// # Rotation
+// Rotation.
 //
-// The database's clock names the current table, a new one every rotationPeriod in turn. An owner appends
-// to the table its row names while that is the current one; when the clock has moved on, its next position
-// is written into the row instead (a fold), which moves it to the current table. The table after the
-// current one (the one before the previous) is then emptied: in a short transaction of its own that takes
-// the table's lock with NOWAIT, folds the newest entries of processes nobody is working (SKIP LOCKED) into
-// their rows, and truncates it only when no entry in it is any process's newest. NOWAIT means that it never
-// waits and nothing ever queues behind it: a pg_dump (which holds a lock on every table it dumps for as
-// long as it runs) or a long transaction that read the table makes it try again at its next turn, and the
-// tables grow meanwhile by one entry per record, about a hundred bytes. Correctness never depends on a
-// truncation happening: only space does.
+// The database's clock names the current slot, a new one every rotationPeriod in turn. An owner appends to
+// the slot its row names (checkpoint_table); when it renews its lease, it writes its position into the row
+// instead (a fold), which moves it to the current slot. The slot after the current one (the one before the
+// previous) is emptied by the prober of each instance (see Prober.rotate): in a short transaction of its
+// own that takes the partition's lock with NOWAIT, folds the newest entries of processes nobody is working
+// (SKIP LOCKED) into their rows, and truncates it only when no entry in it is any process's newest. NOWAIT
+// means that it never waits and nothing ever queues behind it: a pg_dump (which holds a lock on every table
+// it dumps for as long as it runs) or a long transaction that read the table makes it try again at its next
+// turn, and the partitions grow meanwhile by one entry per record, about a hundred bytes. Correctness never
+// depends on a truncation happening: only space does.
+
 package store
 
 import (
@@ -51,8 +52,8 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 )
 
-// checkpointTables is how many checkpoint tables take turns: the current one, the previous one (whose
-// owners move on at their next position), and the one being emptied for the next turn.
+// checkpointTables is how many slots (partitions of inorder.checkpoint) take turns: the current one, the
+// previous one (whose owners move on at their next renewal), and the one being emptied for the next turn.
 const checkpointTables = 3
 
 // rotationPeriod is how long the database's clock names one checkpoint table current: twice the third of
@@ -65,7 +66,7 @@ const rotationPeriod = 20 * time.Second
 var currentTable = fmt.Sprintf("(floor(extract(epoch FROM clock_timestamp()) / %d)::bigint %% %d)::smallint",
 	int(rotationPeriod/time.Second), checkpointTables)
 
-// checkpointTable names checkpoint table i.
+// checkpointTable names checkpoint table i, the partition of inorder.checkpoint for slot i.
 func checkpointTable(i int) string { return fmt.Sprintf("inorder.checkpoint_%d", i) }
 
 // effectiveStateColumns are stateColumns with the position as it stands (from the view inorder.position,
@@ -106,21 +107,17 @@ type recorded struct {
 	table  int16
 }
 
-// appendSQL are the statements that append a checkpoint entry to each table: $1 the process, $2 and $3
-// the position, $4 the records handled, $5 and $6 what is in flight, under the owner's token $7, and only
-// while the row names that table. They fail (a division by zero, SQLSTATE 22012) when the fence refuses,
-// which aborts the transaction, as checkpointSQL does.
-var appendSQL = func() (s [checkpointTables]string) {
-	for i := range s {
-		s[i] = fmt.Sprintf(`WITH appended AS (
-			INSERT INTO %s (process_name, position_created_at, position_id, records_handled, in_flight, in_flight_since)
-			SELECT $1, $2, $3, $4, $5, $6 FROM inorder.cursor
-			WHERE process_name = $1 AND owner_token = $7 AND checkpoint_table = %d
-			RETURNING 1)
-		SELECT 1 / count(*)::int FROM appended`, checkpointTable(i), i)
-	}
-	return s
-}()
+// appendSQL appends a checkpoint entry to the table the cursor row names (the partition of
+// inorder.checkpoint in its checkpoint_table): $1 the process, $2 and $3 the position, $4 the records
+// handled, $5 and $6 what is in flight, under the owner's token $7 only. It fails (a division by zero,
+// SQLSTATE 22012) when the fence refuses, which aborts the transaction, with whatever a transactional
+// handler wrote in it, rather than let the COMMIT pipelined behind it keep that without the position.
+const appendSQL = `WITH appended AS (
+	INSERT INTO inorder.checkpoint (slot, process_name, position_created_at, position_id, records_handled, in_flight,
+	                                in_flight_since)
+	SELECT checkpoint_table, $1, $2, $3, $4, $5, $6 FROM inorder.cursor WHERE process_name = $1 AND owner_token = $7
+	RETURNING 1)
+	SELECT 1 / count(*)::int FROM appended`
 
 // foldPositionSQL writes the owner's checkpoint into its cursor row, numbered anew, clears the halt state,
 // renews the lease ($7), starts a new throughput window once a minute, and moves the process to the

@@ -187,8 +187,8 @@ func TestTheRotationEmptiesATableOnlyWhenNothingInItIsCurrent(t *testing.T) {
 		t.Fatal(err)
 	}
 	table := fmt.Sprintf("inorder.checkpoint_%d", next)
-	db.Exec(t, fmt.Sprintf(`INSERT INTO %s (process_name, position_created_at, position_id, records_handled)
-		VALUES ('idle', '2026-01-02T00:00:00Z', '7', 7), ('busy', '2026-01-02T00:00:00Z', '9', 9)`, table))
+	db.Exec(t, `INSERT INTO inorder.checkpoint (slot, process_name, position_created_at, position_id, records_handled)
+		VALUES ($1, 'idle', '2026-01-02T00:00:00Z', '7', 7), ($1, 'busy', '2026-01-02T00:00:00Z', '9', 9)`, next)
 
 	busy, err := db.Pool.Begin(ctx)
 	require.NoError(t, err)

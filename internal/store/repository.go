@@ -1213,7 +1213,7 @@ func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
 	if r.rowHalted || renewDue || emptiedNext {
 		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.token}, true, true
 	}
-	return appendSQL[r.open.table], []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
+	return appendSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
 }
 
 // readWrite reads the result of pendingWrite's statement from br and takes in what it recorded.

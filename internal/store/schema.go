@@ -61,8 +61,8 @@ func CheckSchema(ctx context.Context, q Querier) error {
 
 // checkpointGrants is what a role that runs processors needs on the checkpoint log (migration 13 grants it
 // to every role that could update cursor rows before it; a role granted by hand since may lack it).
-const checkpointGrants = "GRANT SELECT, INSERT, TRUNCATE ON inorder.checkpoint_0, inorder.checkpoint_1, " +
-	"inorder.checkpoint_2 TO %[1]s; GRANT USAGE ON SEQUENCE inorder.checkpoint_seq TO %[1]s; " +
+const checkpointGrants = "GRANT SELECT, INSERT, TRUNCATE ON inorder.checkpoint, inorder.checkpoint_0, " +
+	"inorder.checkpoint_1, inorder.checkpoint_2 TO %[1]s; GRANT USAGE ON SEQUENCE inorder.checkpoint_seq TO %[1]s; " +
 	"GRANT SELECT ON inorder.position TO %[1]s"
 
 // checkPrivileges refuses, in one line naming the grants, a role that may not record positions.
@@ -70,7 +70,8 @@ func checkPrivileges(ctx context.Context, q Querier) error {
 	var may bool
 	var role string
 	if err := q.QueryRow(ctx, `SELECT current_user,
-		has_table_privilege('inorder.checkpoint_0', 'SELECT, INSERT, TRUNCATE')
+		has_table_privilege('inorder.checkpoint', 'SELECT, INSERT')
+		AND has_table_privilege('inorder.checkpoint_0', 'SELECT, INSERT, TRUNCATE')
 		AND has_table_privilege('inorder.checkpoint_1', 'SELECT, INSERT, TRUNCATE')
 		AND has_table_privilege('inorder.checkpoint_2', 'SELECT, INSERT, TRUNCATE')
 		AND has_sequence_privilege('inorder.checkpoint_seq', 'USAGE')

@@ -71,11 +71,7 @@ const schema = `
 		RETURN NULL;
 	END
 	$$;
-	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint_0
-		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();
-	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint_1
-		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();
-	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint_2
+	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint
 		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();`
 
 // stream is one process name worked by the children of a scenario.

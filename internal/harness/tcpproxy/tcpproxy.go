@@ -2,6 +2,7 @@ package tcpproxy
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -55,6 +56,9 @@ type Proxy struct {
 	stopDials context.CancelFunc
 	exchanges atomic.Int64
 	wg        sync.WaitGroup // the accept loop and every connection's goroutines
+
+	appsMu sync.Mutex
+	apps   map[string]*atomic.Int64 // exchanges by the application_name of the connection's start-up
 
 	mu         sync.Mutex
 	conns      map[*conn]struct{}
@@ -170,6 +174,28 @@ func (p *Proxy) Heal() {
 // Swallowed bytes do not count.
 func (p *Proxy) Exchanges() int64 { return p.exchanges.Load() }
 
+// ExchangesOf returns the Exchanges of the connections whose start-up message named application app, so
+// that a test can tell a client's round trips from those of another connection through the same proxy.
+// A connection that negotiated TLS names none.
+func (p *Proxy) ExchangesOf(app string) int64 {
+	return p.appCounter(app).Load()
+}
+
+// appCounter returns the exchange counter of application app, making it on first use.
+func (p *Proxy) appCounter(app string) *atomic.Int64 {
+	p.appsMu.Lock()
+	defer p.appsMu.Unlock()
+	if p.apps == nil {
+		p.apps = map[string]*atomic.Int64{}
+	}
+	c, ok := p.apps[app]
+	if !ok {
+		c = new(atomic.Int64)
+		p.apps[app] = c
+	}
+	return c
+}
+
 // ResetExchanges sets the count of Exchanges back to zero.
 func (p *Proxy) ResetExchanges() { p.exchanges.Store(0) }
 
@@ -245,6 +271,11 @@ type conn struct {
 
 	mu     sync.Mutex
 	server net.Conn // nil until dialled
+
+	// The application the start-up message named (see learnApp), read by the client's direction only.
+	startup []byte
+	appDone bool
+	app     atomic.Pointer[atomic.Int64]
 }
 
 // run dials the target and copies both directions until both are over, then closes both sockets.
@@ -341,8 +372,52 @@ func (c *conn) passing(dir int32) bool {
 	}
 	if prev := c.last.Swap(dir); dir == toServer && prev != toServer {
 		c.p.exchanges.Add(1)
+		if app := c.app.Load(); app != nil {
+			app.Add(1)
+		}
 	}
 	return true
+}
+
+// Codes of the requests a PostgreSQL client may send before its start-up message.
+const (
+	sslRequest    = 80877103
+	gssencRequest = 80877104
+)
+
+// learnApp reads the application_name of the connection's start-up message from the first bytes the
+// client sends (after an SSL or GSS request the server declined), so that its exchanges count for it too.
+// It gives up after the start-up message, or once the bytes cannot be one (TLS).
+func (c *conn) learnApp(b []byte) {
+	if c.appDone {
+		return
+	}
+	c.startup = append(c.startup, b...)
+	for len(c.startup) >= 8 {
+		n := int(binary.BigEndian.Uint32(c.startup))
+		code := binary.BigEndian.Uint32(c.startup[4:])
+		if n == 8 && (code == sslRequest || code == gssencRequest) {
+			c.startup = c.startup[8:]
+			continue
+		}
+		if n < 8 || n > 10000 {
+			c.appDone, c.startup = true, nil // not a start-up message
+			return
+		}
+		if len(c.startup) < n {
+			return // the rest comes in the next read
+		}
+		fields := strings.Split(string(c.startup[8:n]), "\x00")
+		app := ""
+		for i := 0; i+1 < len(fields); i += 2 {
+			if fields[i] == "application_name" {
+				app = fields[i+1]
+			}
+		}
+		c.app.Store(c.p.appCounter(app))
+		c.appDone, c.startup = true, nil
+		return
+	}
 }
 
 // chunk is bytes read, due to be written at due; an empty chunk with eof set is the end of the stream.
@@ -373,6 +448,9 @@ func (c *conn) pipe(src, dst net.Conn, dir int32) {
 	for {
 		buf := buffers.Get().(*[]byte)
 		n, err := src.Read(*buf)
+		if n > 0 && dir == toServer {
+			c.learnApp((*buf)[:n])
+		}
 		if n > 0 && c.passing(dir) {
 			if queue != nil {
 				queue <- chunk{due: time.Now().Add(delay), buf: buf, n: n}

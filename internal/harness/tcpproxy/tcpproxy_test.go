@@ -292,3 +292,30 @@ func TestURL(t *testing.T) {
 		require.Equal(t, want, p.URL(in), in)
 	}
 }
+
+// startupMessage is a PostgreSQL start-up message naming application app.
+func startupMessage(app string) string {
+	body := "\x00\x03\x00\x00user\x00u\x00application_name\x00" + app + "\x00\x00"
+	n := len(body) + 4
+	return string([]byte{byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}) + body
+}
+
+func TestExchangesOfCountsByTheStartupsApplication(t *testing.T) {
+	t.Parallel()
+	echo := startEcho(t)
+	p := startProxy(t, echo.ln.Addr().String(), 0)
+	a, b, c := dial(t, p), dial(t, p), dial(t, p)
+	roundTrip(t, a, startupMessage("inorder:probe"))
+	roundTrip(t, a, "query")
+	// A client that asks for TLS first, declined, then starts up in the clear.
+	roundTrip(t, b, "\x00\x00\x00\x08\x04\xd2\x16\x2f")
+	roundTrip(t, b, startupMessage("app b"))
+	for i := range 3 {
+		roundTrip(t, b, "b"+strconv.Itoa(i))
+	}
+	roundTrip(t, c, "not a start-up message at all")
+	require.EqualValues(t, 2, p.ExchangesOf("inorder:probe"))
+	require.EqualValues(t, 4, p.ExchangesOf("app b"), "from its start-up message on")
+	require.Zero(t, p.ExchangesOf("nobody"))
+	require.EqualValues(t, 8, p.Exchanges())
+}
