@@ -1318,11 +1318,13 @@ func (r *Repository) commitRelock(ctx context.Context, what string) (bool, error
 	}
 	if err == nil {
 		_, err = br.Exec()
-		if err != nil {
-			r.known = false // the commit may have happened or not
-		}
 	}
 	done := err == nil
+	if !done && !errors.Is(err, ErrFenced) {
+		// The server may have run the whole round trip, commit included, before the answer was lost: what
+		// it holds is read again at the next lock.
+		r.known = false
+	}
 	if done {
 		r.durable = r.open
 		if !r.renewing.IsZero() {
