@@ -36,11 +36,22 @@
 // Repository per database, process name and instance name: asking twice gives the same one, and no
 // method takes a name, so a repository can only touch its own row.
 //
-// # Every statement on inorder's tables
+// # Positions
 //
-// Besides the repository, which the loop drives, this package holds every other statement on inorder's
-// own tables (cursor, parked, audit, instance; see migrations): the operator actions' (operator.go), the
-// status listing's (status.go), the idle probe's (probe.go), and the advisory-lock protocol (locks.go);
-// and the looks at the coordinating sessions of partitioned processes in pg_stat_activity (coordinator.go).
-// Each is a function named for what it does, returning typed results; no SQL text leaves the package.
+// A position is appended to the checkpoint log (inorder.checkpoint), not written into the cursor row,
+// so that an old snapshot held elsewhere in the database costs nothing (see checkpoint.go); the view
+// inorder.position is where every reader finds it.
+//
+// # Files
+//
+// The repository, which the loop drives, is split by job: repository.go (the type, its configuration),
+// lease.go (ownership, the lease and the row lock), position.go (positions and the commits that record
+// them), checkpoint.go (the checkpoint log and its rotation), failure.go (a failing record's state),
+// register.go (registration, the instance's heartbeat, the source it reads), connection.go (its
+// connection, dedicated or borrowed, and its deadlines), park.go (parked records). Every other statement
+// on inorder's own tables (cursor, checkpoint, parked, audit, instance; see migrations) is here too: the
+// operator actions' (operator.go), the status listing's (status.go), the idle probe's and the rotation's
+// turns (probe.go), the advisory-lock protocol (locks.go), the schema's version (schema.go), and the looks
+// at the coordinating sessions of partitioned processes in pg_stat_activity (coordinator.go). Each is a
+// function named for what it does, returning typed results; no SQL text leaves the package.
 package store

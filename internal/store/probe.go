@@ -242,42 +242,48 @@ func (p *Prober) loop() {
 			}
 		}
 		p.mu.Unlock()
-		if len(batch) == 0 {
-			continue
+		if len(batch) > 0 {
+			conn, failedAt = p.probeOn(conn, failedAt, batch)
 		}
-		if p.pool != nil {
-			rows, versions, err := p.probePool(batch)
-			p.answer(batch, rows, versions, err)
-			continue
-		}
-		if conn == nil && time.Since(failedAt) < time.Second {
-			// A failed probe made its waiters fall back; they come back after their poll interval, and
-			// connecting again at most once a second spares a database in trouble.
-			p.answer(batch, nil, nil, errors.New("probe connection failed less than a second ago"))
-			continue
-		}
-		if conn == nil {
-			ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-			cc := p.cfg.Copy()
-			dial.Configure(cc, probeTimeout)
-			c, err := pgx.ConnectConfig(ctx, cc)
-			cancel()
-			if err != nil {
-				failedAt = time.Now()
-				p.answer(batch, nil, nil, fmt.Errorf("probe: connect: %w", err))
-				continue
-			}
-			conn = c
-		}
-		rows, versions, err := p.probe(conn, batch)
-		if err != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = conn.Close(ctx)
-			cancel()
-			conn, failedAt = nil, time.Now()
-		}
-		p.answer(batch, rows, versions, err)
 	}
+}
+
+// probeOn runs one probe for batch, on a connection borrowed from the pool or on conn (connecting it when
+// nil), answers its waiters, and returns conn as it is after (nil when it failed) and when a connection
+// last failed.
+func (p *Prober) probeOn(conn *pgx.Conn, failedAt time.Time, batch []*waiter) (*pgx.Conn, time.Time) {
+	if p.pool != nil {
+		rows, versions, err := p.probePool(batch)
+		p.answer(batch, rows, versions, err)
+		return conn, failedAt
+	}
+	if conn == nil && time.Since(failedAt) < time.Second {
+		// A failed probe made its waiters fall back; they come back after their poll interval, and
+		// connecting again at most once a second spares a database in trouble.
+		p.answer(batch, nil, nil, errors.New("probe connection failed less than a second ago"))
+		return nil, failedAt
+	}
+	if conn == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+		cc := p.cfg.Copy()
+		dial.Configure(cc, probeTimeout)
+		c, err := pgx.ConnectConfig(ctx, cc)
+		cancel()
+		if err != nil {
+			p.answer(batch, nil, nil, fmt.Errorf("probe: connect: %w", err))
+			return nil, time.Now()
+		}
+		conn = c
+	}
+	rows, versions, err := p.probe(conn, batch)
+	if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = conn.Close(ctx)
+		cancel()
+		conn, failedAt = nil, time.Now()
+	}
+	p.answer(batch, rows, versions, err)
+	return conn, failedAt
 }
 
 // rotateEvery is how often the prober takes a step of the checkpoint tables' rotation (see

@@ -1,0 +1,217 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder-dev/inorder/internal/dial"
+	"github.com/inorder-dev/inorder/internal/pooler"
+)
+
+func (r *Repository) connect(ctx context.Context) error {
+	if r.shared != nil {
+		r.mu.Lock()
+		r.tx, r.handle, r.rode, r.dirty, r.known = nil, nil, false, false, false
+		r.mu.Unlock()
+		return r.attach(ctx)
+	}
+	cc := r.cfg.ConnConfig.Copy()
+	// Only application_name: a pooler refuses start-up parameters it does not know, and a session setting
+	// would not hold through one anyway. The timeouts are set in each transaction (see lockStatement).
+	cc.RuntimeParams = map[string]string{}
+	for k, v := range r.cfg.ConnConfig.RuntimeParams {
+		cc.RuntimeParams[k] = v
+	}
+	cc.RuntimeParams["application_name"] = r.ApplicationName()
+	// A dead path is noticed in seconds, at start-up as on every exchange (see package dial).
+	dial.Configure(cc, r.cfg.timeout())
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	pctx, cancel := r.bounded(ctx)
+	pooled, backend, err := pooler.Pooled(pctx, conn)
+	cancel()
+	if err != nil {
+		conn.Close(ctx)
+		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	r.mu.Lock()
+	r.conn, r.tx, r.handle, r.rode, r.dirty, r.advisory, r.known = conn, nil, nil, false, false, false, false
+	r.pooled, r.backend = pooled, backend
+	r.mu.Unlock()
+	return nil
+}
+
+// Conn returns the repository's connection: its dedicated one, or one borrowed from the shared pool until
+// Detach (or the end of the transaction that holds the row). While the cursor is locked, statements on it
+// run inside the lock-holding transaction.
+func (r *Repository) Conn(ctx context.Context) (*pgx.Conn, error) {
+	if err := r.attach(ctx); err != nil {
+		return nil, fmt.Errorf("cursor %q: %w", r.name, err)
+	}
+	return r.conn, nil
+}
+
+// attach borrows a connection of the shared pool when the repository works on shared connections and has
+// none; it waits for one at most a third of the lease.
+func (r *Repository) attach(ctx context.Context) error {
+	if r.shared == nil || r.pconn != nil {
+		return nil
+	}
+	if r.released {
+		return ErrReleased
+	}
+	c, err := r.shared.acquire(ctx, r.cfg.lease()/3)
+	if err != nil {
+		return err
+	}
+	conn := c.Conn()
+	r.mu.Lock()
+	r.pconn, r.conn, r.handle = c, conn, r.shared.handle(conn)
+	// The backend is compared within one loan only: another loan is another connection.
+	r.pooled, r.backend = r.shared.isPooled(conn), 0
+	r.mu.Unlock()
+	return nil
+}
+
+// Detach gives a connection borrowed from the shared pool back when no transaction is open on it, so
+// that an idle process, or a standby, holds none. A no-op on a dedicated connection.
+func (r *Repository) Detach() {
+	if r.shared == nil || r.pconn == nil || r.tx != nil {
+		return
+	}
+	r.mu.Lock()
+	c, conn, h := r.pconn, r.conn, r.handle
+	r.pconn, r.conn, r.handle = nil, nil, nil
+	r.mu.Unlock()
+	if !conn.IsClosed() {
+		r.shared.keepHandle(conn, h)
+	}
+	c.Release()
+}
+
+// Contended reports whether, on shared connections, another process of the instance waits for a
+// connection now: an owner then ends its transaction with its batch rather than keep the row for the next.
+func (r *Repository) Contended() bool { return r.shared != nil && r.shared.Contended() }
+
+// Pooled reports whether the connection goes through a pooler, and transactions whether the pooler was
+// seen to pool by transaction (the backend serving the connection changed between transactions).
+func (r *Repository) Pooled() (pooled, transactions bool) { return r.pooled, r.movesBackends }
+
+// Bounded gives one exchange with the database its deadline (Config.Timeout): the repository's own, and
+// those its user makes on its connection (a read, a poll).
+func (r *Repository) Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return r.bounded(ctx)
+}
+
+func (r *Repository) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, r.cfg.timeout(), &UnansweredError{Timeout: r.cfg.timeout()})
+}
+
+// UnansweredError is the cause of an exchange cut off by Config.Timeout: the database did not answer
+// in time, and the connection counts as dead.
+type UnansweredError struct{ Timeout time.Duration }
+
+func (e *UnansweredError) Error() string {
+	return fmt.Sprintf("the database did not answer within %s", e.Timeout)
+}
+
+// Unanswered reports whether err comes from an exchange that the repository's Timeout cut off, on the
+// context of that exchange; use it as Unanswered(ctx, err) with the caller's own context to tell it
+// from the caller's cancellation.
+func Unanswered(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded)
+}
+
+// closeConn closes the connection after a COMMIT or ROLLBACK that could not be sent or answered: its
+// transaction may still be open on the server, holding the row (and, with it, statements run next in it
+// would not count), so the session goes, and the next exchange reconnects (see Broken).
+func (r *Repository) closeConn() {
+	if r.conn == nil || r.conn.IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = r.conn.Close(ctx)
+}
+
+// Broken reports whether the connection is gone, so that the caller should Reconnect rather than give up.
+func (r *Repository) Broken(err error) bool {
+	if r.shared != nil {
+		return (r.conn != nil && r.conn.IsClosed()) || IsConnectionError(err)
+	}
+	if r.conn == nil || r.conn.IsClosed() {
+		return true
+	}
+	return IsConnectionError(err)
+}
+
+// Reconnect drops the current connection (and with it any lock) and opens a new one. The lease stays: if
+// nobody took the process meanwhile, this instance goes on owning it. It does not register the process
+// again: a row gone while the instance ran is reported by the next TryLock (ErrForgotten).
+func (r *Repository) Reconnect(ctx context.Context) error {
+	if r.released {
+		return ErrReleased
+	}
+	r.tx = nil
+	if r.backend != 0 && !r.pooled {
+		r.former = r.backend
+	}
+	if r.shared != nil {
+		// The pool's other connections most likely went the same way (a server restart, a failover): the
+		// idle ones are closed, and those lent out are not lent again.
+		r.closeConn()
+		r.Detach()
+		r.shared.pool.Reset()
+		if err := r.connect(ctx); err != nil {
+			return err
+		}
+		pctx, cancel := r.bounded(ctx)
+		defer cancel()
+		if err := r.conn.Ping(pctx); err != nil {
+			r.closeConn()
+			r.Detach()
+			return fmt.Errorf("reconnect cursor %q: %w", r.name, err)
+		}
+		return nil
+	}
+	if r.conn != nil {
+		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = r.conn.Close(closeCtx)
+		cancel()
+	}
+	return r.connect(ctx)
+}
+
+// IsConnectionError reports whether err means the database could not be reached or the session was cut
+// (as opposed to the database refusing what was asked): such errors are retried with backoff.
+func IsConnectionError(err error) bool {
+	if err == nil || pooler.Fatal(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		// Class 08 (connection exception), 57P01..57P03 (admin shutdown, crash shutdown, cannot connect
+		// now), 25P03 (idle-in-transaction timeout), 25P04 (transaction timeout) and 57P05 (idle session
+		// timeout) all mean this session is over.
+		switch {
+		case len(pgErr.Code) == 5 && pgErr.Code[:2] == "08",
+			pgErr.Code == "57P01", pgErr.Code == "57P02", pgErr.Code == "57P03", pgErr.Code == "25P03",
+			pgErr.Code == "25P04", pgErr.Code == "57P05":
+			return true
+		}
+		return false
+	}
+	var netErr net.Error
+	var connectErr *pgconn.ConnectError
+	return errors.As(err, &netErr) || errors.As(err, &connectErr) || errors.Is(err, net.ErrClosed) ||
+		pgconn.SafeToRetry(err) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)
+}

@@ -1,0 +1,397 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/pooler"
+)
+
+// Tx returns the transaction that holds the cursor row lock, or nil when the cursor is not locked. A
+// TxHandler's writes go through it so that they commit with the position.
+func (r *Repository) Tx() pgx.Tx { return r.tx }
+
+// Version returns the row version (its xmin) read when the lock was last taken. A row changed since, by
+// this instance's own commits or by an operator, has another: the idle probe watches for that.
+func (r *Repository) Version() string { return r.version }
+
+// State returns the position and halt state read when the lock was taken, as changed since by this
+// repository.
+func (r *Repository) State() inordertype.State { return r.state }
+
+// stateColumns are the columns of a cursor row that scanState reads, in its order.
+const stateColumns = `position_created_at, position_id, ` + haltColumns
+
+// haltColumns are the stateColumns after the position.
+const haltColumns = `halted_record_id, halted_error, halted_attempts,
+	halted_first_failure_at, halted_last_failure_at, paused, halted_permanent, halted_status, halted_next_attempt_at,
+	halted_at, redrive_requested_at, halted_unavailable`
+
+// scanState reads the stateColumns of a cursor row, then extra.
+func scanState(row pgx.Row, extra ...any) (inordertype.State, bool, error) {
+	var (
+		posAt             pgtype.Timestamptz
+		posID, haltID     pgtype.Text
+		haltErr           pgtype.Text
+		attempts          int32
+		first, last, next pgtype.Timestamptz
+		haltedAt, redrive pgtype.Timestamptz
+		unavailable       pgtype.Text
+		paused, permanent bool
+		status            pgtype.Int4
+	)
+	err := row.Scan(append([]any{&posAt, &posID, &haltID, &haltErr, &attempts, &first, &last, &paused,
+		&permanent, &status, &next, &haltedAt, &redrive, &unavailable}, extra...)...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return inordertype.State{}, false, nil
+	}
+	if err != nil {
+		return inordertype.State{}, false, err
+	}
+	st := inordertype.State{Paused: paused, RedriveRequestedAt: redrive.Time}
+	if posAt.Valid {
+		st.Position = inordertype.Position{CreatedAt: posAt.Time.UTC(), ID: posID.String}
+	}
+	if haltID.Valid {
+		st.Halt = &inordertype.Halt{RecordID: haltID.String, Error: haltErr.String, Attempts: int(attempts),
+			FirstFailureAt: first.Time, LastFailureAt: last.Time, Permanent: permanent, Status: int(status.Int32),
+			NextAttemptAt: next.Time, HaltedAt: haltedAt.Time, Unavailable: unavailable.String}
+	}
+	return st, true, nil
+}
+
+// SetPosition moves the position, counting handled records; the commit that ends the open transaction
+// (Checkpoint, Commit or Unlock) records it, and it is durable once that commits. It clears the halt state,
+// since a record past the halted one succeeded, and what is in flight. No statement is sent: a batch that
+// moves its position per record in one transaction records only where it ended.
+func (r *Repository) SetPosition(ctx context.Context, pos inordertype.Position, handled int) error {
+	if r.tx == nil {
+		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	r.next = checkpoint{Position: pos, Handled: r.next.Handled + int64(handled)}
+	r.state = inordertype.State{Position: pos, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
+	return nil
+}
+
+// InFlight is what a keyed window has in flight: how many records, and since when the oldest.
+type InFlight struct {
+	Records int
+	Since   time.Time
+}
+
+func (f InFlight) args() (any, any) {
+	if f.Records == 0 {
+		return 0, nil
+	}
+	return f.Records, f.Since
+}
+
+// SetInFlight records what is in flight now; the commit that ends the open transaction records it, as
+// SetPosition's position.
+func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
+	if r.tx == nil {
+		return fmt.Errorf("set in flight of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	if f.Records == 0 {
+		f = InFlight{}
+	}
+	r.next.InFlight = f
+	return nil
+}
+
+// clearHalt is the SET list that clears every column of a failing record's state: a position that moves
+// past the record (the processor's or an operator's) clears it with this, and nothing else does.
+const clearHalt = `halted_record_id = NULL, halted_error = NULL, halted_attempts = 0,
+	    halted_first_failure_at = NULL, halted_last_failure_at = NULL, halted_permanent = false,
+	    halted_status = NULL, halted_next_attempt_at = NULL, halted_at = NULL, halted_unavailable = NULL`
+
+// positionArgs are the values a cursor row stores for p (position_created_at, position_id): NULLs for the
+// beginning, a NULL id for a time alone.
+func positionArgs(p inordertype.Position) [2]any {
+	if p.IsBeginning() {
+		return [2]any{nil, nil}
+	}
+	var id any
+	if p.ID != "" {
+		id = p.ID
+	}
+	return [2]any{p.CreatedAt, id}
+}
+
+// isFenced reports whether err is the refusal of a fenced write that aborts its transaction (appendSQL,
+// foldPositionSQL, commitSQL).
+func isFenced(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "22012"
+}
+
+// pendingWrite returns the statement that records r.next in the open transaction, when it differs from
+// what the transaction has recorded: an entry appended to the checkpoint table the row names, or, when the
+// row must be rewritten anyway (its halt state cleared, its lease renewed), a fold of the checkpoint into
+// the row, which also moves the process to the current table. An owner whose lease is renewed less often
+// than the tables turn (a lease longer than the default) folds when its table is the one to be emptied
+// next, so that no owner ever holds up the rotation for longer than a turn.
+func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
+	if r.next.same(r.open.cp) {
+		return "", nil, false, false
+	}
+	pos := positionArgs(r.next.Position)
+	n, since := r.next.InFlight.args()
+	renewDue := r.leaseFrom.IsZero() || time.Since(r.leaseFrom) >= r.cfg.lease()/3
+	emptiedNext := int(r.open.table) == (int(r.current)+1)%checkpointTables
+	if r.rowHalted || renewDue || emptiedNext {
+		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.token}, true, true
+	}
+	return appendSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
+}
+
+// readWrite reads the result of pendingWrite's statement from br and takes in what it recorded.
+func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) error {
+	if !fold {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		r.open.cp = r.next
+		return nil
+	}
+	var one int
+	var seq int64
+	var table int16
+	if err := br.QueryRow().Scan(&one, &seq, &table); err != nil {
+		return err
+	}
+	r.open = recorded{cp: r.next, rowSeq: seq, table: table}
+	r.rowHalted, r.renewing = false, sent
+	return nil
+}
+
+// readCheckpoint reads, in the transaction that holds the row, the newest checkpoint entry newer than the
+// row's own position, when the repository does not know that its own is the newest.
+func (r *Repository) readCheckpoint(ctx context.Context) error {
+	if r.known {
+		return nil
+	}
+	var (
+		at      pgtype.Timestamptz
+		id      pgtype.Text
+		handled int64
+		flying  int32
+		since   pgtype.Timestamptz
+	)
+	err := r.tx.QueryRow(ctx, readCheckpointSQL, r.name).Scan(&at, &id, &handled, &flying, &since)
+	if err != nil {
+		return fmt.Errorf("read the checkpoint of cursor %q: %w", r.name, pooler.Explain(err))
+	}
+	cp := checkpoint{Handled: handled, InFlight: InFlight{Records: int(flying), Since: since.Time}}
+	if at.Valid {
+		cp.Position = inordertype.Position{CreatedAt: at.Time.UTC(), ID: id.String}
+	}
+	r.durable.cp = cp
+	r.open, r.next, r.known = r.durable, cp, true
+	r.state.Position = cp.Position
+	return nil
+}
+
+// Checkpoint commits pos now (durable as SynchronousCommit says), counting handled records and recording
+// what is in flight, and locks the row again in a new transaction, all in one round trip. It reports false
+// when someone else took the row in the instant between the commit and the new lock: an operator action
+// (Owner stays true), or another instance that found the lease run out (Owner turns false). The repository
+// is then unlocked, and the next TryLock reads what they changed.
+func (r *Repository) Checkpoint(ctx context.Context, pos inordertype.Position, handled int, flying InFlight) (bool, error) {
+	if r.tx == nil {
+		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
+	}
+	if flying.Records == 0 {
+		flying = InFlight{}
+	}
+	r.next = checkpoint{Position: pos, Handled: r.next.Handled + int64(handled), InFlight: flying}
+	return r.commitRelock(ctx, "checkpoint")
+}
+
+// Commit commits what the open transaction holds now (durable as SynchronousCommit says), counting handled
+// records without moving the position (a parked record delivered, and removed, by a redrive), and locks
+// the row again, as Checkpoint does; it reports false as Checkpoint does.
+func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
+	if r.tx == nil {
+		return false, fmt.Errorf("commit cursor %q: %w", r.name, ErrNotLocked)
+	}
+	r.next.Handled += int64(handled)
+	return r.commitRelock(ctx, "commit")
+}
+
+// commitRelock records the checkpoint reached (see pendingWrite), commits, and locks the row again in a
+// new transaction with the rider after the lock, all in one round trip.
+func (r *Repository) commitRelock(ctx context.Context, what string) (bool, error) {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	sent := time.Now()
+	b := &pgx.Batch{}
+	write, args, fold, writes := r.pendingWrite()
+	if writes {
+		b.Queue(write, args...)
+	}
+	b.Queue("COMMIT")
+	b.Queue("BEGIN")
+	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
+	ride := r.rider != nil && r.rideNext
+	if ride {
+		b.Queue(r.rider.SQL, r.rider.Args...)
+	}
+	r.rode, r.rideNext = false, false
+	br := r.conn.SendBatch(ctx, b)
+	var err error
+	if writes {
+		if err = r.readWrite(br, fold, sent); isFenced(err) {
+			err = ErrFenced
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	done := err == nil
+	if !done && !errors.Is(err, ErrFenced) {
+		// The server may have run the whole round trip, commit included, before the answer was lost: what
+		// it holds is read again at the next lock.
+		r.known = false
+	}
+	if done {
+		r.durable = r.open
+		if !r.renewing.IsZero() {
+			r.leaseFrom, r.renewing = r.renewing, time.Time{}
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	var ok bool
+	if err == nil {
+		ok, err = r.scanLock(br.QueryRow())
+	}
+	if err == nil && ok && ride {
+		err = r.ride(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && ok && r.lease.token == r.token {
+		err = r.readCheckpoint(ctx)
+	}
+	pos := r.durable.cp.Position
+	if err != nil {
+		r.dropTx(ctx)
+		if done {
+			r.state = inordertype.State{Position: pos}
+		}
+		if errors.Is(err, ErrFenced) {
+			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
+		}
+		return false, fmt.Errorf("%s cursor %q: %w", what, r.name, pooler.Explain(err))
+	}
+	if !ok || r.lease.token != r.token {
+		r.dropTx(ctx)
+		r.state = inordertype.State{Position: pos}
+		if ok { // relocked, but the lease is another's
+			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
+			r.giveUpSession(ctx)
+		}
+		return false, nil
+	}
+	r.dirty = false // committed; the new transaction holds only the lock
+	return true, nil
+}
+
+// Unlock commits the open transaction, which makes the position durable and releases the row for other
+// instances. It is a no-op when the cursor is not locked. A transaction that changed nothing (an empty
+// poll) is rolled back instead: the row lock gave it a transaction id, and committing it would wait for a
+// WAL flush, once per poll, for nothing.
+func (r *Repository) Unlock(ctx context.Context) error {
+	if r.tx == nil {
+		return nil
+	}
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	defer r.Detach()
+	sent := time.Now()
+	write, args, fold, writes := r.pendingWrite()
+	dirty := r.dirty || writes
+	r.tx, r.dirty, r.rode = nil, false, false
+	if !dirty {
+		if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
+			r.closeConn()
+			return fmt.Errorf("unlock cursor %q: %w", r.name, err)
+		}
+		return nil
+	}
+	b := &pgx.Batch{}
+	if writes {
+		b.Queue(write, args...)
+	}
+	b.Queue("COMMIT")
+	br := r.conn.SendBatch(ctx, b)
+	var err error
+	if writes {
+		if err = r.readWrite(br, fold, sent); isFenced(err) {
+			err = ErrFenced
+		}
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.renewing, r.known = time.Time{}, false
+		r.open, r.next = r.durable, r.durable.cp
+		if errors.Is(err, ErrFenced) {
+			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
+		}
+		r.closeConn()
+		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
+	}
+	r.durable = r.open
+	if !r.renewing.IsZero() {
+		r.leaseFrom, r.renewing = r.renewing, time.Time{}
+	}
+	return nil
+}
+
+// Abort rolls the open transaction back, dropping every change since the last durable position, and
+// releases the row. It is a no-op when the cursor is not locked.
+func (r *Repository) Abort(ctx context.Context) error {
+	if r.tx == nil {
+		return nil
+	}
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	defer r.Detach()
+	r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
+	r.open, r.next = r.durable, r.durable.cp
+	if r.conn.IsClosed() {
+		return nil
+	}
+	if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		r.closeConn()
+		return fmt.Errorf("abort cursor %q: %w", r.name, err)
+	}
+	return nil
+}
+
+func (r *Repository) dropTx(ctx context.Context) {
+	if r.tx != nil {
+		r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
+		r.open, r.next = r.durable, r.durable.cp
+		if !r.conn.IsClosed() {
+			if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
+				r.closeConn()
+			}
+		}
+	}
+}
