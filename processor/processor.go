@@ -496,18 +496,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 		return fmt.Errorf("process %q: %w", p.cfg.Process, pooler.Explain(err))
 	}
-	defer func() {
-		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-		defer cancel()
-		if err := p.cur.Release(relCtx); err != nil {
-			p.log.Warn().Err(err).Msg("release cursor")
-		}
-		p.cur.Unclaim()
-		p.obs.Locked(p.cfg.Process, false)
-		if p.role == roleOwner {
-			p.log.Info().Msg("cursor released")
-		}
-	}()
+	defer p.release(ctx)
 
 	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
 	// every processor holds it, whether it probes or not.
@@ -568,6 +557,21 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	return nil
 }
 
+// release gives the cursor up when Run ends: the position stays as committed, the lease is given up so that
+// a standby takes over at once.
+func (p *Processor[T]) release(ctx context.Context) {
+	relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if err := p.cur.Release(relCtx); err != nil {
+		p.log.Warn().Err(err).Msg("release cursor")
+	}
+	p.cur.Unclaim()
+	p.obs.Locked(p.cfg.Process, false)
+	if p.role == roleOwner {
+		p.log.Info().Msg("cursor released")
+	}
+}
+
 // cutOffAfterShutdownTimeout cancels work once ShutdownTimeout has passed since ctx was done: the record
 // in flight is abandoned then. The returned function ends the watch.
 func (p *Processor[T]) cutOffAfterShutdownTimeout(ctx context.Context, cancelWork context.CancelFunc) func() {
@@ -615,31 +619,8 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
-	ccfg := store.Config{
-		Timeout:                  p.cfg.DatabaseTimeout,
-		ConnConfig:               p.cfg.ConnConfig,
-		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
-		Lease:                    p.cfg.Lease,
-		// No Start: the process is registered (see register) only once the source and the handler's
-		// columns have been checked, so that a configuration error leaves no cursor row behind.
-		Instance:          p.cfg.Instance,
-		Shared:            p.cfg.Client.sharedConns(),
-		Transactional:     p.cfg.TxHandler != nil,
-		SynchronousCommit: p.cfg.SynchronousCommit,
-	}
-	for attempt := 1; ; attempt++ {
-		cur, err := p.cfg.Client.store().Open(work, p.cfg.Process, ccfg)
-		if err == nil {
-			p.cur = cur
-			break
-		}
-		if isFatal(err) || !store.IsConnectionError(err) {
-			return err
-		}
-		p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
-			return ctx.Err()
-		}
+	if err := p.openCursor(ctx, work); err != nil {
+		return err
 	}
 	if err := p.cur.Claim(); err != nil {
 		return err
@@ -674,6 +655,58 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}})
 	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
+	p.prepareScan(t)
+	if err := p.checkColumns(t); err != nil {
+		p.abandon(work)
+		return err
+	}
+	if err := p.register(checks); err != nil {
+		p.abandon(work)
+		return err
+	}
+	p.obs.Connected(p.cfg.Process, true)
+	for _, w := range t.Warnings {
+		p.log.Warn().Str("table", t.Qualified).Msg(w)
+	}
+	p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon)).Msg("source checked")
+	return nil
+}
+
+// openCursor opens the process's cursor repository in the Client's store, retrying with backoff while the
+// database cannot be reached; any other refusal (a schema older than this binary, a role without the
+// grants it needs) ends the start-up at once.
+func (p *Processor[T]) openCursor(ctx, work context.Context) error {
+	ccfg := store.Config{
+		Timeout:                  p.cfg.DatabaseTimeout,
+		ConnConfig:               p.cfg.ConnConfig,
+		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
+		Lease:                    p.cfg.Lease,
+		// No Start: the process is registered (see register) only once the source and the handler's
+		// columns have been checked, so that a configuration error leaves no cursor row behind.
+		Instance:          p.cfg.Instance,
+		Shared:            p.cfg.Client.sharedConns(),
+		Transactional:     p.cfg.TxHandler != nil,
+		SynchronousCommit: p.cfg.SynchronousCommit,
+	}
+	for attempt := 1; ; attempt++ {
+		cur, err := p.cfg.Client.store().Open(work, p.cfg.Process, ccfg)
+		if err == nil {
+			p.cur = cur
+			return nil
+		}
+		if isFatal(err) || !store.IsConnectionError(err) {
+			return err
+		}
+		p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+			return ctx.Err()
+		}
+	}
+}
+
+// prepareScan chooses how the rows of t are scanned into T: raw columns of a generic record kept as they
+// are, and a struct scanned by position when its fields and the selected columns match one for one.
+func (p *Processor[T]) prepareScan(t *source.Table) {
 	if p.generic && p.cfg.ScanFunc == nil {
 		var raw []int
 		for i, c := range t.Columns {
@@ -690,20 +723,6 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 			p.positional = &positionalScanner[T]{fields: fields}
 		}
 	}
-	if err := p.checkColumns(t); err != nil {
-		p.abandon(work)
-		return err
-	}
-	if err := p.register(checks); err != nil {
-		p.abandon(work)
-		return err
-	}
-	p.obs.Connected(p.cfg.Process, true)
-	for _, w := range t.Warnings {
-		p.log.Warn().Str("table", t.Qualified).Msg(w)
-	}
-	p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon)).Msg("source checked")
-	return nil
 }
 
 // abandon gives up a start-up whose checks failed: the cursor row it registered goes again (a process that
@@ -888,19 +907,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	p.startBatch(began, horizonAt, readAt, len(items))
 	defer closeSpans(items)
-	var o outcome[T]
-	switch {
-	case p.txBatch != nil:
-		o = p.deliverTxBatch(ctx, work, st, items)
-	case p.async != nil:
-		o = p.deliverAsync(ctx, work, st, items)
-	case p.windowed():
-		o = p.deliverWindow(ctx, work, st, items)
-	default:
-		p.readAhead(work, items, h.at)
-		o = p.deliverSync(ctx, work, st, items)
-		p.joinAhead()
-	}
+	o := p.deliverBatch(ctx, work, st, items, h.at)
 	n, wait, err = o.n, 0, o.err
 	if o.failed != nil {
 		o.fate = o.fate.atBatchEnd(ctx, work)
@@ -920,6 +927,23 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.tenure.delivered.add(it.pos, now)
 	}
 	return n, wait, err
+}
+
+// deliverBatch delivers a batch's items the way the process is configured to: in one transaction with a
+// batch handler, through an asynchronous handler's window, a keyed window, or one at a time (reading the
+// next batch ahead, below horizon, meanwhile).
+func (p *Processor[T]) deliverBatch(ctx, work context.Context, st inordertype.State, items []item[T], horizon time.Time) outcome[T] {
+	switch {
+	case p.txBatch != nil:
+		return p.deliverTxBatch(ctx, work, st, items)
+	case p.async != nil:
+		return p.deliverAsync(ctx, work, st, items)
+	case p.windowed():
+		return p.deliverWindow(ctx, work, st, items)
+	}
+	p.readAhead(work, items, horizon)
+	defer p.joinAhead()
+	return p.deliverSync(ctx, work, st, items)
 }
 
 // lock takes the cursor row for one batch, reporting false when another instance owns the process.
