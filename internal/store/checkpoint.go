@@ -119,20 +119,25 @@ const appendSQL = `WITH appended AS (
 	RETURNING 1)
 	SELECT 1 / count(*)::int FROM appended`
 
+// windowSet is the SET list that starts a new throughput window, once a minute, with the records handled so
+// far as the row counts them (status tells the throughput of the last minute from it): a row rewritten
+// for the lease or a position carries it.
+// The cursor row must be named c.
+const windowSet = `window_records = CASE WHEN clock_timestamp() - c.window_started_at >= interval '1 minute'
+	                          THEN c.records_handled ELSE c.window_records END,
+	    window_started_at = CASE WHEN clock_timestamp() - c.window_started_at >= interval '1 minute'
+	                             THEN clock_timestamp() ELSE c.window_started_at END`
+
 // foldPositionSQL writes the owner's checkpoint into its cursor row, numbered anew, clears the halt state,
 // renews the lease ($7), starts a new throughput window once a minute, and moves the process to the
 // current checkpoint table; under the owner's token ($8) only, failing (SQLSTATE 22012) when the fence
 // refuses. It returns the row's new number and table.
 var foldPositionSQL = `WITH moved AS (
-	UPDATE inorder.cursor
+	UPDATE inorder.cursor AS c
 	SET position_created_at = $2, position_id = $3, position_seq = nextval('inorder.checkpoint_seq'),
 	    ` + clearHalt + `,
 	    updated_at = clock_timestamp(),
-	    in_flight = $5, in_flight_since = $6,
-	    window_records = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
-	                          THEN records_handled ELSE window_records END,
-	    window_started_at = CASE WHEN clock_timestamp() - window_started_at >= interval '1 minute'
-	                             THEN clock_timestamp() ELSE window_started_at END,
+	    in_flight = $5, in_flight_since = $6, ` + windowSet + `,
 	    records_handled = $4,
 	    lease_expires_at = clock_timestamp() + $7::interval,
 	    checkpoint_table = ` + currentTable + `

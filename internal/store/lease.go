@@ -579,19 +579,29 @@ func (r *Repository) claim(ctx context.Context, take bool) error {
 		}
 		session, try = r.session(), false
 	}
+	// The row is rewritten for the lease anyway: the position as it stands goes into it (a fold), and the
+	// process moves on to the current checkpoint table, so that the row alone is at most a third of the
+	// lease behind (an instance of the version before the checkpoint log reads only the row) and the
+	// table the process leaves can be emptied.
+	var seq int64
+	var table int16
 	err := r.tx.QueryRow(ctx, `
-		UPDATE inorder.cursor
+		UPDATE inorder.cursor AS c
 		SET owner_epoch = $2, owner_token = $9, owner_instance = $3,
 		    lease_expires_at = clock_timestamp() + $4::interval,
 		    owner_since = CASE WHEN owner_token = $9 THEN owner_since ELSE clock_timestamp() END,
-		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7))
-		WHERE process_name = $1 AND owner_token = $8
-		RETURNING owner_session`,
+		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7)),
+		    `+foldSet+`, `+windowSet+`,
+		    checkpoint_table = `+currentTable+`
+		FROM inorder.position AS p
+		WHERE c.process_name = $1 AND c.owner_token = $8 AND p.process_name = c.process_name
+		RETURNING c.owner_session, c.position_seq, c.checkpoint_table`,
 		r.name, epoch, r.instance(), r.cfg.lease(), session, try, LockKey(r.name), r.lease.token, token).
-		Scan(&r.advisory)
+		Scan(&r.advisory, &seq, &table)
 	if err != nil {
 		return err
 	}
+	r.open.rowSeq, r.open.table = seq, table
 	r.epoch, r.token, r.dirty = epoch, token, true
 	r.lease = lease{epoch: epoch, token: token, instance: r.instance(), session: r.advisory, left: r.cfg.lease()}
 	return nil
