@@ -48,7 +48,10 @@
 //     the commit that added the migration, kept in bin/previous/<commit>; a shallow clone fails the scenario
 //     with a line saying to fetch the history), migrates an empty database and delivers; this version must
 //     refuse that schema in one line naming both versions. This version's `inorder migrate` then runs
-//     while the older instances deliver, and they must go on delivering rows written after it. Then the
+//     while the older instances deliver and a session holds ACCESS SHARE on every table, as a pg_dump
+//     does: migrate must give up waiting for its lock at least once and finish once the lock is released,
+//     and the instances must never stall much longer than its lock timeout and go on delivering rows
+//     written after it. Then the
 //     owner is replaced four times, the next instance standing by first: by this version with SIGTERM,
 //     back to the older with SIGTERM, forward again, and back to the older with SIGKILL. A clean handover
 //     must deliver nothing again in either direction; after the kill, the older version (which reads

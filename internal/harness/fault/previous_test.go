@@ -34,7 +34,7 @@ func previousBinary(t *testing.T) (bin, rev string, version int) {
 	p := &previousVersion
 	p.once.Do(func() { p.bin, p.rev, p.version, p.err = buildPrevious() })
 	if p.err != nil {
-		t.Fatalf("upgrade: %v", p.err)
+		t.Fatal(p.err)
 	}
 	return p.bin, p.rev, p.version
 }

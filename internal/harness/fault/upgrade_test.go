@@ -3,11 +3,13 @@ package fault
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
@@ -31,7 +33,9 @@ const foldWindow = 2*20*time.Second + time.Second
 // upgrade upgrades a running process online, from the version before the newest migration (built from the
 // repository's history) to this one, while writers write. This version refuses the older schema in one
 // line; instances of the version before deliver while this version's `inorder migrate` applies the new
-// schema, and go on delivering rows written after it; then each is replaced in turn, each new instance
+// schema, a pg_dump's locks making it wait (it must give up waiting at its lock timeout, so that they
+// never stall much longer than that, and finish once the dump ends), and go on delivering rows written
+// after it; then each is replaced in turn, each new instance
 // standing by first: the older by this one with SIGTERM (a clean handover, which must deliver nothing
 // again), back to the older with SIGTERM (this version folds its position into the cursor row when it
 // stops), to this one again, and back to the older with SIGKILL, which may deliver again only what this
@@ -76,17 +80,25 @@ func upgrade(t *testing.T) {
 	}
 	w.warmup(sts)
 
-	// This version's migrate while the version before delivers; then rows written after it must arrive
-	// through the same instances.
+	// This version's migrate while the version before delivers, and while a pg_dump holds ACCESS SHARE on
+	// every table: migrate gives up waiting for its lock at least once, so that the instances never stall
+	// for long behind it, and is done once the dump is. Then rows written after it must arrive through the
+	// same instances.
 	mark := w.sink.len()
 	logged := map[string]int{}
 	for _, st := range sts {
 		logged[st.process] = len(owner[st.process].logs())
 	}
+	dumped := w.holdLikePgDump()
 	began := time.Now()
-	code, out := w.runBinary("migrate")
+	m := w.background("migrate", binary, "migrate")
+	w.await("inorder migrate to give up waiting for its lock while the dump runs", 30*time.Second, func() bool {
+		return strings.Contains(m.logs(), "trying again in")
+	})
+	dumped()
+	dump := time.Since(began)
+	require.Zero(t, m.wait(t, time.Minute), "inorder migrate beside the version before: %s", m.logs())
 	took := time.Since(began)
-	require.Zero(t, code, "inorder migrate beside the version before: %s", out)
 	_, err := w.pool.Exec(ctx, auditCheckpoints)
 	require.NoError(t, err)
 	var migratedAt time.Time
@@ -102,11 +114,17 @@ func upgrade(t *testing.T) {
 		w.await(c.name+" (the version before) to deliver record "+fmt.Sprint(after)+", written after inorder migrate",
 			time.Minute, func() bool { return w.delivered(st, c, after) })
 		require.True(t, c.running(), "%s (the version before) exited after inorder migrate", c.name)
-		t.Logf("%s: inorder migrate took %s beside %s (the version before), whose longest pause in deliveries "+
-			"from its start until record %d (written after it) was %s; its log after it: %s", st.process,
-			took.Round(time.Millisecond), c.name, after, w.longestPause(st, c, mark, began, after).Round(time.Millisecond),
-			summary(c.logs()[logged[st.process]:]))
+		pause := w.longestPause(st, c, mark, began, after)
+		warned, said := summary(c.logs()[logged[st.process]:])
+		t.Logf("%s: inorder migrate took %s beside %s (the version before), a pg_dump holding its lock for the "+
+			"first %s; the instance's longest pause in deliveries from its start until record %d (written after "+
+			"it) was %s; its log meanwhile: %s", st.process, took.Round(time.Millisecond), c.name,
+			dump.Round(time.Millisecond), after, pause.Round(time.Millisecond), said)
+		require.Less(t, pause, migrations.DefaultLockTimeout+2*time.Second,
+			"%s (the version before) stalled behind inorder migrate", c.name)
+		require.Zero(t, warned, "%s (the version before) noticed inorder migrate: %s", c.name, said)
 	}
+	t.Logf("inorder migrate said:\n%s", strings.TrimSpace(m.logs()))
 
 	// The handovers, each new instance standing by first; the writers go on throughout.
 	type leg struct {
@@ -247,8 +265,8 @@ func (w *world) afterFold(st stream, log []delivery, killed, rescuer *child, kil
 	return allowed, early, oldest
 }
 
-// summary counts the warnings and errors in a child's JSON log lines, and quotes the first of them.
-func summary(logs string) string {
+// summary counts the warnings and errors in a child's JSON log lines, and says so, quoting the first.
+func summary(logs string) (int, string) {
 	var n int
 	var first string
 	for _, line := range strings.Split(logs, "\n") {
@@ -259,7 +277,60 @@ func summary(logs string) string {
 		}
 	}
 	if n == 0 {
-		return "no warnings or errors"
+		return 0, "no warnings or errors"
 	}
-	return fmt.Sprintf("%d warnings or errors, the first: %s", n, first)
+	return n, fmt.Sprintf("%d warnings or errors, the first: %s", n, first)
+}
+
+// holdLikePgDump takes ACCESS SHARE on every table of the schemas inorder and public in a transaction of
+// its own, named pg_dump, as a pg_dump does for its whole length; the function returned ends it.
+func (w *world) holdLikePgDump() func() {
+	w.t.Helper()
+	ctx := context.Background()
+	cfg, err := pgx.ParseConfig(w.url)
+	require.NoError(w.t, err)
+	cfg.RuntimeParams["application_name"] = "pg_dump"
+	conn, err := pgx.ConnectConfig(ctx, cfg)
+	require.NoError(w.t, err)
+	w.t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	_, err = conn.Exec(ctx, `BEGIN ISOLATION LEVEL REPEATABLE READ;
+		DO $$
+		DECLARE
+			t regclass;
+		BEGIN
+			FOR t IN SELECT c.oid FROM pg_class AS c JOIN pg_namespace AS n ON n.oid = c.relnamespace
+			         WHERE n.nspname IN ('inorder', 'public') AND c.relkind = 'r' ORDER BY c.oid
+			LOOP
+				EXECUTE format('LOCK TABLE %s IN ACCESS SHARE MODE', t);
+			END LOOP;
+		END
+		$$`)
+	require.NoError(w.t, err)
+	return func() {
+		_, err := conn.Exec(ctx, "COMMIT")
+		require.NoError(w.t, err)
+	}
+}
+
+// background starts an inorder command of bin that runs to its end, named name; the test's cleanup kills it.
+func (w *world) background(name, bin string, args ...string) *child {
+	w.t.Helper()
+	c := &child{name: name, done: make(chan struct{})}
+	c.cmd = exec.Command(bin, args...)
+	c.cmd.Env = w.env()
+	c.cmd.Stderr = c
+	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	require.NoError(w.t, c.cmd.Start())
+	go func() {
+		_ = c.cmd.Wait()
+		close(c.done)
+	}()
+	w.t.Cleanup(func() {
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	})
+	w.mu.Lock()
+	w.children = append(w.children, c)
+	w.mu.Unlock()
+	return c
 }
