@@ -117,8 +117,8 @@ func upgrade(t *testing.T) {
 		pause := w.longestPause(st, c, mark, began, after)
 		warned, said := summary(c.logs()[logged[st.process]:])
 		t.Logf("%s: inorder migrate took %s beside %s (the version before), a pg_dump holding its lock for the "+
-			"first %s; the instance's longest pause in deliveries from its start until record %d (written after "+
-			"it) was %s; its log meanwhile: %s", st.process, took.Round(time.Millisecond), c.name,
+			"first %s; the instance's longest pause in deliveries from migrate's start until record %d (written "+
+			"after it) was %s; its log meanwhile: %s", st.process, took.Round(time.Millisecond), c.name,
 			dump.Round(time.Millisecond), after, pause.Round(time.Millisecond), said)
 		require.Less(t, pause, migrations.DefaultLockTimeout+2*time.Second,
 			"%s (the version before) stalled behind inorder migrate", c.name)
@@ -137,8 +137,9 @@ func upgrade(t *testing.T) {
 		{binary, "this version", syscall.SIGTERM},
 		{old, "the version before", syscall.SIGKILL},
 	}
-	killedAt := map[string]time.Time{} // when the instance of this version was killed, by stream
-	var killed, rescuer = map[string]*child{}, map[string]*child{}
+	// By stream: the instance of this version killed, when, and the instance of the version before that
+	// took over from it.
+	killed, killedAt, rescuer := map[string]*child{}, map[string]time.Time{}, map[string]*child{}
 	for _, l := range legs {
 		for _, st := range sts {
 			from := owner[st.process]
@@ -148,8 +149,8 @@ func upgrade(t *testing.T) {
 			})
 			require.Zero(t, w.deliveredBy(st, next), "%s delivered while %s owned the process", next.name, from.name)
 			if l.sig == syscall.SIGKILL {
-				// At a random point at least a third of the lease into its tenure, so that it has folded
-				// since it took over.
+				// At a random point at least a third of the lease into its tenure, so that it has renewed
+				// its lease (and by design folded its position into the row) since it took over.
 				w.sleep(upgradeLease/3, upgradeLease)
 				killedAt[st.process] = time.Now()
 				killed[st.process], rescuer[st.process] = from, next
