@@ -7,6 +7,11 @@
 // inorder.schema_migration. It takes a transaction-level advisory lock first, so every instance of a
 // service may call it at start-up: one applies, the others wait and find nothing to do.
 //
+// A migration may need a table's ACCESS EXCLUSIVE lock (ALTER TABLE inorder.cursor), and while it waits
+// for one every statement of the running processors on that table queues behind it. So each attempt
+// waits at most DefaultLockTimeout for a lock, rolls back and tries again after a growing pause, until
+// the context ends; MigrateWith sets the timeout and hears of each wait.
+//
 // # Own tooling
 //
 // Teams that apply schema changes with their own tool take Script (or `inorder migrate --print`) and

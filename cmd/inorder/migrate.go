@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/migrations"
@@ -42,12 +45,18 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		_, err := io.WriteString(stdout, script)
 		return err
 	}
+	// Migrate tries again and again while a lock it needs is held (a pg_dump holds one on every table it
+	// dumps): SIGINT or SIGTERM ends that, with a line naming the lock.
+	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer stop()
 	conn, err := connectAny(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}
-	defer conn.Close(ctx)
-	res, err := migrations.Migrate(ctx, conn)
+	defer conn.Close(context.WithoutCancel(ctx))
+	res, err := migrations.MigrateWith(ctx, conn, migrations.Options{Waited: func(w migrations.LockWait) {
+		fmt.Fprintf(stderr, "inorder migrate: %s; trying again in %s\n", w, w.RetryIn)
+	}})
 	if err != nil {
 		return err
 	}

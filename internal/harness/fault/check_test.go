@@ -22,6 +22,7 @@ type report struct {
 	orderBreaks int // first deliveries out of the global (created_at, id) order
 	crashes     int
 	rewinds     int           // polled positions taken back by a server crash (positions committed without a flush)
+	writesBack  []string      // writes allowed to set the position back (see checkWrites)
 	deliveries  map[int64]int // record id -> deliveries
 	rank        map[int64]int // record id -> place in (created_at, id) order
 	problems    []string
@@ -141,12 +142,21 @@ func analyzeWith(process string, takenBack bool, order []row, log []delivery, ob
 		}
 	}
 
-	// Every committed write of the cursor row and of the checkpoint log: the position never goes back; one
-	// owner at a time (the epoch never goes back, and every write is made by the instance the row names as
-	// owner, so no instance whose lease was taken over wrote). The checkpoint tables' rotation copies
-	// entries into the rows of processes nobody works at that moment: such a write may be its, as long as it
-	// moves nothing.
-	prev = -1
+	r.checkWrites(order, audit, nil)
+	return r
+}
+
+// checkWrites checks every committed write of the cursor row and of the checkpoint log (audit, all
+// streams; order is every committed row in (created_at, id) order): the position never goes back; one
+// owner at a time (the epoch never goes back, and every write is made by the instance the row names as
+// owner, so no instance whose lease was taken over wrote). The checkpoint tables' rotation copies entries
+// into the rows of processes nobody works at that moment: such a write may be its, as long as it moves
+// nothing. A write for which mayGoBack (when not nil) reports true may set the position back, as an
+// instance of the version before the checkpoint log does when it takes over from a crashed newer one (it
+// reads only the cursor row): it is counted in writesBack, and the checks go on from there.
+func (r *report) checkWrites(order []row, audit []auditRow, mayGoBack func(auditRow) bool) {
+	process := r.process
+	prev := -1
 	var epoch int64
 	for _, a := range audit {
 		if a.process != process {
@@ -171,17 +181,22 @@ func analyzeWith(process string, takenBack bool, order []row, log []delivery, ob
 			r.problem("write %d by %s set the position on record %d, which never committed", a.n, a.app, a.id)
 			continue
 		}
-		if k < prev {
+		switch {
+		case k < prev && mayGoBack != nil && mayGoBack(a):
+			r.writesBack = append(r.writesBack, fmt.Sprintf("write %d by %s set the position back from record %d to "+
+				"record %d", a.n, a.app, order[prev].id, a.id))
+			prev = k
+		case k < prev:
 			r.problem("write %d by %s set the position back from record %d to record %d", a.n, a.app,
 				order[prev].id, a.id)
 		}
 		prev = max(prev, k)
 	}
-	return r
 }
 
-// verdict checks a stream's report and prints its summary line.
-func (w *world) verdict(st stream, r *report, crashes int) {
+// verdict checks a stream's report and prints its summary line; extra is how many redeliveries the
+// scenario allows beyond its crashes' (see world.allowance).
+func (w *world) verdict(st stream, r *report, crashes, extra int) {
 	w.t.Helper()
 	r.crashes = crashes
 	line := r.line(w.name)
@@ -196,9 +211,10 @@ func (w *world) verdict(st stream, r *report, crashes int) {
 		}
 		w.t.Errorf("%s: %d problems:\n  %s", st.process, len(r.problems), strings.Join(shown, "\n  "))
 	}
-	if bound := crashes * st.perCrash(); r.redelivered > bound {
-		w.t.Errorf("%s: %d redeliveries for %d crashes with --checkpoint %s (at most %d); most redelivered: %s",
-			st.process, r.redelivered, crashes, st.checkpoint, bound, mostRedelivered(r))
+	if bound := crashes*st.perCrash() + extra; r.redelivered > bound {
+		w.t.Errorf("%s: %d redeliveries for %d crashes with --checkpoint %s (at most %d, %d of them allowed by the "+
+			"scenario); most redelivered: %s", st.process, r.redelivered, crashes, st.checkpoint, bound, extra,
+			mostRedelivered(r))
 	}
 }
 
@@ -250,7 +266,8 @@ func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report 
 	log, obs, audit := w.sink.deliveries(), w.mon.observations(), w.audit()
 	reports := map[string]*report{}
 	for _, st := range sts {
-		r := analyzeWith(st.process, st.slack > 0, order, log, obs, audit)
+		r := analyzeWith(st.process, st.slack > 0, order, log, obs, nil)
+		r.checkWrites(order, audit, w.mayGoBack)
 		if r.rewinds > crashes[st.process] {
 			w.t.Errorf("%s: the position was taken back %d times for %d crashes: only a crash of the server may",
 				st.process, r.rewinds, crashes[st.process])
@@ -260,7 +277,11 @@ func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report 
 				w.t.Errorf("%s: record %d, rolled back, was delivered", st.process, id)
 			}
 		}
-		w.verdict(st, r, crashes[st.process])
+		extra := 0
+		if w.allowance != nil {
+			extra = w.allowance(st, log)
+		}
+		w.verdict(st, r, crashes[st.process], extra)
 		if r.lost > 0 {
 			w.explainLost(st, r, order)
 		}

@@ -44,6 +44,19 @@
 //   - crowded_lock_table: no fault but a crowded lock table on the scenario's own cluster (another session
 //     holds 20,000 advisory locks, as a pg_dump of a large schema or a query over thousands of partitions
 //     does), so that reading pg_locks takes tens of milliseconds; nothing may be lost.
+//   - upgrade: the version before the newest migration, built from the repository's history (the parent of
+//     the commit that added the migration, kept in bin/previous/<commit>; a shallow clone fails the scenario
+//     with a line saying to fetch the history), migrates an empty database and delivers; this version must
+//     refuse that schema in one line naming both versions. This version's `inorder migrate` then runs
+//     while the older instances deliver and a session holds ACCESS SHARE on every table, as a pg_dump
+//     does: migrate must give up waiting for its lock at least once and finish once the lock is released,
+//     and the instances must never stall much longer than its lock timeout and go on delivering rows
+//     written after it. Then the
+//     owner is replaced four times, the next instance standing by first: by this version with SIGTERM,
+//     back to the older with SIGTERM, forward again, and back to the older with SIGKILL. A clean handover
+//     must deliver nothing again in either direction; after the kill, the older version (which reads
+//     only the cursor row) may deliver again only records the killed instance delivered after its
+//     position was last folded into the row.
 //
 // When the writers have stopped and the position has reached the last committed row, each stream is
 // checked: every committed row delivered at least once and no rolled-back one ever; first deliveries in
@@ -59,7 +72,7 @@
 // `--horizon transactions`, which waits for every transaction of the database instead.
 //
 // `make test` runs the short form (one stream per scenario, a few faults each; sigkill and
-// crowded_lock_table on the transactions horizon). `make faults` sets INORDER_FAULTS=full: more faults,
-// longer writers, both checkpoint modes and both horizons in every scenario, and the binary built with the
-// race detector.
+// crowded_lock_table on the transactions horizon; upgrade with one stream of each checkpoint mode). `make
+// faults` sets INORDER_FAULTS=full: more faults, longer writers, both checkpoint modes and both horizons in
+// every scenario, and the binary built with the race detector (the version before, in upgrade, without).
 package fault

@@ -32,6 +32,7 @@ func TestFaults(t *testing.T) {
 	t.Run("failover", func(t *testing.T) { t.Parallel(); failover(t) })
 	t.Run("dead_connection", func(t *testing.T) { t.Parallel(); deadConnection(t) })
 	t.Run("busy_owner_cut", func(t *testing.T) { t.Parallel(); busyOwnerCut(t) })
+	t.Run("upgrade", func(t *testing.T) { t.Parallel(); upgrade(t) })
 }
 
 // writerCount is how many writer goroutines a scenario runs.

@@ -21,7 +21,7 @@ import (
 
 // schema is the source table, the aggregates the writers lock, and a trigger that logs every committed
 // write of the cursor row with the application_name of the session that made it and the owner (epoch and
-// instance) the row names after it.
+// instance) the row names after it. A world runs auditCheckpoints after it.
 const schema = `
 	CREATE TABLE events (
 		id           bigserial PRIMARY KEY,
@@ -46,10 +46,19 @@ const schema = `
 	-- A write of a cursor row logs the position as it stands after it (a row written without a newer number
 	-- leaves the newest checkpoint entry's), and whether it moved it: a fold copies an entry into the row.
 	-- BEFORE, and named after the trigger that numbers a position written by hand, so that it sees the number.
+	-- On a schema from before the checkpoint log (the upgrade scenario, until inorder migrate) the row alone
+	-- is the position.
 	CREATE FUNCTION fault_log_cursor_write() RETURNS trigger LANGUAGE plpgsql AS $$
 	DECLARE
 		now_at record;
 	BEGIN
+		IF to_regclass('inorder.position') IS NULL THEN
+			INSERT INTO fault_cursor_writes (process, app, position_id, epoch, owner, moved)
+			VALUES (NEW.process_name, current_setting('application_name'), NEW.position_id, NEW.owner_epoch,
+			        NEW.owner_instance, (NEW.position_created_at, NEW.position_id) IS DISTINCT FROM
+			                            (OLD.position_created_at, OLD.position_id));
+			RETURN NEW;
+		END IF;
 		SELECT position_seq, position_id INTO now_at FROM inorder.position WHERE process_name = NEW.process_name;
 		INSERT INTO fault_cursor_writes (process, app, position_id, epoch, owner, moved)
 		VALUES (NEW.process_name, current_setting('application_name'),
@@ -70,9 +79,21 @@ const schema = `
 		FROM inorder.cursor AS c WHERE c.process_name = NEW.process_name;
 		RETURN NULL;
 	END
-	$$;
-	CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint
-		FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();`
+	$$;`
+
+// auditCheckpoints puts fault_log_checkpoint on the checkpoint log when the schema has it: not before
+// migration 13, so the upgrade scenario runs it again once `inorder migrate` has made it.
+const auditCheckpoints = `
+	DO $$
+	BEGIN
+		IF to_regclass('inorder.checkpoint') IS NOT NULL AND NOT EXISTS (
+			SELECT 1 FROM pg_trigger WHERE tgname = 'fault_log_checkpoint' AND tgrelid = to_regclass('inorder.checkpoint'))
+		THEN
+			CREATE TRIGGER fault_log_checkpoint AFTER INSERT ON inorder.checkpoint
+				FOR EACH ROW EXECUTE FUNCTION fault_log_checkpoint();
+		END IF;
+	END
+	$$;`
 
 // stream is one process name worked by the children of a scenario.
 type stream struct {
@@ -128,6 +149,12 @@ type world struct {
 	rng     *rand.Rand // the test goroutine's
 	seed    uint64
 
+	// mayGoBack, when set, names the writes of a cursor row that may set its position back (see
+	// report.checkWrites); allowance, when set, says how many redeliveries of a stream beyond its crashes'
+	// the scenario allows, given every delivery the receiver recorded. The upgrade scenario sets both.
+	mayGoBack func(auditRow) bool
+	allowance func(st stream, log []delivery) int
+
 	mu       sync.Mutex
 	children []*child
 	gen      int
@@ -147,10 +174,17 @@ func newWorld(t *testing.T, name, url string) *world {
 // newWorldVia makes a world whose children and writers connect through via (a pooler in front of url).
 func newWorldVia(t *testing.T, name, url, via string) *world {
 	t.Helper()
+	return newWorldMigratedBy(t, name, url, via, binary)
+}
+
+// newWorldMigratedBy makes a world whose schema is the one that the inorder binary bin migrates to: the
+// upgrade scenario's is an earlier version's.
+func newWorldMigratedBy(t *testing.T, name, url, via, bin string) *world {
+	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	w := &world{t: t, name: name, url: url, via: via, seed: seed, rng: rand.New(rand.NewPCG(seed, 0))}
-	if code, out := w.runBinary("migrate"); code != 0 {
+	if code, out := w.runWith(bin, "migrate"); code != 0 {
 		t.Fatalf("inorder migrate: exit %d: %s", code, out)
 	}
 	ctx := context.Background()
@@ -160,7 +194,7 @@ func newWorldVia(t *testing.T, name, url, via string) *world {
 	}
 	t.Cleanup(pool.Close)
 	w.pool = pool
-	if _, err := pool.Exec(ctx, fmt.Sprintf(schema, aggregates-1)); err != nil {
+	if _, err := pool.Exec(ctx, fmt.Sprintf(schema, aggregates-1)+auditCheckpoints); err != nil {
 		t.Fatalf("schema: %v", err)
 	}
 	w.sink = newSink(t)
@@ -202,7 +236,12 @@ func (w *world) envFor(db string) []string {
 
 // runBinary runs an inorder command to completion and returns its exit code and combined output.
 func (w *world) runBinary(args ...string) (int, string) {
-	cmd := exec.Command(binary, args...)
+	return w.runWith(binary, args...)
+}
+
+// runWith is runBinary with the inorder binary bin.
+func (w *world) runWith(bin string, args ...string) (int, string) {
+	cmd := exec.Command(bin, args...)
 	cmd.Env = w.env()
 	out, err := cmd.CombinedOutput()
 	if _, ok := err.(*exec.ExitError); err != nil && !ok {
@@ -279,6 +318,13 @@ func (w *world) start(st stream, extra ...string) *child {
 // apart by the instance that made it.
 func (w *world) startAt(st stream, db string, extra ...string) *child {
 	w.t.Helper()
+	return w.startBin(binary, st, db, extra...)
+}
+
+// startBin is startAt for an instance of the inorder binary bin (the upgrade scenario runs an earlier
+// version's).
+func (w *world) startBin(bin string, st stream, db string, extra ...string) *child {
+	w.t.Helper()
 	w.mu.Lock()
 	w.gen++
 	name := fmt.Sprintf("%s-%d", st.process, w.gen)
@@ -294,7 +340,7 @@ func (w *world) startAt(st stream, db string, extra ...string) *child {
 		args = append(args, "--synchronous-commit")
 	}
 	c := &child{name: name, stream: st, done: make(chan struct{})}
-	c.cmd = exec.Command(binary, append(args, extra...)...)
+	c.cmd = exec.Command(bin, append(args, extra...)...)
 	c.cmd.Env = w.envFor(db)
 	c.cmd.Stderr = c
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
