@@ -152,6 +152,38 @@ func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
 	return appendSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
 }
 
+// commitPlan is what queueCommit queued: whether a write of the checkpoint goes first, and which kind, and
+// when it was sent (a fold renews the lease from then).
+type commitPlan struct {
+	writes, fold bool
+	sent         time.Time
+}
+
+// queueCommit queues in b the write that records the checkpoint reached (see pendingWrite), if one is
+// needed, and the COMMIT.
+func (r *Repository) queueCommit(b *pgx.Batch) commitPlan {
+	write, args, fold, writes := r.pendingWrite()
+	if writes {
+		b.Queue(write, args...)
+	}
+	b.Queue("COMMIT")
+	return commitPlan{writes: writes, fold: fold, sent: time.Now()}
+}
+
+// readCommit reads the answers to what queueCommit queued: ErrFenced when the fence refused the write.
+func (r *Repository) readCommit(br pgx.BatchResults, c commitPlan) error {
+	if c.writes {
+		if err := r.readWrite(br, c.fold, c.sent); err != nil {
+			if isFenced(err) {
+				return ErrFenced
+			}
+			return err
+		}
+	}
+	_, err := br.Exec()
+	return err
+}
+
 // readWrite reads the result of pendingWrite's statement from br and takes in what it recorded.
 func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) error {
 	if !fold {
@@ -231,13 +263,8 @@ func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
 func (r *Repository) commitRelock(ctx context.Context, what string) (bool, error) {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
-	sent := time.Now()
 	b := &pgx.Batch{}
-	write, args, fold, writes := r.pendingWrite()
-	if writes {
-		b.Queue(write, args...)
-	}
-	b.Queue("COMMIT")
+	commit := r.queueCommit(b)
 	b.Queue("BEGIN")
 	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
 	ride := r.rider != nil && r.rideNext
@@ -246,15 +273,7 @@ func (r *Repository) commitRelock(ctx context.Context, what string) (bool, error
 	}
 	r.rode, r.rideNext = false, false
 	br := r.conn.SendBatch(ctx, b)
-	var err error
-	if writes {
-		if err = r.readWrite(br, fold, sent); isFenced(err) {
-			err = ErrFenced
-		}
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
+	err := r.readCommit(br, commit)
 	done := err == nil
 	if !done && !errors.Is(err, ErrFenced) {
 		// The server may have run the whole round trip, commit included, before the answer was lost: what
@@ -318,8 +337,7 @@ func (r *Repository) Unlock(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	defer r.Detach()
-	sent := time.Now()
-	write, args, fold, writes := r.pendingWrite()
+	_, _, _, writes := r.pendingWrite()
 	dirty := r.dirty || writes
 	r.tx, r.dirty, r.rode = nil, false, false
 	if !dirty {
@@ -330,20 +348,9 @@ func (r *Repository) Unlock(ctx context.Context) error {
 		return nil
 	}
 	b := &pgx.Batch{}
-	if writes {
-		b.Queue(write, args...)
-	}
-	b.Queue("COMMIT")
+	commit := r.queueCommit(b)
 	br := r.conn.SendBatch(ctx, b)
-	var err error
-	if writes {
-		if err = r.readWrite(br, fold, sent); isFenced(err) {
-			err = ErrFenced
-		}
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
+	err := r.readCommit(br, commit)
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
