@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -109,6 +110,9 @@ type XminHold struct {
 	// Oldest is the holder of the oldest xmin at the look, however briefly it has held it; nil when none.
 	// It names a holder whose start the looking role may not see, which a single look cannot time.
 	Oldest *XminHolder
+	// Next is how long until the first holder seen under the threshold passes it, if it holds on: when a
+	// watch should look again so as to name it on time. Zero when none was seen under it.
+	Next time.Duration
 }
 
 // Held reports whether a holder has held the xmin horizon past the threshold.
@@ -191,6 +195,8 @@ func (w *XminWatch) Look(ctx context.Context, db DB) (XminHold, error) {
 		}
 		if x.Held >= w.after {
 			h.Holders = append(h.Holders, x)
+		} else if due := w.after - x.Held; h.Next == 0 || due < h.Next {
+			h.Next = due
 		}
 	}
 	if look.Now.After(w.last) { // a look that answered after a later one leaves the memory as it is
@@ -232,6 +238,48 @@ func holderOf(s store.XminHolder) XminHolder {
 		StartHidden: s.StartHidden, GID: s.GID, Prepared: s.Prepared, Slot: s.Slot, Xmin: s.Xmin,
 		XminAge: s.XminAge, OwnXid: s.OwnXid}
 }
+
+// Name names the holder as status and the console do: "backend pid 4242 of database app (user report,
+// application psql)", "prepared transaction 'nightly' of database app (owner billing)", "replication slot
+// 'replica_1' (inactive)", "the hot_standby_feedback of a standby, through walsender pid 812 (application
+// replica_1)".
+func (x XminHolder) Name() string {
+	db := ""
+	if x.Database != "" {
+		db = " of database " + x.Database
+	}
+	var who []string
+	if x.User != "" {
+		label := "user "
+		if x.Kind == XminPrepared {
+			label = "owner "
+		}
+		who = append(who, label+x.User)
+	}
+	if x.Application != "" {
+		who = append(who, "application "+x.Application)
+	}
+	paren := ""
+	if len(who) > 0 {
+		paren = " (" + strings.Join(who, ", ") + ")"
+	}
+	switch x.Kind {
+	case XminPrepared:
+		return fmt.Sprintf("prepared transaction %s%s%s", sqlString(x.GID), db, paren)
+	case XminSlot:
+		state := x.State
+		if x.PID != 0 {
+			state += fmt.Sprintf(", walsender pid %d", x.PID)
+		}
+		return fmt.Sprintf("replication slot %s (%s)%s%s", sqlString(x.Slot), state, db, paren)
+	case XminStandby:
+		return fmt.Sprintf("the hot_standby_feedback of a standby, through walsender pid %d%s", x.PID, paren)
+	}
+	return fmt.Sprintf("backend pid %d%s%s", x.PID, db, paren)
+}
+
+// sqlString is s as an SQL string literal.
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // MarshalJSON encodes h as `inorder status --json` prints it under "xmin_hold"; the form is documented in
 // docs/operating.md and only ever added to.
