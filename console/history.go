@@ -104,5 +104,7 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"path": url.PathEscape,
+	"path":     url.PathEscape,
+	"held":     func(d time.Duration) string { return d.Round(time.Second).String() },
+	"xminCost": func() string { return cursor.XminHoldCost },
 }

@@ -36,14 +36,14 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if *holdAfter <= 0 {
+		return usageErr("--xmin-hold-after must be positive, got %s", *holdAfter)
+	}
 	conn, err := connect(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	if *holdAfter <= 0 {
-		return usageErr("--xmin-hold-after must be positive, got %s", *holdAfter)
-	}
 	rep, err := buildStatus(ctx, conn, *process, *holdAfter)
 	if err != nil {
 		return err

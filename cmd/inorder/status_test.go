@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -180,4 +181,28 @@ func TestStatusNamesWhatHoldsTheXminHorizon(t *testing.T) {
 		require.Contains(c, words, fmt.Sprintf("is held by backend pid %d of database %s", h.PID, b.db.Name))
 		require.Contains(c, words, "pg_read_all_stats")
 	}, 20*time.Second, 20*time.Millisecond)
+}
+
+// TestRunMetricsNameWhatHoldsTheXminHorizon: `inorder run --metrics-addr` names, past --xmin-hold-after, the
+// session that holds the database's xmin horizon in inorder_xmin_holder, and says how long in
+// inorder_xmin_held_seconds.
+func TestRunMetricsNameWhatHoldsTheXminHorizon(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	p := startBinary(t, b.env, runArgs("--metrics-addr", "127.0.0.1:0", "--xmin-hold-after", "1s")...)
+	url := "http://" + metricsAddr(t, p) + "/metrics"
+	h := pgtest.HoldSnapshot(t, b.db.URL, "nightly-report")
+	holder := fmt.Sprintf(`inorder_xmin_holder{application="nightly-report",database=%q,kind="backend",name="",pid="%d",user="postgres"} `,
+		b.db.Name, h.PID)
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		resp, err := http.Get(url)
+		require.NoError(c, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(c, err)
+		require.Contains(c, string(body), holder)
+		require.NotContains(c, string(body), "inorder_xmin_held_seconds 0\n")
+	}, 30*time.Second, 50*time.Millisecond, p.logs())
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	require.Zero(t, p.wait(t), p.logs())
 }

@@ -46,44 +46,13 @@ func atLeast(x cursor.XminHolder) string {
 	return ""
 }
 
-// xminName names a holder: "backend pid 4242 of database app (user report, application psql)".
+// xminName names a holder (cursor.XminHolder.Name), saying why one of another database counts.
 func xminName(x cursor.XminHolder, here string) string {
-	db, elsewhere := "", ""
-	if x.Database != "" {
-		db = " of database " + x.Database
-	}
-	if x.Database != "" && x.Database != here {
-		elsewhere = ", another database: its transaction id holds this one's, since every snapshot taken " +
+	if x.Database != "" && x.Database != here && (x.Kind == cursor.XminBackend || x.Kind == cursor.XminPrepared) {
+		return x.Name() + ", another database: its transaction id holds this one's, since every snapshot taken " +
 			"here counts it as running"
 	}
-	var who []string
-	if x.User != "" {
-		label := "user "
-		if x.Kind == cursor.XminPrepared {
-			label = "owner "
-		}
-		who = append(who, label+x.User)
-	}
-	if x.Application != "" {
-		who = append(who, "application "+x.Application)
-	}
-	paren := ""
-	if len(who) > 0 {
-		paren = " (" + strings.Join(who, ", ") + ")"
-	}
-	switch x.Kind {
-	case cursor.XminPrepared:
-		return fmt.Sprintf("prepared transaction %s%s%s%s", sqlString(x.GID), db, paren, elsewhere)
-	case cursor.XminSlot:
-		state := x.State
-		if x.PID != 0 {
-			state += fmt.Sprintf(", walsender pid %d", x.PID)
-		}
-		return fmt.Sprintf("replication slot %s (%s)%s%s", sqlString(x.Slot), state, db, paren)
-	case cursor.XminStandby:
-		return fmt.Sprintf("the hot_standby_feedback of a standby, through walsender pid %d%s", x.PID, paren)
-	}
-	return fmt.Sprintf("backend pid %d%s%s%s", x.PID, db, paren, elsewhere)
+	return x.Name()
 }
 
 // xminDetail is what else status knows of a holder: its state and times, or why they are hidden, and how
