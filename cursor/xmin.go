@@ -152,7 +152,8 @@ func (w *XminWatch) After() time.Duration { return w.after }
 
 // Look looks at who holds the xmin horizon of db's database now, and reports those that have held it past
 // the threshold. inorder's own cursor transactions whose start the role may not see are left out: each
-// lasts one batch, and a look that cannot read their start cannot tell one batch from the next.
+// lasts one batch, and a look that cannot read their start cannot tell one batch from the next. So is a
+// holder whose xmin no transaction id has been handed out after: it holds nothing back yet.
 func (w *XminWatch) Look(ctx context.Context, db DB) (XminHold, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -189,6 +190,11 @@ func (w *XminWatch) Look(ctx context.Context, db DB) (XminHold, error) {
 		}
 		x.Held = max(0, look.Now.Sub(x.Since))
 		seen[key] = x.Since
+		if s.XminAge == 0 {
+			// No transaction id was handed out after it, so no row can have died since: it holds nothing
+			// back yet (a standby's feedback on a quiet database). Remembered, it counts from now once one is.
+			continue
+		}
 		if h.Oldest == nil {
 			o := x
 			h.Oldest = &o

@@ -21,7 +21,8 @@ type Holder struct {
 
 // HoldSnapshot opens a session on url named application, begins a REPEATABLE READ transaction and takes its
 // snapshot (so the session holds the xmin horizon from now), and leaves it idle in transaction until End or
-// the test's end.
+// the test's end. So that the snapshot holds something back at once, as on a database that is written to,
+// a transaction id is handed out after it (Burn).
 func HoldSnapshot(t testing.TB, url, application string) *Holder {
 	t.Helper()
 	ctx := context.Background()
@@ -42,7 +43,23 @@ func HoldSnapshot(t testing.TB, url, application string) *Holder {
 	if err := conn.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&h.PID); err != nil {
 		t.Fatalf("pgtest: take the holder's snapshot: %v", err)
 	}
+	Burn(t, url)
 	return h
+}
+
+// Burn hands out a transaction id on the server url names, in a session of its own: a snapshot or an xmin
+// taken before it now holds back what a transaction that ran after it deleted.
+func Burn(t testing.TB, url string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "SELECT pg_current_xact_id()"); err != nil {
+		t.Fatalf("pgtest: hand out a transaction id: %v", err)
+	}
 }
 
 // Exec runs sql in the holder's transaction, failing the test on error.
