@@ -41,6 +41,7 @@
 // Besides the repository, which the loop drives, this package holds every other statement on inorder's
 // own tables (cursor, parked, audit, instance; see migrations): the operator actions' (operator.go), the
 // status listing's (status.go), the idle probe's (probe.go), and the advisory-lock protocol (locks.go);
-// and the looks at the coordinating sessions of partitioned processes in pg_stat_activity (coordinator.go).
+// the looks at the coordinating sessions of partitioned processes in pg_stat_activity (coordinator.go); and
+// the look at who holds the database's xmin horizon, in the catalog views (xmin.go).
 // Each is a function named for what it does, returning typed results; no SQL text leaves the package.
 package store
