@@ -107,4 +107,10 @@ var funcs = template.FuncMap{
 	"path":     url.PathEscape,
 	"held":     func(d time.Duration) string { return d.Round(time.Second).String() },
 	"xminCost": func() string { return cursor.XminHoldCost },
+	"transactions": func(n int64) string {
+		if n == 1 {
+			return "1 transaction"
+		}
+		return fmt.Sprintf("%d transactions", n)
+	},
 }

@@ -89,6 +89,7 @@ func TestOperatorSeesWhatHoldsTheXminHorizonInTheBrowser(t *testing.T) {
 		chromedp.Evaluate(liveText, &live),
 	))
 	require.Contains(t, live, "Vacuum is held back")
+	require.Regexp(t, `its xmin is (1 transaction|[0-9]+ transactions) old`, live)
 	require.Contains(t, live, "The xmin horizon has been held for at least")
 	require.Contains(t, live, fmt.Sprintf("backend pid %d of database %s (user postgres, application pg_dump)", h.PID, db.Name))
 	require.Contains(t, live, "hidden from the console's role (granting it pg_read_all_stats, or pg_monitor, shows them)")

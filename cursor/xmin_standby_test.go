@@ -38,8 +38,8 @@ func TestXminHoldNamesAStandbysFeedbackAndItsSlot(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close(ctx) })
 
-	// A report on the standby keeps its snapshot; the primary then hands out a transaction id, which the
-	// snapshot holds back.
+	// A report on the standby keeps its snapshot. While the primary hands out no transaction id, nothing
+	// can have died since, and the feedback holds nothing back: it is not named, past the threshold.
 	report, err := pgx.Connect(ctx, standby.URL("postgres"))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = report.Close(ctx) })
@@ -47,10 +47,42 @@ func TestXminHoldNamesAStandbysFeedbackAndItsSlot(t *testing.T) {
 	require.NoError(t, err)
 	_, err = report.Exec(ctx, "SELECT 1")
 	require.NoError(t, err)
-	pgtest.Burn(t, primary.URL("postgres"))
-
 	const after = time.Second
 	watch := cursor.NewXminWatch(after)
+	standbyOf := func(hold cursor.XminHold) *cursor.XminHolder {
+		for i := range hold.Holders {
+			if hold.Holders[i].Kind == cursor.XminStandby {
+				return &hold.Holders[i]
+			}
+		}
+		return nil
+	}
+	var start time.Time
+	early := false
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		hold, err := watch.Look(ctx, conn)
+		require.NoError(c, err)
+		if start.IsZero() {
+			start = hold.Now
+		}
+		early = early || standbyOf(hold) != nil
+		require.GreaterOrEqual(c, hold.Now.Sub(start), 3*after, "the threshold passes")
+	}, 30*time.Second, 50*time.Millisecond)
+	require.False(t, early, "nothing held back yet: not named")
+
+	// Once the primary hands out a transaction id, the snapshot holds back what a later one deletes: the
+	// next look names the feedback, timed from when the watch first saw it.
+	pgtest.Burn(t, primary.URL("postgres"))
+	hold, err := watch.Look(ctx, conn)
+	require.NoError(t, err)
+	x := standbyOf(hold)
+	require.NotNil(t, x, "named at once")
+	require.GreaterOrEqual(t, x.Held, after)
+	require.Equal(t, cursor.SinceFirstSeen, x.SinceFrom, "Postgres keeps no start for it")
+	require.Empty(t, x.Database, "it holds every database")
+	require.NotZero(t, x.PID, "the walsender")
+	require.NotEmpty(t, x.Application, "the standby's name")
+
 	named := func(kind cursor.XminHolderKind, what string, check func(c *assert.CollectT, x cursor.XminHolder)) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
@@ -69,11 +101,6 @@ func TestXminHoldNamesAStandbysFeedbackAndItsSlot(t *testing.T) {
 			check(c, *x)
 		}, 30*time.Second, 50*time.Millisecond, what)
 	}
-	named(cursor.XminStandby, "the standby's feedback, through its walsender", func(c *assert.CollectT, x cursor.XminHolder) {
-		require.NotZero(c, x.PID, "the walsender")
-		require.NotEmpty(c, x.Application, "the standby's name")
-	})
-
 	_, err = conn.Exec(ctx, "SELECT pg_create_physical_replication_slot('standby_slot')")
 	require.NoError(t, err)
 	stby, err := pgx.Connect(ctx, standby.URL("postgres"))
