@@ -40,6 +40,10 @@ type Config struct {
 	// RefreshInterval is how often the pages refresh their figures (with a little JavaScript; the pages
 	// read the same without it). Zero means 5s.
 	RefreshInterval time.Duration
+	// XminHoldAfter is how long a session, a prepared transaction, a replication slot or a standby's
+	// feedback may hold the database's xmin horizon (vacuum's) before the pages name it. Zero means
+	// cursor.DefaultXminHoldAfter (a minute).
+	XminHoldAfter time.Duration
 }
 
 // Console serves the pages and the actions. It is an http.Handler, safe for concurrent use; mount it at
@@ -48,8 +52,10 @@ type Console struct {
 	cfg     Config
 	pages   *template.Template
 	history *history
-	mux     *http.ServeMux
-	guard   *http.CrossOriginProtection
+	// xmin remembers since when each holder of the xmin horizon has been seen, across page views.
+	xmin  *cursor.XminWatch
+	mux   *http.ServeMux
+	guard *http.CrossOriginProtection
 }
 
 // New checks cfg and returns a console. It does not touch the database.
@@ -64,8 +70,8 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour), mux: http.NewServeMux(),
-		guard: http.NewCrossOriginProtection()}
+	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour), xmin: cursor.NewXminWatch(cfg.XminHoldAfter),
+		mux: http.NewServeMux(), guard: http.NewCrossOriginProtection()}
 	c.mux.HandleFunc("GET /{$}", c.overview)
 	c.mux.HandleFunc("GET /process/{name}", c.process)
 	c.mux.HandleFunc("POST /process/{name}/action/{action}", c.act)
@@ -184,7 +190,24 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 		rw := c.measure(ctx, p)
 		rows = append(rows, rw)
 	}
-	c.render(w, "overview", map[string]any{"View": c.view(w, r, ""), "Rows": rows, "Now": time.Now()})
+	c.render(w, "overview", map[string]any{"View": c.view(w, r, ""), "Rows": rows, "Now": time.Now(),
+		"Xmin": c.lookXmin(ctx)})
+}
+
+// xminView is who has held the database's xmin horizon past the threshold, for the pages; Err is why the
+// console could not look.
+type xminView struct {
+	cursor.XminHold
+	Err string
+}
+
+// lookXmin looks at who holds the database's xmin horizon, for a page.
+func (c *Console) lookXmin(ctx context.Context) xminView {
+	h, err := c.xmin.Look(ctx, c.cfg.Pool)
+	if err != nil {
+		return xminView{Err: err.Error()}
+	}
+	return xminView{XminHold: h}
 }
 
 // measure reads how far behind a process is (each of its streams, summed) and keeps a sample of it.
@@ -269,7 +292,7 @@ func (c *Console) process(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	v := c.view(w, r, "../")
-	c.render(w, "process", map[string]any{"View": v, "P": &d, "Now": time.Now()})
+	c.render(w, "process", map[string]any{"View": v, "P": &d, "Now": time.Now(), "Xmin": c.lookXmin(ctx)})
 }
 
 // act runs one action through package cursor, with the operator's name and reason, and goes back to the

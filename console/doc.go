@@ -10,6 +10,10 @@
 // over the last hour as this console sampled it (at each page view and refresh). A process page adds the
 // failing record with its error and the sink's answer, the records in flight, the transaction holding
 // the horizon back (pid, age, application name), the parked keys, the partitions and the audit trail.
+// Both pages name, in a box over the figures, what has held the database's xmin horizon past
+// Config.XminHoldAfter (a session, a prepared transaction, a replication slot, a standby's feedback), and
+// what it costs: vacuum cannot clean the outbox that prune empties. The console times a holder whose start
+// its role may not read (without pg_read_all_stats) from when it first saw it, across page views.
 // The pages are server-rendered HTML, readable without JavaScript; a few lines of script refresh their
 // figures every few seconds.
 //

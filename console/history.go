@@ -104,5 +104,13 @@ var funcs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"path": url.PathEscape,
+	"path":     url.PathEscape,
+	"held":     func(d time.Duration) string { return d.Round(time.Second).String() },
+	"xminCost": func() string { return cursor.XminHoldCost },
+	"transactions": func(n int64) string {
+		if n == 1 {
+			return "1 transaction"
+		}
+		return fmt.Sprintf("%d transactions", n)
+	},
 }

@@ -36,7 +36,7 @@ import (
 
 // fileOnly are the keys that only the file's top level may set: they are the OS process's, not one
 // process's.
-var fileOnly = map[string]bool{"metrics-addr": true, "log-level": true, "max-conns": true}
+var fileOnly = map[string]bool{"metrics-addr": true, "log-level": true, "max-conns": true, "xmin-hold-after": true}
 
 // configSetting is one key of the file and its value (several for a list).
 type configSetting struct {

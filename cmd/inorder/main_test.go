@@ -344,6 +344,10 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 		{"webhook without secret", b.env, runArgs("--handler", "webhook", "--webhook-url", "http://127.0.0.1:1", "--webhook-secret-env", "INORDER_TEST_UNSET"), 2,
 			"--webhook-secret-env names INORDER_TEST_UNSET, which is not set or empty"},
 		{"unknown flag", b.env, []string{"run", "--colour", "blue"}, 2, "flag provided but not defined: -colour"},
+		{"no xmin threshold for status", b.env, []string{"status", "--xmin-hold-after", "0s"}, 2, "--xmin-hold-after must be positive, got 0s"},
+		{"no xmin threshold for the console", b.env, []string{"console", "--xmin-hold-after", "-1m"}, 2, "--xmin-hold-after must be positive, got -1m0s"},
+		{"no xmin threshold for the metrics", b.env, runArgs("--metrics-addr", "127.0.0.1:0", "--xmin-hold-after", "0s"), 2,
+			"--xmin-hold-after must be positive, got 0s"},
 		{"unknown command", nil, []string{"frobnicate"}, 2, `unknown command "frobnicate"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -368,17 +372,7 @@ func TestRunServesMetricsAndHealth(t *testing.T) {
 	b := setup(t)
 	b.book(t, 6, "1")
 	p := startBinary(t, b.env, runArgs("--metrics-addr", "127.0.0.1:0")...)
-	var addr string
-	require.Eventually(t, func() bool {
-		for _, l := range strings.Split(p.logs(), "\n") {
-			var line struct{ Addr, Message string }
-			if json.Unmarshal([]byte(l), &line) == nil && line.Message == "serving /metrics, /healthz and /readyz" {
-				addr = line.Addr
-				return true
-			}
-		}
-		return false
-	}, 20*time.Second, 5*time.Millisecond, p.logs())
+	addr := metricsAddr(t, p)
 	get := func(path string) (int, string) {
 		resp, err := http.Get("http://" + addr + path)
 		require.NoError(t, err)
@@ -396,6 +390,23 @@ func TestRunServesMetricsAndHealth(t *testing.T) {
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == 200 }, 20*time.Second, 10*time.Millisecond)
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Zero(t, p.wait(t), p.logs())
+}
+
+// metricsAddr waits until p says where it serves /metrics, and returns that address.
+func metricsAddr(t *testing.T, p *proc) string {
+	t.Helper()
+	var addr string
+	require.Eventually(t, func() bool {
+		for _, l := range strings.Split(p.logs(), "\n") {
+			var line struct{ Addr, Message string }
+			if json.Unmarshal([]byte(l), &line) == nil && line.Message == "serving /metrics, /healthz and /readyz" {
+				addr = line.Addr
+				return true
+			}
+		}
+		return false
+	}, 20*time.Second, 5*time.Millisecond, p.logs())
+	return addr
 }
 
 func TestMigrateNotifyAndRunListen(t *testing.T) {

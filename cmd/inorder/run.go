@@ -58,6 +58,7 @@ type runFlags struct {
 	holdWarnAfter    time.Duration
 	instance         string
 	metricsAddr      string
+	xminHoldAfter    time.Duration
 	listen           bool
 	partitions       int
 	maxPartitions    int
@@ -137,6 +138,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"it runs or stands by for: a session for the ownership locks and a pool the batches take turns on (--listen and --partitions add their own)")
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
+	fs.DurationVar(&f.xminHoldAfter, "xmin-hold-after", cursor.DefaultXminHoldAfter, "with --metrics-addr: name in the inorder_xmin_* series what has held "+
+		"the database's xmin horizon (vacuum's) longer than this")
 	fs.StringVar(&f.configPath, "config", "", "a YAML file of run flags and a processes: list, one OS process running them all "+
 		"(see docs/configuration.md); the environment and the command line apply to every process, over the file")
 
@@ -204,7 +207,11 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	defer stopTracing()
 	var metrics *ops.Metrics
 	if top.metricsAddr != "" {
+		if top.xminHoldAfter <= 0 {
+			return usageErr("--xmin-hold-after must be positive, got %s", top.xminHoldAfter)
+		}
 		metrics = ops.NewMetrics()
+		metrics.SetXminHoldAfter(top.xminHoldAfter)
 	}
 	if top.maxConns < 2 {
 		return usageErr("--max-conns must be at least 2 (a session and one connection to work on), got %d", top.maxConns)

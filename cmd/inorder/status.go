@@ -15,9 +15,14 @@ import (
 )
 
 // statusReport is the documented JSON form of `inorder status --json`: each process as cursor.Info encodes
-// itself. Fields are only ever added.
+// itself, and beside them who holds the database's xmin horizon, which is the database's and no process's.
+// Fields are only ever added.
 type statusReport struct {
 	Processes []cursor.Info `json:"processes"`
+	// XminHold is a look at who has held the database's xmin horizon past --xmin-hold-after; null when
+	// the look failed, and XminHoldError then says why (status goes on without it).
+	XminHold      *cursor.XminHold `json:"xmin_hold"`
+	XminHoldError string           `json:"xmin_hold_error,omitempty"`
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -26,15 +31,20 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	registerDatabaseURL(fs, &dbURL, "database")
 	process := fs.String("process", "", "show only this process")
 	asJSON := fs.Bool("json", false, "print JSON (the documented, stable form)")
+	holdAfter := fs.Duration("xmin-hold-after", cursor.DefaultXminHoldAfter, "name what has held the database's xmin horizon "+
+		"(vacuum's) longer than this: a session, a prepared transaction, a replication slot or a standby's feedback")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *holdAfter <= 0 {
+		return usageErr("--xmin-hold-after must be positive, got %s", *holdAfter)
 	}
 	conn, err := connect(ctx, dbURL.get())
 	if err != nil {
 		return err
 	}
 	defer conn.Close(ctx)
-	rep, err := buildStatus(ctx, conn, *process)
+	rep, err := buildStatus(ctx, conn, *process, *holdAfter)
 	if err != nil {
 		return err
 	}
@@ -50,7 +60,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return nil
 }
 
-func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport, error) {
+func buildStatus(ctx context.Context, conn *pgx.Conn, name string, holdAfter time.Duration) (statusReport, error) {
 	infos, err := cursor.List(ctx, conn, name)
 	if err != nil {
 		return statusReport{}, err
@@ -58,11 +68,24 @@ func buildStatus(ctx context.Context, conn *pgx.Conn, name string) (statusReport
 	for i := range infos {
 		_ = infos[i].Measure(ctx, conn) // a failure is in LagError, printed beside the process
 	}
-	return statusReport{Processes: append([]cursor.Info{}, infos...)}, nil
+	rep := statusReport{Processes: append([]cursor.Info{}, infos...)}
+	if hold, err := cursor.LookXminHold(ctx, conn, holdAfter); err != nil {
+		rep.XminHoldError = err.Error() // printed after the processes
+	} else {
+		rep.XminHold = &hold
+	}
+	return rep, nil
 }
 
-// printStatus prints a table that fits 100 columns, with a line of detail under a halted or held stream.
+// printStatus prints a table that fits 100 columns, with a line of detail under a halted or held stream,
+// and then who has held the database's xmin horizon.
 func printStatus(w io.Writer, rep statusReport) {
+	printProcesses(w, rep)
+	printXminHold(w, rep)
+}
+
+// printProcesses prints the table of processes and the details under it.
+func printProcesses(w io.Writer, rep statusReport) {
 	if len(rep.Processes) == 0 {
 		fmt.Fprintln(w, "no processes yet: `inorder run` registers one on first start")
 		return

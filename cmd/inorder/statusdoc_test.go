@@ -5,7 +5,41 @@ import "time"
 // statusDoc is the documented JSON form of `inorder status --json`, decoded as a script would: the tests
 // read what the command prints through it, so a renamed field breaks them as it would break a script.
 type statusDoc struct {
-	Processes []processDoc `json:"processes"`
+	Processes     []processDoc `json:"processes"`
+	XminHold      *xminHoldDoc `json:"xmin_hold"`
+	XminHoldError string       `json:"xmin_hold_error"`
+}
+
+// xminHoldDoc is who holds the database's xmin horizon (added with --xmin-hold-after).
+type xminHoldDoc struct {
+	Database         string          `json:"database"`
+	CheckedAt        time.Time       `json:"checked_at"`
+	ThresholdSeconds float64         `json:"threshold_seconds"`
+	Held             bool            `json:"held"`
+	Holders          []xminHolderDoc `json:"holders"`
+	Oldest           *xminHolderDoc  `json:"oldest"`
+	Cost             string          `json:"cost"`
+}
+
+type xminHolderDoc struct {
+	Kind        string     `json:"kind"`
+	PID         int        `json:"pid"`
+	Database    string     `json:"database"`
+	User        string     `json:"user"`
+	Application string     `json:"application"`
+	State       string     `json:"state"`
+	XactStart   *time.Time `json:"xact_start"`
+	QueryStart  *time.Time `json:"query_start"`
+	StartHidden bool       `json:"start_hidden"`
+	GID         string     `json:"gid"`
+	PreparedAt  *time.Time `json:"prepared_at"`
+	Slot        string     `json:"slot"`
+	Xmin        uint32     `json:"xmin"`
+	XminAge     int64      `json:"xmin_age"`
+	OwnXid      bool       `json:"own_xid"`
+	Since       time.Time  `json:"since"`
+	SinceFrom   string     `json:"since_from"`
+	HeldSeconds float64    `json:"held_seconds"`
 }
 
 type processDoc struct {

@@ -51,7 +51,8 @@
 // connection, dedicated or borrowed, and its deadlines), park.go (parked records). Every other statement
 // on inorder's own tables (cursor, checkpoint, parked, audit, instance; see migrations) is here too: the
 // operator actions' (operator.go), the status listing's (status.go), the idle probe's and the rotation's
-// turns (probe.go), the advisory-lock protocol (locks.go), the schema's version (schema.go), and the looks
-// at the coordinating sessions of partitioned processes in pg_stat_activity (coordinator.go). Each is a
-// function named for what it does, returning typed results; no SQL text leaves the package.
+// turns (probe.go), the advisory-lock protocol (locks.go), the schema's version (schema.go), the looks at
+// the coordinating sessions of partitioned processes in pg_stat_activity (coordinator.go), and the look at
+// who holds the database's xmin horizon, in the catalog views (xmin.go). Each is a function named for what
+// it does, returning typed results; no SQL text leaves the package.
 package store

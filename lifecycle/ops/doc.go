@@ -22,8 +22,8 @@
 //
 // # Metrics
 //
-// Metrics serves these series, every one labelled by process (the process name), on its own registry
-// beside the Go runtime's go_* and process_* series:
+// Metrics serves these series, every one labelled by process (the process name) but the inorder_xmin_* ones,
+// which are the database's, on its own registry beside the Go runtime's go_* and process_* series:
 //
 //	inorder_records_handled_total        counter    records the handler took successfully
 //	inorder_handler_failures_total       counter    handler calls (or async results) that failed; a record
@@ -57,9 +57,23 @@
 //	                                                 has handed to the handler and not yet settled
 //	inorder_in_flight_oldest_seconds     gauge      how long the oldest of them has been in flight; the
 //	                                                 position waits on it; 0 when none
+//	inorder_parked_keys, _records        gauge      keys parked (processor.OnHaltPark) and their records;
+//	inorder_parked_oldest_seconds        gauge      how long the key parked longest has been (with the lag)
+//	inorder_xmin_held_seconds            gauge      how long the database's xmin horizon (vacuum's) has been
+//	                                                 held by its longest holder, once past the threshold
+//	                                                 (SetXminHoldAfter, a minute by default); 0 otherwise
+//	inorder_xmin_holder                  gauge      one series per holder past the threshold, valued how
+//	                                                 long it has held it, labelled kind, pid, database, user,
+//	                                                 application and name (a prepared transaction's gid, a
+//	                                                 slot's name); it goes when its holder lets go
+//	inorder_xmin_errors_total            counter    looks at the xmin horizon that failed
 //
 // The lag series are measured only by Metrics.WatchLag, from the cursor row and the source table, so every
-// instance reports them, owner or not; they appear after the first measurement. The other series come from
+// instance reports them, owner or not; they appear after the first measurement. WatchLag looks at the
+// holders of the xmin horizon in the same rounds (cursor.XminWatch, which times a holder whose start the
+// pool's role may not read from when it first saw it), and comes round early when a holder it saw is about
+// to pass the threshold. They cost inorder nothing (its positions are appended), but vacuum cannot clean
+// the outbox that prune empties while they hold. The other series come from
 // the processor through the processor.Observer (and processor.InFlightObserver and processor.RetryObserver) that Metrics implements.
 //
 // # Health

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"sort"
+	"strconv"
 	"sync"
 	"time"
 
@@ -48,8 +49,18 @@ type Metrics struct {
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
 
+	// The database's xmin horizon, looked at with the lag: the longest hold past the threshold, one
+	// series per holder past it, and the looks that failed. The series are the database's, not a
+	// process's.
+	xminHeld   prometheus.Gauge
+	xminHolder *prometheus.GaugeVec
+	xminErrors prometheus.Counter
+
 	mu    sync.Mutex
 	procs map[string]*procMetrics
+	xmin  *cursor.XminWatch // replaced by SetXminHoldAfter
+	// xminSeries are the label values of the inorder_xmin_holder series the last look set.
+	xminSeries map[[6]string]bool
 }
 
 // procMetrics are one process's series, resolved once, and its connection state.
@@ -156,11 +167,35 @@ func NewMetrics() *Metrics {
 		parkedOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_parked_oldest_seconds", Help: "How long the key parked longest has been parked; 0 when none.",
 		}, label),
+		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "inorder_xmin_held_seconds",
+			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
+				cursor.XminHoldCost + ".",
+		}),
+		xminHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_xmin_holder",
+			Help: "One series per holder of the database's xmin horizon past the threshold, valued how long it has held it (at least, when its start is hidden): " +
+				"kind (backend, standby, prepared transaction, replication slot), pid, database, user, application, and name (a prepared transaction's gid, a slot's name).",
+		}, []string{"kind", "pid", "database", "user", "application", "name"}),
+		xminErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "inorder_xmin_errors_total", Help: "Looks at the holders of the database's xmin horizon that failed.",
+		}),
+		xmin: cursor.NewXminWatch(0),
 	}
 	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.parkedKeys, m.parkedRecords, m.parkedOldest, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+		m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// SetXminHoldAfter sets how long a holder may hold the database's xmin horizon before the xmin series
+// name it (zero means cursor.DefaultXminHoldAfter, a minute). Set it before WatchLag starts: a change
+// starts the watch afresh, which then times the holders whose start it cannot read from zero again.
+func (m *Metrics) SetXminHoldAfter(d time.Duration) {
+	m.mu.Lock()
+	m.xmin = cursor.NewXminWatch(d)
+	m.mu.Unlock()
 }
 
 // Registry returns the registry the series live on, for a program to add its own collectors.
@@ -329,13 +364,20 @@ func (m *Metrics) WatchLag(pool *pgxpool.Pool, interval time.Duration) func(ctx 
 			}
 			start := time.Now()
 			rctx, cancel := context.WithTimeout(ctx, timeout)
-			pending := m.measureLag(rctx, pool, func() bool { return ctx.Err() != nil })
+			stopping := func() bool { return ctx.Err() != nil }
+			pending := m.measureLag(rctx, pool, stopping)
+			due := m.lookXmin(rctx, pool, stopping)
 			cancel()
 			next := interval
 			if pending {
 				// A processor starting up records its source within a poll or two: look again soon
 				// rather than show no lag for a whole interval.
 				next = min(interval, lagPendingRetry)
+			}
+			if due > 0 {
+				// A holder of the xmin horizon passes the threshold before the next round: name it then
+				// (only with a threshold shorter than the interval), though not more than once a second.
+				next = min(next, max(due, lagPendingRetry))
 			}
 			t.Reset(max(0, next-time.Since(start)))
 		}
@@ -428,6 +470,46 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 	m.lagSeconds.WithLabelValues(name).Set(age)
 	m.noteParked(name, p.Streams)
 	return true, nil
+}
+
+// lookXmin looks at who holds the database's xmin horizon, on a connection of pool, and sets the xmin
+// series: each holder past the threshold, and the longest hold. A failed look counts as an error unless the
+// program is stopping, and leaves the series as they were. It returns how soon a holder seen under the
+// threshold passes it (cursor.XminHold.Next), zero when none.
+func (m *Metrics) lookXmin(ctx context.Context, pool *pgxpool.Pool, stopping func() bool) time.Duration {
+	m.mu.Lock()
+	watch := m.xmin
+	m.mu.Unlock()
+	hold, err := watch.Look(ctx, pool)
+	if err != nil {
+		if !stopping() {
+			m.xminErrors.Inc()
+		}
+		return 0
+	}
+	var longest time.Duration
+	holders := map[[6]string]bool{}
+	for _, x := range hold.Holders {
+		name := x.GID
+		if x.Kind == cursor.XminSlot {
+			name = x.Slot
+		}
+		labels := [6]string{string(x.Kind), strconv.Itoa(x.PID), x.Database, x.User, x.Application, name}
+		m.xminHolder.WithLabelValues(labels[:]...).Set(x.Held.Seconds())
+		holders[labels] = true
+		longest = max(longest, x.Held)
+	}
+	m.xminHeld.Set(longest.Seconds())
+	// The holders gone since the last look go, the others stay throughout: no scrape sees them missing.
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for labels := range m.xminSeries {
+		if !holders[labels] {
+			m.xminHolder.DeleteLabelValues(labels[:]...)
+		}
+	}
+	m.xminSeries = holders
+	return hold.Next
 }
 
 // noteParked sets the parked series of process name from its streams' rows, as read for this round.

@@ -97,7 +97,9 @@ func start() {
 			return // no one would drop a template: each database is migrated on its own
 		}
 	} else {
-		settings := map[string]string{}
+		// Prepared transactions are off by default (0); the tests that show one holding the xmin horizon
+		// need a few. A slot costs a little shared memory, and nothing unless used.
+		settings := map[string]string{"max_prepared_transactions": "10"}
 		if !benchmarking() {
 			// Tests do not need durability; benchmarks keep the server's defaults so that their figures and
 			// the Postgres limits beside them are measured on a realistic server.
