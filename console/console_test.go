@@ -20,6 +20,7 @@ import (
 	"github.com/inorder-dev/inorder/console"
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -327,8 +328,8 @@ func TestConsoleShowsASinkOutageWithoutASkip(t *testing.T) {
 	cc, err := pgx.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
-		Process: "outage", ConnConfig: cc, StartFrom: cursor.StartFromBeginning,
-		Source: processor.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
+		Process: "outage", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source: inordertype.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
 		Handler: handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error {
 			return handlers.Unavailable(&statusErr{code: 404}, "the URL: the receiver has no such endpoint")
 		}),

@@ -15,6 +15,7 @@ import (
 	"github.com/inorder-dev/inorder/console"
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -82,8 +83,8 @@ func (b *bundle) runProcess(t *testing.T, name string) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
-		Process: name, ConnConfig: cc, StartFrom: cursor.StartFromBeginning,
-		Source:  processor.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
+		Process: name, ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source:  inordertype.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
 		Handler: h, PollInterval: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
 	})

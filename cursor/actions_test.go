@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -87,8 +88,8 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	h := refusingRecorder(refuse)
 	logs := &logLines{}
 	cfg := processor.Config[booking]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   "billing", ConnConfig: cc, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: poll, RetryMin: retryMin, RetryMax: retryMax, Logger: zerolog.New(logs),
 	}
 	for _, o := range opts {

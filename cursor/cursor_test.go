@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/store"
 )
@@ -20,7 +21,7 @@ func setup(t *testing.T) (*pgtest.DB, store.Config) {
 	db := pgtest.New(t)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	return db, store.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: cursor.StartFromBeginning}
+	return db, store.Config{ConnConfig: cc, IdleInTransactionTimeout: 5 * time.Second, Start: inordertype.StartFromBeginning}
 }
 
 // TestListCountsOnlyThisDatabasesInstances: a process of the same name in another database on the server

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // FuzzPositionJSON checks the JSON form of a Position, which the audit table stores and `inorder audit
@@ -36,7 +36,7 @@ func FuzzPositionJSON(f *testing.F) {
 	f.Fuzz(func(t *testing.T, sec, nsec int64, id string, data []byte) {
 		// Round trip of a Position from the fuzzer's numbers.
 		at := time.Unix(sec, nsec).UTC()
-		p := cursor.Position{CreatedAt: at.Truncate(time.Microsecond), ID: id}
+		p := inordertype.Position{CreatedAt: at.Truncate(time.Microsecond), ID: id}
 		b, err := json.Marshal(p)
 		switch y := p.CreatedAt.Year(); {
 		case p.IsBeginning():
@@ -53,7 +53,7 @@ func FuzzPositionJSON(f *testing.F) {
 			if !json.Valid(b) {
 				t.Fatalf("%#v encodes as invalid JSON %q", p, b)
 			}
-			var back cursor.Position
+			var back inordertype.Position
 			if err := json.Unmarshal(b, &back); err != nil {
 				t.Fatalf("%#v encodes as %s, which does not decode: %v", p, b, err)
 			}
@@ -65,7 +65,7 @@ func FuzzPositionJSON(f *testing.F) {
 		}
 
 		// Arbitrary bytes.
-		var q cursor.Position
+		var q inordertype.Position
 		if err := json.Unmarshal(data, &q); err != nil {
 			return
 		}
@@ -79,13 +79,13 @@ func FuzzPositionJSON(f *testing.F) {
 			}
 			return
 		}
-		var r cursor.Position
+		var r inordertype.Position
 		if err := json.Unmarshal(qb, &r); err != nil {
 			t.Fatalf("decoded %q to %#v, encoded as %s, which does not decode: %v", data, q, qb, err)
 		}
 		want := q
 		if q.IsBeginning() {
-			want = cursor.Position{}
+			want = inordertype.Position{}
 		}
 		if !same(r, want) {
 			t.Fatalf("decoded %q to %#v, encoded as %s, decoded again as %#v", data, q, qb, r)
@@ -94,7 +94,7 @@ func FuzzPositionJSON(f *testing.F) {
 }
 
 // same reports whether two positions are equal: the same instant, in UTC, and the same ID.
-func same(a, b cursor.Position) bool {
+func same(a, b inordertype.Position) bool {
 	return a.ID == b.ID && a.CreatedAt.Equal(b.CreatedAt) && a.CreatedAt.Location() == time.UTC &&
 		b.CreatedAt.Location() == time.UTC
 }

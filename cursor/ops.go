@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
 )
@@ -64,16 +65,16 @@ type ActionOpts struct {
 
 // AuditEntry is one entry of the audit trail (migration 2).
 type AuditEntry struct {
-	ID             int64     `json:"id"`
-	At             time.Time `json:"at"`
-	Process        string    `json:"process"`
-	Action         string    `json:"action"`
-	Role           string    `json:"db_role"`
-	Actor          string    `json:"actor"`
-	Reason         string    `json:"reason"`
-	RecordID       string    `json:"record_id,omitempty"`
-	PositionBefore *Position `json:"position_before,omitempty"`
-	PositionAfter  *Position `json:"position_after,omitempty"`
+	ID             int64                 `json:"id"`
+	At             time.Time             `json:"at"`
+	Process        string                `json:"process"`
+	Action         string                `json:"action"`
+	Role           string                `json:"db_role"`
+	Actor          string                `json:"actor"`
+	Reason         string                `json:"reason"`
+	RecordID       string                `json:"record_id,omitempty"`
+	PositionBefore *inordertype.Position `json:"position_before,omitempty"`
+	PositionAfter  *inordertype.Position `json:"position_after,omitempty"`
 	// Detail says what Prune and Forget did beyond a position; nil for the other actions.
 	Detail *AuditDetail `json:"detail,omitempty"`
 }
@@ -87,7 +88,7 @@ type AuditDetail struct {
 	// own transaction, so it is exact even for a prune that was interrupted.
 	Rows int64 `json:"rows,omitempty"`
 	// Through is the last row Prune deleted, in (created_at, id) order.
-	Through *Position `json:"through,omitempty"`
+	Through *inordertype.Position `json:"through,omitempty"`
 	// Before is Prune's cut-off: only rows created before it were deleted.
 	Before *time.Time `json:"before,omitempty"`
 	// Streams are the cursor rows Forget removed (the process's own and its partitions'), with the
@@ -100,8 +101,8 @@ type AuditDetail struct {
 
 // StreamPosition is one cursor row and its position.
 type StreamPosition struct {
-	Process  string   `json:"process"`
-	Position Position `json:"position"`
+	Process  string               `json:"process"`
+	Position inordertype.Position `json:"position"`
 }
 
 // Skip moves the position past the record the stream is halted on, and only that record: it refuses when
@@ -115,8 +116,8 @@ func Skip(ctx context.Context, db DB, name, recordID string, opts ActionOpts) (A
 	if opts.Reason == "" {
 		return AuditEntry{}, fmt.Errorf("skip on %q: a reason is required", name)
 	}
-	return act(ctx, db, name, "skip", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
-		fail := func(err error) (*Position, error) {
+	return act(ctx, db, name, "skip", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*inordertype.Position, error) {
+		fail := func(err error) (*inordertype.Position, error) {
 			return nil, fmt.Errorf("skip record %s on %q: %w", recordID, name, err)
 		}
 		e.RecordID = recordID
@@ -185,7 +186,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 	if (to.RecordID == "") == to.Time.IsZero() {
 		return AuditEntry{}, fmt.Errorf("rewind %q: give exactly one of a record id and a time", name)
 	}
-	return act(ctx, db, name, "rewind", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
+	return act(ctx, db, name, "rewind", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*inordertype.Position, error) {
 		e.RecordID = to.RecordID
 		// Wait for a prune batch in progress, and keep the next from starting until this commits: the
 		// batch then sees the new position, or this sees what the batch deleted.
@@ -210,7 +211,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 			return &back, store.MovePosition(ctx, tx, name, back)
 		}
 		// The position just before the time: every record created at or after it is delivered again.
-		back := Position{CreatedAt: to.Time.UTC().Add(-time.Microsecond)}
+		back := inordertype.Position{CreatedAt: to.Time.UTC().Add(-time.Microsecond)}
 		if cur.IsBeginning() || !back.CreatedAt.Before(cur.CreatedAt) {
 			return nil, fmt.Errorf("rewind %q to %s: %w (%s); rewind only moves back", name,
 				to.Time.UTC().Format(time.RFC3339Nano), ErrForward, cur)
@@ -234,7 +235,7 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 	if paused {
 		action = "pause"
 	}
-	return act(ctx, db, name, action, opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*Position, error) {
+	return act(ctx, db, name, action, opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*inordertype.Position, error) {
 		if !paused && !row.State.Paused {
 			// An audit entry for doing nothing would only mislead whoever reads the trail.
 			return nil, fmt.Errorf("resume %q: %w; nothing changed", name, ErrNotPaused)
@@ -248,7 +249,7 @@ func setPaused(ctx context.Context, db DB, name string, paused bool, opts Action
 // of it. Use it once the sink or the record is fixed. It refuses a stream that is not failing
 // (ErrNotHalted). The record's attempts count on.
 func Retry(ctx context.Context, db DB, name string, opts ActionOpts) (AuditEntry, error) {
-	return act(ctx, db, name, "retry", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
+	return act(ctx, db, name, "retry", opts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*inordertype.Position, error) {
 		if row.State.Halt == nil {
 			return nil, fmt.Errorf("retry %q: %w: it is not retrying a record either; nothing to retry", name, ErrNotHalted)
 		}
@@ -273,7 +274,7 @@ func (r cursorRow) table(ctx context.Context, q source.Querier) (*source.Table, 
 // end), checks and applies change, and writes the audit entry, all in one transaction. change returns
 // the new position, if it moved one, and fills in what else the entry says (the record it acted on).
 func act(ctx context.Context, db DB, name, action string, opts ActionOpts,
-	change func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error)) (AuditEntry, error) {
+	change func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*inordertype.Position, error)) (AuditEntry, error) {
 	tx, err := beginAction(ctx, db, name, action, opts)
 	if err != nil {
 		return AuditEntry{}, err
@@ -421,8 +422,8 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 	if n < 1 {
 		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
 	}
-	return act(ctx, db, name, "repartition", opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*Position, error) {
-		fail := func(format string, args ...any) (*Position, error) {
+	return act(ctx, db, name, "repartition", opts, func(tx pgx.Tx, row cursorRow, _ *AuditEntry) (*inordertype.Position, error) {
+		fail := func(format string, args ...any) (*inordertype.Position, error) {
 			return nil, fmt.Errorf("repartition %q: "+format, append([]any{name}, args...)...)
 		}
 		if err := lockForRepartition(ctx, tx, name); err != nil {
@@ -513,17 +514,17 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 // repartitionStart is where the new partitions start: after the last row dated before the instant at
 // which nothing was in flight, less the guard the processors use. It refuses (ErrInFlight) while a
 // transaction that could still add rows before it is open.
-func repartitionStart(ctx context.Context, tx pgx.Tx, t *source.Table) (Position, error) {
+func repartitionStart(ctx context.Context, tx pgx.Tx, t *source.Table) (inordertype.Position, error) {
 	// The backends' status was read for the list above: read it anew for the transactions in flight.
 	if _, err := tx.Exec(ctx, "SELECT pg_stat_clear_snapshot()"); err != nil {
-		return Position{}, err
+		return inordertype.Position{}, err
 	}
 	o, err := t.PollLocks(ctx, tx)
 	if err != nil {
-		return Position{}, err
+		return inordertype.Position{}, err
 	}
 	if pids := o.InFlight(t); len(pids) > 0 {
-		return Position{}, fmt.Errorf("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
+		return inordertype.Position{}, fmt.Errorf("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
 			"try again when they are done", ErrInFlight, t.Qualified, pids)
 	}
 	// Nothing was in flight when the locks were read: every row dated before then is visible now. Rows

@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
@@ -31,8 +32,8 @@ type ParkedKey struct {
 	// Records counts the key's parked records, the first included.
 	Records int `json:"records"`
 	// Head is the key's first parked record, the one that failed; Position is where it lies.
-	Head     string   `json:"head_record_id"`
-	Position Position `json:"head_position"`
+	Head     string               `json:"head_record_id"`
+	Position inordertype.Position `json:"head_position"`
 	// Error is the head's last failure, with the sink's status code when it has one, whether the sink
 	// refused it for good, and how many times it has failed.
 	Error     string `json:"error"`
@@ -110,7 +111,7 @@ func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts, aopts ..
 	if (opts.Key == "") == !opts.All {
 		return AuditEntry{}, fmt.Errorf("redrive %q: name a key, or ask for all of them", name)
 	}
-	return act(ctx, db, name, "redrive", opts.ActionOpts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*Position, error) {
+	return act(ctx, db, name, "redrive", opts.ActionOpts, func(tx pgx.Tx, row cursorRow, e *AuditEntry) (*inordertype.Position, error) {
 		streams := row.Streams()
 		if err := lockStreams(ctx, tx, streams); err != nil {
 			return nil, fmt.Errorf("redrive %q: %w", name, err)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgbouncer"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
@@ -38,8 +39,8 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 
 	h := refusingRecorder(3)
 	p, err := processor.New(processor.Config[booking]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   "billing", ConnConfig: cc, Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   "billing", ConnConfig: cc, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 20 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
 		Instance: "pooled-1", Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})

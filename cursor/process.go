@@ -69,21 +69,9 @@ func readProcess(ctx context.Context, tx pgx.Tx, name string) (*Process, error) 
 	return &procs[0], nil
 }
 
-// Processes groups cursor rows, as List returns them, into processes, ordered by name. A row named as a
+// group groups cursor rows, as List returns them, into processes, ordered by name. A row named as a
 // partition whose parent is not among infos, is not partitioned or has another count is a process of its
 // own, so that nothing is left out.
-//
-// Deprecated: Read reads the processes grouped.
-func Processes(infos []Info) []Process { return group(infos) }
-
-// ListProcesses reads process name with its streams' rows, or every process when name is empty.
-//
-// Deprecated: use Read(ctx, db, ReadOpts{Process: name}).
-func ListProcesses(ctx context.Context, db DB, name string) ([]Process, error) {
-	return Read(ctx, db, ReadOpts{Process: name})
-}
-
-// group groups cursor rows into processes (see Processes).
 func group(infos []Info) []Process {
 	byName := make(map[string]*Info, len(infos))
 	for i := range infos {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
 )
@@ -68,7 +69,7 @@ type PruneReader struct {
 	Stream string
 	// Position is the durable position the process has passed: for a partitioned process, that of its
 	// partition furthest back.
-	Position Position
+	Position inordertype.Position
 	// Note says why the process stands where it stands when it is not simply delivering: "paused",
 	// "never ran", "halted on record 7", "retrying record 7". Empty otherwise.
 	Note string
@@ -84,11 +85,11 @@ type PruneResult struct {
 	// Rows counts the rows deleted (a dry run: the rows that would be).
 	Rows int64
 	// Through is the last row deleted (would be), in (created_at, id) order; the beginning when none.
-	Through Position
+	Through inordertype.Position
 	// Passed is the position every process of the table has passed: its lowest. Every row at or before
 	// it was delivered by every process; a table partitioned by time may drop each partition whose upper
 	// bound is at or before Passed.CreatedAt.
-	Passed Position
+	Passed inordertype.Position
 	// Limit is the process holding Passed when it lies before Cut, so that it limits the prune; nil when
 	// every process has passed the cut-off, or when several stand at Passed together.
 	Limit *PruneReader
@@ -143,7 +144,7 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 	if batch == 0 {
 		batch = DefaultPruneBatch
 	}
-	var from Position
+	var from inordertype.Position
 	for {
 		if err := ctx.Err(); err != nil {
 			return fail("stopped after %d batches: %w", res.Batches, err)
@@ -166,7 +167,7 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 // pruneBatch runs one batch in a transaction of its own: it takes the prune lock, reads where every
 // process stands, deletes up to batch rows after from (or, for a dry run, counts them all) and updates
 // the audit, filling res in.
-func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, from Position, batch int) (int64, error) {
+func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, from inordertype.Position, batch int) (int64, error) {
 	fail := func(err error) (int64, error) { return 0, fmt.Errorf("prune %s: %w", res.Table, err) }
 	tx, err := beginWaiting(ctx, db, opts.wait())
 	if err != nil {
@@ -205,7 +206,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 		res.Rows, res.Through = n, last
 		return n, nil
 	}
-	n, last := int64(0), Position{}
+	n, last := int64(0), inordertype.Position{}
 	if !p.passed().IsBeginning() {
 		if n, last, err = p.table.DeletePrunable(ctx, tx, sel, batch); err != nil {
 			return fail(err)
@@ -268,19 +269,19 @@ const noteUnknown = "never ran, so the table it reads is unknown"
 type prunePlan struct {
 	table     *source.Table
 	readers   []PruneReader
-	positions []Position // every stream's position that bounds the prune
-	lowest    int        // the index of the lowest of positions: what every process passed
+	positions []inordertype.Position // every stream's position that bounds the prune
+	lowest    int                    // the index of the lowest of positions: what every process passed
 	limit     *PruneReader
 }
 
 // passed is the position every process of the table has passed.
-func (p *prunePlan) passed() Position { return p.positions[p.lowest] }
+func (p *prunePlan) passed() inordertype.Position { return p.positions[p.lowest] }
 
 // pruneBound is one stream of a process of the table, which bounds the prune at its position.
 type pruneBound struct {
 	reader int // index in prunePlan.readers
 	stream string
-	pos    Position
+	pos    inordertype.Position
 	row    *Info // nil for a partition that never ran, or a process that never ran
 	paused bool  // the stream or its process is paused
 	note   string
@@ -319,9 +320,9 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 // boundsOf finds the processes that read qualified, and those that never ran (the table they read is
 // unknown, so they might read this one), as readers, and every stream of theirs as a bound. It returns
 // how the table is ordered, which every reader must agree on.
-func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, Source, error) {
+func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, inordertype.Source, error) {
 	var bounds []pruneBound
-	var spec *Source
+	var spec *inordertype.Source
 	for _, proc := range procs {
 		reads, ran := false, false
 		for _, s := range proc.Streams {
@@ -337,7 +338,7 @@ func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, S
 			if spec == nil {
 				spec = &src
 			} else if src.IDColumn != spec.IDColumn || src.CreatedAtColumn != spec.CreatedAtColumn {
-				return nil, Source{}, fmt.Errorf("processes read %s ordered by different columns (%s by %s, %s; another by %s, %s), "+
+				return nil, inordertype.Source{}, fmt.Errorf("processes read %s ordered by different columns (%s by %s, %s; another by %s, %s), "+
 					"so no one position says what all of them passed", qualified, s.Process, src.CreatedAtColumn,
 					src.IDColumn, spec.CreatedAtColumn, spec.IDColumn)
 			}
@@ -367,7 +368,7 @@ func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, S
 			}
 			never = fmt.Sprintf(" (never ran, so their tables are unknown: %s)", strings.Join(names, ", "))
 		}
-		return nil, Source{}, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
+		return nil, inordertype.Source{}, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
 			ErrNoReaders, qualified, never)
 	}
 	return bounds, *spec, nil

@@ -19,6 +19,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
@@ -106,8 +107,8 @@ func (o *outbox) left(t *testing.T) []string {
 func (o *outbox) run(t *testing.T, process string, h handlers.Handler[booking]) *processortest.Running {
 	t.Helper()
 	p, err := processor.New(processor.Config[booking]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -122,7 +123,7 @@ func (o *outbox) catchUp(t *testing.T, process string) {
 	require.NoError(t, run.Stop())
 }
 
-func (o *outbox) position(t *testing.T, process string) cursor.Position {
+func (o *outbox) position(t *testing.T, process string) inordertype.Position {
 	t.Helper()
 	infos, err := cursor.List(context.Background(), o.db.Pool, process)
 	require.NoError(t, err)
@@ -439,8 +440,8 @@ func ExamplePrune() {
 		panic(err)
 	}
 	relay, err := processor.New(processor.Config[booking]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   "relay", ConnConfig: cc, Source: processor.Source{Table: "outbox", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   "relay", ConnConfig: cc, Source: inordertype.Source{Table: "outbox", Columns: []string{"id"}},
 		Handler:      handlers.HandlerFunc[booking](func(context.Context, *handlers.Record[booking]) error { return nil }),
 		PollInterval: 10 * time.Millisecond, Logger: zerolog.Nop(),
 	})
@@ -485,8 +486,8 @@ func (o *outbox) runSplit(t *testing.T, process string, h handlers.Handler[booki
 	t.Helper()
 	o.db.Exec(t, source.PartitionIndexSQL("bookings", "aggregate_id", "created_at", "id", 2))
 	p, err := processor.NewPartitioned(processor.Config[booking]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: processor.Source{Table: "bookings", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	}, processor.PartitionOpts{Partitions: 2})
 	require.NoError(t, err)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"time"
+
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // StreamStatus is what a process is doing, by the rules `inorder status` shows: one word an admin page or
@@ -89,27 +91,27 @@ func (in Info) MarshalJSON() ([]byte, error) { return json.Marshal(in.report()) 
 
 // infoJSON is the documented JSON form of a process.
 type infoJSON struct {
-	Process        string        `json:"process"`
-	State          StreamStatus  `json:"state"`
-	Partitions     int           `json:"partitions,omitempty"`
-	Paused         bool          `json:"paused"`
-	RecordsHandled int64         `json:"records_handled"`
-	Throughput     float64       `json:"throughput_per_second"`
-	Locked         bool          `json:"locked"`
-	Holder         string        `json:"holder,omitempty"`
-	HolderPID      int           `json:"holder_pid,omitempty"`
-	Epoch          int64         `json:"owner_epoch"`
-	LeaseExpiresAt *time.Time    `json:"lease_expires_at"`
-	Connected      int           `json:"instances_connected"`
-	Position       Position      `json:"position"`
-	Source         *sourceJSON   `json:"source,omitempty"`
-	Behind         *behindJSON   `json:"behind,omitempty"`
-	Halt           *haltJSON     `json:"halt"`
-	Hold           *holdJSON     `json:"hold"`
-	InFlight       *inFlightJSON `json:"in_flight"`
-	Parked         *parkedJSON   `json:"parked"`
-	Error          string        `json:"error,omitempty"`
-	UpdatedAt      time.Time     `json:"updated_at"`
+	Process        string               `json:"process"`
+	State          StreamStatus         `json:"state"`
+	Partitions     int                  `json:"partitions,omitempty"`
+	Paused         bool                 `json:"paused"`
+	RecordsHandled int64                `json:"records_handled"`
+	Throughput     float64              `json:"throughput_per_second"`
+	Locked         bool                 `json:"locked"`
+	Holder         string               `json:"holder,omitempty"`
+	HolderPID      int                  `json:"holder_pid,omitempty"`
+	Epoch          int64                `json:"owner_epoch"`
+	LeaseExpiresAt *time.Time           `json:"lease_expires_at"`
+	Connected      int                  `json:"instances_connected"`
+	Position       inordertype.Position `json:"position"`
+	Source         *sourceJSON          `json:"source,omitempty"`
+	Behind         *behindJSON          `json:"behind,omitempty"`
+	Halt           *haltJSON            `json:"halt"`
+	Hold           *holdJSON            `json:"hold"`
+	InFlight       *inFlightJSON        `json:"in_flight"`
+	Parked         *parkedJSON          `json:"parked"`
+	Error          string               `json:"error,omitempty"`
+	UpdatedAt      time.Time            `json:"updated_at"`
 }
 
 type sourceJSON struct {

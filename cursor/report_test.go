@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // TestStatusOf: the rules `inorder status` shows, decided in one place. A pause says paused whatever else
@@ -24,10 +25,10 @@ func TestStatusOf(t *testing.T) {
 		lag  *cursor.Lag
 		want cursor.StreamStatus
 	}{
-		{"retrying", cursor.Info{Connected: 1, State: cursor.State{Halt: &cursor.Halt{RecordID: "7"}}}, behind, cursor.StatusRetrying},
-		{"halted", cursor.Info{Connected: 1, State: cursor.State{Halt: &cursor.Halt{RecordID: "7", HaltedAt: now}}}, behind, cursor.StatusHalted},
-		{"halted and stopped", cursor.Info{State: cursor.State{Halt: &cursor.Halt{RecordID: "7", HaltedAt: now}}}, nil, cursor.StatusHalted},
-		{"paused while retrying", cursor.Info{Connected: 1, State: cursor.State{Paused: true, Halt: &cursor.Halt{}}}, behind, cursor.StatusPaused},
+		{"retrying", cursor.Info{Connected: 1, State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7"}}}, behind, cursor.StatusRetrying},
+		{"halted", cursor.Info{Connected: 1, State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", HaltedAt: now}}}, behind, cursor.StatusHalted},
+		{"halted and stopped", cursor.Info{State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", HaltedAt: now}}}, nil, cursor.StatusHalted},
+		{"paused while retrying", cursor.Info{Connected: 1, State: inordertype.State{Paused: true, Halt: &inordertype.Halt{}}}, behind, cursor.StatusPaused},
 		{"partitioned", cursor.Info{Partitions: 4}, nil, cursor.StatusPartitioned},
 		{"not running", cursor.Info{}, behind, cursor.StatusNotRunning},
 		{"running", cursor.Info{Connected: 1}, behind, cursor.StatusRunning},
@@ -39,7 +40,7 @@ func TestStatusOf(t *testing.T) {
 		{"caught up, as List found it", cursor.Info{Locked: true, CaughtUp: true}, nil, cursor.StatusIdle},
 		{"held and caught up, as List found it", cursor.Info{Locked: true, HeldSince: now, CaughtUp: true}, nil, cursor.StatusIdle},
 		{"caught up but stopped", cursor.Info{CaughtUp: true}, nil, cursor.StatusNotRunning},
-		{"caught up but paused", cursor.Info{Locked: true, CaughtUp: true, State: cursor.State{Paused: true}}, nil, cursor.StatusPaused},
+		{"caught up but paused", cursor.Info{Locked: true, CaughtUp: true, State: inordertype.State{Paused: true}}, nil, cursor.StatusPaused},
 		{"the count decides over an earlier look", cursor.Info{Locked: true, CaughtUp: true}, behind, cursor.StatusRunning},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,7 +55,7 @@ func TestStatusOf(t *testing.T) {
 func TestInfoEncodesAsStatusDoes(t *testing.T) {
 	t.Parallel()
 	in := cursor.Info{Process: "billing", Status: cursor.StatusHalted, Locked: true, Holder: "a", Epoch: 3,
-		State: cursor.State{Halt: &cursor.Halt{RecordID: "7", Error: "400", Attempts: 2, Permanent: true}}}
+		State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", Error: "400", Attempts: 2, Permanent: true}}}
 	b, err := json.Marshal(in)
 	require.NoError(t, err)
 	var got map[string]any

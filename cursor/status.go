@@ -7,6 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
 )
@@ -15,7 +16,7 @@ import (
 // `inorder status --json` prints a process (MarshalJSON), so that an admin endpoint can serve it as it is.
 type Info struct {
 	Process string
-	State
+	inordertype.State
 	// Status is what the process is doing (StatusOf), by the rules `inorder status` shows. For a stream an
 	// instance runs, not paused nor failing, whether any row is behind tells running (or held) from idle:
 	// List looks (CaughtUp), and Measure, which counts the rows, decides it again with the count.
@@ -29,7 +30,7 @@ type Info struct {
 	Lag      *Lag
 	LagError string
 	// Source is what the process last ran against; its Table is empty until it first locked its cursor.
-	Source Source
+	Source inordertype.Source
 	// Partitions is set on the parent row of a partitioned process: how many partitions it has.
 	Partitions int
 	// Locked reports whether an instance owns the process now: its lease runs, and, if it said it holds
@@ -64,7 +65,7 @@ type Info struct {
 	ParkedKeys    int
 	ParkedRecords int
 	ParkedSince   time.Time
-	OldestParked  *Position
+	OldestParked  *inordertype.Position
 	// RecordsHandled counts the records the process advanced past since it was registered.
 	RecordsHandled int64
 	// Throughput is records per second over roughly the last minute (one to two minutes of history).

@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -56,8 +57,8 @@ func TestListAndMeasureAgreeOnTheState(t *testing.T) {
 	require.NoError(t, err)
 	h := &gated{hold: 2, holding: make(chan struct{}), release: make(chan struct{})}
 	p, err := processor.New(processor.Config[booking]{
-		StartFrom: cursor.StartFromBeginning, Process: "billing", ConnConfig: cc,
-		Source: processor.Source{Table: "bookings", Columns: []string{"id"}}, Handler: h,
+		StartFrom: inordertype.StartFromBeginning, Process: "billing", ConnConfig: cc,
+		Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}}, Handler: h,
 		PollInterval: 10 * time.Millisecond, Logger: zerolog.Nop(),
 	})
 	require.NoError(t, err)

@@ -4,10 +4,6 @@
 // inorder's, so that package processor, package cursor and inorder's internals all speak of one Position,
 // one Halt and one Source, and `go doc` shows their fields here.
 //
-// Packages processor and cursor keep their own names for these types (cursor.Position, processor.Source,
-// ...) as aliases, so that code written against them compiles unchanged; the two spellings are the same
-// type.
-//
 // # Positions
 //
 // A Position is the (created_at, id) pair of the last record a process handled: the zero Position is the

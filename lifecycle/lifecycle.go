@@ -18,11 +18,6 @@ type Config struct {
 	// Logger receives the group's own lines (what stopped the group: a signal, the context). The zero
 	// value logs nothing.
 	Logger zerolog.Logger
-	// NoSignals is ignored: a Group listens for no signal unless a signal actor is added to it
-	// (AddSignals).
-	//
-	// Deprecated: a Group never listens for signals of its own now, which is what NoSignals asked for.
-	NoSignals bool
 }
 
 // errCleanStop is what the actor watching Run's context returns when the context stopped the group, for

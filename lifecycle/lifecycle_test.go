@@ -17,6 +17,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/lifecycle"
@@ -38,8 +39,8 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return db, processor.Config[row]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   "jobs", ConnConfig: cc, Source: inordertype.Source{Table: "jobs", Columns: []string{"id"}},
 		PollInterval: 20 * time.Millisecond,
 	}
 }

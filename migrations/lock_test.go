@@ -12,8 +12,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
@@ -68,10 +68,10 @@ func TestMigrateNeverMakesRunningProcessorsQueueBehindIt(t *testing.T) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[event]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    "lock_test",
 		ConnConfig: cc,
-		Source:     processor.Source{Table: "events"},
+		Source:     inordertype.Source{Table: "events"},
 		Handler: handlers.HandlerFunc[event](func(context.Context, *handlers.Record[event]) error {
 			mu.Lock()
 			delivered = append(delivered, time.Now())

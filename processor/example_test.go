@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -42,10 +42,10 @@ func Example() {
 	delivered := 0
 	cc, _ := pgx.ParseConfig(url)
 	p, err := processor.New(processor.Config[Booking]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    "booking_sms",
 		ConnConfig: cc,
-		Source:     processor.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
+		Source:     inordertype.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
 		Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
 			fmt.Printf("booking %d: %d seats for %s\n", rec.Value.ID, rec.Value.Seats, rec.Value.Customer)
 			if delivered++; delivered == 3 {
@@ -100,9 +100,9 @@ func ExampleClient() {
 	for _, table := range []string{"invoices", "refunds"} {
 		p, err := processor.New(processor.Config[Booking]{
 			Client:    client, // its database and instance; no connection of its own
-			StartFrom: cursor.StartFromBeginning,
+			StartFrom: inordertype.StartFromBeginning,
 			Process:   table + "_mail",
-			Source:    processor.Source{Table: table, Columns: []string{"id", "customer", "seats"}},
+			Source:    inordertype.Source{Table: table, Columns: []string{"id", "customer", "seats"}},
 			Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
 				mu.Lock()
 				defer mu.Unlock()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -44,7 +45,7 @@ func (o *stateObserver) now() (retrying, halted, everRetry, everHalted bool) {
 var _ processor.RetryObserver = (*stateObserver)(nil)
 
 // halt reads the failing record's state from the cursor row, as status and operators see it.
-func (b *bundle) halt(t *testing.T) *cursor.Halt {
+func (b *bundle) halt(t *testing.T) *inordertype.Halt {
 	t.Helper()
 	infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
 	require.NoError(t, err)

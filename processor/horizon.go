@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -86,7 +87,7 @@ func newTracker(guard time.Duration) *tracker {
 }
 
 // observe folds one poll into the history and returns the horizon of the given kind.
-func (tr *tracker) observe(o source.Observation, kind Horizon) horizon {
+func (tr *tracker) observe(o source.Observation, kind inordertype.Horizon) horizon {
 	tr.ended = tr.ended[:0]
 	for vxid, e := range tr.seen {
 		_, w := o.Writers[vxid]
@@ -132,7 +133,7 @@ func (tr *tracker) observe(o source.Observation, kind Horizon) horizon {
 	var limitFrom time.Time
 	for _, e := range tr.seen {
 		from := e.lastAbsent
-		if kind == HorizonWriters {
+		if kind == inordertype.HorizonWriters {
 			if !e.writer {
 				continue
 			}
@@ -258,7 +259,7 @@ func (p *Processor[T]) holdAdvice(h holder) string {
 		fmt.Fprintf(&b, "if it is idle in transaction (SELECT state, query FROM pg_stat_activity WHERE pid = %d), "+
 			"end it, or set idle_in_transaction_session_timeout", h.PID)
 	}
-	if p.kind == HorizonTransactions {
+	if p.kind == inordertype.HorizonTransactions {
 		fmt.Fprintf(&b, "; with created_at set to the transaction's start every open transaction in the database "+
 			"holds this stream, not only the table's writers: %s", p.table.ClockFix())
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -149,7 +150,7 @@ func guardOnlyReader(ctx context.Context, t *testing.T, url string, delivered fu
 // clock_timestamp() default gets, and the transactions horizon, which must be just as exact.
 func TestNoRowIsSkippedUnderAdversarialWriters(t *testing.T) {
 	t.Parallel()
-	for _, horizon := range []processor.Horizon{processor.HorizonAuto, processor.HorizonTransactions} {
+	for _, horizon := range []inordertype.Horizon{inordertype.HorizonAuto, inordertype.HorizonTransactions} {
 		t.Run(horizonName(horizon), func(t *testing.T) {
 			t.Parallel()
 			noRowIsSkippedUnderAdversarialWriters(t, horizon)
@@ -157,14 +158,14 @@ func TestNoRowIsSkippedUnderAdversarialWriters(t *testing.T) {
 	}
 }
 
-func horizonName(h processor.Horizon) string {
-	if h == processor.HorizonAuto {
+func horizonName(h inordertype.Horizon) string {
+	if h == inordertype.HorizonAuto {
 		return "auto"
 	}
 	return string(h)
 }
 
-func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon processor.Horizon) {
+func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Horizon) {
 	b := setup(t)
 	b.cfg.Source.Horizon = horizon
 	const aggregates = 12

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -111,22 +112,22 @@ func TestInvalidSourcesFailWithOneClearError(t *testing.T) {
 	b.db.Exec(t, `CREATE TABLE jsonid (id jsonb, created_at timestamptz)`)
 	for _, tc := range []struct {
 		name string
-		src  processor.Source
+		src  inordertype.Source
 		want string
 	}{
-		{"unknown table", processor.Source{Table: "nope"}, `invalid source: table "nope" does not exist`},
-		{"injection as a table name", processor.Source{Table: `events; DROP TABLE events`}, `invalid source: table "events; DROP TABLE events"`},
-		{"unknown column", processor.Source{Table: "events", Columns: []string{"id", "colour"}},
+		{"unknown table", inordertype.Source{Table: "nope"}, `invalid source: table "nope" does not exist`},
+		{"injection as a table name", inordertype.Source{Table: `events; DROP TABLE events`}, `invalid source: table "events; DROP TABLE events"`},
+		{"unknown column", inordertype.Source{Table: "events", Columns: []string{"id", "colour"}},
 			`selected column "colour" does not exist in public.events`},
-		{"unknown id column", processor.Source{Table: "events", IDColumn: "event_id"}, `id column "event_id" does not exist`},
-		{"unknown trace column", processor.Source{Table: "events", TraceColumn: "trace_ctx"},
+		{"unknown id column", inordertype.Source{Table: "events", IDColumn: "event_id"}, `id column "event_id" does not exist`},
+		{"unknown trace column", inordertype.Source{Table: "events", TraceColumn: "trace_ctx"},
 			`trace column "trace_ctx" does not exist in public.events (columns: `},
-		{"a trace state without a trace column", processor.Source{Table: "events", TraceStateColumn: "payload"},
+		{"a trace state without a trace column", inordertype.Source{Table: "events", TraceStateColumn: "payload"},
 			`trace state column "payload" is named without a trace column: public.events has no traceparent column`},
-		{"created_at of the wrong type", processor.Source{Table: "textdate"},
+		{"created_at of the wrong type", inordertype.Source{Table: "textdate"},
 			"created_at column public.textdate.created_at is text; it must be timestamptz or timestamp"},
-		{"id of the wrong type", processor.Source{Table: "jsonid"}, "id column public.jsonid.id is jsonb"},
-		{"missing index", processor.Source{Table: "noindex"},
+		{"id of the wrong type", inordertype.Source{Table: "jsonid"}, "id column public.jsonid.id is jsonb"},
+		{"missing index", inordertype.Source{Table: "noindex"},
 			`no index serves the keyset read on public.noindex; create one: CREATE INDEX CONCURRENTLY "noindex_created_at_id_idx" ON "public"."noindex" ("created_at", "id")`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -153,7 +154,7 @@ func TestInvalidSourcesFailWithOneClearError(t *testing.T) {
 	stop := start(t, ran)
 	waitFor(t, "the first run", func() bool { _, id := b.position(t, ran.Process); return id != "" })
 	require.NoError(t, stop())
-	ran.Source = processor.Source{Table: "nope"}
+	ran.Source = inordertype.Source{Table: "nope"}
 	p, err := processor.New(ran)
 	require.NoError(t, err)
 	require.ErrorIs(t, p.Run(context.Background()), processor.ErrInvalidSource)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -23,7 +23,7 @@ import (
 // PartitionOpts configures NewPartitioned.
 type PartitionOpts struct {
 	// Partitions is how many ordered streams the process is split into, by a stable hash of the key
-	// column (see cursor.Partition); records of one key stay in one stream, in order. Required, at least 1.
+	// column (see inordertype.Partition); records of one key stay in one stream, in order. Required, at least 1.
 	// Changing it is an explicit operation: drain, then `inorder repartition`.
 	Partitions int
 	// Slots bounds how many partitions this instance works at once, and with it the cursor connections it
@@ -180,7 +180,7 @@ func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) er
 func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	cfg := p.cfg
 	cfg.Process = store.PartitionName(p.cfg.Process, i, p.opts.Partitions)
-	cfg.Source.Partition = &cursor.Partition{Index: i, Count: p.opts.Partitions}
+	cfg.Source.Partition = &inordertype.Partition{Index: i, Count: p.opts.Partitions}
 	proc, err := newStream(cfg)
 	if err != nil {
 		return stopped, err
@@ -387,7 +387,7 @@ func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
 			return &StartFromError{Table: t.Qualified}
 		}
 	}
-	p.cfg.StartFrom = cursor.StartFromBeginning
+	p.cfg.StartFrom = inordertype.StartFromBeginning
 	return nil
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
@@ -46,7 +47,7 @@ func (d *deliveries) count(instance string) int {
 
 func TestPartitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T) {
 	t.Parallel()
-	for _, horizon := range []processor.Horizon{processor.HorizonAuto, processor.HorizonTransactions} {
+	for _, horizon := range []inordertype.Horizon{inordertype.HorizonAuto, inordertype.HorizonTransactions} {
 		t.Run(horizonName(horizon), func(t *testing.T) {
 			t.Parallel()
 			partitionsSpreadOverInstancesAndKeepOrderPerKey(t, horizon)
@@ -54,7 +55,7 @@ func TestPartitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T) {
 	}
 }
 
-func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon processor.Horizon) {
+func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon inordertype.Horizon) {
 	b := setup(t)
 	b.cfg.Source.Horizon = horizon
 	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))

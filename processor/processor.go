@@ -45,7 +45,7 @@ type Config[T any] struct {
 	// other processors, instead of connections of its own (see Client). Instance is then the client's.
 	Client *Client
 	// Source is the table and the columns that order it.
-	Source Source
+	Source inordertype.Source
 
 	// Handler receives each record. It may also implement handlers.AsyncHandler (several records in
 	// flight, settled in order) and handlers.Flusher.
@@ -93,8 +93,8 @@ type Config[T any] struct {
 	InsertLatency time.Duration
 	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
 	Checkpoint Checkpoint
-	// StartFrom is where a process without a cursor row starts: cursor.StartFromBeginning,
-	// cursor.StartFromNow or cursor.StartFromTime. It has no default for a table that already has rows: a
+	// StartFrom is where a process without a cursor row starts: inordertype.StartFromBeginning,
+	// inordertype.StartFromNow or inordertype.StartFromTime. It has no default for a table that already has rows: a
 	// new process name (a typo beside the real one) would deliver the whole table again, so Run refuses to
 	// register one without it (ErrStartFromUnset), naming the processes that already read the table. On an
 	// empty table the zero value starts at the beginning. An existing process keeps its position whatever
@@ -315,7 +315,7 @@ type Processor[T any] struct {
 
 	table    *source.Table
 	tracker  *tracker
-	kind     Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
+	kind     inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
 	cur      *store.Repository
 	deadline *handlerDeadline
 
@@ -809,10 +809,10 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			return horizon{}, err
 		}
 	}
-	if p.kind == HorizonWriters && !p.table.WritersSafe(o.Default) {
+	if p.kind == inordertype.HorizonWriters && !p.table.WritersSafe(o.Default) {
 		at, unknown := p.tracker.earliestStart()
 		pos := p.cur.State().Position
-		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(HorizonTransactions))
+		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
 		if !at.IsZero() && at.Before(pos.CreatedAt) {
 			// The move back is made durable at once: a batch that fails later must not take it back while
 			// the switch stays.
@@ -823,7 +823,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			}
 			ev = ev.Str("from", pos.String()).Str("to", back.String())
 		}
-		p.kind = HorizonTransactions
+		p.kind = inordertype.HorizonTransactions
 		ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
 			"delivering again from the earliest start of the transactions open across the change")
 		if len(unknown) > 0 {
@@ -836,7 +836,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		}
 	}
 	h := p.tracker.observe(o, p.kind)
-	if p.cfg.TxHandler != nil && p.kind == HorizonTransactions {
+	if p.cfg.TxHandler != nil && p.kind == inordertype.HorizonTransactions {
 		// A transactional handler may insert into the source itself, in the cursor transaction, whose rows
 		// then carry its start: read only below it.
 		if capAt := o.TxStart.Add(-p.cfg.InsertLatency); !h.at.IsZero() && capAt.Before(h.at) {

@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -82,8 +82,8 @@ func TestStructColumnsAreTheDefaultSelection(t *testing.T) {
 		Colour string `db:"colour"`
 	}
 	p, err := processor.New(processor.Config[extra]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   "extra", ConnConfig: b.cfg.ConnConfig, Source: processor.Source{Table: "events"},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   "extra", ConnConfig: b.cfg.ConnConfig, Source: inordertype.Source{Table: "events"},
 		Handler: handlers.HandlerFunc[extra](func(context.Context, *handlers.Record[extra]) error { return nil }),
 	})
 	require.NoError(t, err)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
@@ -38,8 +38,8 @@ func Example_library() {
 	p, err := processor.New(processor.Config[Booking]{
 		Process:    "booking_sms",
 		ConnConfig: cc,
-		Source:     processor.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
-		StartFrom:  cursor.StartFromNow, // a new process: the bookings from now on (or StartFromBeginning)
+		Source:     inordertype.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
+		StartFrom:  inordertype.StartFromNow, // a new process: the bookings from now on (or StartFromBeginning)
 		Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
 			return sendConfirmation(ctx, rec.Value.Customer) // nil: the position moves past the record
 		}),

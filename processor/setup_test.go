@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -120,10 +120,10 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	h := newCollector()
 	return &bundle{db: db, h: h, cfg: processor.Config[event]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "test_process",
 		ConnConfig:   cc,
-		Source:       processor.Source{Table: "events", Columns: []string{"id", "aggregate_id", "seq", "created_at"}},
+		Source:       inordertype.Source{Table: "events", Columns: []string{"id", "aggregate_id", "seq", "created_at"}},
 		Handler:      h,
 		BatchSize:    10,
 		PollInterval: 20 * time.Millisecond,

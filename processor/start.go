@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -39,7 +40,7 @@ func (p *Processor[T]) register(ctx context.Context) error {
 		if has {
 			return fatalError{p.unsetStart(ctx)}
 		}
-		start = cursor.StartFromBeginning // nothing to deliver twice
+		start = inordertype.StartFromBeginning // nothing to deliver twice
 	}
 	if err := p.cur.Register(ctx, start); err != nil {
 		return err
@@ -96,7 +97,7 @@ func (e *StartFromError) Explain(setting string) string {
 // partitioned process).
 type reader struct {
 	name       string
-	position   cursor.Position
+	position   inordertype.Position
 	behind     int64
 	partitions int
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -19,7 +19,7 @@ func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
 	ctx := context.Background()
 	b := setup(t)
 	empty := b.cfg
-	empty.StartFrom = cursor.StartFrom{}
+	empty.StartFrom = inordertype.StartFrom{}
 	empty.Process = "on_an_empty_table"
 	start(t, empty)
 	waitFor(t, "the process on an empty table to register", func() bool { return b.registered(t, empty.Process) })
@@ -28,7 +28,7 @@ func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
 	require.Equal(t, first, b.h.ids())
 
 	late := b.cfg
-	late.StartFrom, late.Process, late.Handler = cursor.StartFrom{}, "late", newCollector()
+	late.StartFrom, late.Process, late.Handler = inordertype.StartFrom{}, "late", newCollector()
 	p, err := processor.New(late)
 	require.NoError(t, err)
 	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second) // without the rule it would run on
@@ -42,7 +42,7 @@ func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
 	require.NoError(t, b.db.Pool.QueryRow(ctx, "SELECT created_at FROM events WHERE id = $1", first[2]).Scan(&third))
 	h := newCollector()
 	from := b.cfg
-	from.StartFrom, from.Process, from.Handler = cursor.StartFromTime(third), "from_a_time", h
+	from.StartFrom, from.Process, from.Handler = inordertype.StartFromTime(third), "from_a_time", h
 	start(t, from)
 	waitFor(t, "the rows from the time on", func() bool { return h.count() == 1 })
 	require.Equal(t, first[2:], h.ids())

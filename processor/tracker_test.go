@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -96,7 +97,7 @@ func TestTracker(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			byKind := map[Horizon]*tracker{HorizonWriters: newTracker(guard), HorizonTransactions: newTracker(guard)}
+			byKind := map[inordertype.Horizon]*tracker{inordertype.HorizonWriters: newTracker(guard), inordertype.HorizonTransactions: newTracker(guard)}
 			for _, p := range tc.polls {
 				o := source.Observation{Now: at(p.ms), Writers: map[string]int{}, Txs: map[string]int{}}
 				for _, name := range p.present {
@@ -111,7 +112,7 @@ func TestTracker(t *testing.T) {
 						o.Txs["1/"+name] = pids[name]
 					}
 				}
-				for kind, want := range map[Horizon]int{HorizonWriters: p.writers, HorizonTransactions: p.transactions} {
+				for kind, want := range map[inordertype.Horizon]int{inordertype.HorizonWriters: p.writers, inordertype.HorizonTransactions: p.transactions} {
 					h := byKind[kind].observe(o, kind)
 					if want < 0 {
 						require.True(t, h.at.IsZero(), "%s at %dms: want blocked, got %s", kind, p.ms, h.at)
@@ -119,7 +120,7 @@ func TestTracker(t *testing.T) {
 					} else {
 						require.Equal(t, less(want), h.at, "%s at %dms", kind, p.ms)
 					}
-					if kind == HorizonTransactions {
+					if kind == inordertype.HorizonTransactions {
 						if p.holdPID != 0 || (h.hold != nil && h.hold.PID == 0) {
 							require.NotNil(t, h.hold, "at %dms", p.ms)
 							require.Equal(t, p.holdPID, h.hold.PID, "at %dms", p.ms)
@@ -144,7 +145,7 @@ func TestTrackerEarliestStart(t *testing.T) {
 		for i, x := range txs {
 			o.Txs[x] = 100 + i
 		}
-		tr.observe(o, HorizonWriters)
+		tr.observe(o, inordertype.HorizonWriters)
 	}
 	obs(0, "1/1")
 	at, unknown := tr.earliestStart()
@@ -175,7 +176,7 @@ func TestTrackerEarliestStart(t *testing.T) {
 func TestTrackerHoldDoesNotFlap(t *testing.T) {
 	t.Parallel()
 	t0 := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	for _, kind := range []Horizon{HorizonWriters, HorizonTransactions} {
+	for _, kind := range []inordertype.Horizon{inordertype.HorizonWriters, inordertype.HorizonTransactions} {
 		tr := newTracker(5 * time.Millisecond)
 		tr.observe(source.Observation{Now: t0, Writers: map[string]int{}, Txs: map[string]int{}}, kind)
 		for i := 1; i <= 50; i++ {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -112,13 +113,13 @@ func TestNoRowIsSkippedWithTransactionTimeCreatedAt(t *testing.T) {
 		name    string
 		ddl     string
 		insert  string
-		horizon processor.Horizon // for the processor under test; the control gets the writers horizon
+		horizon inordertype.Horizon // for the processor under test; the control gets the writers horizon
 	}{
 		{name: "DEFAULT now()", ddl: "ALTER TABLE events ALTER COLUMN created_at SET DEFAULT now()",
 			insert: "INSERT INTO events (aggregate_id, seq) VALUES ($1, $2) RETURNING id"},
 		{name: "now() written by the application", ddl: "ALTER TABLE events ALTER COLUMN created_at DROP DEFAULT",
 			insert:  "INSERT INTO events (aggregate_id, seq, created_at) VALUES ($1, $2, now()) RETURNING id",
-			horizon: processor.HorizonTransactions},
+			horizon: inordertype.HorizonTransactions},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -142,8 +143,8 @@ func TestNoRowIsSkippedWithTransactionTimeCreatedAt(t *testing.T) {
 			control := newCollector()
 			ccfg := b.cfg
 			ccfg.Process, ccfg.Handler = "control", control
-			ccfg.Source.Horizon = processor.HorizonWriters
-			if tc.horizon == processor.HorizonAuto {
+			ccfg.Source.Horizon = inordertype.HorizonWriters
+			if tc.horizon == inordertype.HorizonAuto {
 				// The writers horizon is refused on a column that defaults to now(), rightly: the control
 				// reads a copy of every row, written by a trigger in the row's own transaction at its insert,
 				// from a table whose created_at has no default.

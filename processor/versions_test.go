@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -146,10 +146,10 @@ func TestUUIDv7IDsOn18(t *testing.T) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	cfg := processor.Config[order]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "uuidv7_orders",
 		ConnConfig:   cc,
-		Source:       processor.Source{Table: "orders"},
+		Source:       inordertype.Source{Table: "orders"},
 		BatchSize:    7,
 		PollInterval: 20 * time.Millisecond,
 		Handler: handlers.HandlerFunc[order](func(_ context.Context, rec *handlers.Record[order]) error {

@@ -73,7 +73,7 @@ func TestAReusedVirtualTransactionIDNeverSkipsARow(t *testing.T) {
 	poll := func() (w, x horizon, o source.Observation) {
 		o, err := tbl.PollLocks(ctx, poller)
 		require.NoError(t, err)
-		return writers.observe(o, HorizonWriters), transactions.observe(o, HorizonTransactions), o
+		return writers.observe(o, inordertype.HorizonWriters), transactions.observe(o, inordertype.HorizonTransactions), o
 	}
 	poll() // tracking begins
 

@@ -1,6 +1,6 @@
 // Package traceparent gives an application the W3C trace context of its current span, to write into the
 // outbox row with the business change, in the same transaction. inorder reads it back from the row (the
-// traceparent and tracestate columns, or those processor.Source names) and traces each delivery of the
+// traceparent and tracestate columns, or those inordertype.Source names) and traces each delivery of the
 // record as a continuation of that span: the request that wrote the row and the call that delivered it
 // end up in one trace, and the sink's receiver, which gets the context in a header or attribute, in it
 // too.

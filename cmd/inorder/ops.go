@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // opFlags are the flags every operator action shares.
@@ -268,7 +269,7 @@ func repartitionCmd(ctx context.Context, args []string, stdout, stderr io.Writer
 	if err != nil {
 		return err
 	}
-	var src cursor.Source
+	var src inordertype.Source
 	for _, p := range procs {
 		for _, s := range p.Streams {
 			if s.Source.Table != "" {

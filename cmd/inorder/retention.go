@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // parseAge reads a duration as Go writes one (90m, 720h) or a whole number of days (30d).
@@ -140,23 +141,23 @@ func note(n string) string {
 
 // pruneReport is `inorder prune --json`: its fields are only ever added to.
 type pruneReport struct {
-	Table     string              `json:"table"`
-	Cut       time.Time           `json:"cut"`
-	DryRun    bool                `json:"dry_run"`
-	Rows      int64               `json:"rows"`
-	Through   *cursor.Position    `json:"through"`
-	Passed    cursor.Position     `json:"passed"`
-	LimitedBy *pruneReader        `json:"limited_by"`
-	Processes []pruneReader       `json:"processes"`
-	Batches   int                 `json:"batches"`
-	Entries   []cursor.AuditEntry `json:"audit_entries"`
+	Table     string                `json:"table"`
+	Cut       time.Time             `json:"cut"`
+	DryRun    bool                  `json:"dry_run"`
+	Rows      int64                 `json:"rows"`
+	Through   *inordertype.Position `json:"through"`
+	Passed    inordertype.Position  `json:"passed"`
+	LimitedBy *pruneReader          `json:"limited_by"`
+	Processes []pruneReader         `json:"processes"`
+	Batches   int                   `json:"batches"`
+	Entries   []cursor.AuditEntry   `json:"audit_entries"`
 }
 
 type pruneReader struct {
-	Process  string          `json:"process"`
-	Stream   string          `json:"stream"`
-	Position cursor.Position `json:"position"`
-	Note     string          `json:"note"`
+	Process  string               `json:"process"`
+	Stream   string               `json:"stream"`
+	Position inordertype.Position `json:"position"`
+	Note     string               `json:"note"`
 }
 
 func printPruneJSON(w io.Writer, res cursor.PruneResult) error {

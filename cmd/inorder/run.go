@@ -20,6 +20,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/handlers/stdout"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/lifecycle/ops"
 	"github.com/inorder-dev/inorder/processor"
@@ -514,14 +515,14 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if onHalt != processor.OnHaltHalt && onHalt != processor.OnHaltPark {
 		return cfg, usageErr("--on-halt must be halt or park, got %q", f.onHalt)
 	}
-	var start cursor.StartFrom
+	var start inordertype.StartFrom
 	if f.startFrom != "" {
 		var err error
-		if start, err = cursor.ParseStartFrom(f.startFrom); err != nil {
+		if start, err = inordertype.ParseStartFrom(f.startFrom); err != nil {
 			return cfg, usageErr("--start-from must be beginning, now or an RFC 3339 time, got %q", f.startFrom)
 		}
 	}
-	horizon, err := processor.ParseHorizon(f.horizon)
+	horizon, err := inordertype.ParseHorizon(f.horizon)
 	if err != nil {
 		return cfg, usageErr("--horizon: %v", err)
 	}
@@ -538,7 +539,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	cfg = processor.Config[handlers.Row]{
 		Process:    f.process,
 		ConnConfig: cc,
-		Source: processor.Source{
+		Source: inordertype.Source{
 			Table: f.table, IDColumn: f.idColumn, CreatedAtColumn: f.createdAtColumn,
 			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon,
 			TraceColumn: f.traceColumn, TraceStateColumn: f.traceStateColumn,

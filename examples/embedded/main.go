@@ -36,8 +36,8 @@ import (
 	"github.com/mattn/go-isatty"
 	"github.com/rs/zerolog"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
@@ -89,10 +89,10 @@ func run(ctx context.Context, databaseURL, addr string, stdout io.Writer, log ze
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	confirmations, err := processor.New(processor.Config[order]{
-		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
-		Source:     processor.Source{Table: "orders", Columns: []string{"id", "customer", "total_cents"}},
+		Source:     inordertype.Source{Table: "orders", Columns: []string{"id", "customer", "total_cents"}},
 		Handler:    sendConfirmation(log),
 		Logger:     log,
 	})

@@ -39,9 +39,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -227,12 +227,12 @@ func run(ctx context.Context, databaseURL string, client *kgo.Client, log zerolo
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
 		// The payload column becomes the value, type the event_type header, and the key column the
 		// record key.
-		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     sink,
 		MaxInFlight: window,
 		Logger:      log,

@@ -33,9 +33,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -165,10 +165,10 @@ func run(ctx context.Context, databaseURL string, psp *paymentProcessor, log zer
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
-		Source: processor.Source{
+		Source: inordertype.Source{
 			Table:     "billing_events",
 			KeyColumn: "customer_id", // sent as "key" in each request
 			Columns:   []string{"id", "customer_id", "seq", "kind", "amount_cents"},

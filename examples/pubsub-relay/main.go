@@ -39,9 +39,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -199,12 +199,12 @@ func run(ctx context.Context, databaseURL string, client *gpubsub.Client, log ze
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
 		// The payload column becomes the message data, type the event_type attribute, and the key
 		// column the ordering key.
-		Source:  processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:  inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler: sink,
 		Logger:  log,
 	}

@@ -30,8 +30,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -129,10 +129,10 @@ func run(ctx context.Context, databaseURL string, checkpoint processor.Checkpoin
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[accountEvent]{
-		StartFrom:  cursor.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
 		Process:    process,
 		ConnConfig: cc,
-		Source: processor.Source{
+		Source: inordertype.Source{
 			Table:   "account_events",
 			Columns: []string{"id", "account_id", "type", "amount"}, // the fields of accountEvent
 		},

@@ -35,6 +35,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -127,10 +128,10 @@ func run(ctx context.Context, databaseURL string, v int, log zerolog.Logger, opt
 		return fmt.Errorf("setup: %w", err)
 	}
 	cfg := processor.Config[accountEvent]{
-		StartFrom:  cursor.StartFromBeginning, // a new version projects every event
+		StartFrom:  inordertype.StartFromBeginning, // a new version projects every event
 		Process:    process(v),
 		ConnConfig: pool.Config().ConnConfig,
-		Source:     processor.Source{Table: "account_events", Columns: []string{"account_id", "amount"}},
+		Source:     inordertype.Source{Table: "account_events", Columns: []string{"account_id", "amount"}},
 		TxHandler:  projection{table: table(v)},
 		BatchSize:  1000,
 		Logger:     log,

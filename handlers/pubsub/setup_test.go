@@ -22,9 +22,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -208,10 +208,10 @@ func runWith(t *testing.T, d db, process, table string, h handlers.Handler[handl
 	cc, err := pgx.ParseConfig(d.URL)
 	require.NoError(t, err)
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      process,
 		ConnConfig:   cc,
-		Source:       processor.Source{Table: table},
+		Source:       inordertype.Source{Table: table},
 		Handler:      h,
 		PollInterval: 20 * time.Millisecond,
 		RetryMin:     20 * time.Millisecond,

@@ -9,9 +9,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -48,9 +48,9 @@ func Example() {
 	}
 	p, err := processor.New(processor.Config[handlers.Row]{
 		Process:     "bookings_outbox",
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		ConnConfig:  cc,
-		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: 8,
 	})

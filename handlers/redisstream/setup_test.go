@@ -15,9 +15,9 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/redisstream"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/redistest"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
@@ -83,10 +83,10 @@ type runOpts struct {
 func (b *bundle) run(t *testing.T, process string, h handlers.Handler[handlers.Row], o runOpts) *processortest.Running {
 	t.Helper()
 	p, err := processor.New(processor.Config[handlers.Row]{
-		StartFrom:      cursor.StartFromBeginning,
+		StartFrom:      inordertype.StartFromBeginning,
 		Process:        process,
 		ConnConfig:     b.db.ConnConfig(t),
-		Source:         processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:         inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:        h,
 		MaxInFlight:    o.maxInFlight,
 		TracerProvider: o.tracerProvider,

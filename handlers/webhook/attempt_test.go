@@ -17,6 +17,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -108,9 +109,9 @@ func setupAttempts(t *testing.T, s *attemptSink, inFlight int) *attemptBench {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return &attemptBench{db: db, cfg: processor.Config[handlers.Row]{
-		StartFrom: cursor.StartFromBeginning,
+		StartFrom: inordertype.StartFromBeginning,
 		Process:   "billing", ConnConfig: cc, Handler: h, MaxInFlight: inFlight,
-		Source:       processor.Source{Table: "events", KeyColumn: "customer"},
+		Source:       inordertype.Source{Table: "events", KeyColumn: "customer"},
 		PollInterval: 10 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
 		HandlerTimeout: 10 * time.Second,
 		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
@@ -138,9 +139,9 @@ func (b *attemptBench) start(t *testing.T) (stop func() error) {
 }
 
 // halted waits for the stream to halt on record id and returns the halt.
-func (b *attemptBench) halted(t *testing.T, id string) *cursor.Halt {
+func (b *attemptBench) halted(t *testing.T, id string) *inordertype.Halt {
 	t.Helper()
-	var h *cursor.Halt
+	var h *inordertype.Halt
 	eventually(t, "the halt on record "+id, func() bool {
 		infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
 		if err != nil || len(infos) != 1 || infos[0].Halt == nil || infos[0].Halt.RecordID != id {

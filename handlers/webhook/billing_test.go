@@ -10,9 +10,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/billingtest"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
@@ -48,10 +48,10 @@ func (o *outbox) insert(t *testing.T, n, customers int) {
 func (o *outbox) run(t *testing.T, h handlers.Handler[handlers.Row], inFlight int) {
 	t.Helper()
 	p, err := processor.New(processor.Config[handlers.Row]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "billing",
 		ConnConfig:   o.db.ConnConfig(t),
-		Source:       processor.Source{Table: "usage_outbox", KeyColumn: "customer"},
+		Source:       inordertype.Source{Table: "usage_outbox", KeyColumn: "customer"},
 		Handler:      h,
 		MaxInFlight:  inFlight,
 		PollInterval: 10 * time.Millisecond,

@@ -17,9 +17,9 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -656,10 +656,10 @@ func (e *e2e) run(t *testing.T, h handlers.Handler[handlers.Row]) (stop func()) 
 	cc, err := pgx.ParseConfig(e.db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[handlers.Row]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      e.process,
 		ConnConfig:   cc,
-		Source:       processor.Source{Table: "bookings"},
+		Source:       inordertype.Source{Table: "bookings"},
 		Handler:      h,
 		PollInterval: 20 * time.Millisecond,
 		RetryMin:     20 * time.Millisecond,

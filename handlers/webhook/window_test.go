@@ -18,6 +18,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -133,9 +134,9 @@ func setupWindow(t *testing.T, inFlight int, maxLatency time.Duration) *windowBe
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return &windowBench{db: db, sink: sink, cfg: processor.Config[handlers.Row]{
-		StartFrom: cursor.StartFromBeginning,
+		StartFrom: inordertype.StartFromBeginning,
 		Process:   "billing", ConnConfig: cc, Handler: h, MaxInFlight: inFlight,
-		Source:       processor.Source{Table: "events", KeyColumn: "customer"},
+		Source:       inordertype.Source{Table: "events", KeyColumn: "customer"},
 		PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 	}}
@@ -221,7 +222,7 @@ func TestWindowHaltsOnARefusalAndSkipMovesOn(t *testing.T) {
 	testrun.Start(t, newProcessor(t, b.cfg).Run)
 
 	ctx := context.Background()
-	var halt *cursor.Halt
+	var halt *inordertype.Halt
 	eventually(t, "the halt on the refused record", func() bool {
 		infos, err := cursor.List(ctx, b.db.Pool, "billing")
 		if err != nil || len(infos) == 0 || infos[0].Halt == nil {

@@ -7,7 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -29,8 +29,8 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return db, processor.Config[row]{
-		StartFrom: cursor.StartFromBeginning,
-		Process:   "jobs", ConnConfig: cc, Source: processor.Source{Table: "jobs", Columns: []string{"id"}},
+		StartFrom: inordertype.StartFromBeginning,
+		Process:   "jobs", ConnConfig: cc, Source: inordertype.Source{Table: "jobs", Columns: []string{"id"}},
 		PollInterval: 20 * time.Millisecond,
 	}
 }

@@ -13,8 +13,8 @@
 //		p, err := processor.New(processor.Config[Booking]{
 //			Process:    "booking_sms",
 //			ConnConfig: db.ConnConfig(t),
-//			Source:     processor.Source{Table: "bookings"},
-//			StartFrom:  cursor.StartFromBeginning, // the rows inserted above
+//			Source:     inordertype.Source{Table: "bookings"},
+//			StartFrom:  inordertype.StartFromBeginning, // the rows inserted above
 //			Handler:    rec,
 //		})
 //		require.NoError(t, err)

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -40,10 +40,10 @@ func Example() {
 
 	sms := &processortest.Recorder[Booking]{} // stands in for the handler that sends the texts
 	p, err := processor.New(processor.Config[Booking]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "booking_sms",
 		ConnConfig:   db.ConnConfig(t),
-		Source:       processor.Source{Table: "bookings"},
+		Source:       inordertype.Source{Table: "bookings"},
 		Handler:      sms,
 		PollInterval: 10 * time.Millisecond,
 		RetryMin:     10 * time.Millisecond,

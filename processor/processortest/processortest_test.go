@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
@@ -43,10 +44,10 @@ func book(t *testing.T, db *processortest.DB, n int) {
 func newProcessor(t *testing.T, db *processortest.DB, process string, h handlers.Handler[booking]) *processor.Processor[booking] {
 	t.Helper()
 	p, err := processor.New(processor.Config[booking]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      process,
 		ConnConfig:   db.ConnConfig(t),
-		Source:       processor.Source{Table: "bookings"},
+		Source:       inordertype.Source{Table: "bookings"},
 		Handler:      h,
 		PollInterval: 10 * time.Millisecond,
 		RetryMin:     10 * time.Millisecond,
@@ -172,10 +173,10 @@ func TestWaitCaughtUpPartitioned(t *testing.T) {
 	}
 	rec := &processortest.Recorder[event]{}
 	p, err := processor.NewPartitioned(processor.Config[event]{
-		StartFrom:    cursor.StartFromBeginning,
+		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "fanout",
 		ConnConfig:   db.ConnConfig(t),
-		Source:       processor.Source{Table: "events"},
+		Source:       inordertype.Source{Table: "events"},
 		Handler:      rec,
 		PollInterval: 10 * time.Millisecond,
 	}, processor.PartitionOpts{Partitions: 3})

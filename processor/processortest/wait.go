@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // WaitOpts configures WaitCaughtUp and WaitHalted. The zero value, like a nil *WaitOpts, uses the
@@ -67,29 +68,29 @@ func WaitCaughtUp(t testing.TB, db *DB, process string, opts *WaitOpts) {
 // and returns the halt: the record, the handler's last error and how many attempts failed so far. For a
 // partitioned process it returns the halt of the first partition found halted. It fails the test after
 // opts.Timeout, saying where the process stands. Call it from the test's goroutine.
-func WaitHalted(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
+func WaitHalted(t testing.TB, db *DB, process string, opts *WaitOpts) inordertype.Halt {
 	t.Helper()
-	return waitFailure(t, db, process, "halt", opts, func(h *cursor.Halt) bool { return !h.Retrying() })
+	return waitFailure(t, db, process, "halt", opts, func(h *inordertype.Halt) bool { return !h.Retrying() })
 }
 
 // WaitSinkUnavailable waits until process waits for its sink: a record fails with a refusal every record
 // would meet (handlers.Unavailable), so that nothing halts or parks for it. It returns the failure as
 // WaitHalted does; its Unavailable says what to check.
-func WaitSinkUnavailable(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
+func WaitSinkUnavailable(t testing.TB, db *DB, process string, opts *WaitOpts) inordertype.Halt {
 	t.Helper()
-	return waitFailure(t, db, process, "sink outage", opts, func(h *cursor.Halt) bool { return h.SinkUnavailable() })
+	return waitFailure(t, db, process, "sink outage", opts, func(h *inordertype.Halt) bool { return h.SinkUnavailable() })
 }
 
 // WaitFailing waits until a record of process fails, whether the stream is retrying it or halted on it,
 // and returns the failure as WaitHalted does.
-func WaitFailing(t testing.TB, db *DB, process string, opts *WaitOpts) cursor.Halt {
+func WaitFailing(t testing.TB, db *DB, process string, opts *WaitOpts) inordertype.Halt {
 	t.Helper()
-	return waitFailure(t, db, process, "failing record", opts, func(*cursor.Halt) bool { return true })
+	return waitFailure(t, db, process, "failing record", opts, func(*inordertype.Halt) bool { return true })
 }
 
-func waitFailure(t testing.TB, db *DB, process, what string, opts *WaitOpts, enough func(*cursor.Halt) bool) cursor.Halt {
+func waitFailure(t testing.TB, db *DB, process, what string, opts *WaitOpts, enough func(*inordertype.Halt) bool) inordertype.Halt {
 	t.Helper()
-	var halt cursor.Halt
+	var halt inordertype.Halt
 	wait(t, db, process, what, opts, func(ctx context.Context, streams []cursor.Info) (bool, string, error) {
 		var states []string
 		for _, in := range streams {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -61,9 +61,9 @@ func measureCatchUp(tb testing.TB, n int) catchUp {
 	tb.Cleanup(halt) // when drain fails the test
 
 	c.result = drain(tb, db, processor.Config[event]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    "bench_catchup",
-		Source:     processor.Source{Table: "events", Columns: eventColumns},
+		Source:     inordertype.Source{Table: "events", Columns: eventColumns},
 		Handler:    noopHandler,
 		BatchSize:  1000,
 		Checkpoint: processor.CheckpointBatch,

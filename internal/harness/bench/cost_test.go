@@ -13,7 +13,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
@@ -30,9 +30,9 @@ func runProcessor(tb testing.TB, db *pgtest.DB, process, mode string) {
 		tb.Fatalf("parse url: %v", err)
 	}
 	cfg := processor.Config[event]{
-		StartFrom: cursor.StartFromBeginning,
+		StartFrom: inordertype.StartFromBeginning,
 		Process:   process, ConnConfig: cc, Handler: noopHandler,
-		Source:       processor.Source{Table: "events", Columns: eventColumns},
+		Source:       inordertype.Source{Table: "events", Columns: eventColumns},
 		PollInterval: latencyPoll, Checkpoint: processor.CheckpointRecord,
 	}
 	switch mode {

@@ -11,9 +11,9 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -124,9 +124,9 @@ func measureKafka(tb testing.TB, inFlight, n int) result {
 		tb.Fatalf("kafka handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		Process:     fmt.Sprintf("bench_kafka_%d", inFlight),
-		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		BatchSize:   1000,

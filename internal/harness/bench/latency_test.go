@@ -10,8 +10,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
@@ -149,10 +149,10 @@ func measureLatency(tb testing.TB, mode string, rate int, d time.Duration) laten
 	}
 	process := "bench_latency_" + mode
 	p, err := processor.New(processor.Config[event]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    process,
 		ConnConfig: cc,
-		Source:     processor.Source{Table: "events", Columns: eventColumns},
+		Source:     inordertype.Source{Table: "events", Columns: eventColumns},
 		Handler: handlers.HandlerFunc[event](func(_ context.Context, rec *handlers.Record[event]) error {
 			at := time.Now()
 			mu.Lock()

@@ -21,9 +21,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
@@ -435,9 +435,9 @@ func measureNoopWith(tb testing.TB, checkpoint processor.Checkpoint, n int, sync
 	lastID, lastAt := lastRow(tb, db, "events")
 	noteServer(tb, db.Pool)
 	return drain(tb, db, processor.Config[event]{
-		StartFrom:         cursor.StartFromBeginning,
+		StartFrom:         inordertype.StartFromBeginning,
 		Process:           "bench_noop_" + string(checkpoint),
-		Source:            processor.Source{Table: "events", Columns: eventColumns},
+		Source:            inordertype.Source{Table: "events", Columns: eventColumns},
 		Handler:           noopHandler,
 		BatchSize:         1000,
 		Checkpoint:        checkpoint,
@@ -485,9 +485,9 @@ func measurePubsub(tb testing.TB, maxInFlight, n int) result {
 		tb.Fatalf("pubsub handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    fmt.Sprintf("bench_pubsub_%d", maxInFlight),
-		Source:     processor.Source{Table: "outbox"},
+		Source:     inordertype.Source{Table: "outbox"},
 		Handler:    h,
 		BatchSize:  1000,
 		Checkpoint: processor.CheckpointBatch,

@@ -11,9 +11,9 @@ import (
 	"github.com/nats-io/nats.go"
 	njs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/jetstream"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/natstest"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -128,9 +128,9 @@ func measureNats(tb testing.TB, inFlight, n int) result {
 		tb.Fatalf("jetstream handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		Process:     fmt.Sprintf("bench_nats_%d", inFlight),
-		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		BatchSize:   1000,

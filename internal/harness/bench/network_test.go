@@ -14,9 +14,9 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/stdout"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
@@ -159,9 +159,9 @@ func measureNoopNet(tb testing.TB, proxy *tcpproxy.Proxy, checkpoint processor.C
 	}
 	tb.Cleanup(func() { _ = f.Close() })
 	d := drainVia(tb, db, proxy, processor.Config[handlers.Row]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    "bench_net_" + string(checkpoint),
-		Source:     processor.Source{Table: "events"},
+		Source:     inordertype.Source{Table: "events"},
 		Handler:    stdout.New[handlers.Row](f),
 		Checkpoint: checkpoint,
 	}, n, lastID, lastAt, 3*time.Minute)

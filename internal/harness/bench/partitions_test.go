@@ -11,8 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -117,10 +117,10 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	runners := make([]*processor.Partitioned[event], instances)
 	for i := range runners {
 		runners[i], err = processor.NewPartitioned(processor.Config[event]{
-			StartFrom:  cursor.StartFromBeginning,
+			StartFrom:  inordertype.StartFromBeginning,
 			Process:    process,
 			ConnConfig: cc,
-			Source:     processor.Source{Table: "events", Columns: eventColumns},
+			Source:     inordertype.Source{Table: "events", Columns: eventColumns},
 			Handler: handlers.HandlerFunc[event](func(context.Context, *handlers.Record[event]) error {
 				time.Sleep(time.Millisecond) // the workload
 				handled.Add(1)

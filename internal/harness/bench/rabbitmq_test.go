@@ -10,9 +10,9 @@ import (
 
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/rabbitmqtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -155,9 +155,9 @@ func measureRabbitMQ(tb testing.TB, inFlight, n int) result {
 		tb.Fatalf("rabbitmq handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		Process:     fmt.Sprintf("bench_rabbitmq_%d", inFlight),
-		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		BatchSize:   1000,

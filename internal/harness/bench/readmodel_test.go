@@ -7,8 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -56,9 +56,9 @@ func measureReadModel(tb testing.TB, n int, batched bool) result {
 		tb.Fatalf("the read model's handler takes batches: %v, want %v", ok, batched)
 	}
 	return drain(tb, db, processor.Config[event]{
-		StartFrom:  cursor.StartFromBeginning,
+		StartFrom:  inordertype.StartFromBeginning,
 		Process:    "bench_readmodel",
-		Source:     processor.Source{Table: "events", Columns: eventColumns},
+		Source:     inordertype.Source{Table: "events", Columns: eventColumns},
 		TxHandler:  h,
 		BatchSize:  1000,
 		Checkpoint: processor.CheckpointBatch,

@@ -10,9 +10,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/redisstream"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/redistest"
 	"github.com/inorder-dev/inorder/processor"
@@ -120,9 +120,9 @@ func measureRedis(tb testing.TB, inFlight, n int) result {
 		tb.Fatalf("redis handler: %v", err)
 	}
 	res := drain(tb, db, processor.Config[handlers.Row]{
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		Process:     fmt.Sprintf("bench_redis_%d", inFlight),
-		Source:      processor.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		BatchSize:   1000,

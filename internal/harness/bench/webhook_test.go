@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/processor"
@@ -77,9 +77,9 @@ func measureWebhookVia(tb testing.TB, proxy *tcpproxy.Proxy, inFlight, keys, n i
 		tb.Fatalf("webhook: %v", err)
 	}
 	return drainVia(tb, db, proxy, processor.Config[handlers.Row]{
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		Process:     "bench_webhook",
-		Source:      processor.Source{Table: "events", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "events", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		Checkpoint:  processor.CheckpointRecord,
@@ -121,9 +121,9 @@ func measureWebhookParking(tb testing.TB, refusing bool, inFlight, keys, n int, 
 		tb.Fatalf("webhook: %v", err)
 	}
 	r := drain(tb, db, processor.Config[handlers.Row]{
-		StartFrom:   cursor.StartFromBeginning,
+		StartFrom:   inordertype.StartFromBeginning,
 		Process:     "bench_parking",
-		Source:      processor.Source{Table: "events", KeyColumn: "aggregate_id"},
+		Source:      inordertype.Source{Table: "events", KeyColumn: "aggregate_id"},
 		Handler:     h,
 		MaxInFlight: inFlight,
 		Checkpoint:  processor.CheckpointRecord,
