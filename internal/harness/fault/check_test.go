@@ -46,13 +46,17 @@ func (r *report) line(scenario string) string {
 // delivery the receiver recorded, in arrival order (all streams); obs are the polled positions (all
 // streams); audit is every committed write of the cursor rows, in commit order (all streams).
 func analyze(process string, order []row, log []delivery, obs []posObs, audit []auditRow) *report {
-	return analyzeWith(process, false, order, log, obs, audit)
+	return analyzeWith(process, false, nil, order, log, obs, audit)
 }
 
 // analyzeWith is analyze for a stream whose polled position a crash of the server may take back (its
 // positions commit without waiting for their flush, and the crash loses the last of them) when
-// takenBack is set: that is counted, not a problem, and the checks go on from where it went back to.
-func analyzeWith(process string, takenBack bool, order []row, log []delivery, obs []posObs, audit []auditRow) *report {
+// takenBack is set: that is counted, not a problem, and the checks go on from where it went back to. The
+// records in parked are those of a key the stream parked (see world.parks): their first deliveries may
+// come after later records of other keys, and the position may pass them before they are delivered (they
+// wait in inorder.parked); every other check holds for them, their key's order among them.
+func analyzeWith(process string, takenBack bool, parked map[int64]bool, order []row, log []delivery, obs []posObs,
+	audit []auditRow) *report {
 	r := &report{process: process, writes: len(order), deliveries: map[int64]int{}, rank: map[int64]int{}}
 	for i, row := range order {
 		r.rank[row.id] = i
@@ -90,6 +94,9 @@ func analyzeWith(process string, takenBack bool, order []row, log []delivery, ob
 			r.problem("%s seq %d (record %d) first delivered after seq %d", row.agg, row.seq, row.id, prev)
 		}
 		lastSeq[row.agg] = max(lastSeq[row.agg], row.seq)
+		if parked[row.id] {
+			continue
+		}
 		if k < maxRank {
 			r.orderBreaks++
 			r.problem("record %d first delivered after record %d, which comes after it in (created_at, id) order",
@@ -109,9 +116,12 @@ func analyzeWith(process string, takenBack bool, order []row, log []delivery, ob
 
 	// The polled position: never back, never on a row that did not commit, never past a row that had not
 	// been delivered when it was read.
-	upTo := make([]int, len(order)) // latest first arrival among the rows up to each
+	upTo := make([]int, len(order)) // latest first arrival among the rows up to each, parked ones aside
 	for k := range first {
 		upTo[k] = first[k]
+		if parked[order[k].id] {
+			upTo[k] = -1 // delivered or not, the lost check has it
+		}
 		if k > 0 {
 			upTo[k] = max(upTo[k], upTo[k-1])
 		}
@@ -150,8 +160,8 @@ func analyzeWith(process string, takenBack bool, order []row, log []delivery, ob
 // streams; order is every committed row in (created_at, id) order): the position never goes back; one
 // owner at a time (the epoch never goes back, and every write is made by the instance the row names as
 // owner, so no instance whose lease was taken over wrote). The checkpoint tables' rotation copies entries
-// into the rows of processes nobody works at that moment: such a write may be its, as long as it moves
-// nothing. A write for which mayGoBack (when not nil) reports true may set the position back, as an
+// into the rows of processes nobody works at that moment, and an operator's redrive asks the owner for it
+// in the row: such a write may be theirs, as long as it moves nothing. A write for which mayGoBack (when not nil) reports true may set the position back, as an
 // instance of the version before the checkpoint log does when it takes over from a crashed newer one (it
 // reads only the cursor row): it is counted in writesBack, and the checks go on from there.
 func (r *report) checkWrites(order []row, audit []auditRow, mayGoBack func(auditRow) bool) {
@@ -166,8 +176,8 @@ func (r *report) checkWrites(order []row, audit []auditRow, mayGoBack func(audit
 			r.problem("write %d by %s set the owner's epoch back from %d to %d", a.n, a.app, epoch, a.epoch)
 		}
 		epoch = max(epoch, a.epoch)
-		rotation := a.app == store.RotateApplicationName && !a.moved
-		if want := "inorder:" + process + "@" + a.owner; a.epoch > 0 && a.app != want[:min(len(want), 63)] && !rotation {
+		aside := (a.app == store.RotateApplicationName || a.app == operatorApp) && !a.moved
+		if want := "inorder:" + process + "@" + a.owner; a.epoch > 0 && a.app != want[:min(len(want), 63)] && !aside {
 			r.problem("write %d by %s was made while %s owned the process (epoch %d)", a.n, a.app, a.owner, a.epoch)
 		}
 		if a.id == -1 {
@@ -266,7 +276,7 @@ func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report 
 	log, obs, audit := w.sink.deliveries(), w.mon.observations(), w.audit()
 	reports := map[string]*report{}
 	for _, st := range sts {
-		r := analyzeWith(st.process, st.slack > 0, order, log, obs, nil)
+		r := analyzeWith(st.process, st.slack > 0, w.parkedRecords(st, order), order, log, obs, nil)
 		r.checkWrites(order, audit, w.mayGoBack)
 		if r.rewinds > crashes[st.process] {
 			w.t.Errorf("%s: the position was taken back %d times for %d crashes: only a crash of the server may",
@@ -332,4 +342,22 @@ func deref(s *string) string {
 		return "?"
 	}
 	return *s
+}
+
+// parkedRecords returns the records of st that may have waited in inorder.parked (see analyzeWith): those
+// of the key the scenario had the receiver refuse, from the first refused on.
+func (w *world) parkedRecords(st stream, order []row) map[int64]bool {
+	p, ok := w.parks[st.process]
+	if !ok {
+		return nil
+	}
+	out := map[int64]bool{}
+	from := false
+	for _, r := range order {
+		from = from || r.id == p.first
+		if from && r.agg == p.key {
+			out[r.id] = true
+		}
+	}
+	return out
 }

@@ -43,7 +43,7 @@
 //     own, so the receiver knows who sent what). The full form runs it on both horizons;
 //   - crowded_lock_table: no fault but a crowded lock table on the scenario's own cluster (another session
 //     holds 20,000 advisory locks, as a pg_dump of a large schema or a query over thousands of partitions
-//     does), so that reading pg_locks takes tens of milliseconds; nothing may be lost.
+//     does), so that reading pg_locks takes tens of milliseconds; nothing may be lost;
 //   - upgrade: the version before the newest migration, built from the repository's history (the parent of
 //     the commit that added the migration, kept in bin/previous/<commit>; a shallow clone fails the scenario
 //     with a line saying to fetch the history), migrates an empty database and delivers; this version must
@@ -56,15 +56,39 @@
 //     back to the older with SIGTERM, forward again, and back to the older with SIGKILL. A clean handover
 //     must deliver nothing again in either direction; after the kill, the older version (which reads
 //     only the cursor row) may deliver again only records the killed instance delivered after its
-//     position was last folded into the row.
+//     position was last folded into the row;
+//   - held_snapshot: the scenario's own cluster holds an old snapshot (21s; 3 minutes in the full form), so
+//     that vacuum may remove no row version newer than it: a session idle in a REPEATABLE READ transaction
+//     that has read the source, for the first two thirds, and a prepared transaction that wrote a row
+//     (PREPARE TRANSACTION; the cluster runs with max_prepared_transactions), for the last two, each alone
+//     for a third; the prepared transaction is committed at the end, or rolled back by the test's cleanup
+//     whatever happened. A witness (a row updated in a table of its own) proves the hold: VACUUM finds its
+//     old versions not yet removable at the end of each holder's third alone, and removes them after. Bursts
+//     of rows on top of the writers keep the stream busy (a new one while at most two wait to be delivered).
+//     During the hold the source is pruned (`inorder prune`), the receiver refuses one key's records so that
+//     the stream (--on-halt park) parks the key, a second prune must keep the parked rows, the operator
+//     redrives the key (`inorder redrive`), and `inorder status --json` and the console are read; each is
+//     timed (5s for status and the console, 10s for a prune or a redrive). The parked records must be
+//     delivered after the redrive, in the order they were parked. inorder.cursor, instance and audit may grow
+//     by at most 192KB, 64KB and 64KB during the hold, parked by 2KB a parked record, and the checkpoint
+//     tables hold at most 256 bytes a record delivered in the last 80s; beside the stream, a copy of its
+//     cursor row updated once per record (the design before the checkpoint log, a row version per record)
+//     must pass the cursor's bound, else the bound could not tell the designs apart. A lookup of the
+//     process's position (inorder.position) or its instances may read at most twice as many pages at the end
+//     of the hold as at its start, and 32 more. The stream's rate in the last third of the hold, and the rate
+//     at which it delivers a backlog late in the hold, must be at least a third of those early in it. The
+//     full form checks that a checkpoint table was truncated during the hold. There is no stream on the
+//     transactions horizon, which waits for the held transaction by design.
 //
 // When the writers have stopped and the position has reached the last committed row, each stream is
 // checked: every committed row delivered at least once and no rolled-back one ever; first deliveries in
-// the global (created_at, id) order and so, per aggregate, in increasing sequence; redeliveries at most
+// the global (created_at, id) order (but for a parked key's, which come after the redrive) and so, per
+// aggregate, in increasing sequence; redeliveries at most
 // one per injected crash with `--checkpoint record` and one batch per crash with `--checkpoint batch`;
 // the durable position (polled, and logged by a trigger on every committed write of the cursor row) never
 // going back and never ahead of what the receiver had received; one owner at a time (every committed write
-// of the cursor row made by the instance the row names as owner, under an epoch that never goes back). Each stream prints one line:
+// of the cursor row made by the instance the row names as owner, under an epoch that never goes back, but
+// for the rotation's and an operator's writes that move no position). Each stream prints one line:
 //
 //	faults: sigkill/sigkill_record writes=1534 delivered=1534 lost=0 redelivered=7 reorders=0 crashes=8
 //
@@ -74,5 +98,6 @@
 // `make test` runs the short form (one stream per scenario, a few faults each; sigkill and
 // crowded_lock_table on the transactions horizon; upgrade with one stream of each checkpoint mode). `make
 // faults` sets INORDER_FAULTS=full: more faults, longer writers, both checkpoint modes and both horizons in
-// every scenario, and the binary built with the race detector (the version before, in upgrade, without).
+// every scenario (held_snapshot: the writers horizon only), and the binary built with the race detector
+// (the version before, in upgrade, without).
 package fault

@@ -68,14 +68,20 @@ func failover(t *testing.T) {
 	var cutID int64
 	require.NoError(t, w.pool.QueryRow(ctx, "SELECT coalesce(max(id), 0) FROM events").Scan(&cutID))
 	cut := w.sink.len()
-	w.await("deliveries of rows only the primary has", time.Minute, func() bool {
-		n := 0
+	// Every stream delivers some: the failover must take back rows each had delivered.
+	w.await("deliveries of rows only the primary has, by every stream", time.Minute, func() bool {
+		n := map[string]int{}
 		for _, d := range w.sink.deliveries() {
 			if d.ID > cutID {
-				n++
+				n[d.Process]++
 			}
 		}
-		return n >= 20
+		for _, st := range sts {
+			if n[st.process] < 5 {
+				return false
+			}
+		}
+		return true
 	})
 
 	require.NoError(t, primary.Kill())

@@ -33,6 +33,7 @@ func TestFaults(t *testing.T) {
 	t.Run("dead_connection", func(t *testing.T) { t.Parallel(); deadConnection(t) })
 	t.Run("busy_owner_cut", func(t *testing.T) { t.Parallel(); busyOwnerCut(t) })
 	t.Run("upgrade", func(t *testing.T) { t.Parallel(); upgrade(t) })
+	t.Run("held_snapshot", func(t *testing.T) { t.Parallel(); heldSnapshot(t) })
 }
 
 // writerCount is how many writer goroutines a scenario runs.
@@ -532,7 +533,8 @@ func frozenOwner(t *testing.T) {
 
 // TestChecksSeeADroppedDelivery proves that the checks can fail: the receiver takes one request without
 // recording it, and the stream is reported with lost=1; a reordered log, a position written back and a
-// delivery by an instance that did not own the process are reported too.
+// delivery by an instance that did not own the process are reported too, and so are an operator's write
+// that moves the position and a record first delivered after later ones, unless its key was parked.
 func TestChecksSeeADroppedDelivery(t *testing.T) {
 	t.Parallel()
 	w := sharedWorld(t, "proof")
@@ -581,6 +583,32 @@ func TestChecksSeeADroppedDelivery(t *testing.T) {
 	problems := strings.Join(r.problems, "\n")
 	require.Contains(t, problems, "@someone-else was made while "+lastWrite.owner+" owned the process")
 	require.Contains(t, problems, "set the owner's epoch back")
+
+	// An operator's write that moves no position passes; one that moves it does not.
+	asked := lastWrite
+	asked.n, asked.app, asked.moved = lastWrite.n+1, operatorApp, false
+	moved := asked
+	moved.n, moved.moved = lastWrite.n+2, true
+	r = analyze(st.process, order, log, nil, append(append([]auditRow(nil), audit...), asked))
+	require.NotContains(t, strings.Join(r.problems, "\n"), operatorApp, r.problems)
+	r = analyze(st.process, order, log, nil, append(append([]auditRow(nil), audit...), asked, moved))
+	require.Contains(t, strings.Join(r.problems, "\n"), fmt.Sprintf("write %d by %s was made while", moved.n, operatorApp))
+
+	// A parked record first delivered after later ones: in order for its key's parking, out of it else.
+	var late []delivery
+	var parkedID int64
+	for i, d := range log {
+		if i > 0 && d.Process == st.process {
+			parkedID = d.ID
+			late = append(append(append([]delivery(nil), log[:i]...), log[i+1:]...), d)
+			break
+		}
+	}
+	require.NotZero(t, parkedID)
+	r = analyzeWith(st.process, false, map[int64]bool{parkedID: true}, order, late, nil, nil)
+	require.Zero(t, r.orderBreaks, r.problems)
+	r = analyze(st.process, order, late, nil, nil)
+	require.Equal(t, 1, r.orderBreaks, r.problems)
 
 	// A delivery by an instance other than the owner the cursor row named, amid the owner's.
 	spans := w.mon.owners(st.process)

@@ -44,23 +44,26 @@ type gate struct {
 func (g *gate) open() { g.once.Do(func() { close(g.release) }) }
 
 // sink is the webhook receiver: it verifies each request, records it (at arrival, before answering: what
-// the receiver acted on) and answers 200.
+// the receiver acted on) and answers 200; or, for a key a scenario has it refuse, answers 400 and records
+// the request as refused, not delivered.
 type sink struct {
 	srv     *httptest.Server
 	closing chan struct{}
 
-	mu     sync.Mutex
-	log    []delivery
-	gates  []*gate
-	seen   map[string]int           // process -> requests received
-	dropAt map[string]int           // process -> number of the request to take but not record (to prove the checks)
-	delay  map[string]time.Duration // process -> how long the receiver takes to answer (default up to 2ms)
-	bad    []string                 // requests that were not what the webhook handler promises
+	mu       sync.Mutex
+	log      []delivery
+	gates    []*gate
+	seen     map[string]int           // process -> requests received
+	dropAt   map[string]int           // process -> number of the request to take but not record (to prove the checks)
+	delay    map[string]time.Duration // process -> how long the receiver takes to answer (default up to 2ms)
+	refuse   map[string]string        // process -> a key whose records the receiver refuses (400), as a closed account
+	refusals []delivery               // the requests refused, in arrival order; not deliveries
+	bad      []string                 // requests that were not what the webhook handler promises
 }
 
 func newSink(t *testing.T) *sink {
 	s := &sink{closing: make(chan struct{}), seen: map[string]int{}, dropAt: map[string]int{},
-		delay: map[string]time.Duration{}}
+		delay: map[string]time.Duration{}, refuse: map[string]string{}}
 	s.srv = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		close(s.closing)
@@ -110,6 +113,14 @@ func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
 
 	s.mu.Lock()
 	s.seen[d.Process]++
+	if key, ok := s.refuse[d.Process]; ok && key == d.Agg {
+		// A permanent refusal, which the webhook handler reports as such: the stream halts on the record, or
+		// parks its key. The record was not delivered.
+		s.refusals = append(s.refusals, d)
+		s.mu.Unlock()
+		http.Error(w, "account closed", http.StatusBadRequest)
+		return
+	}
 	if s.dropAt[d.Process] != s.seen[d.Process] {
 		s.log = append(s.log, d)
 	}
@@ -173,6 +184,34 @@ func (s *sink) slow(process string, d time.Duration) {
 		return
 	}
 	s.delay[process] = d
+}
+
+// refuseKey makes the receiver refuse (400, permanently) every request of process for a record of key,
+// from the next one on, until acceptKey.
+func (s *sink) refuseKey(process, key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refuse[process] = key
+}
+
+// acceptKey makes the receiver accept every record of process again.
+func (s *sink) acceptKey(process string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.refuse, process)
+}
+
+// refused returns the requests of process the receiver refused, in arrival order.
+func (s *sink) refused(process string) []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []delivery
+	for _, d := range s.refusals {
+		if d.Process == process {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 func (s *sink) len() int {

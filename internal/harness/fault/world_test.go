@@ -95,6 +95,12 @@ const auditCheckpoints = `
 	END
 	$$;`
 
+// park is a key a stream parked: the receiver refused its record first, and so every later one of the key.
+type park struct {
+	key   string
+	first int64 // the record refused first
+}
+
 // stream is one process name worked by the children of a scenario.
 type stream struct {
 	process    string
@@ -154,6 +160,11 @@ type world struct {
 	// the scenario allows, given every delivery the receiver recorded. The upgrade scenario sets both.
 	mayGoBack func(auditRow) bool
 	allowance func(st stream, log []delivery) int
+	// committed is the table drain reads the committed rows from: events, or a copy of it that a trigger
+	// keeps when the scenario prunes events (held_snapshot's fault_committed).
+	committed string
+	// parks are the keys the scenario parked, by process (see parkedRecords).
+	parks map[string]park
 
 	mu       sync.Mutex
 	children []*child
@@ -183,7 +194,8 @@ func newWorldMigratedBy(t *testing.T, name, url, via, bin string) *world {
 	t.Helper()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	w := &world{t: t, name: name, url: url, via: via, seed: seed, rng: rand.New(rand.NewPCG(seed, 0))}
+	w := &world{t: t, name: name, url: url, via: via, seed: seed, rng: rand.New(rand.NewPCG(seed, 0)),
+		committed: "events", parks: map[string]park{}}
 	if code, out := w.runWith(bin, "migrate"); code != 0 {
 		t.Fatalf("inorder migrate: exit %d: %s", code, out)
 	}
@@ -233,6 +245,11 @@ func (w *world) env() []string {
 func (w *world) envFor(db string) []string {
 	return append(os.Environ(), "DATABASE_URL="+db, secretEnv+"="+string(secret))
 }
+
+// operatorApp is the application_name of the operator's commands a scenario runs (see world.cli): the
+// checks take a write of a cursor row under it for an operator's, which no owner makes, as long as it moves
+// no position.
+const operatorApp = "fault:operator"
 
 // runBinary runs an inorder command to completion and returns its exit code and combined output.
 func (w *world) runBinary(args ...string) (int, string) {
@@ -396,11 +413,12 @@ func (w *world) owner(st stream) *child {
 	return nil
 }
 
-// position returns st's durable position id, "" at the beginning.
+// position returns st's durable position id, "" at the beginning: as it stands (inorder.position), since a
+// running processor writes its position into the cursor row only from time to time.
 func (w *world) position(st stream) string {
 	var id *string
 	err := w.pool.QueryRow(context.Background(),
-		"SELECT position_id FROM inorder.cursor WHERE process_name = $1", st.process).Scan(&id)
+		"SELECT position_id FROM inorder.position WHERE process_name = $1", st.process).Scan(&id)
 	if err != nil || id == nil {
 		return ""
 	}
@@ -433,7 +451,7 @@ func (w *world) drain(sts []stream) []row {
 	ctx := context.Background()
 	var order []row
 	w.await("the committed rows", 30*time.Second, func() bool {
-		rows, err := w.pool.Query(ctx, "SELECT id, aggregate_id, seq FROM events ORDER BY created_at, id")
+		rows, err := w.pool.Query(ctx, "SELECT id, aggregate_id, seq FROM "+w.committed+" ORDER BY created_at, id")
 		if err != nil {
 			return false
 		}
@@ -551,7 +569,7 @@ type ownerSpan struct {
 	from, until int // receiver indexes: recorded after the first such poll, before the last
 }
 
-// monitor polls every cursor row's position and owner, and keeps each change.
+// monitor polls every process's position and owner, and keeps each change.
 type monitor struct {
 	stopCh chan struct{}
 	done   chan struct{}
@@ -594,8 +612,10 @@ func (m *monitor) run(pool *pgxpool.Pool, s *sink) {
 		}
 		before := s.len() // before the read: every delivery counted here arrived before it
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		rows, err := pool.Query(ctx,
-			"SELECT process_name, position_id, coalesce(owner_instance, ''), owner_epoch FROM inorder.cursor")
+		// The position as it stands (inorder.position: a running processor appends positions to the
+		// checkpoint log and writes them into the cursor row only from time to time), and the owner.
+		rows, err := pool.Query(ctx, `SELECT c.process_name, p.position_id, coalesce(c.owner_instance, ''), c.owner_epoch
+			FROM inorder.cursor AS c JOIN inorder.position AS p USING (process_name)`)
 		var got []read
 		if err == nil {
 			for rows.Next() {
