@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestLifecycleImportsNeitherPrometheusNorPgxpool guards the split with package lifecycle/ops: a program that runs
+// TestLifecycleImportsNeitherPrometheusNorPgxpool guards the split with package ops: a program that runs
 // processors in a Group but serves no metrics must not link Prometheus or a connection pool.
 func TestLifecycleImportsNeitherPrometheusNorPgxpool(t *testing.T) {
 	t.Parallel()
@@ -31,7 +31,7 @@ func TestLifecycleImportsNeitherPrometheusNorPgxpool(t *testing.T) {
 	for _, dep := range deps {
 		for _, f := range forbidden {
 			if strings.HasPrefix(dep, f) {
-				t.Errorf("package lifecycle depends on %s; metrics, health and the lag poller belong in lifecycle/ops", dep)
+				t.Errorf("package lifecycle depends on %s; metrics, health and the lag poller belong in package ops", dep)
 			}
 		}
 	}

@@ -39,6 +39,6 @@
 //
 // A Go service adds its own actors beside the processors: an HTTP server with AddHTTPServer, anything
 // else with Add. The zero Group is ready to use, as is New(Config{}). Metrics, the lag of each process
-// and health probes are in package lifecycle/ops, which this package does not import, so a program that
+// and health probes are in package ops, which this package does not import, so a program that
 // serves none of them pulls in neither Prometheus nor a connection pool.
 package lifecycle

@@ -9,7 +9,7 @@ import (
 	"github.com/inorder-dev/inorder/console"
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/lifecycle"
-	"github.com/inorder-dev/inorder/lifecycle/ops"
+	"github.com/inorder-dev/inorder/ops"
 )
 
 // consoleCmd serves the web console until a signal.

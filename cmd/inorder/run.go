@@ -22,7 +22,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/lifecycle"
-	"github.com/inorder-dev/inorder/lifecycle/ops"
+	"github.com/inorder-dev/inorder/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
 

@@ -15,7 +15,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/lifecycle"
-	"github.com/inorder-dev/inorder/lifecycle/ops"
+	"github.com/inorder-dev/inorder/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
-	"github.com/inorder-dev/inorder/lifecycle/ops"
+	"github.com/inorder-dev/inorder/ops"
 )
 
 // TestXminSeriesNameTheHolder: a report idle in REPEATABLE READ holds the database's xmin horizon. Past the

@@ -20,7 +20,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
-	"github.com/inorder-dev/inorder/lifecycle/ops"
+	"github.com/inorder-dev/inorder/ops"
 	"github.com/inorder-dev/inorder/processor"
 )
 
