@@ -770,7 +770,7 @@ type relSize struct {
 func (w *world) inorderSizes() map[string]relSize {
 	w.t.Helper()
 	rows, err := w.pool.Query(context.Background(), `
-		SELECT c.relname, pg_total_relation_size(c.oid), pg_relation_filenode(c.oid)::bigint
+		SELECT c.relname, pg_total_relation_size(c.oid), coalesce(pg_relation_filenode(c.oid), 0)::bigint
 		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		WHERE n.nspname = 'inorder' AND c.relkind IN ('r', 'p')`)
 	require.NoError(w.t, err)
