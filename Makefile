@@ -52,7 +52,7 @@ bench: ## Measure records/s beside the Postgres limits measured in the same run.
 .PHONY: demo
 demo: ## Run the main job on embedded defaults: a throwaway Postgres, bookings, inorder run (Ctrl-C stops).
 	@# Built, then run, rather than `go run`: go run turns the demo's clean stop on Ctrl-C into exit status 1.
-	@$(GO) build -o bin/inorder-demo ./internal/demo && ./bin/inorder-demo
+	@$(GO) build -o bin/inorder-demo ./cmd/demo && ./bin/inorder-demo
 
 .PHONY: fmt
 fmt: ## Format the code.
