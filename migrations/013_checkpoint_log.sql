@@ -11,21 +11,22 @@
 -- A process's position is the newest of: the row's own position, numbered position_seq, and its
 -- entries numbered above that in the checkpoint tables (seq, from inorder.checkpoint_seq, which only
 -- grows: whoever writes a position holds the row lock, so the numbers follow the order of the writes).
--- checkpoint_table is the partition (the slot) the owner appends to. An owner moves to the partition the
--- clock names (a new one every 20 seconds, in turn) when it renews its lease, by copying its position into
--- the row, and a partition that holds no process's newest position is truncated, only when nothing else
--- uses it at that instant (LOCK ... NOWAIT: a pg_dump, which holds a lock on every table it dumps, makes it
--- wait for the next turn, and no statement ever queues behind it).
+-- An entry goes into the partition (the slot) the database's clock names when it is inserted, a new one
+-- every 10 seconds in turn, and a partition that holds no process's newest position is truncated, only
+-- when nothing else uses it at that instant (LOCK ... NOWAIT: a pg_dump, which holds a lock on every table
+-- it dumps, makes it wait for the next turn, and no statement ever queues behind it).
 CREATE SEQUENCE inorder.checkpoint_seq;
 
-ALTER TABLE inorder.cursor
-    ADD COLUMN position_seq bigint NOT NULL DEFAULT 0,
-    ADD COLUMN checkpoint_table smallint NOT NULL DEFAULT 0 CHECK (checkpoint_table BETWEEN 0 AND 2);
+ALTER TABLE inorder.cursor ADD COLUMN position_seq bigint NOT NULL DEFAULT 0;
+
+-- The slot the database's clock names now: every instance, whatever its version, agrees on it.
+CREATE FUNCTION inorder.checkpoint_slot() RETURNS smallint LANGUAGE sql VOLATILE
+    AS $$ SELECT (floor(extract(epoch FROM clock_timestamp()) / 10)::bigint % 3)::smallint $$;
 
 -- One partitioned table, so that an owner appends with one statement whatever its table (slot); its three
 -- partitions are what the rotation truncates, each on its own.
 CREATE TABLE inorder.checkpoint (
-    slot                smallint NOT NULL,
+    slot                smallint NOT NULL DEFAULT inorder.checkpoint_slot(),
     process_name        text NOT NULL,
     seq                 bigint NOT NULL DEFAULT nextval('inorder.checkpoint_seq'),
     -- The position, as the cursor row holds it (NULL, NULL is the beginning).

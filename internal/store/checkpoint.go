@@ -27,12 +27,13 @@
 //
 // Rotation.
 //
-// The database's clock names the current slot, a new one every rotationPeriod in turn. An owner appends to
-// the slot its row names (checkpoint_table); when it renews its lease, it writes its position into the row
-// instead (a fold), which moves it to the current slot. The slot after the current one (the one before the
-// previous) is emptied by the prober of each instance (see Prober.rotate): in a short transaction of its
-// own that takes the partition's lock with NOWAIT, folds the newest entries of processes nobody is working
-// (SKIP LOCKED) into their rows, and truncates it only when no entry in it is any process's newest. NOWAIT
+// The database's clock names the current slot (inorder.checkpoint_slot()), a new one every rotationPeriod in
+// turn, and an entry goes into the slot current when it is inserted: an owner moves on with the clock, with
+// no write of its row. The other two slots are emptied by the prober of each instance (see Prober.rotate),
+// each in a short transaction of its own that takes the partition's lock with NOWAIT, folds the newest
+// entries of processes nobody is working (SKIP LOCKED) into their rows, and truncates it only when no entry
+// in it is any process's newest: the previous slot as soon as its owners have appended in the current one,
+// the one before that in any case. NOWAIT
 // means that it never waits and nothing ever queues behind it: a pg_dump (which holds a lock on every table
 // it dumps for as long as it runs) or a long transaction that read the table makes it try again at its next
 // turn, and the partitions grow meanwhile by one entry per record, about a hundred bytes. Correctness never
@@ -53,18 +54,15 @@ import (
 )
 
 // checkpointTables is how many slots (partitions of inorder.checkpoint) take turns: the current one, the
-// previous one (whose owners move on at their next renewal), and the one being emptied for the next turn.
+// previous one (whose entries the current one's supersede as its owners append), and the one emptied for
+// the next turn.
 const checkpointTables = 3
 
-// rotationPeriod is how long the database's clock names one checkpoint table current: twice the third of
-// the default lease, at which an owner rewrites its row anyway, so that an owner moves on to the current
-// table with its lease's renewal and never needs a row version of its own for it. The tables hold between
-// one and three periods of entries: at 1,000 records a second up to 60,000, about 8 MB.
-const rotationPeriod = 20 * time.Second
-
-// currentTable is the SQL expression of the checkpoint table the database's clock names now.
-var currentTable = fmt.Sprintf("(floor(extract(epoch FROM clock_timestamp()) / %d)::bigint %% %d)::smallint",
-	int(rotationPeriod/time.Second), checkpointTables)
+// rotationPeriod is how long the database's clock names one slot current, as inorder.checkpoint_slot()
+// (migration 13) says: the tables hold about one to two periods of entries, at 1,000 records a second
+// 10,000 to 20,000, 1.5 to 3 MB. Shorter would truncate more often, and each truncation rewrites catalog
+// rows, which a held snapshot keeps too.
+const rotationPeriod = 10 * time.Second
 
 // checkpointTable names checkpoint table i, the partition of inorder.checkpoint for slot i.
 func checkpointTable(i int) string { return fmt.Sprintf("inorder.checkpoint_%d", i) }
@@ -99,23 +97,22 @@ func (c checkpoint) same(o checkpoint) bool {
 		c.InFlight.Since.Equal(o.InFlight.Since)
 }
 
-// recorded is what a cursor transaction has recorded of the process's checkpoint: the checkpoint, the row's
-// position_seq and the table the row names.
+// recorded is what a cursor transaction has recorded of the process's checkpoint: the checkpoint and the
+// row's position_seq.
 type recorded struct {
 	cp     checkpoint
 	rowSeq int64
-	table  int16
 }
 
-// appendSQL appends a checkpoint entry to the table the cursor row names (the partition of
-// inorder.checkpoint in its checkpoint_table): $1 the process, $2 and $3 the position, $4 the records
-// handled, $5 and $6 what is in flight, under the owner's token $7 only. It fails (a division by zero,
+// appendSQL appends a checkpoint entry (to the slot current now, the column's default): $1 the process, $2
+// and $3 the position, $4 the records handled, $5 and $6 what is in flight, under the owner's token $7
+// only. It fails (a division by zero,
 // SQLSTATE 22012) when the fence refuses, which aborts the transaction, with whatever a transactional
 // handler wrote in it, rather than let the COMMIT pipelined behind it keep that without the position.
 const appendSQL = `WITH appended AS (
-	INSERT INTO inorder.checkpoint (slot, process_name, position_created_at, position_id, records_handled, in_flight,
+	INSERT INTO inorder.checkpoint (process_name, position_created_at, position_id, records_handled, in_flight,
 	                                in_flight_since)
-	SELECT checkpoint_table, $1, $2, $3, $4, $5, $6 FROM inorder.cursor WHERE process_name = $1 AND owner_token = $7
+	SELECT $1, $2, $3, $4, $5, $6 FROM inorder.cursor WHERE process_name = $1 AND owner_token = $7
 	RETURNING 1)
 	SELECT 1 / count(*)::int FROM appended`
 
@@ -129,21 +126,19 @@ const windowSet = `window_records = CASE WHEN clock_timestamp() - c.window_start
 	                             THEN clock_timestamp() ELSE c.window_started_at END`
 
 // foldPositionSQL writes the owner's checkpoint into its cursor row, numbered anew, clears the halt state,
-// renews the lease ($7), starts a new throughput window once a minute, and moves the process to the
-// current checkpoint table; under the owner's token ($8) only, failing (SQLSTATE 22012) when the fence
-// refuses. It returns the row's new number and table.
-var foldPositionSQL = `WITH moved AS (
+// renews the lease ($7) and starts a new throughput window once a minute; under the owner's token ($8)
+// only, failing (SQLSTATE 22012) when the fence refuses. It returns the row's new number.
+const foldPositionSQL = `WITH moved AS (
 	UPDATE inorder.cursor AS c
 	SET position_created_at = $2, position_id = $3, position_seq = nextval('inorder.checkpoint_seq'),
 	    ` + clearHalt + `,
 	    updated_at = clock_timestamp(),
 	    in_flight = $5, in_flight_since = $6, ` + windowSet + `,
 	    records_handled = $4,
-	    lease_expires_at = clock_timestamp() + $7::interval,
-	    checkpoint_table = ` + currentTable + `
+	    lease_expires_at = clock_timestamp() + $7::interval
 	WHERE process_name = $1 AND owner_token = $8
-	RETURNING position_seq, checkpoint_table)
-	SELECT 1 / count(*)::int, max(position_seq), max(checkpoint_table) FROM moved`
+	RETURNING position_seq)
+	SELECT 1 / count(*)::int, max(position_seq) FROM moved`
 
 // readCheckpointSQL reads process $1's checkpoint as it stands, in the transaction that holds its row.
 const readCheckpointSQL = `SELECT position_created_at, position_id, records_handled, in_flight, in_flight_since
@@ -153,40 +148,56 @@ const readCheckpointSQL = `SELECT position_created_at, position_id, records_hand
 // whatever audits the writes of cursor rows: its folds copy a position, and never move one.
 const RotateApplicationName = "inorder:rotate"
 
-// RotateResult says what one step of the rotation did.
+// RotateResult says what one step of the rotation did with one slot.
 type RotateResult struct {
-	// Table is the checkpoint table the step looked at: the one that becomes current next.
+	// Table is the slot (the partition of inorder.checkpoint) the step looked at.
 	Table int
 	// Truncated says that it was emptied; Folded counts the processes nobody was working whose newest
 	// entry it copied into their cursor rows first.
 	Truncated bool
 	Folded    int
 	// Busy says that the table was in use (a pg_dump holds every table it dumps; a long transaction may
-	// have read it), and Waiting names a process whose owner has not moved on from it yet: the next step
-	// tries again.
+	// have read it), and Waiting names a process whose newest entry is still in it: the next step tries
+	// again.
 	Busy    bool
 	Waiting string
 }
 
-// RotateCheckpoints empties the checkpoint table that becomes current next, when it holds entries and no
-// process's newest position is among them, in a short transaction of its own on conn (see the package
-// documentation of this file). It never waits for a lock: a table in use is left for the next step.
-func RotateCheckpoints(ctx context.Context, conn *pgx.Conn) (RotateResult, error) {
-	var res RotateResult
+// RotateCheckpoints takes one step of the rotation on conn (see the package documentation of this file):
+// of the two slots the clock does not name, it empties those that hold entries of which none is any
+// process's newest, each in a short transaction of its own. The slot that becomes current next comes first,
+// and its processes nobody is working have their newest entries folded into their rows; the previous one
+// is emptied only once every owner has moved on from it, which the next step tries again. It never waits
+// for a lock: a table in use is left for the next step.
+func RotateCheckpoints(ctx context.Context, conn *pgx.Conn) ([]RotateResult, error) {
+	// The cheap look first, with no lock wanted: most steps find nothing to do.
 	var current int16
-	var used bool
-	// The cheap look first, on one table with no lock wanted: most steps find nothing to do.
-	if err := conn.QueryRow(ctx, "SELECT "+currentTable).Scan(&current); err != nil {
-		return res, fmt.Errorf("rotate checkpoints: %w", err)
+	var used [checkpointTables]bool
+	if err := conn.QueryRow(ctx, `SELECT inorder.checkpoint_slot(), EXISTS (SELECT 1 FROM inorder.checkpoint_0),
+		EXISTS (SELECT 1 FROM inorder.checkpoint_1), EXISTS (SELECT 1 FROM inorder.checkpoint_2)`).
+		Scan(&current, &used[0], &used[1], &used[2]); err != nil {
+		return nil, fmt.Errorf("rotate checkpoints: %w", err)
 	}
-	res.Table = (int(current) + 1) % checkpointTables
-	table := checkpointTable(res.Table)
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM "+table+")").Scan(&used); err != nil || !used {
-		if err != nil {
-			return res, fmt.Errorf("rotate checkpoints: %w", err)
+	var out []RotateResult
+	for i, fold := range []bool{true, false} {
+		slot := (int(current) + 1 + i) % checkpointTables // the next, then the previous
+		if !used[slot] {
+			continue
 		}
-		return res, nil
+		res, err := rotateSlot(ctx, conn, slot, fold)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, res)
 	}
+	return out, nil
+}
+
+// rotateSlot empties slot, when none of its entries is any process's newest, in a transaction of its own,
+// folding first (fold) the newest entries of processes nobody is working.
+func rotateSlot(ctx context.Context, conn *pgx.Conn, slot int, fold bool) (RotateResult, error) {
+	res := RotateResult{Table: slot}
+	table := checkpointTable(slot)
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
 		// Say that this transaction inserts into no source table, so that no processor's horizon waits for it,
 		// and name it for whoever reads pg_stat_activity.
@@ -197,24 +208,27 @@ func RotateCheckpoints(ctx context.Context, conn *pgx.Conn) (RotateResult, error
 		if _, err := tx.Exec(ctx, "LOCK TABLE "+table+" IN ACCESS EXCLUSIVE MODE NOWAIT"); err != nil {
 			return err
 		}
-		// Nothing can append to the table now. Fold the processes nobody works whose newest entry is here.
-		tag, err := tx.Exec(ctx, `
-			WITH idle AS (
-				SELECT c.process_name FROM inorder.cursor AS c
-				WHERE EXISTS (SELECT 1 FROM `+table+` AS e WHERE e.process_name = c.process_name AND e.seq > c.position_seq)
-				FOR UPDATE OF c SKIP LOCKED)
-			UPDATE inorder.cursor AS c SET `+foldSet+`
-			FROM idle, inorder.position AS p
-			WHERE c.process_name = idle.process_name AND p.process_name = c.process_name`)
-		if err != nil {
-			return err
+		// Nothing can append to the table now.
+		// A process's newest entry is in the table when the position as it stands carries its number and its
+		// row does not hold it yet.
+		newest := `EXISTS (SELECT 1 FROM inorder.position AS p JOIN ` + table + ` AS e
+			ON e.process_name = p.process_name AND e.seq = p.position_seq
+			WHERE p.process_name = c.process_name AND e.seq > c.position_seq)`
+		if fold {
+			tag, err := tx.Exec(ctx, `
+				WITH idle AS (SELECT c.process_name FROM inorder.cursor AS c WHERE `+newest+` FOR UPDATE OF c SKIP LOCKED)
+				UPDATE inorder.cursor AS c SET `+foldSet+`
+				FROM idle, inorder.position AS p
+				WHERE c.process_name = idle.process_name AND p.process_name = c.process_name`)
+			if err != nil {
+				return err
+			}
+			res.Folded = int(tag.RowsAffected())
 		}
-		res.Folded = int(tag.RowsAffected())
-		err = tx.QueryRow(ctx, `SELECT c.process_name FROM inorder.cursor AS c
-			WHERE EXISTS (SELECT 1 FROM `+table+` AS e WHERE e.process_name = c.process_name AND e.seq > c.position_seq)
+		err := tx.QueryRow(ctx, `SELECT c.process_name FROM inorder.cursor AS c WHERE `+newest+`
 			ORDER BY c.process_name LIMIT 1`).Scan(&res.Waiting)
 		if err == nil {
-			return nil // an owner still appends here, or has not moved on: keep the folds, try again later
+			return nil // an owner has not moved on yet: keep the folds, try again later
 		}
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return err
@@ -227,12 +241,10 @@ func RotateCheckpoints(ctx context.Context, conn *pgx.Conn) (RotateResult, error
 	})
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
-		res.Busy, res.Folded = true, 0
-		return res, nil
+		return RotateResult{Table: slot, Busy: true}, nil
 	}
 	if err != nil {
-		res.Truncated, res.Folded = false, 0
-		return res, fmt.Errorf("rotate checkpoints: %w", err)
+		return RotateResult{Table: slot}, fmt.Errorf("rotate checkpoints: %w", err)
 	}
 	return res, nil
 }

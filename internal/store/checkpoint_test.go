@@ -179,11 +179,7 @@ func TestTheRotationEmptiesATableOnlyWhenNothingInItIsCurrent(t *testing.T) {
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	// Whichever table the rotation empties next, each process's newest entry is there.
-	var next int
-	require.NoError(t, conn.QueryRow(ctx, `SELECT ((floor(extract(epoch FROM clock_timestamp()) / 20)::bigint + 1) % 3)::int`).Scan(&next))
-	if _, err := conn.Exec(ctx, "SELECT pg_sleep(0.5)"); err != nil { // not at the very end of a turn
-		t.Fatal(err)
-	}
+	next := (currentSlot(t, conn) + 1) % 3
 	table := fmt.Sprintf("inorder.checkpoint_%d", next)
 	db.Exec(t, `INSERT INTO inorder.checkpoint (slot, process_name, position_created_at, position_id, records_handled)
 		VALUES ($1, 'idle', '2026-01-02T00:00:00Z', '7', 7), ($1, 'busy', '2026-01-02T00:00:00Z', '9', 9)`, next)
@@ -192,9 +188,7 @@ func TestTheRotationEmptiesATableOnlyWhenNothingInItIsCurrent(t *testing.T) {
 	require.NoError(t, err)
 	_, err = busy.Exec(ctx, "SELECT 1 FROM inorder.cursor WHERE process_name = 'busy' FOR UPDATE")
 	require.NoError(t, err)
-	res, err := store.RotateCheckpoints(ctx, conn)
-	require.NoError(t, err)
-	require.Equal(t, next, res.Table)
+	res := rotated(t, conn, next)
 	require.False(t, res.Truncated, "the busy process's newest entry is in the table")
 	require.Equal(t, "busy", res.Waiting)
 	require.Equal(t, 1, res.Folded, "the idle process's entry went into its row")
@@ -211,15 +205,13 @@ func TestTheRotationEmptiesATableOnlyWhenNothingInItIsCurrent(t *testing.T) {
 	_, err = reader.Exec(ctx, "SELECT count(*) FROM "+table)
 	require.NoError(t, err)
 	stepCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	res, err = store.RotateCheckpoints(stepCtx, conn)
+	res = rotatedCtx(t, stepCtx, conn, next)
 	cancel()
-	require.NoError(t, err)
 	require.True(t, res.Busy)
 	require.False(t, res.Truncated)
 	require.NoError(t, reader.Rollback(ctx))
 
-	res, err = store.RotateCheckpoints(ctx, conn)
-	require.NoError(t, err)
+	res = rotated(t, conn, next)
 	require.True(t, res.Truncated, "%+v", res)
 	var left int
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT count(*) FROM "+table).Scan(&left))
@@ -229,6 +221,76 @@ func TestTheRotationEmptiesATableOnlyWhenNothingInItIsCurrent(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, id, pos.ID, "%s's position survives the table's emptying", name)
 	}
+}
+
+// TestThePreviousSlotIsEmptiedOnceItsOwnersMovedOn: the slot before the current one is emptied, with no
+// fold, as soon as every process whose entries it holds has a newer one in the current slot; until then it
+// is kept whole.
+func TestThePreviousSlotIsEmptiedOnceItsOwnersMovedOn(t *testing.T) {
+	t.Parallel()
+	db, _ := setup(t)
+	ctx := context.Background()
+	db.Exec(t, `INSERT INTO inorder.cursor (process_name) VALUES ('orders')`)
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	current := currentSlot(t, conn)
+	prev := (current + 2) % 3
+	db.Exec(t, `INSERT INTO inorder.checkpoint (slot, process_name, position_created_at, position_id, records_handled)
+		VALUES ($1, 'orders', '2026-01-02T00:00:00Z', '7', 7)`, prev)
+
+	res := rotated(t, conn, prev)
+	require.False(t, res.Truncated, "the process's newest entry is in the previous slot")
+	require.Equal(t, "orders", res.Waiting)
+	require.Zero(t, res.Folded, "the previous slot is never folded: its owner is about to move on")
+
+	db.Exec(t, `INSERT INTO inorder.checkpoint (slot, process_name, position_created_at, position_id, records_handled)
+		VALUES ($1, 'orders', '2026-01-02T00:00:00Z', '8', 8)`, current)
+	version := func() (v string) {
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT xmin::text || ctid::text FROM inorder.cursor").Scan(&v))
+		return v
+	}
+	before := version()
+	res = rotated(t, conn, prev)
+	require.True(t, res.Truncated, "%+v", res)
+	pos, err := store.ReadPosition(ctx, db.Pool, "orders")
+	require.NoError(t, err)
+	require.Equal(t, "8", pos.ID)
+	require.Equal(t, before, version(), "emptying the previous slot writes no cursor row")
+}
+
+// currentSlot waits until the database's clock has at least half a turn left in its current slot, so that
+// a test's steps happen within one turn, and returns that slot.
+func currentSlot(t *testing.T, conn *pgx.Conn) int {
+	t.Helper()
+	ctx := context.Background()
+	var slot int
+	require.Eventually(t, func() bool {
+		var early bool
+		require.NoError(t, conn.QueryRow(ctx, `SELECT inorder.checkpoint_slot(),
+			extract(epoch FROM clock_timestamp())::numeric % 10 < 5`).Scan(&slot, &early))
+		return early
+	}, 10*time.Second, 50*time.Millisecond)
+	return slot
+}
+
+// rotated runs one rotation step and returns what it did to slot.
+func rotated(t *testing.T, conn *pgx.Conn, slot int) store.RotateResult {
+	t.Helper()
+	return rotatedCtx(t, context.Background(), conn, slot)
+}
+
+func rotatedCtx(t *testing.T, ctx context.Context, conn *pgx.Conn, slot int) store.RotateResult {
+	t.Helper()
+	results, err := store.RotateCheckpoints(ctx, conn)
+	require.NoError(t, err)
+	for _, res := range results {
+		if res.Table == slot {
+			return res
+		}
+	}
+	t.Fatalf("the rotation did not look at slot %d: %+v", slot, results)
+	return store.RotateResult{}
 }
 
 // TestANewerBinaryRefusesAnOlderSchema: an instance of this version started before `inorder migrate`

@@ -59,7 +59,6 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	var stored pgtype.Int4
 	var haltedAt pgtype.Timestamptz
 	var seq int64
-	var table int16
 	sent := time.Now()
 	// The position goes into the row, numbered anew, with the halt state: the checkpoint of the last record
 	// that succeeded, which the halt state stands beside.
@@ -86,10 +85,10 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 		    lease_expires_at = clock_timestamp() + $11::interval
 		WHERE process_name = $1 AND owner_token = $12
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at,
-		          position_seq, checkpoint_table`,
+		          position_seq`,
 		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter,
 		r.cfg.lease(), r.token, unavailable, r.next.Handled, n, since).
-		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt, &seq, &table)
+		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrFenced
 	}
@@ -100,7 +99,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	h.Unavailable = f.Unavailable
 	h.HaltedAt = haltedAt.Time
 	r.state = inordertype.State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
-	r.open = recorded{cp: r.next, rowSeq: seq, table: table}
+	r.open = recorded{cp: r.next, rowSeq: seq}
 	r.rowHalted = true
 	r.dirty, r.renewing = true, sent
 	return h, nil

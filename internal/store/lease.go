@@ -94,7 +94,7 @@ func lockStatement(cfg Config, applicationName string) (string, []any) {
 	}
 	return `
 	SELECT ` + stateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `,
-	       position_seq, checkpoint_table, ` + currentTable + `, records_handled, in_flight, in_flight_since
+	       position_seq, records_handled, in_flight, in_flight_since
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`, args
@@ -579,29 +579,26 @@ func (r *Repository) claim(ctx context.Context, take bool) error {
 		}
 		session, try = r.session(), false
 	}
-	// The row is rewritten for the lease anyway: the position as it stands goes into it (a fold), and the
-	// process moves on to the current checkpoint table, so that the row alone is at most a third of the
-	// lease behind (an instance of the version before the checkpoint log reads only the row) and the
-	// table the process leaves can be emptied.
+	// The row is rewritten for the lease anyway: the position as it stands goes into it (a fold), so that
+	// the row alone is at most a third of the lease behind (an instance of the version before the
+	// checkpoint log reads only the row).
 	var seq int64
-	var table int16
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor AS c
 		SET owner_epoch = $2, owner_token = $9, owner_instance = $3,
 		    lease_expires_at = clock_timestamp() + $4::interval,
 		    owner_since = CASE WHEN owner_token = $9 THEN owner_since ELSE clock_timestamp() END,
 		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7)),
-		    `+foldSet+`, `+windowSet+`,
-		    checkpoint_table = `+currentTable+`
+		    `+foldSet+`, `+windowSet+`
 		FROM inorder.position AS p
 		WHERE c.process_name = $1 AND c.owner_token = $8 AND p.process_name = c.process_name
-		RETURNING c.owner_session, c.position_seq, c.checkpoint_table`,
+		RETURNING c.owner_session, c.position_seq`,
 		r.name, epoch, r.instance(), r.cfg.lease(), session, try, LockKey(r.name), r.lease.token, token).
-		Scan(&r.advisory, &seq, &table)
+		Scan(&r.advisory, &seq)
 	if err != nil {
 		return err
 	}
-	r.open.rowSeq, r.open.table = seq, table
+	r.open.rowSeq = seq
 	r.epoch, r.token, r.dirty = epoch, token, true
 	r.lease = lease{epoch: epoch, token: token, instance: r.instance(), session: r.advisory, left: r.cfg.lease()}
 	return nil
@@ -640,30 +637,28 @@ func (r *Repository) giveUpSession(ctx context.Context) {
 
 func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 	var (
-		backend        uint32
-		marks          string
-		rowSeq         int64
-		table, current int16
-		handled        int64
-		flying         int32
-		since          pgtype.Timestamptz
+		backend uint32
+		marks   string
+		rowSeq  int64
+		handled int64
+		flying  int32
+		since   pgtype.Timestamptz
 	)
 	st, ok, err := scanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks,
-		&rowSeq, &table, &current, &handled, &flying, &since)...)
+		&rowSeq, &handled, &flying, &since)...)
 	if ok && err == nil {
 		if r.backend != 0 && backend != r.backend {
 			r.movesBackends = true // a transaction pooler: sessions cannot be trusted from now on
 		}
 		r.backend = backend
-		r.current, r.rowHalted = current, st.Halt != nil
+		r.rowHalted = st.Halt != nil
 		if r.known && r.token != 0 && r.lease.token == r.token && rowSeq == r.durable.rowSeq {
 			// Nobody but this owner has written a position since it last looked: its own is the newest.
 			st.Position = r.durable.cp.Position
-			r.durable.table = table
 		} else {
 			// The row's position, until readCheckpoint has looked for newer entries.
 			r.durable = recorded{cp: checkpoint{Position: st.Position, Handled: handled,
-				InFlight: InFlight{Records: int(flying), Since: since.Time}}, rowSeq: rowSeq, table: table}
+				InFlight: InFlight{Records: int(flying), Since: since.Time}}, rowSeq: rowSeq}
 			r.known = false
 		}
 		r.open, r.next = r.durable, r.durable.cp

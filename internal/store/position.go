@@ -133,11 +133,10 @@ func isFenced(err error) bool {
 }
 
 // pendingWrite returns the statement that records r.next in the open transaction, when it differs from
-// what the transaction has recorded: an entry appended to the checkpoint table the row names, or, when the
-// row must be rewritten anyway (its halt state cleared, its lease renewed), a fold of the checkpoint into
-// the row, which also moves the process to the current table. An owner whose lease is renewed less often
-// than the tables turn (a lease longer than the default) folds when its table is the one to be emptied
-// next, so that no owner ever holds up the rotation for longer than a turn.
+// what the transaction has recorded: an entry appended to inorder.checkpoint (into the slot the database's
+// clock names), or, when the row must be rewritten anyway (its halt state cleared, its lease renewed), a
+// fold of the position into the row. Neither depends on the slots' turns: an owner that appends moves on
+// with the clock, and one that does not has its newest entry folded by the rotation.
 func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
 	if r.next.same(r.open.cp) {
 		return "", nil, false, false
@@ -145,8 +144,7 @@ func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
 	pos := positionArgs(r.next.Position)
 	n, since := r.next.InFlight.args()
 	renewDue := r.leaseFrom.IsZero() || time.Since(r.leaseFrom) >= r.cfg.lease()/3
-	emptiedNext := int(r.open.table) == (int(r.current)+1)%checkpointTables
-	if r.rowHalted || renewDue || emptiedNext {
+	if r.rowHalted || renewDue {
 		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.token}, true, true
 	}
 	return appendSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
@@ -195,11 +193,10 @@ func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) e
 	}
 	var one int
 	var seq int64
-	var table int16
-	if err := br.QueryRow().Scan(&one, &seq, &table); err != nil {
+	if err := br.QueryRow().Scan(&one, &seq); err != nil {
 		return err
 	}
-	r.open = recorded{cp: r.next, rowSeq: seq, table: table}
+	r.open = recorded{cp: r.next, rowSeq: seq}
 	r.rowHalted, r.renewing = false, sent
 	return nil
 }

@@ -152,7 +152,6 @@ type Repository struct {
 	next          checkpoint
 	known         bool
 	rowHalted     bool
-	current       int16 // the checkpoint table the database's clock named at the last lock
 	claimed       bool
 	released      bool
 	// registered says this repository created the row (rather than finding it), so that Unregister
