@@ -383,8 +383,8 @@ func printNotes(w io.Writer) {
 		"middle of the table, scanned into Go values: the median of %d reads after 10 unmeasured, the reads of "+
 		"the two tables taking turns.", keysetPasses, thousands(keysetRows), readCostReads)
 	note("inorder noop and catch-up: BatchSize 1000, PollInterval 5ms, a fresh database each, timed from Run "+
-		"until the cursor row holds the last row. checkpoint record drains %s rows, not %s: one durable commit "+
-		"per record.", thousands(noopRecordRows), thousands(noopBatchRows))
+		"until the process's position (inorder.position) is the last row. checkpoint record drains %s rows, "+
+		"not %s: one durable commit per record.", thousands(noopRecordRows), thousands(noopBatchRows))
 	if _, ok := figures["rsspeak"]; ok {
 		how := "the highest VmRSS sampled every 50ms (VmHWM could not be reset)"
 		if runNotes.hwmReset {
@@ -404,7 +404,7 @@ func printNotes(w io.Writer) {
 		}
 		note("partitions: a handler sleeping 1ms per record, %s rows per partition over %d keys, BatchSize 100, "+
 			"PollInterval 200ms, checkpoint batch; instances are runners in this process, each with its own "+
-			"instance name, a slot for every partition. Timed from Run until every partition's cursor row holds its "+
+			"instance name, a slot for every partition. Timed from Run until every partition's position holds its "+
 			"last row. Keys hash to partitions unevenly and the largest partition bounds the run: the speedup the "+
 			"spread allows is %s partitions. (With 64 keys, k0 to k63, the largest of 4 partitions gets 24 of "+
 			"them, which alone caps 4 partitions at 2.67x.)",

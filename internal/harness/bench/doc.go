@@ -18,8 +18,8 @@
 //     must not grow with the table).
 //   - go: time.Sleep(1ms) loop: the most records a second one stream through the 1ms handler can move.
 //   - inorder noop: a processor with a handler that does nothing, over a backlog inserted before it
-//     starts, from Run until the cursor row's position is the backlog's last row, with a checkpoint per
-//     record and per batch.
+//     starts, from Run until the process's position (inorder.position, where it stands: the cursor row's
+//     own columns lag it) is the backlog's last row, with a checkpoint per record and per batch.
 //   - inorder catch-up 1M: the same with a checkpoint per batch of 1000 over a backlog of a million rows,
 //     and the RSS of the test process meanwhile: VmHWM reset at its start (/proc/self/clear_refs) and
 //     read at its end, VmRSS sampled every 50ms besides; the peak (target ≤ 64 MiB) and its growth over
