@@ -148,8 +148,9 @@ type line struct {
 
 // References that are settings or targets rather than measures: never printed as lines.
 var fixed = map[string]figure{
-	"poll":      {value: float64(latencyPoll / time.Millisecond), unit: millis},
-	"rsstarget": {value: rssTargetMiB, unit: mebibytes},
+	"poll":       {value: float64(latencyPoll / time.Millisecond), unit: millis},
+	"rsstarget":  {value: rssTargetMiB, unit: mebibytes},
+	"sizetarget": {value: sizeTargetMiB, unit: mebibytes},
 }
 
 func partKey(partitions, instances int) string {
@@ -253,7 +254,8 @@ func tableLines() []line {
 	ls = append(ls, rabbitmqLines()...)
 	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
-	return append(ls, networkLines()...)
+	ls = append(ls, networkLines()...)
+	return append(ls, snapshotLines()...)
 }
 
 // notes are details of the runs that the footnotes give.
@@ -455,6 +457,7 @@ func printNotes(w io.Writer) {
 	redisNote(note)
 	fleetNote(note)
 	networkNote(note)
+	snapshotNote(note)
 }
 
 // noteWidth is the width the notes under the table are wrapped to.
@@ -732,4 +735,5 @@ func TestMeasures(t *testing.T) {
 		t.Errorf("idle: %+v", f)
 	}
 	testNetworkMeasures(t)
+	testSnapshotMeasures(t)
 }
