@@ -49,6 +49,10 @@ faults: ## Run the fault suite in full (kills, cut connections, server restarts,
 bench: ## Measure records/s beside the Postgres limits measured in the same run.
 	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 20m ./internal/harness/bench/
 
+.PHONY: bench-long
+bench-long: ## Measure inorder under snapshots held for minutes as pg_dump holds them: bursts after 5 minutes, inorder's tables over 10 (about 22 minutes).
+	INORDER_BENCH_LONG=1 $(GO) test -run '^$$' -bench 'BenchmarkSnapshotLong' -benchtime 1x -count 1 -timeout 60m ./internal/harness/bench/
+
 .PHONY: demo
 demo: ## Run the main job on embedded defaults: a throwaway Postgres, bookings, inorder run (Ctrl-C stops).
 	@# Built, then run, rather than `go run`: go run turns the demo's clean stop on Ctrl-C into exit status 1.

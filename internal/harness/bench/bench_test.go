@@ -148,8 +148,9 @@ type line struct {
 
 // References that are settings or targets rather than measures: never printed as lines.
 var fixed = map[string]figure{
-	"poll":      {value: float64(latencyPoll / time.Millisecond), unit: millis},
-	"rsstarget": {value: rssTargetMiB, unit: mebibytes},
+	"poll":       {value: float64(latencyPoll / time.Millisecond), unit: millis},
+	"rsstarget":  {value: rssTargetMiB, unit: mebibytes},
+	"sizetarget": {value: sizeTargetMiB, unit: mebibytes},
 }
 
 func partKey(partitions, instances int) string {
@@ -253,7 +254,8 @@ func tableLines() []line {
 	ls = append(ls, rabbitmqLines()...)
 	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
-	return append(ls, networkLines()...)
+	ls = append(ls, networkLines()...)
+	return append(ls, snapshotLines()...)
 }
 
 // notes are details of the runs that the footnotes give.
@@ -383,8 +385,8 @@ func printNotes(w io.Writer) {
 		"middle of the table, scanned into Go values: the median of %d reads after 10 unmeasured, the reads of "+
 		"the two tables taking turns.", keysetPasses, thousands(keysetRows), readCostReads)
 	note("inorder noop and catch-up: BatchSize 1000, PollInterval 5ms, a fresh database each, timed from Run "+
-		"until the cursor row holds the last row. checkpoint record drains %s rows, not %s: one durable commit "+
-		"per record.", thousands(noopRecordRows), thousands(noopBatchRows))
+		"until the process's position (inorder.position) is the last row. checkpoint record drains %s rows, "+
+		"not %s: one durable commit per record.", thousands(noopRecordRows), thousands(noopBatchRows))
 	if _, ok := figures["rsspeak"]; ok {
 		how := "the highest VmRSS sampled every 50ms (VmHWM could not be reset)"
 		if runNotes.hwmReset {
@@ -404,7 +406,7 @@ func printNotes(w io.Writer) {
 		}
 		note("partitions: a handler sleeping 1ms per record, %s rows per partition over %d keys, BatchSize 100, "+
 			"PollInterval 200ms, checkpoint batch; instances are runners in this process, each with its own "+
-			"instance name, a slot for every partition. Timed from Run until every partition's cursor row holds its "+
+			"instance name, a slot for every partition. Timed from Run until every partition's position holds its "+
 			"last row. Keys hash to partitions unevenly and the largest partition bounds the run: the speedup the "+
 			"spread allows is %s partitions. (With 64 keys, k0 to k63, the largest of 4 partitions gets 24 of "+
 			"them, which alone caps 4 partitions at 2.67x.)",
@@ -455,6 +457,7 @@ func printNotes(w io.Writer) {
 	redisNote(note)
 	fleetNote(note)
 	networkNote(note)
+	snapshotNote(note)
 }
 
 // noteWidth is the width the notes under the table are wrapped to.
@@ -732,4 +735,5 @@ func TestMeasures(t *testing.T) {
 		t.Errorf("idle: %+v", f)
 	}
 	testNetworkMeasures(t)
+	testSnapshotMeasures(t)
 }

@@ -114,7 +114,7 @@ func measureIdle(tb testing.TB, n int, settle, window time.Duration) figure {
 	var settled int
 	deadline := time.Now().Add(time.Minute)
 	for settled < n && time.Now().Before(deadline) { // every process has delivered the one row
-		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inorder.cursor WHERE position_id IS NOT NULL`).Scan(&settled); err != nil {
+		if err := db.Pool.QueryRow(ctx, `SELECT count(*) FROM inorder.position WHERE position_id IS NOT NULL`).Scan(&settled); err != nil {
 			tb.Fatalf("cursor: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)

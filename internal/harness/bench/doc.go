@@ -18,8 +18,8 @@
 //     must not grow with the table).
 //   - go: time.Sleep(1ms) loop: the most records a second one stream through the 1ms handler can move.
 //   - inorder noop: a processor with a handler that does nothing, over a backlog inserted before it
-//     starts, from Run until the cursor row's position is the backlog's last row, with a checkpoint per
-//     record and per batch.
+//     starts, from Run until the process's position (inorder.position, where it stands: the cursor row's
+//     own columns lag it) is the backlog's last row, with a checkpoint per record and per batch.
 //   - inorder catch-up 1M: the same with a checkpoint per batch of 1000 over a backlog of a million rows,
 //     and the RSS of the test process meanwhile: VmHWM reset at its start (/proc/self/clear_refs) and
 //     read at its end, VmRSS sampled every 50ms besides; the peak (target ≤ 64 MiB) and its growth over
@@ -57,6 +57,46 @@
 //     0.5) and against the asynchronous commit with a checkpoint per record (target ≥ 0.9); the webhook
 //     run of 64 in flight against the same run on loopback (target ≥ 0.95). The notes give the round
 //     trips per batch and per record that the proxy counted.
+//   - snapshot held: two fresh databases at once, one of them with a snapshot held as pg_dump holds one
+//     (a REPEATABLE READ, READ ONLY transaction that has read the catalog, then LOCK TABLE ... IN ACCESS
+//     SHARE MODE on every table of the database, inorder's own included) from before the rows flow until
+//     the bursts are drained; the other is the reference. In each, one process with the CLI's defaults but
+//     for the checkpoint delivers single rows inserted at 1,000 a second for 30s by five writers (a key
+//     always on the same one), its position advancing under the snapshot; then bursts, each inserted in one
+//     statement, the databases taking turns, each timed from its commit until inorder.position holds its
+//     last row, the median counting: 3 of 20,000 rows with default flags (a checkpoint per record) and 5 of
+//     200,000 with a checkpoint per batch, each a ratio to the same without the snapshot (target ≥ 0.8).
+//     Default-flags latency (as in the latency lines) over the flow's last 10s, held over not. inorder's
+//     tables in all (pg_total_relation_size of inorder.cursor, checkpoint_0 to 2, instance, parked and
+//     audit), sampled every second: the most while the snapshot is held (target ≤ 16 MiB), then once it has
+//     ended and a VACUUM ran, and once the processes have stopped and the rotation's steps have emptied the
+//     checkpoint tables, vacuumed (target: no more than the clean run's). The notes give what VACUUM
+//     (VERBOSE) of inorder.cursor found not yet removable at the end of the hold, the checkpoint tables'
+//     entries and truncations, whether the rotation's lock could be had on them, and pg_stat_user_tables.
+//     Every row must be delivered once, in order per key, or the measure fails.
+//   - prune beside a stream: two databases at once, one with pg_dump's hold throughout, each with a
+//     process with default flags started after a 300,000-row backlog; rows flow at 1,000 a second, and
+//     after 8s cursor.Prune deletes each backlog, the two at once, while they keep flowing: the latency of
+//     the rows committed while it runs over that of the rows before it, and held over not; and, with the
+//     snapshot held, the processor's read from the stream's position after the prune over the same read
+//     before it (the notes give EXPLAIN (ANALYZE, BUFFERS) of both).
+//
+// The long scenarios run only with INORDER_BENCH_LONG=1 (`make bench-long`, about 22 minutes), each side on
+// a database of its own, all at once:
+//
+//   - long: pg_dump's hold for 5 minutes while rows flow at 300 a second into the tables of two processes,
+//     one with default flags and one with a checkpoint per batch; then bursts of 20,000 rows into each (3,
+//     and 5 with a checkpoint per batch), the median a ratio to the same without the hold (target ≥ 0.8);
+//     every row delivered once, in order per key; the latency of each minute; then a minute more of rows
+//     after the hold, in which every checkpoint table should be emptied at its turn.
+//   - long, sizes: 10 minutes at 1,000 records a second with default flags, with no hold, with pg_dump's
+//     hold, and with a REPEATABLE READ snapshot that locks nothing: inorder's tables at most over the hold
+//     (target ≤ 16 MiB: pg_dump's lock keeps the rotation's TRUNCATE from every checkpoint table, which then
+//     grows by an entry per record, so only the snapshot alone can meet it), and once the processes have
+//     stopped and the rotation's steps have emptied the checkpoint tables, vacuumed, over the clean run's.
+//   - long, pg_dump: 2 minutes of a real pg_dump (/usr/lib/postgresql/*/bin/pg_dump of the database, its
+//     output unread, so that it blocks holding its snapshot and locks) beside the transaction that stands
+//     for it: the checkpoint tables' growth per entry under each.
 //
 // Each measure gets a fresh database. The package's test (without -bench) runs every measure on a few
 // rows, so the benchmark code keeps working; it prints nothing.

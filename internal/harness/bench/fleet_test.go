@@ -370,8 +370,8 @@ func measureFleet(tb testing.TB, bin string, n int, separate bool, window time.D
 	owners, owning := start(fleetOwner)
 	rows := fleetRows // in each table; every table's last row has this id
 	caughtUp := func() func() (bool, error) {
-		return all(count(`SELECT count(*)::int FROM inorder.cursor
-			WHERE process_name = ANY($1) AND owner_instance = ANY($2) AND position_id = $3`, names, owning, fmt.Sprint(rows)))
+		return all(count(`SELECT count(*)::int FROM inorder.cursor JOIN inorder.position AS p USING (process_name)
+			WHERE process_name = ANY($1) AND owner_instance = ANY($2) AND p.position_id = $3`, names, owning, fmt.Sprint(rows)))
 	}
 	var run fleetRun
 	awaitFleet(tb, owners, "every process caught up", caughtUp())

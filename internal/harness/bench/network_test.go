@@ -96,7 +96,7 @@ func networkNote(note func(format string, args ...any)) {
 	}
 	if len(parts) > 0 {
 		note("round trips through the proxy (the client sending after the server answered, every connection of "+
-			"the processor), from the first read that brought records until the cursor row held the last row, "+
+			"the processor), from the first read that brought records until the position held the last row, "+
 			"and the start-up before that read (included in the figure): %s.", strings.Join(parts, "; "))
 	}
 }

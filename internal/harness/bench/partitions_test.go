@@ -36,7 +36,7 @@ type partEnd struct {
 }
 
 // partsObserver signals when every partition's position has reached its last row's created_at. With a
-// checkpoint per batch it is told before the commit; the caller then waits for the cursor rows.
+// checkpoint per batch it is told before the commit; the caller then waits for the positions.
 type partsObserver struct {
 	mu      sync.Mutex
 	pending map[string]time.Time // partition process name -> created_at of its last row, until reached
@@ -66,7 +66,7 @@ func (*partsObserver) Connected(string, bool)               {}
 // measurePartitions drains a backlog of n events spread over keys keys, split into partitions streams,
 // through a handler that sleeps 1ms per record, with instances runners of NewPartitioned in this process
 // (each its own instance name, a slot for every partition). It is timed from Run until
-// every partition's cursor row holds that partition's last row. It also returns the speedup over one
+// every partition's position holds that partition's last row. It also returns the speedup over one
 // stream that the spread of the keys allows: n over the rows of the largest partition.
 func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (result, float64) {
 	tb.Helper()
@@ -155,7 +155,7 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	}
 	for {
 		durable := 0
-		rows, err := db.Pool.Query(ctx, "SELECT process_name, position_id FROM inorder.cursor WHERE process_name = ANY($1)", names)
+		rows, err := db.Pool.Query(ctx, "SELECT process_name, position_id FROM inorder.position WHERE process_name = ANY($1)", names)
 		if err != nil {
 			tb.Fatalf("read cursors: %v", err)
 		}
