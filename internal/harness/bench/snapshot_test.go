@@ -22,6 +22,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -567,10 +568,10 @@ func measureHeld(tb testing.TB, o heldOpts) []heldRun {
 			s.streams = append(s.streams, st)
 			s.db.Exec(tb, strings.ReplaceAll(eventsDDL, "events", st.table))
 			p, err := processor.New(processor.Config[event]{
-				StartFrom:  cursor.StartFromBeginning,
+				StartFrom:  inordertype.StartFromBeginning,
 				Process:    st.process,
 				ConnConfig: cc,
-				Source:     processor.Source{Table: st.table, Columns: eventColumns},
+				Source:     inordertype.Source{Table: st.table, Columns: eventColumns},
 				Handler:    handlers.HandlerFunc[event](st.handle),
 				Checkpoint: so.checkpoint, // the CLI's defaults otherwise: adaptive batches, the probe, 200ms polls
 			})
@@ -1144,10 +1145,10 @@ func measurePrune(tb testing.TB, forms []holdForm, backlog, rate int, quiet time
 			tb.Fatalf("parse url: %v", err)
 		}
 		p, err := processor.New(processor.Config[event]{
-			StartFrom:  cursor.StartFromNow,
+			StartFrom:  inordertype.StartFromNow,
 			Process:    "bench_prune",
 			ConnConfig: cc,
-			Source:     processor.Source{Table: "events", Columns: eventColumns},
+			Source:     inordertype.Source{Table: "events", Columns: eventColumns},
 			Handler: handlers.HandlerFunc[event](func(_ context.Context, rec *handlers.Record[event]) error {
 				at := time.Now()
 				s.mu.Lock()
