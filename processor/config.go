@@ -1,0 +1,283 @@
+package processor
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/dial"
+)
+
+// Checkpoint says when an advanced position becomes durable.
+type Checkpoint string
+
+const (
+	// CheckpointRecord commits the position after every record: a crash redelivers at most the record in
+	// flight. It costs one commit per record.
+	CheckpointRecord Checkpoint = "record"
+	// CheckpointBatch commits the position once per batch: a crash redelivers up to a batch, and the
+	// stream moves several times faster.
+	CheckpointBatch Checkpoint = "batch"
+)
+
+// Config configures a Processor. Process, ConnConfig, Source.Table and one of Handler or TxHandler are
+// required; every other field has a documented default.
+type Config[T any] struct {
+	// Process names the stream and its cursor row, for example "booking_sms_outbox".
+	Process string
+	// ConnConfig is the database to read from; the processor opens one dedicated connection from it.
+	// With a Client it may be left nil: the client's is used.
+	ConnConfig *pgx.ConnConfig
+	// Client, when set, runs the processor on the connections of the client's instance, shared with its
+	// other processors, instead of connections of its own (see Client). Instance is then the client's.
+	Client *Client
+	// Source is the table and the columns that order it.
+	Source inordertype.Source
+
+	// Handler receives each record. It may also implement handlers.AsyncHandler (several records in
+	// flight, settled in order) and handlers.Flusher.
+	Handler handlers.Handler[T]
+	// TxHandler receives each record with the transaction that moves the position, for exactly-once
+	// writes to the same database. Set either Handler or TxHandler.
+	TxHandler handlers.TxHandler[T]
+
+	// ScanFunc turns one row into a T. The row holds Source.Columns. Nil means pgx.RowToStructByName[T]
+	// for struct types, and the generic column-ordered form for handlers.Row.
+	ScanFunc func(row pgx.CollectableRow) (T, error)
+
+	// BatchSize bounds the records read per batch; every read is bounded. Zero means adaptive: a batch
+	// reads up to DefaultBatchSize (100) records while the stream keeps up, so that a live stream's
+	// records are not held behind many others, and the bound doubles after every batch that came back
+	// full (a backlog), up to DefaultMaxBatchSize (4000), where each batch's round trips weigh little
+	// against its records; the first batch that comes back short brings it back. A batch's position is
+	// committed with the statements that lock the row for the next one, so a backlog costs two round trips
+	// to the database per batch whatever its size. With MaxInFlight above 1, a batch holds at least sixteen
+	// windows, so that the window drains (the records in flight at the end of a batch finishing before the
+	// next read) once per sixteen windows at most.
+	BatchSize int
+	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
+	// Source.KeyColumn): records of one key go one at a time in (created_at, id) order, records of
+	// different keys go together, and a record without a key waits for every record before it and holds
+	// every record after it. The position is the end of the contiguous prefix of records that succeeded,
+	// so a failing record still halts the stream on it; records of other keys after it that had succeeded
+	// are delivered again (with the same idempotency key) once it goes through or is skipped, and a crash
+	// delivers again at most MaxInFlight records. The Handler must be safe for concurrent use. Zero or 1
+	// means one record at a time. Not for a TxHandler, and an AsyncHandler keeps its own window.
+	MaxInFlight int
+	// PollInterval is the wait when there is nothing to read or another instance holds the cursor, and
+	// the fallback when the probe cannot help (see ProbeInterval). Zero means DefaultPollInterval (200ms).
+	PollInterval time.Duration
+	// ProbeInterval is the longest wait between probes while there is nothing to read: a probe is one
+	// index-only statement asking whether any row lies after the position, and only a yes runs a batch,
+	// so a new row is delivered within a few milliseconds without the cost of a batch (pg_locks and the
+	// cursor lock) at that rate. Right after records were handled it probes after 2ms, doubling up to
+	// ProbeInterval; a stream with nothing for 10s probes at four times it. A negative value turns probing
+	// off: the processor then waits PollInterval. Zero means DefaultProbeInterval (25ms).
+	ProbeInterval time.Duration
+	// InsertLatency is a safety margin subtracted from the horizon for clock steps (and, for transaction
+	// time, the microseconds between a statement's arrival and its transaction's lock). It is not what keeps
+	// rows from being skipped (tracking transactions is); keep it small. Zero means DefaultInsertLatency (5ms).
+	InsertLatency time.Duration
+	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
+	Checkpoint Checkpoint
+	// StartFrom is where a process without a cursor row starts: inordertype.StartFromBeginning,
+	// inordertype.StartFromNow or inordertype.StartFromTime. It has no default for a table that already has rows: a
+	// new process name (a typo beside the real one) would deliver the whole table again, so Run refuses to
+	// register one without it (ErrStartFromUnset), naming the processes that already read the table. On an
+	// empty table the zero value starts at the beginning. An existing process keeps its position whatever
+	// StartFrom says.
+	StartFrom inordertype.StartFrom
+
+	// SynchronousCommit makes every position commit wait for its WAL flush. By default a position (and
+	// what commits with it: the halt state, parked records) commits with synchronous_commit = off, so that
+	// on a disk where a flush costs a millisecond or more the stream goes at the sink's speed, not the
+	// disk's. Nothing is skipped either way: a crash of inorder loses nothing (the commit is in Postgres),
+	// and a crash of Postgres (or a failover, since such a commit does not wait for a synchronous standby
+	// either) may take back the last positions, usually the last few hundred milliseconds, whose records are
+	// then delivered again. Set it when a sink must never see a record twice after a server crash beyond
+	// the record in flight. A TxHandler's commits always wait for their flush, whatever this says: they
+	// carry the application's own writes, which others may read and act on as soon as they commit.
+	SynchronousCommit bool
+
+	// OnHalt says what a record that would halt the stream does: refused by the sink (handlers.Permanent),
+	// or failing for longer than HaltAfter. Empty (OnHaltHalt) halts the stream on it, every key waiting,
+	// until it goes through or an operator skips it. OnHaltPark parks its key instead: the record is
+	// stored as parked, the position moves past it, every later record of the key is parked behind it
+	// without reaching the handler, and the other keys go on. cursor.Redrive delivers a key's parked
+	// records in order and unparks it. A record without a key halts the stream either way.
+	OnHalt OnHalt
+
+	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
+	// DefaultRetryMin (1s) and DefaultRetryMax (1m). Permanent failures (handlers.Permanent) are retried at RetryMax.
+	RetryMin, RetryMax time.Duration
+	// HaltAfter is how long a record may fail with errors that may pass (a 5xx, a timeout) while the stream
+	// counts as retrying, before it counts as halted: a warning is logged when retrying begins, an error
+	// when the stream halts, and the inorder_halted metric (and the alert on it) only sees the latter. A
+	// permanent failure (handlers.Permanent) halts at once. Either way the record is retried until it goes
+	// through or an operator skips it; the state is what people are told. It is checked at each failed
+	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means DefaultHaltAfter (5m).
+	HaltAfter time.Duration
+	// IdleInTransactionTimeout is set (SET LOCAL) in every cursor transaction; an instance frozen while it
+	// holds the cursor row loses its session, and with it the row, after it. Zero means DefaultIdleInTransactionTimeout (60s).
+	IdleInTransactionTimeout time.Duration
+	// Lease is how long an instance owns the process without renewing it. The owner renews it in its batch
+	// transactions once a third of it has passed, waiting at most a third of it between batches; another
+	// instance takes the process once it has run out. So a frozen or vanished owner is replaced within
+	// Lease (within IdleInTransactionTimeout if it froze holding the cursor row, whichever is longer) plus
+	// PollInterval; on a direct connection, as soon as its session ends. Ownership through a pooler rests on
+	// the lease alone. Zero means DefaultLease (30s).
+	Lease time.Duration
+	// HandlerTimeout bounds one handler call (and one wait on an async result). It must stay below
+	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs, and below Lease:
+	// an owner starts a record only while its lease covers the call (it renews the lease first when it
+	// would not), so that a record is never in flight once another instance may have taken the process.
+	// Zero means the smaller of half IdleInTransactionTimeout and a third of Lease (10s with the defaults).
+	HandlerTimeout time.Duration
+	// DatabaseTimeout bounds every exchange with the database: a statement, a round trip of several, a
+	// commit, and a connection's start-up (TCP, TLS, authentication). A connection a NAT or a load
+	// balancer forgot never errors by itself (a request waits unanswered, and TCP keepalives do not fire
+	// while it does); past this bound it counts as dead, the processor says so in one line and reconnects.
+	// Where the system allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections
+	// are probed by keepalives. The statements of a TxHandler run under HandlerTimeout instead. Zero means
+	// DefaultDatabaseTimeout (5s).
+	DatabaseTimeout time.Duration
+	// ShutdownTimeout bounds how long the record in flight may take to finish after Run's context is
+	// done. Zero means DefaultShutdownTimeout (15s).
+	ShutdownTimeout time.Duration
+	// HoldWarnAfter is how long a writer may hold the horizon before a warning is logged. Zero means DefaultHoldWarnAfter (1m).
+	HoldWarnAfter time.Duration
+	// ReconnectMax caps the backoff between reconnection attempts after the database went away. Zero
+	// means DefaultReconnectMax (30s).
+	ReconnectMax time.Duration
+
+	// Logger receives the processor's logs: one line per change of state (locked, released, held,
+	// retrying, halted, resumed, moved by an operator), never one per record; every line carries the
+	// process name. The zero value logs at info level as JSON lines to standard error; zerolog.Nop()
+	// silences it.
+	Logger zerolog.Logger
+	// Instance names this instance in the cursor connection's application_name. Empty means host:pid.
+	Instance string
+
+	// Observer, when set, is told what the processor does (for metrics). Its methods must not block.
+	Observer Observer
+
+	// TracerProvider receives a span per delivery attempt, per batch (with its horizon, read and commit
+	// as children) and per operator move, following OpenTelemetry's messaging conventions; see the
+	// package documentation, "Tracing". Nil means the global provider (otel.GetTracerProvider), which
+	// records nothing until the application sets one.
+	TracerProvider trace.TracerProvider
+
+	// Listen keeps a connection listening for the insert notifications of the trigger that
+	// `inorder migrate --notify TABLE` creates, and wakes the processor at once when rows arrive instead of
+	// at its next poll. Polling remains the fallback, and the only mode where LISTEN is unavailable (behind
+	// a transaction-mode pooler); a notification never decides what is read. False means poll only.
+	Listen bool
+}
+
+// checkSigns refuses the negative settings the CLI refuses: zero means the default, a negative value is a
+// mistake rather than a request for the default.
+func (c *Config[T]) checkSigns() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"BatchSize", int64(c.BatchSize)}, {"MaxInFlight", int64(c.MaxInFlight)},
+		{"PollInterval", int64(c.PollInterval)}, {"InsertLatency", int64(c.InsertLatency)},
+		{"RetryMin", int64(c.RetryMin)}, {"RetryMax", int64(c.RetryMax)}, {"HaltAfter", int64(c.HaltAfter)},
+		{"IdleInTransactionTimeout", int64(c.IdleInTransactionTimeout)}, {"Lease", int64(c.Lease)},
+		{"HandlerTimeout", int64(c.HandlerTimeout)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)},
+		{"HoldWarnAfter", int64(c.HoldWarnAfter)}, {"ReconnectMax", int64(c.ReconnectMax)},
+		{"DatabaseTimeout", int64(c.DatabaseTimeout)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("Config.%s is negative; zero means its default", f.name)
+		}
+	}
+	if c.RetryMin > 0 && c.RetryMax > 0 && c.RetryMax < c.RetryMin {
+		return fmt.Errorf("Config.RetryMax (%s) is below Config.RetryMin (%s)", c.RetryMax, c.RetryMin)
+	}
+	return nil
+}
+
+// The defaults of Config, which the zero value of each field takes, and which the CLI's flags default to.
+const (
+	DefaultBatchSize                = 100
+	DefaultMaxBatchSize             = 4000
+	DefaultDatabaseTimeout          = dial.DefaultTimeout
+	DefaultPollInterval             = 200 * time.Millisecond
+	DefaultProbeInterval            = 25 * time.Millisecond
+	DefaultInsertLatency            = 5 * time.Millisecond
+	DefaultRetryMin                 = time.Second
+	DefaultRetryMax                 = time.Minute
+	DefaultHaltAfter                = 5 * time.Minute
+	DefaultIdleInTransactionTimeout = 60 * time.Second
+	DefaultLease                    = 30 * time.Second
+	DefaultShutdownTimeout          = 15 * time.Second
+	DefaultHoldWarnAfter            = time.Minute
+	DefaultReconnectMax             = 30 * time.Second
+)
+
+func (c *Config[T]) withDefaults() {
+	if c.DatabaseTimeout <= 0 {
+		c.DatabaseTimeout = DefaultDatabaseTimeout
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = DefaultPollInterval
+	}
+	if c.ProbeInterval == 0 {
+		c.ProbeInterval = DefaultProbeInterval
+	}
+	if c.InsertLatency <= 0 {
+		c.InsertLatency = DefaultInsertLatency
+	}
+	if c.Checkpoint == "" {
+		c.Checkpoint = CheckpointRecord
+	}
+	if c.RetryMin <= 0 {
+		c.RetryMin = DefaultRetryMin
+	}
+	if c.RetryMax <= 0 {
+		c.RetryMax = DefaultRetryMax
+	}
+	if c.HaltAfter <= 0 {
+		c.HaltAfter = DefaultHaltAfter
+	}
+	if c.RetryMax < c.RetryMin {
+		c.RetryMax = c.RetryMin
+	}
+	if c.IdleInTransactionTimeout <= 0 {
+		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
+	}
+	if c.Lease <= 0 {
+		c.Lease = DefaultLease
+	}
+	if c.HandlerTimeout <= 0 {
+		c.HandlerTimeout = DefaultHandlerTimeout(c.IdleInTransactionTimeout, c.Lease)
+	}
+	if c.ShutdownTimeout <= 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.HoldWarnAfter <= 0 {
+		c.HoldWarnAfter = DefaultHoldWarnAfter
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+}
+
+// DefaultHandlerTimeout is the HandlerTimeout that a zero value means for the given idle-in-transaction
+// timeout and lease (their defaults when zero): the smaller of half the one and a third of the other.
+func DefaultHandlerTimeout(idleInTransaction, lease time.Duration) time.Duration {
+	if idleInTransaction <= 0 {
+		idleInTransaction = DefaultIdleInTransactionTimeout
+	}
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	return min(idleInTransaction/2, lease/3)
+}
