@@ -294,7 +294,7 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 	if err != nil {
 		return nil, err
 	}
-	procs, err := Read(ctx, tx, ReadOpts{})
+	procs, err := pruneProcesses(ctx, tx)
 	if err != nil {
 		return nil, err
 	}
@@ -315,6 +315,22 @@ func planPrune(ctx context.Context, tx pgx.Tx, table string, cut time.Time) (*pr
 		return nil, err
 	}
 	return p, p.rank(ctx, tx, bounds, cut)
+}
+
+// pruneProcesses reads what a prune needs of every process, in one statement under the prune lock: its
+// streams' sources, their positions as they stand, their halts and pauses, and the heads of their parked
+// records. It is not the status listing: who holds a process and whether rows are behind it do not bound
+// a prune.
+func pruneProcesses(ctx context.Context, tx pgx.Tx) ([]Process, error) {
+	rows, err := store.ListCursors(ctx, tx, "", false)
+	if err != nil {
+		return nil, fmt.Errorf("read the positions: %w", err)
+	}
+	infos := make([]Info, len(rows))
+	for i, c := range rows {
+		infos[i] = infoOf(c)
+	}
+	return group(infos), nil
 }
 
 // boundsOf finds the processes that read qualified, and those that never ran (the table they read is
