@@ -145,10 +145,10 @@ func (a *asyncWindow[T]) settle() bool {
 	var err error
 	switch v := p.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
 	case fateParkedBehind:
-		err = p.park(a.work, a.st, f.it, nil)
+		err = p.park(a.work, a.st, f.it, verdict{})
 	case fatePark:
 		endAttempt(f.it, werr)
-		err = p.park(a.work, a.st, f.it, v.cause)
+		err = p.park(a.work, a.st, f.it, v.v)
 	case fateDelivered:
 		endAttempt(f.it, nil)
 		p.resumed(&f.it.rec)

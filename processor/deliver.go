@@ -73,7 +73,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		case f.fails():
 			o.failed, o.fate = it, f
 		case f.kind == fatePark || f.kind == fateParkedBehind:
-			o.err = p.park(work, st, it, f.cause)
+			o.err = p.park(work, st, it, f.v)
 		default:
 			p.resumed(&it.rec)
 		}
@@ -318,28 +318,25 @@ func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.Ca
 	return p.cur.Bounded(ctx)
 }
 
-// fail records a failing record's halt state with the position of the last success before it, and
-// returns how long to wait before trying it again.
-func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], cause error) time.Duration {
-	rec := &it.rec
+// fail records a failing record's halt state, as its fate f decided it, with the position of the last
+// success before it, and returns how long to wait before trying it again.
+func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) time.Duration {
+	rec, cause, check := &it.rec, f.v.err, f.v.unavailable
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
 		p.abort(work)
-		return p.retryDelay(1, nil)
+		return p.retryDelay(1, verdict{})
 	}
-	status, _ := handlers.StatusOf(cause)
-	check := p.sinkCheck(cause)
 	h, err := p.cur.RecordFailure(work, last, store.Failure{RecordID: rec.ID, Err: cause,
-		Permanent: handlers.IsPermanent(cause), Status: status,
-		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, cause) },
-		HaltAfter:   p.cfg.HaltAfter,
+		Permanent: f.v.permanent, Status: f.v.status,
+		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, f.v) },
+		Halt:        f.kind == fateHalt,
 		Unavailable: check})
-	if err == nil && decideFate(fateInput{err: cause, sinkCheck: check, id: rec.ID, key: rec.Key, halt: &h, counted: true,
-		parking: p.parking()}).kind == fatePark {
-		// The cursor row counts it halting now (it has failed for longer than HaltAfter, or a refusal
-		// follows the sink's outage): the key parks, and the stream goes on at once.
-		if err = p.parkFailed(work, st, it, cause); err == nil {
+	if err == nil && f.parkOnceHalted {
+		// The cursor row counts it halted now, no longer the sink's outage: the key parks, and the stream
+		// goes on at once.
+		if err = p.parkFailed(work, st, it, f.v); err == nil {
 			if err = p.cur.Unlock(work); err == nil {
 				return 0
 			}
@@ -348,7 +345,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		p.abort(work)
-		return p.retryDelay(rec.Attempt, cause)
+		return p.retryDelay(rec.Attempt, f.v)
 	}
 	if err := p.cur.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
@@ -385,13 +382,15 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	return p.rowWatched(wait)
 }
 
-func (p *Processor[T]) retryDelay(attempts int, cause error) time.Duration {
-	if cause != nil && handlers.IsPermanent(cause) && unavailable(cause) == "" {
+// retryDelay is how long to wait before the next attempt of a record failing as v says, after attempts
+// failed: a refusal for good waits RetryMax, anything else backs off, at least as long as the sink asked.
+func (p *Processor[T]) retryDelay(attempts int, v verdict) time.Duration {
+	if v.permanent && v.unavailable == "" {
 		return p.cfg.RetryMax
 	}
 	d := backoff(attempts, p.cfg.RetryMin, p.cfg.RetryMax)
-	if after, ok := handlers.RetryAfterOf(cause); ok && after > d {
-		d = min(after, p.cfg.RetryMax)
+	if v.retryAfter > d {
+		d = min(v.retryAfter, p.cfg.RetryMax)
 	}
 	return d
 }

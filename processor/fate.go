@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 )
 
@@ -63,11 +62,14 @@ var fateNames = [...]string{"delivered", "retry", "halt", "unavailable", "park",
 
 func (k fateKind) String() string { return fateNames[k] }
 
-// fate is what becomes of one record, with the error it failed with (nil when it went through or parks
+// fate is what becomes of one record, with the verdict on its failure (none when it went through or parks
 // behind its key).
 type fate struct {
-	kind  fateKind
-	cause error
+	kind fateKind
+	v    verdict
+	// parkOnceHalted says that a halting record of a stream that parks keys halts first and then parks (see
+	// decideFate): its failure is recorded as a halt, and its key parks at once.
+	parkOnceHalted bool
 }
 
 // fails reports whether the batch stops on the record, its position not moved past it: it is the failing
@@ -107,46 +109,46 @@ type fateInput struct {
 	id, key string
 	// halt is the cursor row's halt state: the record's failures so far when it is the failing record.
 	halt *inordertype.Halt
-	// counted says that halt already counts this failure (fail, after RecordFailure): then its HaltedAt
-	// alone says whether the record halts the stream, as the database's clock decided.
-	counted bool
 	// parking says that the stream parks keys (OnHaltPark).
 	parking bool
-	// haltAfter is Config.HaltAfter, and now the time of the failure, to compare with the first failure
-	// the cursor row counts.
+	// haltAfter is Config.HaltAfter, and now the time of the failure by the database's clock (see
+	// store.Repository.Now), to compare with the first failure the cursor row counts, which that clock
+	// stamped: instances that share the row may disagree on the time, the row's clock is one.
 	haltAfter time.Duration
 	now       time.Time
 }
 
 // decideFate decides what becomes of a record. It is pure: the caller applies what it says.
 func decideFate(in fateInput) fate {
+	v := judge(in.err, in.sinkCheck)
 	switch {
 	case in.behind:
 		return fate{kind: fateParkedBehind}
 	case in.err == nil:
 		return fate{kind: fateDelivered}
 	case isBatchError(in.err):
-		return fate{kind: fateAbort, cause: in.err}
+		return fate{kind: fateAbort, v: v}
 	case in.cutOff:
-		return fate{kind: fateCutOff, cause: in.err}
+		return fate{kind: fateCutOff, v: v}
 	case in.sinkCheck != "":
-		return fate{kind: fateUnavailable, cause: in.err} // no key's fault: the stream waits for the sink
+		return fate{kind: fateUnavailable, v: v} // no key's fault: the stream waits for the sink
 	}
 	h := in.halt
 	if h != nil && h.RecordID != in.id {
 		h = nil // the row's halt is another record's
 	}
-	halting := handlers.IsPermanent(in.err) ||
-		(h != nil && (!h.HaltedAt.IsZero() || (!in.counted && in.now.Sub(h.FirstFailureAt) >= in.haltAfter)))
+	halting := v.permanent || (h != nil && (!h.HaltedAt.IsZero() || in.now.Sub(h.FirstFailureAt) >= in.haltAfter))
 	switch {
 	case !halting:
-		return fate{kind: fateRetry, cause: in.err}
-	case in.parking && in.key != "" && (h == nil || !h.SinkUnavailable()):
-		// A record that failed in the sink's outage and is refused now halts first (fail), which parks it
-		// once the cursor row counts it halted.
-		return fate{kind: fatePark, cause: in.err}
+		return fate{kind: fateRetry, v: v}
+	case in.parking && in.key != "" && h != nil && h.SinkUnavailable():
+		// A record that failed in the sink's outage and is refused now halts first (fail), so that the
+		// cursor row no longer says the sink is unavailable, and then parks.
+		return fate{kind: fateHalt, v: v, parkOnceHalted: true}
+	case in.parking && in.key != "":
+		return fate{kind: fatePark, v: v}
 	}
-	return fate{kind: fateHalt, cause: in.err}
+	return fate{kind: fateHalt, v: v}
 }
 
 // fateOf decides the fate of it, from a batch that began at st, whose handler returned err (behind: not
@@ -155,7 +157,7 @@ func decideFate(in fateInput) fate {
 // redriven when the outage ends (see outage.go).
 func (p *Processor[T]) fateOf(ctx, work context.Context, st inordertype.State, it *item[T], err error, behind bool) fate {
 	in := fateInput{err: err, behind: behind, id: it.rec.ID, key: it.rec.Key, halt: st.Halt,
-		parking: p.parking(), haltAfter: p.cfg.HaltAfter, now: time.Now()}
+		parking: p.parking(), haltAfter: p.cfg.HaltAfter, now: p.cur.Now()}
 	if err != nil && !behind {
 		in.cutOff, in.sinkCheck = cutOff(ctx, work), p.sinkCheck(err)
 	}

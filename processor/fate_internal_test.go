@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -62,13 +63,10 @@ func TestDecideFate(t *testing.T) {
 		{"refused, parking, keyless", fateInput{err: refused, parking: true}, fateHalt},
 		{"another record's halt counts nothing for this one", fateInput{err: transient, halt: other, parking: true, key: "k"}, fateRetry},
 		{"refused while another record halts", fateInput{err: refused, halt: other, parking: true, key: "k"}, fatePark},
-		{"refused after failing in the sink's outage: halted first, parked once counted",
+		{"refused after failing in the sink's outage: halted first, then parked",
 			fateInput{err: refused, halt: outage, parking: true, key: "k"}, fateHalt},
-		{"counted: the row says not halted, whatever this clock says",
-			fateInput{err: transient, halt: failing(time.Hour, false), counted: true, parking: true, key: "k"}, fateRetry},
-		{"counted: the row says halted", fateInput{err: transient, halt: failing(time.Minute, true), counted: true, parking: true, key: "k"}, fatePark},
-		{"counted: the row says halted, not parking", fateInput{err: transient, halt: failing(time.Minute, true), counted: true}, fateHalt},
-		{"counted: the sink's outage", fateInput{err: refused, sinkCheck: "the sink", halt: outage, counted: true, parking: true, key: "k"}, fateUnavailable},
+		{"refused after failing in the sink's outage, keyless: halted", fateInput{err: refused, halt: outage, parking: true}, fateHalt},
+		{"the sink's outage again", fateInput{err: refused, sinkCheck: "the sink", halt: outage, parking: true, key: "k"}, fateUnavailable},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := tc.in
@@ -77,10 +75,12 @@ func TestDecideFate(t *testing.T) {
 			require.Equal(t, tc.want, got.kind, "got %s, want %s", got.kind, tc.want)
 			switch tc.want {
 			case fateDelivered, fateParkedBehind:
-				require.NoError(t, got.cause)
+				require.Equal(t, verdict{}, got.v)
 			default:
-				require.Equal(t, tc.in.err, got.cause)
+				require.Equal(t, judge(tc.in.err, tc.in.sinkCheck), got.v, "the verdict travels with the fate")
 			}
+			require.Equal(t, tc.in.halt == outage && tc.want == fateHalt && tc.in.key != "", got.parkOnceHalted,
+				"only a refusal after the sink's outage halts first and then parks")
 			stops := tc.want == fateRetry || tc.want == fateHalt || tc.want == fateUnavailable || tc.want == fateCutOff
 			require.Equal(t, stops, got.fails(), "whether the batch stops on the record")
 		})
@@ -94,9 +94,39 @@ func TestFateAtBatchEnd(t *testing.T) {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	for _, k := range []fateKind{fateRetry, fateHalt, fateUnavailable, fateCutOff} {
-		f := fate{kind: k, cause: cause}
+		f := fate{kind: k, v: judge(cause, "")}
 		require.Equal(t, f, f.atBatchEnd(live, live), "%s: the batch was not cut off", k)
 		require.Equal(t, f, f.atBatchEnd(done, live), "%s: stopping, within the shutdown timeout", k)
-		require.Equal(t, fate{kind: fateCutOff, cause: cause}, f.atBatchEnd(done, done), "%s: cut off since", k)
+		require.Equal(t, fate{kind: fateCutOff, v: judge(cause, "")}, f.atBatchEnd(done, done), "%s: cut off since", k)
 	}
 }
+
+// TestJudge: the verdict on a failure holds everything decided about it, once: what the sink answered,
+// whether it refused the record for good, the delay it asked for, and what to check when the failure is
+// the sink's own.
+func TestJudge(t *testing.T) {
+	t.Parallel()
+	refused := handlers.Permanent(sinkStatus(422))
+	limited := handlers.RetryAfter(sinkStatus(429), 2*time.Second)
+	for _, tc := range []struct {
+		name  string
+		err   error
+		check string
+		want  verdict
+	}{
+		{"went through", nil, "", verdict{}},
+		{"refused for good", refused, "", verdict{err: refused, permanent: true, status: 422}},
+		{"asked to wait", limited, "", verdict{err: limited, status: 429, retryAfter: 2 * time.Second}},
+		{"the sink's outage", refused, "the sink", verdict{err: refused, permanent: true, status: 422, unavailable: "the sink"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, judge(tc.err, tc.check))
+		})
+	}
+}
+
+// sinkStatus is a sink's answer with its status, as handlers/webhook's StatusError is.
+type sinkStatus int
+
+func (s sinkStatus) Error() string   { return fmt.Sprintf("%d from the sink", int(s)) }
+func (s sinkStatus) SinkStatus() int { return int(s) }

@@ -52,14 +52,13 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 	return rec.Key != "" && p.tenure.parked[rec.Key]
 }
 
-// park stores it as parked, in the open cursor transaction: as its key's first record, failed with
-// cause, or behind the key's parked records when cause is nil. The key is parked from now on.
-func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item[T], cause error) error {
+// park stores it as parked, in the open cursor transaction: as its key's first record, failed as v says,
+// or behind the key's parked records when v holds no error. The key is parked from now on.
+func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item[T], v verdict) error {
 	p.joinAhead()
 	pk := store.Parked{Key: it.rec.Key, Position: it.pos}
-	if cause != nil {
-		pk.Error, pk.Permanent, pk.Attempts = cause.Error(), handlers.IsPermanent(cause), it.rec.Attempt
-		pk.Status, _ = handlers.StatusOf(cause)
+	if v.err != nil {
+		pk.Error, pk.Permanent, pk.Attempts, pk.Status = v.err.Error(), v.permanent, it.rec.Attempt, v.status
 		if h := st.Halt; h != nil && h.RecordID == it.rec.ID {
 			pk.FirstFailureAt = h.FirstFailureAt
 		}
@@ -67,15 +66,15 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 	if err := p.cur.Park(work, pk); err != nil {
 		return err
 	}
-	p.endSpan(work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", cause != nil))
-	if cause == nil {
+	p.endSpan(work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", v.err != nil))
+	if v.err == nil {
 		return nil
 	}
 	p.markParked(pk.Key)
 	p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
-		Int("status", pk.Status).Err(cause).
+		Int("status", pk.Status).Err(v.err).
 		Msg("key parked: its records wait in order, the other keys go on; redrive it once the sink accepts it (inorder redrive)")
 	return nil
 }
@@ -98,8 +97,8 @@ func (p *Processor[T]) abort(work context.Context) {
 
 // parkFailed parks a record whose failure the cursor row has just counted as halting the stream
 // (RecordFailure said so): the position moves past it, in the transaction that fail commits.
-func (p *Processor[T]) parkFailed(work context.Context, st inordertype.State, it *item[T], cause error) error {
-	if err := p.park(work, st, it, cause); err != nil {
+func (p *Processor[T]) parkFailed(work context.Context, st inordertype.State, it *item[T], v verdict) error {
+	if err := p.park(work, st, it, v); err != nil {
 		return err
 	}
 	return p.cur.SetPosition(work, it.pos, 0)
@@ -199,15 +198,15 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		}
 		// The record's fate is decided with the error alone: under a redrive's rules, a record that fails
 		// again stays parked with its key, whatever its failure (see fate.go).
-		switch decideFate(fateInput{err: cause, cutOff: cutOff(ctx, work)}).kind {
+		f := decideFate(fateInput{err: cause, cutOff: cutOff(ctx, work)})
+		switch f.kind {
 		case fateDelivered:
 		case fateAbort:
 			return false, cause
 		case fateCutOff:
 			return false, nil
 		default: // it failed again (fateRetry, fateHalt)
-			pk.Error, pk.Permanent = cause.Error(), handlers.IsPermanent(cause)
-			pk.Status, _ = handlers.StatusOf(cause)
+			pk.Error, pk.Permanent, pk.Status = cause.Error(), f.v.permanent, f.v.status
 			if err := p.cur.RedriveFailed(work, pk); err != nil {
 				return false, err
 			}

@@ -644,7 +644,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	switch {
 	case o.err != nil || o.lost:
 	case o.failed != nil && o.fate.kind != fateCutOff:
-		wait = p.fail(work, st, o.last, o.failed, o.fate.cause)
+		wait = p.fail(work, st, o.last, o.failed, o.fate)
 	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
@@ -784,7 +784,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 	}
 	due := st.Halt.NextAttemptAt
 	if due.IsZero() { // recorded before next attempts were
-		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
+		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, verdict{}))
 	}
 	if !p.failing.nextAt.IsZero() && due.Before(p.failing.nextAt) {
 		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.

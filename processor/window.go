@@ -223,7 +223,7 @@ func (w *window[T]) advance() {
 	for w.head < len(w.items) && (w.slots[w.head] == succeeded || w.slots[w.head] == parked) {
 		it := &w.items[w.head]
 		if w.slots[w.head] == parked {
-			if err := w.p.park(w.work, w.st, it, w.fates[w.head].cause); err != nil {
+			if err := w.p.park(w.work, w.st, it, w.fates[w.head].v); err != nil {
 				w.o.err, w.stopping = err, true
 				break
 			}

@@ -24,11 +24,12 @@ type Failure struct {
 	// RetryIn says how long to wait before the next attempt, given the failed attempts so far (this one
 	// included).
 	RetryIn func(attempts int) time.Duration
-	// HaltAfter is how long the record may fail before the stream counts as halted rather than retrying;
-	// a permanent failure halts it at once.
-	HaltAfter time.Duration
-	// Unavailable, when not empty, records the failure as the sink's outage (see Halt.Unavailable): it
-	// never halts the stream, whatever Permanent and HaltAfter say.
+	// Halt says that the failure halts the stream, as the processor judged it (refused for good, or
+	// failing for longer than its HaltAfter by the database's clock, see Repository.Now). The store records
+	// the verdict; it does not judge again.
+	Halt bool
+	// Unavailable, when not empty, records the failure as the sink's outage (see Halt.Unavailable), which
+	// never halts the stream.
 	Unavailable string
 }
 
@@ -53,7 +54,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	var unavailable *string
 	if f.Unavailable != "" {
 		unavailable = &f.Unavailable
-		f.Permanent = false // the sink's, not the record's
+		f.Permanent, f.Halt = false, false // the sink's, not the record's
 	}
 	var h inordertype.Halt
 	var stored pgtype.Int4
@@ -76,17 +77,14 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 		    halted_permanent = $8,
 		    halted_status = $9,
 		    halted_unavailable = $13::text,
-		    halted_at = CASE
-		        WHEN $13::text IS NOT NULL THEN NULL
-		        WHEN halted_record_id = $4 AND halted_at IS NOT NULL THEN halted_at
-		        WHEN $8 OR (halted_record_id = $4 AND clock_timestamp() - halted_first_failure_at >= $10::interval)
-		          THEN clock_timestamp()
-		        END,
+		    -- When the record halted the stream first, if it does (the verdict is $10).
+		    halted_at = CASE WHEN $10 THEN coalesce(CASE WHEN halted_record_id = $4 THEN halted_at END,
+		                                            clock_timestamp()) END,
 		    lease_expires_at = clock_timestamp() + $11::interval
 		WHERE process_name = $1 AND owner_token = $12
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at,
 		          position_seq`,
-		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.HaltAfter,
+		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.Halt,
 		r.cfg.lease(), r.token, unavailable, r.next.Handled, n, since).
 		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {

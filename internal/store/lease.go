@@ -25,6 +25,7 @@ type lease struct {
 	free     bool          // nobody owns the process: the lease ran out or was given up
 	expired  bool          // the lease ran out (rather than being given up)
 	left     time.Duration // until it runs out
+	ahead    time.Duration // how far the database's clock was ahead of this machine's at the look
 }
 
 // Owner reports whether this instance owned the process at its last look at the cursor row. TryLock
@@ -56,11 +57,25 @@ func (r *Repository) Locked() bool { return r.tx != nil }
 // leaseColumns are what a cursor row says of its owner, as scanLease reads them.
 const leaseColumns = `owner_epoch, owner_token, coalesce(owner_instance, ''), owner_session,
 	coalesce(lease_expires_at <= clock_timestamp(), true), coalesce(lease_expires_at <= clock_timestamp(), false),
-	coalesce((extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, 0)`
+	coalesce((extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint, 0), clock_timestamp()`
 
 func scanLease(l *lease) []any {
-	return []any{&l.epoch, &l.token, &l.instance, &l.session, &l.free, &l.expired, &leaseMillis{&l.left}}
+	return []any{&l.epoch, &l.token, &l.instance, &l.session, &l.free, &l.expired, &leaseMillis{&l.left}, &clockAhead{&l.ahead}}
 }
+
+// clockAhead scans the database's clock_timestamp() into how far it is ahead of this machine's clock.
+type clockAhead struct{ d *time.Duration }
+
+func (c *clockAhead) ScanTimestamptz(v pgtype.Timestamptz) error {
+	*c.d = time.Until(v.Time)
+	return nil
+}
+
+// Now is the database's clock as of the last look at the cursor row, carried on by this machine's: the
+// one clock that judges how long a record has failed. The cursor row's times are the database's, and the
+// instances that share the row may disagree on the time; measured against the row's own clock, a record
+// halts after Config.HaltAfter whichever instance delivers it.
+func (r *Repository) Now() time.Time { return time.Now().Add(r.lease.ahead) }
 
 // leaseMillis scans milliseconds into a duration.
 type leaseMillis struct{ d *time.Duration }
