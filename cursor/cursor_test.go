@@ -28,14 +28,15 @@ func setup(t *testing.T) (*pgtest.DB, store.Config) {
 // is another process; its instances are not connected to this one.
 func TestListCountsOnlyThisDatabasesInstances(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	ctx := context.Background()
 	here, cfg := setup(t)
 	_, other := setup(t)
 	cfg.Instance, other.Instance = "here", "elsewhere"
-	mine, err := store.Open(ctx, "same_name", cfg)
+	mine, err := cursors.Open(ctx, "same_name", cfg)
 	require.NoError(t, err)
 	defer mine.Release(ctx) //nolint:errcheck // cleanup
-	theirs, err := store.Open(ctx, "same_name", other)
+	theirs, err := cursors.Open(ctx, "same_name", other)
 	require.NoError(t, err)
 	defer theirs.Release(ctx) //nolint:errcheck // cleanup
 

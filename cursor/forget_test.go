@@ -63,11 +63,12 @@ func TestForgetRefusedWhileRunningThenStartsAfresh(t *testing.T) {
 // keeps it from being forgotten.
 func TestForgetRefusedWhileAnInstanceStandsBy(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	ctx := context.Background()
 	_, cfg := setup(t)
 	db, _ := setup(t)
 	cfg.ConnConfig.Database = db.Name
-	standby, err := store.Open(ctx, "billing", cfg) // connected and registered, not owning it
+	standby, err := cursors.Open(ctx, "billing", cfg) // connected and registered, not owning it
 	require.NoError(t, err)
 	ops := cursor.ActionOpts{Actor: "ops"}
 	_, err = cursor.Forget(ctx, db.Pool, "billing", ops)

@@ -141,15 +141,6 @@ func (c *Client) Instance() string { return c.shared.Instance() }
 // the processors stopped.
 func (c *Client) Close() { c.shared.Close() }
 
-// store is the owner of the client's cursor repositories and idle probe, on the client's pool; for a nil
-// client (a processor without one), the default store, shared by every such processor of the Go process.
-func (c *Client) store() *store.Store {
-	if c == nil {
-		return store.Default()
-	}
-	return c.cursors
-}
-
 // fit gives a processor's configuration the client's database and instance, or refuses another.
 func (c *Client) fit(cc **pgx.ConnConfig, instance *string) error {
 	mine := c.cfg.ConnConfig

@@ -1,6 +1,14 @@
 // Package processor moves the rows of a Postgres table to a handler, strictly in (created_at, id) order,
 // one record at a time, never skipping one.
 //
+// # Running processes in a program
+//
+// A Client is the one way to run processes in a program: it owns the instance's connections (MaxConns,
+// four by default, however many processes) and its idle probe, and runs every Processor or Partitioned
+// runner Added to it; put it in a lifecycle.Group with the signals to stop cleanly on SIGTERM (see
+// Example_library). A Processor whose Config.Client is nil runs on connections of its own, as if on a
+// Client of its own: processors share nothing they were not given.
+//
 // # The loop
 //
 // A Processor owns one named process. Each batch it locks the process's cursor row (see package cursor),

@@ -49,6 +49,9 @@ type Partitioned[T any] struct {
 	cfg  Config[T]
 	opts PartitionOpts
 	log  zerolog.Logger
+	// cursors owns the partitions' cursor repositories and their one idle probe: the Client's store, or a
+	// private one for a process without a Client.
+	cursors *store.Store
 
 	mu       sync.Mutex
 	working  map[int]bool // partitions a slot of this instance works or is trying
@@ -80,7 +83,11 @@ func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], 
 		return nil, err
 	}
 	cfg.withDefaults()
-	return &Partitioned[T]{cfg: cfg, opts: opts, working: map[int]bool{}, alive: 1,
+	cursors := store.New(nil)
+	if cfg.Client != nil {
+		cursors = cfg.Client.cursors
+	}
+	return &Partitioned[T]{cfg: cfg, opts: opts, cursors: cursors, working: map[int]bool{}, alive: 1,
 		log: defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger()}, nil
 }
 
@@ -185,6 +192,7 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	if err != nil {
 		return stopped, err
 	}
+	proc.cursors = p.cursors // the partitions of one process share a probe
 	counted, why := false, stopped
 	proc.hooks = runHooks{
 		owned: func() {

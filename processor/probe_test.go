@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,16 +104,24 @@ func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 	waitFor(t, "the probe connected again", func() bool { return sessions(store.ProbeApplicationName) == 1 })
 }
 
-// TestProcessorsOfOneDatabaseShareOneProbe runs three processes in one Go process: their probes go
-// through one connection.
-func TestProcessorsOfOneDatabaseShareOneProbe(t *testing.T) {
+// TestWhatProcessorsShareIsTheirClient: the one thing processors of one Go process share is the Client
+// they were given. Three processes without a Client each hold their own connections and idle probe; three
+// on one Client probe through its pool. No store is shared behind the callers' backs.
+func TestWhatProcessorsShareIsTheirClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rows := b.insert(t, 2)
+	ctx := context.Background()
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: "client"})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
 	var recs []*collector
-	for _, name := range []string{"share_a", "share_b", "share_c"} {
+	for _, name := range []string{"alone_a", "alone_b", "alone_c", "client_a", "client_b", "client_c"} {
 		cfg := b.cfg
 		cfg.Process = name
+		if strings.HasPrefix(name, "client") {
+			cfg.Client = client
+		}
 		h := newCollector()
 		cfg.Handler = h
 		recs = append(recs, h)
@@ -121,13 +130,11 @@ func TestProcessorsOfOneDatabaseShareOneProbe(t *testing.T) {
 	for _, h := range recs {
 		waitFor(t, "every process delivered the rows", func() bool { return h.count() == len(rows) })
 	}
-	ctx := context.Background()
-	var probes, cursors int
-	waitFor(t, "one probe session beside three cursor sessions", func() bool {
-		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FILTER (WHERE application_name = $1),
-				count(*) FILTER (WHERE application_name LIKE 'inorder:%' AND application_name <> $1)
-			FROM pg_stat_activity WHERE datname = current_database()`, store.ProbeApplicationName).Scan(&probes, &cursors))
-		return probes == 1 && cursors == 3
+	var probes int
+	waitFor(t, "a probe session per processor without a Client; the Client's three probe through its pool", func() bool {
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND application_name = $1`, store.ProbeApplicationName).Scan(&probes))
+		return probes == 3
 	})
 	more := b.insert(t, 1)
 	for _, h := range recs {

@@ -30,7 +30,10 @@ const (
 
 // Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
 type Processor[T any] struct {
-	cfg     Config[T]
+	cfg Config[T]
+	// cursors owns the processor's cursor repository and idle probe: its Client's store, or, for a processor
+	// without a Client, a private one (see Client).
+	cursors *store.Store
 	log     zerolog.Logger
 	generic bool
 	scan    func(row pgx.CollectableRow) (T, error)
@@ -92,10 +95,12 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.Process == "" {
 		return nil, errors.New("processor: Config.Process is required")
 	}
+	cursors := store.New(nil) // a processor without a Client has its own connections
 	if cfg.Client != nil {
 		if err := cfg.Client.fit(&cfg.ConnConfig, &cfg.Instance); err != nil {
 			return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
 		}
+		cursors = cfg.Client.cursors
 	}
 	if cfg.ConnConfig == nil {
 		return nil, fmt.Errorf("processor %q: Config.ConnConfig is required", cfg.Process)
@@ -127,7 +132,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		return nil, fmt.Errorf("processor %q: handler timeout %s must be well shorter than the lease %s: an owner "+
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
-	p := &Processor[T]{
+	p := &Processor[T]{cursors: cursors,
 		cfg:      cfg,
 		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
 		tracker:  newTracker(cfg.InsertLatency),
@@ -229,7 +234,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
 	// every processor holds it, whether it probes or not.
-	prober := p.cfg.Client.store().Prober(p.cfg.ConnConfig)
+	prober := p.cursors.Prober(p.cfg.ConnConfig)
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
 		p.prober = prober
@@ -418,7 +423,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 		SynchronousCommit: p.cfg.SynchronousCommit,
 	}
 	for attempt := 1; ; attempt++ {
-		cur, err := p.cfg.Client.store().Open(work, p.cfg.Process, ccfg)
+		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
 			p.cur = cur
 			return nil

@@ -35,11 +35,16 @@ func Example_library() {
 	}
 	conn.Close(ctx)
 
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc}) // the instance's connections, for all its processes
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
 	p, err := processor.New(processor.Config[Booking]{
-		Process:    "booking_sms",
-		ConnConfig: cc,
-		Source:     inordertype.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
-		StartFrom:  inordertype.StartFromNow, // a new process: the bookings from now on (or StartFromBeginning)
+		Client:    client,
+		Process:   "booking_sms",
+		Source:    inordertype.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
+		StartFrom: inordertype.StartFromNow, // a new process: the bookings from now on (or StartFromBeginning)
 		Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
 			return sendConfirmation(ctx, rec.Value.Customer) // nil: the position moves past the record
 		}),
@@ -47,11 +52,12 @@ func Example_library() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	client.Add(p)
 	sigs := lifecycle.NewSignalActor(ctx, lifecycle.SignalOpts{}) // SIGTERM: finish the record in flight, make the position durable, unlock
 	defer sigs.Stop()
 	var g lifecycle.Group
 	g.AddSignals(sigs)
-	g.AddRunner(p)
+	g.AddRunner(client)
 	if err := g.Run(ctx); err != nil && !errors.As(err, new(*lifecycle.SignalError)) {
 		log.Fatal(err) // `process "booking_sms": ...` — something retrying cannot fix
 	}

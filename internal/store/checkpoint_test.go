@@ -40,7 +40,7 @@ func openOrders(t *testing.T, cfg store.Config) *store.Repository {
 	t.Helper()
 	ctx := context.Background()
 	cfg.Lease = time.Minute
-	repo, err := store.Open(ctx, "orders", cfg)
+	repo, err := store.New(nil).Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = repo.Release(ctx) })
 	return repo
@@ -298,12 +298,13 @@ func rotatedCtx(t *testing.T, ctx context.Context, conn *pgx.Conn, slot int) sto
 // it lacks; a role that runs processors needs no grant on the migrations table for it.
 func TestANewerBinaryRefusesAnOlderSchema(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	db := pgtest.NewDB(t, pgtest.Options{Empty: true})
 	ctx := context.Background()
 	applySchemaUpTo(t, db, 12)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	_, err = store.Open(ctx, "orders", store.Config{ConnConfig: cc, Start: inordertype.StartFromBeginning})
+	_, err = cursors.Open(ctx, "orders", store.Config{ConnConfig: cc, Start: inordertype.StartFromBeginning})
 	require.Error(t, err)
 	var se *store.SchemaError
 	require.ErrorAs(t, err, &se)

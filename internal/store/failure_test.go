@@ -18,9 +18,10 @@ import (
 // is the database's, the one that stamped the row.
 func TestAFailureIsRecordedAsJudged(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	db, cfg := setup(t)
 	ctx := context.Background()
-	repo, err := store.Open(ctx, "orders", cfg)
+	repo, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.NoError(t, repo.Claim())
 	defer repo.Release(ctx) //nolint:errcheck // the test's end

@@ -176,14 +176,17 @@ type Repository struct {
 func (r *Repository) Name() string { return r.name }
 
 // Claim marks the repository as worked by one user (a processor) until Unclaim. A second Claim fails with
-// ErrInUse, so two processors in one Go process cannot share a cursor by mistake.
+// ErrInUse, so two processors of one store (one Client) cannot share a cursor by mistake. Processors of
+// different stores are different instances to each other when their instance names differ; with the
+// same name (two Clients of one program, both left to the default "<hostname>:<pid>"), they share the
+// instance's row in inorder.instance: give each Client its own Config.Instance.
 func (r *Repository) Claim() error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.released {
 		return ErrReleased
 	}
-	if r.claimed || !claims.take(r.key) {
+	if r.claimed {
 		return fmt.Errorf("cursor %q: %w", r.name, ErrInUse)
 	}
 	r.claimed = true
@@ -193,9 +196,6 @@ func (r *Repository) Claim() error {
 // Unclaim ends a Claim.
 func (r *Repository) Unclaim() {
 	r.mu.Lock()
-	if r.claimed {
-		claims.give(r.key)
-	}
 	r.claimed = false
 	r.mu.Unlock()
 }

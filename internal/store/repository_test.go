@@ -25,20 +25,21 @@ func setup(t *testing.T) (*pgtest.DB, store.Config) {
 
 func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	_, cfg := setup(t)
 	ctx := context.Background()
-	a, err := store.Open(ctx, "orders", cfg)
+	a, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
-	again, err := store.Open(ctx, "orders", cfg)
+	again, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.Same(t, a, again, "asking twice for a name gives the same repository")
-	other, err := store.Open(ctx, "refunds", cfg)
+	other, err := cursors.Open(ctx, "refunds", cfg)
 	require.NoError(t, err)
 	require.NotSame(t, a, other)
 	require.Equal(t, "orders", a.Name())
 	elsewhere := cfg
 	elsewhere.Instance = "another instance"
-	b, err := store.Open(ctx, "orders", elsewhere)
+	b, err := cursors.Open(ctx, "orders", elsewhere)
 	require.NoError(t, err)
 	require.NotSame(t, a, b, "another instance of the process is another repository, as in another program")
 	require.NoError(t, b.Release(ctx))
@@ -69,7 +70,7 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	require.NoError(t, a.Release(ctx))
 	_, err = a.TryLock(ctx)
 	require.ErrorIs(t, err, store.ErrReleased)
-	fresh, err := store.Open(ctx, "orders", cfg)
+	fresh, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.NotSame(t, a, fresh, "a released name opens anew")
 	require.NoError(t, fresh.Release(ctx))
@@ -78,15 +79,16 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 
 func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	db, cfg := setup(t)
 	ctx := context.Background()
 	before := time.Now()
 	cfg.Start = inordertype.StartFromNow
 	cfg.Instance = "first"
-	first, err := store.Open(ctx, "now_process", cfg)
+	first, err := cursors.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 	cfg.Instance = "second"
-	second, err := store.Open(ctx, "now_process", cfg)
+	second, err := cursors.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 
 	ok, err := first.TryLock(ctx)
@@ -119,7 +121,7 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 
 	cfg.Start = inordertype.StartFromBeginning
 	cfg.Instance = "third"
-	third, err := store.Open(ctx, "now_process", cfg)
+	third, err := cursors.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 	ok, err = third.TryLock(ctx)
 	require.NoError(t, err)
@@ -134,14 +136,15 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 // the tenure is not its own (the token differs) and stand by.
 func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
 	t.Parallel()
+	cursors := store.New(nil)
 	db, cfg := setup(t)
 	ctx := context.Background()
 	cfg.Instance = "first"
-	first, err := store.Open(ctx, "orders", cfg)
+	first, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	defer first.Release(ctx) //nolint:errcheck // cleanup
 	cfg.Instance = "second"
-	second, err := store.Open(ctx, "orders", cfg)
+	second, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	defer second.Release(ctx) //nolint:errcheck // cleanup
 
@@ -171,30 +174,37 @@ func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
 	require.Equal(t, "second", owner)
 }
 
-// TestStoresMeetEachOthersClaims opens one cursor as one instance in two stores (two Clients, or a Client
-// and processors without one): each store has its own repository, but only one of them may be claimed,
-// so that two processors never take each other for their own former session. A released repository
-// gives its claim back.
-func TestStoresMeetEachOthersClaims(t *testing.T) {
+// TestEachStoreOwnsItsRepositories: two stores (two Clients, or processors without one) open repositories
+// of their own, with nothing shared behind them; within a store one claim per repository. Two stores'
+// processors of one process are two instances, and only one of them owns it.
+func TestEachStoreOwnsItsRepositories(t *testing.T) {
 	t.Parallel()
 	_, cfg := setup(t)
-	cfg.Instance = "claims"
 	ctx := context.Background()
 	one, two := store.New(nil), store.New(nil)
+	cfg.Instance = "one"
 	a, err := one.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
+	cfg.Instance = "two"
 	b, err := two.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.NotSame(t, a, b, "each store owns its repositories")
+	cfg.Instance = "one"
 	again, err := one.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	require.Same(t, a, again, "asking a store twice gives the same repository")
 
 	require.NoError(t, a.Claim())
-	require.ErrorIs(t, b.Claim(), store.ErrInUse, "one cursor, one instance: one user in the Go process")
+	require.ErrorIs(t, again.Claim(), store.ErrInUse, "one repository, one user")
+	require.NoError(t, b.Claim())
+	ok, err := a.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, a.Unlock(ctx))
+	ok, err = b.TryLock(ctx)
+	require.NoError(t, err)
+	require.False(t, ok, "the other store's instance stands by while the first owns the process")
 	require.NoError(t, a.Release(ctx))
-	require.NoError(t, b.Claim(), "a released repository gives its claim back")
-	b.Unclaim()
 	require.NoError(t, b.Release(ctx))
 }
 

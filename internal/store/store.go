@@ -8,9 +8,10 @@ import (
 )
 
 // Store is the owner of the cursor repositories and the idle probes of whoever opens the connections: a
-// processor.Client holds one over its shared connections (New(shared)), and processors without a
-// Client share the default store (Default), which gives each repository a connection of its own and
-// probes per database.
+// processor.Client holds one over its shared connections (New(shared)), and a processor without a Client
+// (or a partitioned process without one, for all its partitions) holds a private one (New(nil)), which
+// gives each repository a connection of its own and probes per database. There is no store shared behind
+// the callers' backs: what processors share, they share through the Client they were given.
 //
 // Within a store, Open hands out one Repository per database, process name and instance name: asking
 // twice gives the same one, so two parts of one program can never hold two locks, or two connections,
@@ -29,17 +30,6 @@ type Store struct {
 // New returns a store whose repositories and probe work on shared's connections; nil shared gives a
 // store whose repositories each open a connection of their own (see Config.Shared).
 func New(shared *Shared) *Store { return &Store{shared: shared} }
-
-var defaultStore = sync.OnceValue(func() *Store { return New(nil) })
-
-// Default returns the store of the processors that run without a Client: one per Go process, so
-// that they share a probe per database and meet each other's claims (see Repository.Claim).
-func Default() *Store { return defaultStore() }
-
-// Open returns the repository for process name on the default store (see Store.Open).
-func Open(ctx context.Context, name string, cfg Config) (*Repository, error) {
-	return Default().Open(ctx, name, cfg)
-}
 
 // Open returns the repository for process name on cfg's database as instance cfg.Instance, connecting and
 // registering the process on first use. Asking the store again for the same returns the same repository
@@ -90,33 +80,4 @@ func (s *Store) forget(r *Repository) {
 		delete(s.repos, r.key)
 	}
 	s.mu.Unlock()
-}
-
-// claims are the repositories claimed in this Go process, by database, process and instance. Instance
-// names are the Go process's by default ("<hostname>:<pid>"), so two stores (two Clients, or a Client and
-// processors without one) may open the same cursor as the same instance: the second Claim fails, as it
-// would in one store, rather than let two processors take each other for their own former session.
-var claims = &claimSet{keys: map[string]bool{}}
-
-type claimSet struct {
-	mu   sync.Mutex
-	keys map[string]bool
-}
-
-// take claims key, and reports false when it is claimed already.
-func (c *claimSet) take(key string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.keys[key] {
-		return false
-	}
-	c.keys[key] = true
-	return true
-}
-
-// give ends a claim of key.
-func (c *claimSet) give(key string) {
-	c.mu.Lock()
-	delete(c.keys, key)
-	c.mu.Unlock()
 }
