@@ -97,7 +97,13 @@ cleanup
 exit $code
 `
 
-// Start starts a node in a new directory and waits until it accepts AMQP connections.
+// errPortTaken says that another process bound one of the node's ports between their choice and the
+// node's start.
+var errPortTaken = errors.New("a port of the node was taken meanwhile")
+
+// Start starts a node in a new directory and waits until it accepts AMQP connections. Its ports are
+// chosen free and bound by the node a moment later; when another process takes one in between (the
+// tests of other packages run at the same time), the node is started again on others.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
 	bin, err := Binary()
 	if err != nil {
@@ -106,6 +112,22 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.MaxMessageSize <= 0 {
 		cfg.MaxMessageSize = 1 << 20
 	}
+	for attempt := 1; ; attempt++ {
+		n, err := launch(bin, cfg)
+		if err == nil {
+			err = n.await(ctx)
+		}
+		if err == nil {
+			return n, nil
+		}
+		if attempt == 3 || !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
+	}
+}
+
+// launch starts a node on free ports in a new directory, without waiting for it.
+func launch(bin string, cfg Config) (*Node, error) {
 	dir, err := os.MkdirTemp("", "inorder-rabbitmq-")
 	if err != nil {
 		return nil, fmt.Errorf("rabbitmqtest: %w", err)
@@ -161,23 +183,33 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("start rabbitmq-server: %w", err)
 	}
 	n.cmd, n.exited = cmd, exited
+	return n, nil
+}
+
+// await waits until the node accepts AMQP connections, and stops it when it does not.
+func (n *Node) await(ctx context.Context) error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		if n.ready() {
-			return n, nil
+			return nil
 		}
 		select {
-		case <-exited:
-			return nil, fmt.Errorf("rabbitmq-server exited during start-up: %s", strings.TrimSpace(n.Output()))
+		case <-n.exited:
+			out := strings.TrimSpace(n.Output())
+			_ = n.Stop()
+			if strings.Contains(out, "eaddrinuse") {
+				return fmt.Errorf("rabbitmq-server: %w: %s", errPortTaken, out)
+			}
+			return fmt.Errorf("rabbitmq-server exited during start-up: %s", out)
 		case <-ctx.Done():
 			_ = n.Stop()
-			return nil, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
 			out := n.Output()
 			_ = n.Stop()
-			return nil, fmt.Errorf("rabbitmq-server did not accept AMQP connections within %s: %s", startTimeout,
+			return fmt.Errorf("rabbitmq-server did not accept AMQP connections within %s: %s", startTimeout,
 				strings.TrimSpace(out))
 		}
 	}
