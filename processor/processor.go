@@ -330,7 +330,10 @@ type Processor[T any] struct {
 	probeGap    time.Duration // the probe's current interval (see probe.go)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
-	paused      bool
+	// fleet is the instance's look at the instances of its processes, to share the work (see fleet.go);
+	// nil for a partition.
+	fleet  *store.FleetWatch
+	paused bool
 	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
 	// read it.
 	parkChecked, parkReadable bool
@@ -518,6 +521,11 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer func() { stopListening(); <-listening }()
 	}
 
+	if p.hooks.afterBatch == nil {
+		// One stream shares the fleet's work; a partition's runner balances its partitions itself.
+		p.fleet = p.cur.FleetWatch()
+		p.cur.DeferTake(p.takeDelay)
+	}
 	p.cur.Detach()
 	woken := false
 	for ctx.Err() == nil {
@@ -532,6 +540,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.role == roleOwner, n == 0 && wait == 0) {
 			return nil // the runner above moves on
+		}
+		if err == nil && wait == 0 && ctx.Err() == nil && p.shareWork(work) {
+			continue // standing by now; another instance takes the process
 		}
 		if err != nil {
 			p.abort(work)
