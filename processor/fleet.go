@@ -99,12 +99,10 @@ func (p *Processor[T]) shareWork(work context.Context) bool {
 	}
 	me := p.cur.Instance()
 	if p.cur.Locked() && !p.fleet.Fresh(p.fleetLookEvery()) {
-		// A busy owner keeps the row locked from one batch to the next; the look at the fleet is made
-		// outside that transaction, once per fleetLookEvery.
-		if err := p.cur.Unlock(work); err != nil {
-			p.log.Debug().Err(err).Msg("could not unlock the cursor to look at the fleet")
-			return false
-		}
+		// A busy owner keeps the row locked from one batch to the next, and a look at the fleet is made
+		// outside that transaction: it decides on a look another process of the instance made, or after
+		// a batch that leaves the row unlocked (one that finds nothing new).
+		return false
 	}
 	f, err := p.fleet.Look(work, p.cur, p.fleetLookEvery())
 	if err != nil {
