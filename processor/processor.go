@@ -1064,6 +1064,13 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if st.Halt == nil {
 		return 0
 	}
+	if !p.tenure.tried {
+		// A new owner tries the record at once: the next attempt recorded is the backoff of the owner
+		// before (whose sink, its URL or its key, may have been what failed), not this one's.
+		p.tenure.tried = true
+		p.failing.retryAt = time.Time{}
+		return 0
+	}
 	due := st.Halt.NextAttemptAt
 	if due.IsZero() { // recorded before next attempts were
 		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
