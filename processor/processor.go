@@ -1062,18 +1062,19 @@ func (p *Processor[T]) followOperator() time.Duration {
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {
-		return 0
-	}
-	if !p.tenure.tried {
-		// A new owner tries the record at once: the next attempt recorded is the backoff of the owner
-		// before (whose sink, its URL or its key, may have been what failed), not this one's.
-		p.tenure.tried = true
-		p.failing.retryAt = time.Time{}
+		p.tenure.tried = true // what fails from now on, this tenure tries, and backs off from, itself
 		return 0
 	}
 	due := st.Halt.NextAttemptAt
 	if due.IsZero() { // recorded before next attempts were
 		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, nil))
+	}
+	if !p.tenure.tried {
+		// A new owner tries the record at once: the next attempt recorded is the backoff of the owner
+		// before (whose sink, its URL or its key, may have been what failed), not this one's.
+		p.tenure.tried = true
+		p.failing.nextAt, p.failing.retryAt = due, time.Time{}
+		return 0
 	}
 	if !p.failing.nextAt.IsZero() && due.Before(p.failing.nextAt) {
 		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.
