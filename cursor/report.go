@@ -40,19 +40,24 @@ const (
 // that nothing is behind (List looks for a row after the position): the stream is StatusIdle. Otherwise
 // the rows behind are unknown, and a process an instance runs, not paused, failing or held, is
 // StatusRunning.
+//
+// A sink's outage and a retry are what a running instance does: when no instance runs the process, it is
+// StatusNotRunning, and the row's failure (in.Halt) says what happened when it last ran; the next owner
+// tries the record again at once. A halted stream stays StatusHalted, running or not: an operator acts.
 func StatusOf(in Info, lag *Lag) StreamStatus {
+	running := in.Connected > 0 || in.Locked
 	switch {
 	case in.Partitions > 0:
 		return StatusPartitioned
 	case in.Paused:
 		return StatusPaused
-	case in.Halt != nil && in.Halt.SinkUnavailable():
+	case in.Halt != nil && in.Halt.SinkUnavailable() && running:
 		return StatusSinkUnavailable
-	case in.Halt != nil && in.Halt.Retrying():
+	case in.Halt != nil && in.Halt.Retrying() && running:
 		return StatusRetrying
-	case in.Halt != nil:
+	case in.Halt != nil && !in.Halt.SinkUnavailable() && !in.Halt.Retrying():
 		return StatusHalted
-	case in.Connected == 0 && !in.Locked:
+	case !running:
 		return StatusNotRunning
 	case lag == nil && in.CaughtUp:
 		return StatusIdle

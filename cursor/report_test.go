@@ -13,7 +13,8 @@ import (
 
 // TestStatusOf: the rules `inorder status` shows, decided in one place. A pause says paused whatever else
 // holds; a stream retrying a record says retrying, one halted on it (refused, or failing past its
-// halt-after threshold) says halted; rows behind separate running and held from idle, and without them a
+// halt-after threshold) says halted, whether an instance runs it or not, while a sink's outage or a retry
+// with no instance running the process says not running (the row keeps what happened); rows behind separate running and held from idle, and without them a
 // running instance counts as running unless List found it caught up.
 func TestStatusOf(t *testing.T) {
 	t.Parallel()
@@ -28,6 +29,10 @@ func TestStatusOf(t *testing.T) {
 		{"retrying", cursor.Info{Connected: 1, State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7"}}}, behind, cursor.StatusRetrying},
 		{"halted", cursor.Info{Connected: 1, State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", HaltedAt: now}}}, behind, cursor.StatusHalted},
 		{"halted and stopped", cursor.Info{State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", HaltedAt: now}}}, nil, cursor.StatusHalted},
+		{"sink unavailable", cursor.Info{Connected: 1, State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", Unavailable: "the URL"}}}, behind, cursor.StatusSinkUnavailable},
+		{"sink unavailable, owner locked", cursor.Info{Locked: true, State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", Unavailable: "the URL"}}}, nil, cursor.StatusSinkUnavailable},
+		{"sink unavailable when its only instance exited", cursor.Info{State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", Unavailable: "the URL"}}}, behind, cursor.StatusNotRunning},
+		{"retrying when its only instance exited", cursor.Info{State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7"}}}, nil, cursor.StatusNotRunning},
 		{"paused while retrying", cursor.Info{Connected: 1, State: inordertype.State{Paused: true, Halt: &inordertype.Halt{}}}, behind, cursor.StatusPaused},
 		{"partitioned", cursor.Info{Partitions: 4}, nil, cursor.StatusPartitioned},
 		{"not running", cursor.Info{}, behind, cursor.StatusNotRunning},

@@ -62,7 +62,10 @@ type Processor[T any] struct {
 	probeGap    time.Duration // the probe's current interval (see probe.go)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
-	paused      bool
+	// fleet is the instance's look at the instances of its processes, to share the work (see fleet.go);
+	// nil for a partition.
+	fleet  *store.FleetWatch
+	paused bool
 	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
 	// read it.
 	parkChecked, parkReadable bool
@@ -252,6 +255,11 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer func() { stopListening(); <-listening }()
 	}
 
+	if p.hooks.afterBatch == nil {
+		// One stream shares the fleet's work; a partition's runner balances its partitions itself.
+		p.fleet = p.cur.FleetWatch()
+		p.cur.DeferTake(p.takeDelay)
+	}
 	p.cur.Detach()
 	woken := false
 	for ctx.Err() == nil {
@@ -266,6 +274,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.role == roleOwner, n == 0 && wait == 0) {
 			return nil // the runner above moves on
+		}
+		if err == nil && wait == 0 && ctx.Err() == nil && p.shareWork(work) {
+			continue // standing by now; another instance takes the process
 		}
 		if err != nil {
 			p.abort(work)
@@ -785,11 +796,19 @@ func (p *Processor[T]) followOperator() time.Duration {
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {
+		p.tenure.tried = true // what fails from now on, this tenure tries, and backs off from, itself
 		return 0
 	}
 	due := st.Halt.NextAttemptAt
 	if due.IsZero() { // recorded before next attempts were
 		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, verdict{}))
+	}
+	if !p.tenure.tried {
+		// A new owner tries the record at once: the next attempt recorded is the backoff of the owner
+		// before (whose sink, its URL or its key, may have been what failed), not this one's.
+		p.tenure.tried = true
+		p.failing.nextAt, p.failing.retryAt = due, time.Time{}
+		return 0
 	}
 	if !p.failing.nextAt.IsZero() && due.Before(p.failing.nextAt) {
 		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.

@@ -45,6 +45,9 @@ func (p *Processor[T]) register(ctx context.Context) error {
 	if err := p.cur.Register(ctx, start); err != nil {
 		return err
 	}
+	if !p.cur.Created() {
+		return nil // another instance registered it meanwhile, and said so
+	}
 	p.log.Info().Str("start", start.String()).Msg("registered a new process")
 	return nil
 }

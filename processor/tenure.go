@@ -26,6 +26,9 @@ type tenure[T any] struct {
 	// delivered are the last records this instance delivered in the tenure, for the check after a
 	// reconnect (failover.go): the records it delivered before are not its to recheck.
 	delivered delivered
+	// tried says that this tenure has attempted the failing record the cursor row names: until then the
+	// next attempt recorded there is another owner's backoff, which a new owner does not wait out.
+	tried bool
 }
 
 // lastBatch is what the last batch found that the wait before the next one depends on (nextWait,

@@ -213,6 +213,13 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 			return false, err
 		}
 		vacant, err := r.vacant(ctx)
+		switch {
+		case err == nil && !vacant:
+			r.freeSince = time.Time{} // owned: a DeferTake counts from the next time it is free
+		case err == nil && !r.mayTake(ctx):
+			r.giveUpSession(ctx) // only an owner holds the advisory lock
+			vacant = false
+		}
 		if err != nil || !vacant {
 			return false, err
 		}
@@ -694,18 +701,8 @@ func (r *Repository) Release(ctx context.Context) error {
 		}
 	}
 	if r.token != 0 && r.conn != nil && !r.conn.IsClosed() {
-		// Give up the lease now, so a standby takes over at once rather than when it runs out. The write is
-		// named for the process (SET LOCAL, for its own statement's transaction), as every write of the row
-		// is, whichever connection makes it. The position as it stands goes into the row with it (a fold), so
-		// that the row alone says where the process stands: an instance of the version before the checkpoint
-		// log reads only the row.
-		if _, uerr := r.conn.Exec(ctx, `
-			WITH named AS (SELECT set_config('application_name', $3, true))
-			UPDATE inorder.cursor AS c
-			SET lease_expires_at = NULL, owner_session = false, `+foldSet+`
-			FROM named, inorder.position AS p
-			WHERE c.process_name = $1 AND c.owner_token = $2 AND p.process_name = c.process_name`,
-			r.name, r.token, r.ApplicationName()); uerr != nil && err == nil {
+		// Give up the lease now, so a standby takes over at once rather than when it runs out.
+		if uerr := r.giveUpLease(ctx); uerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
 		}
 		r.epoch, r.token = 0, 0

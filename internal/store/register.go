@@ -66,6 +66,10 @@ func (r *Repository) Register(ctx context.Context, start inordertype.StartFrom) 
 	return nil
 }
 
+// Created reports whether this repository created the process's cursor row (Register inserted it, rather
+// than finding that another instance had), and nothing has removed it since.
+func (r *Repository) Created() bool { return r.registered }
+
 // heartbeatSQL says that this instance runs the process, for a lease from now: status counts such rows,
 // and forget refuses while one is live.
 const heartbeatSQL = `

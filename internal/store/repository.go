@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -169,6 +170,11 @@ type Repository struct {
 	pooled, movesBackends bool
 	backend               uint32    // the backend that served the last cursor transaction
 	beat                  time.Time // when this instance last said it is there (see heartbeat)
+	// Taking a free process (see fleet.go): not before notBefore (this instance handed it over), and only
+	// once it has been seen free since freeSince for deferFor, which takeAfter decided at that first sight.
+	notBefore, freeSince time.Time
+	deferFor             time.Duration
+	takeAfter            func(context.Context) time.Duration
 }
 
 // Name returns the process name the repository was opened for. No method takes a name: a repository can

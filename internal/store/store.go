@@ -25,6 +25,9 @@ type Store struct {
 
 	probeMu sync.Mutex
 	probers map[string]*Prober
+
+	fleetMu sync.Mutex
+	fleets  map[string]*FleetWatch
 }
 
 // New returns a store whose repositories and probe work on shared's connections; nil shared gives a
