@@ -818,6 +818,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// the switch stays.
 			back := inordertype.Position{CreatedAt: at.UTC()}
 			p.tenure.delivered.forget() // delivered again on purpose
+			p.failing.forgetAccepted()
 			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 				return horizon{}, err
 			}
@@ -1048,6 +1049,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			Msg("position moved by an operator (skip or rewind)")
 		p.traceOperator(p.tenure.lastPos, st.Position)
 		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
+		p.failing.forgetAccepted()
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {
