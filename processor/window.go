@@ -74,8 +74,8 @@ type window[T any] struct {
 	// paused: a record failed in a way that says the sink pauses (see pauses); its failure ends the batch
 	// even when records before it did not start.
 	paused bool
-	warned   int // the record last warned about for being in flight long
-	o        outcome[T]
+	warned int // the record last warned about for being in flight long
+	o      outcome[T]
 }
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
