@@ -37,7 +37,7 @@ type failing struct {
 // meanwhile, and counted as sent again (ResentObserver).
 type acceptedRecord struct {
 	createdAt time.Time
-	tenure    int64
+	tenure    int64 // tenure.gen
 }
 
 // failState is what a stream is doing about a failing record.
@@ -96,23 +96,23 @@ func (p *Processor[T]) accept(it *item[T]) {
 	if p.failing.accepted == nil {
 		p.failing.accepted = map[string]acceptedRecord{}
 	}
-	p.failing.accepted[it.rec.ID] = acceptedRecord{createdAt: it.pos.CreatedAt, tenure: p.tenure.token}
+	p.failing.accepted[it.rec.ID] = acceptedRecord{createdAt: it.pos.CreatedAt, tenure: p.tenure.gen}
 }
 
 // acceptedBefore reports whether the sink accepted it already in this tenure, so that it is not sent
-// again. A record accepted in an earlier tenure is forgotten and counted as sent again (it is about to
-// be).
+// again.
 func (p *Processor[T]) acceptedBefore(it *item[T]) bool {
 	a, ok := p.failing.accepted[it.rec.ID]
-	if !ok {
-		return false
+	return ok && a.tenure == p.tenure.gen
+}
+
+// sending notes that it is handed to the sink now: when the sink had accepted it before (in an earlier
+// tenure, or because what should have kept it from going again failed), it is counted as sent again.
+func (p *Processor[T]) sending(it *item[T]) {
+	if _, ok := p.failing.accepted[it.rec.ID]; ok {
+		delete(p.failing.accepted, it.rec.ID)
+		p.noteResent(1)
 	}
-	if a.tenure == p.tenure.token {
-		return true
-	}
-	delete(p.failing.accepted, it.rec.ID)
-	p.noteResent(1)
-	return false
 }
 
 // forgetAccepted forgets the records accepted ahead of the position: an operator moved it, and what lies

@@ -1000,7 +1000,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
 		p.joinAhead() // a batch read ahead in the last tenure is dropped with it, once its statement is done
-		p.role, p.tenure = roleOwner, tenure[T]{token: token}
+		p.role, p.tenure = roleOwner, tenure[T]{token: token, gen: p.tenure.gen + 1}
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()

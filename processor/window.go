@@ -189,6 +189,7 @@ func (w *window[T]) start() {
 			continue
 		}
 		busy[key] = true
+		w.p.sending(it)
 		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		go func(i int, it *item[T]) {
 			t0 := time.Now()
