@@ -57,6 +57,10 @@
 //	                                                 has handed to the handler and not yet settled
 //	inorder_in_flight_oldest_seconds     gauge      how long the oldest of them has been in flight; the
 //	                                                 position waits on it; 0 when none
+//	inorder_sink_resent_total            counter    records this instance sent to the sink again after the
+//	                                                 sink had accepted them (a keyed window keeps what the
+//	                                                 sink accepted, so this counts what a lost connection
+//	                                                 or another instance's tenure in between sends again)
 //	inorder_parked_keys, _records        gauge      keys parked (processor.OnHaltPark) and their records;
 //	inorder_parked_oldest_seconds        gauge      how long the key parked longest has been (with the lag)
 //	inorder_xmin_held_seconds            gauge      how long the database's xmin horizon (vacuum's) has been
@@ -74,7 +78,7 @@
 // pool's role may not read from when it first saw it), and comes round early when a holder it saw is about
 // to pass the threshold. They cost inorder nothing (its positions are appended), but vacuum cannot clean
 // the outbox that prune empties while they hold. The other series come from
-// the processor through the processor.Observer (and processor.InFlightObserver and processor.RetryObserver) that Metrics implements.
+// the processor through the processor.Observer (and processor.InFlightObserver, processor.RetryObserver and processor.ResentObserver) that Metrics implements.
 //
 // # Health
 //

@@ -47,6 +47,7 @@ type Metrics struct {
 	connected, unavailable                      *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
+	resent                                      *prometheus.CounterVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
 
 	// The database's xmin horizon, looked at with the lag: the longest hold past the threshold, one
@@ -70,6 +71,7 @@ type procMetrics struct {
 	halted, retrying, hold, locked   prometheus.Gauge
 	position, connected, unavailable prometheus.Gauge
 	inFlight, inFlightOldest         prometheus.Gauge
+	resent                           prometheus.Counter
 
 	// state is guarded by Metrics.mu.
 	state connState
@@ -87,6 +89,7 @@ var (
 	_ processor.Observer         = (*Metrics)(nil)
 	_ processor.InFlightObserver = (*Metrics)(nil)
 	_ processor.RetryObserver    = (*Metrics)(nil)
+	_ processor.ResentObserver   = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -158,6 +161,10 @@ func NewMetrics() *Metrics {
 			Name: "inorder_in_flight_oldest_seconds",
 			Help: "How long the oldest record in flight has been; the position waits on it. 0 when none.",
 		}, label),
+		resent: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "inorder_sink_resent_total",
+			Help: "Records this instance sent to the sink again after the sink had accepted them.",
+		}, label),
 		parkedKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_parked_keys", Help: "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag.",
 		}, label),
@@ -184,7 +191,7 @@ func NewMetrics() *Metrics {
 	}
 	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
+		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -234,6 +241,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		connected:      m.connected.WithLabelValues(process),
 		inFlight:       m.inFlight.WithLabelValues(process),
 		inFlightOldest: m.inFlightOldest.WithLabelValues(process),
+		resent:         m.resent.WithLabelValues(process),
 	}
 	m.lagErrors.WithLabelValues(process) // at zero, like the others
 	m.procs[process] = p
@@ -293,6 +301,9 @@ func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.S
 
 // Hold implements processor.Observer.
 func (m *Metrics) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
+
+// Resent implements processor.ResentObserver.
+func (m *Metrics) Resent(process string, records int) { m.proc(process).resent.Add(float64(records)) }
 
 // InFlight implements processor.InFlightObserver.
 func (m *Metrics) InFlight(process string, records int, oldest time.Duration) {

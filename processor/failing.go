@@ -24,6 +24,20 @@ type failing struct {
 	// nextAt the next attempt the cursor row said last (an earlier one: an operator's retry).
 	retryAt, nextAt time.Time
 	sent            map[string]sentRecord // by record id
+	// accepted are the records ahead of the position that the sink accepted (see acceptedRecord), by
+	// record id.
+	accepted map[string]acceptedRecord
+}
+
+// acceptedRecord is a record that the sink accepted while the position stopped before it (the keyed
+// window went on with other keys after a record failed): when it was created (to forget it once the
+// position is past), and the tenure in which it was accepted. In that tenure it is not sent again: it
+// counts as succeeded when its batch is read again. In a later tenure (after a lost connection, or
+// another instance in between) it is sent again, since an operator may have moved the position back
+// meanwhile, and counted as sent again (ResentObserver).
+type acceptedRecord struct {
+	createdAt time.Time
+	tenure    int64 // tenure.gen
 }
 
 // failState is what a stream is doing about a failing record.
@@ -70,6 +84,55 @@ func (f *failing) forgetPassed(pos inordertype.Position) {
 			delete(f.sent, id)
 		}
 	}
+	for id, a := range f.accepted {
+		if a.createdAt.Before(pos.CreatedAt) {
+			delete(f.accepted, id)
+		}
+	}
+}
+
+// accept notes that the sink accepted it while the position stays before it.
+func (p *Processor[T]) accept(it *item[T]) {
+	if p.failing.accepted == nil {
+		p.failing.accepted = map[string]acceptedRecord{}
+	}
+	p.failing.accepted[it.rec.ID] = acceptedRecord{createdAt: it.pos.CreatedAt, tenure: p.tenure.gen}
+}
+
+// acceptedBefore reports whether the sink accepted it already in this tenure, so that it is not sent
+// again.
+func (p *Processor[T]) acceptedBefore(it *item[T]) bool {
+	a, ok := p.failing.accepted[it.rec.ID]
+	return ok && a.tenure == p.tenure.gen
+}
+
+// sending notes that it is handed to the sink now: when the sink had accepted it before (in an earlier
+// tenure, or because what should have kept it from going again failed), it is counted as sent again.
+func (p *Processor[T]) sending(it *item[T]) {
+	if _, ok := p.failing.accepted[it.rec.ID]; ok {
+		delete(p.failing.accepted, it.rec.ID)
+		p.noteResent(1)
+	}
+}
+
+// forgetAccepted forgets the records accepted ahead of the position: an operator moved it, and what lies
+// after it is delivered again on purpose.
+func (f *failing) forgetAccepted() { clear(f.accepted) }
+
+// ResentObserver is an Observer that is also told of records this instance hands to the sink again after
+// the sink accepted them: what a lost connection (or another instance's tenure in between) makes it
+// deliver again. Records retried because they failed are not counted, nor what an operator's rewind
+// delivers again on purpose. Its method must not block.
+type ResentObserver interface {
+	Observer
+	// Resent reports records sent again although the sink had accepted them.
+	Resent(process string, records int)
+}
+
+func (p *Processor[T]) noteResent(n int) {
+	if o, ok := p.obs.(ResentObserver); ok {
+		o.Resent(p.cfg.Process, n)
+	}
 }
 
 // settled notes how the delivery of a batch ended: the position moved past its first n records, and the
@@ -77,9 +140,10 @@ func (f *failing) forgetPassed(pos inordertype.Position) {
 // or an AsyncHandler sent ahead of it) will go out again with their next attempt number.
 func (p *Processor[T]) settled(items []item[T], n int, sent func(i int) bool) {
 	f := &p.failing
-	if len(f.sent) > 0 {
+	if len(f.sent) > 0 || len(f.accepted) > 0 {
 		for i := range items[:n] {
 			delete(f.sent, items[i].rec.ID)
+			delete(f.accepted, items[i].rec.ID)
 		}
 	}
 	for i := n; i < len(items); i++ {

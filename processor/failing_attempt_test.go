@@ -10,6 +10,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 // attemptSink counts, per record, the attempt numbers it was handed, and refuses some records until it is
@@ -109,8 +110,67 @@ func TestRecordsSentAheadOfAFailureCountTheirAttempts(t *testing.T) {
 			})
 			require.Equal(t, []int{1, 2}, s.sent(ids[0]), "the refused record")
 			for _, id := range ids[1:] {
-				require.Equal(t, []int{1, 2}, s.sent(id), "record %d, sent ahead and again after the retry", id)
+				if tc.async {
+					require.Equal(t, []int{1, 2}, s.sent(id), "record %d, sent ahead and again after the retry", id)
+					continue
+				}
+				// The keyed window keeps what the sink accepted: never sent again by this instance.
+				require.Equal(t, []int{1}, s.sent(id), "record %d, accepted ahead of the failure", id)
 			}
 		})
 	}
+}
+
+// resentLog is an observer that counts what it is told of records sent again.
+type resentLog struct {
+	processor.Observer
+	mu     sync.Mutex
+	resent int
+}
+
+func (r *resentLog) Resent(_ string, records int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.resent += records
+}
+
+func (r *resentLog) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.resent
+}
+
+// TestARecordAcceptedAheadIsSentAgainOnlyAfterALostConnection: with the keyed window, the records the sink
+// accepted ahead of a refused one are not sent again while this instance keeps the process; once its
+// connection is cut (a new tenure, in which an operator may have moved the position meanwhile) they are,
+// and the observer (inorder_sink_resent_total) counts each of them.
+func TestARecordAcceptedAheadIsSentAgainOnlyAfterALostConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	s := newAttemptSink(ids[0])
+	obs := &resentLog{Observer: nopObserver{}}
+	b.cfg.Handler, b.cfg.Observer = s, obs
+	b.cfg.Source.KeyColumn, b.cfg.MaxInFlight = "seq", 4 // one key per record: all three go out at once
+	b.cfg.RetryMin, b.cfg.RetryMax = 50*time.Millisecond, 50*time.Millisecond
+	b.cfg.Instance = "resender"
+	start(t, b.cfg)
+	waitFor(t, "the first record refused twice", func() bool { return len(s.sent(ids[0])) >= 2 })
+	require.Equal(t, []int{1}, s.sent(ids[1]), "accepted ahead of the refusal: not sent again")
+	require.Equal(t, []int{1}, s.sent(ids[2]), "accepted ahead of the refusal: not sent again")
+	require.Zero(t, obs.count())
+
+	var killed bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1 AND datname = current_database()",
+		"inorder:"+b.cfg.Process+"@resender").Scan(&killed))
+	require.True(t, killed)
+	s.fix()
+	waitFor(t, "the position at the last record", func() bool {
+		_, id := b.position(t, b.cfg.Process)
+		return id == idText(ids[len(ids)-1])
+	})
+	require.Len(t, s.sent(ids[1]), 2, "sent again in the new tenure")
+	require.Len(t, s.sent(ids[2]), 2, "sent again in the new tenure")
+	require.Equal(t, 2, obs.count(), "each record sent again after the sink accepted it is counted")
 }

@@ -563,6 +563,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// the switch stays.
 			back := inordertype.Position{CreatedAt: at.UTC()}
 			p.tenure.delivered.forget() // delivered again on purpose
+			p.failing.forgetAccepted()
 			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 				return horizon{}, err
 			}
@@ -744,7 +745,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
 		p.joinAhead() // a batch read ahead in the last tenure is dropped with it, once its statement is done
-		p.role, p.tenure = roleOwner, tenure[T]{token: token}
+		p.role, p.tenure = roleOwner, tenure[T]{token: token, gen: p.tenure.gen + 1}
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()
@@ -793,6 +794,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			Msg("position moved by an operator (skip or rewind)")
 		p.traceOperator(p.tenure.lastPos, st.Position)
 		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
+		p.failing.forgetAccepted()
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {

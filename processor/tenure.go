@@ -8,8 +8,10 @@ import "github.com/inorder-dev/inorder/inordertype"
 // until then: the check after it (recheck) compares what this instance delivered in the tenure, and the
 // next lock, which follows it, starts a new one.
 type tenure[T any] struct {
-	// token is the tenure's (store.Repository.Tenure).
+	// token is the tenure's (store.Repository.Tenure), and gen counts this instance's tenures: a reconnect
+	// may keep the token, never gen.
 	token int64
+	gen   int64
 	// sourceSaved says the cursor row holds what the process reads (saveSource), once per tenure and per
 	// connection: a reconnect clears it too.
 	sourceSaved bool

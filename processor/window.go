@@ -23,11 +23,14 @@ import (
 // once, however many records completed together. A crash delivers again at most the window: the records
 // after the durable prefix, some of which had succeeded already (with the same idempotency key).
 //
-// When a record fails, nothing more starts; the records in flight finish (within one handler timeout),
-// the prefix moves as far as they allow, and the stream halts on the first record in order that did not
-// succeed, exactly as one record at a time: backoff, status, skip. Records of other keys after it that had
-// succeeded are delivered again once it goes through or is skipped, each with its next attempt number
-// (see failing).
+// When a record fails, nothing after it starts; the records in flight finish (within one handler
+// timeout), the prefix moves as far as they allow, and the stream halts on the first record in order that
+// did not succeed, exactly as one record at a time: backoff, status, skip. When the failure says that the
+// sink pauses (its outage, or a Retry-After), nothing starts at all, not even the records before it: stop
+// means stop, until the backoff ends. Records of other keys after it that the sink accepted are not sent
+// again by this instance: they count as succeeded when the batch is read again, until the position passes
+// them (see failing.accepted). Those that failed, or were still in flight, go out again with their next
+// attempt number.
 
 // done is the outcome of one record's handler call in the window.
 type done struct {
@@ -65,10 +68,13 @@ type window[T any] struct {
 	// failedAt is the first record in order that failed: nothing from it on starts any more, but the
 	// records before it still do, so that the prefix reaches it and the stream halts on it.
 	failedAt int
-	// stopping: the context is done or the cursor is lost; start nothing more.
+	// stopping: the context is done, the cursor is lost, or the sink said to pause; start nothing more.
 	stopping bool
-	warned   int // the record last warned about for being in flight long
-	o        outcome[T]
+	// paused: a record failed in a way that says the sink pauses (see pauses); its failure ends the batch
+	// even when records before it did not start.
+	paused bool
+	warned int // the record last warned about for being in flight long
+	o      outcome[T]
 }
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
@@ -119,6 +125,15 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 	}
 	if w.head < len(items) && w.slots[w.head] == failed {
 		w.o.failed, w.o.fate = &items[w.head], w.fates[w.head]
+	} else if w.paused && w.failedAt < len(items) && w.o.err == nil && !w.o.lost {
+		// The sink paused before the records ahead of the failure started: the stream waits on the
+		// failure all the same, and the records before it go first after the wait.
+		w.o.failed, w.o.fate = &items[w.failedAt], w.fates[w.failedAt]
+	}
+	for i := w.head; i < len(items); i++ {
+		if w.slots[i] == succeeded {
+			p.accept(&items[i]) // accepted is accepted: not sent again while the position stays before it
+		}
 	}
 	// The records of other keys that went out ahead of the head go out again after it, as their next
 	// attempt.
@@ -148,6 +163,11 @@ func (w *window[T]) start() {
 		switch {
 		case w.slots[i] == succeeded || w.slots[i] == parked:
 			continue
+		case w.slots[i] == waiting && w.p.acceptedBefore(&w.items[i]):
+			// The sink accepted it while a record before it failed: it is not sent again. (Every earlier
+			// record of its key had succeeded before it started.)
+			w.slots[i] = succeeded
+			continue
 		case w.slots[i] != waiting:
 			busy[key] = true
 			if key == "" {
@@ -168,6 +188,7 @@ func (w *window[T]) start() {
 			continue
 		}
 		busy[key] = true
+		w.p.sending(it)
 		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		go func(i int, it *item[T]) {
 			t0 := time.Now()
@@ -195,6 +216,9 @@ func (w *window[T]) take(d done) {
 		default: // the prefix stops at it
 			w.slots[d.i], w.fates[d.i] = failed, f
 			w.failedAt = min(w.failedAt, d.i)
+			if pauses(f) {
+				w.paused, w.stopping = true, true
+			}
 		}
 		select {
 		case d = <-w.results:
@@ -203,6 +227,13 @@ func (w *window[T]) take(d done) {
 		}
 		return
 	}
+}
+
+// pauses reports whether f, a failing record's fate, says that the sink pauses: its outage (a refusal
+// every record would meet, a 429 or a 503 among them), or a Retry-After. No new record starts then until
+// the stream's backoff ends.
+func pauses(f fate) bool {
+	return f.kind == fateUnavailable || f.v.retryAfter > 0
 }
 
 // parkAt parks record i, whose fate is f (its key's first, fatePark, or behind the key,

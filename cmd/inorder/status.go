@@ -127,7 +127,11 @@ func printProcesses(w io.Writer, rep statusReport) {
 	}
 	tw.Flush()
 	for _, ps := range rep.Processes {
-		if h := ps.Halt; h != nil && h.SinkUnavailable() {
+		if h := ps.Halt; h != nil && ps.Status == cursor.StatusNotRunning && h.Retrying() {
+			// Nobody waits for the sink now: say what the last run met, for whoever starts it again.
+			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s is not running. When it last ran, record %s was failing (%s so far): %s",
+				ps.Process, h.RecordID, plural(h.Attempts, "attempt"), clip(h.Error, 300)), "", 100))
+		} else if h := ps.Halt; h != nil && h.SinkUnavailable() {
 			// The sink's outage: nothing about the record to fix or skip.
 			status := ""
 			if h.Status != 0 {

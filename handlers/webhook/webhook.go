@@ -300,7 +300,10 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		req.Header.Set(StandardSignatureHeader, sig)
 	}
 
-	if err := h.gate.wait(ctx); err != nil {
+	if err := h.gate.wait(ctx, h.target); err != nil {
+		if _, ok := handlers.UnavailableOf(err); ok {
+			return err // not sent: the sink refused another request meanwhile
+		}
 		return fmt.Errorf("webhook POST %s: waiting for its turn (max rate, or the sink's Retry-After): %w", h.target, err)
 	}
 	resp, err = h.client.Do(req)
@@ -313,7 +316,8 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		if ctx.Err() == nil {
 			// No receiver judged the record: the name did not resolve, TLS failed, the connection was
 			// refused or cut. Every record would meet it.
-			return handlers.Unavailable(err, "the URL's host and the way to it (DNS, TLS, a firewall): "+h.target)
+			err = handlers.Unavailable(err, "the URL's host and the way to it (DNS, TLS, a firewall): "+h.target)
+			h.gate.stop(err)
 		}
 		return err
 	}
@@ -321,7 +325,13 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 		_ = resp.Body.Close()
 	}()
-	return h.classify(resp)
+	err = h.classify(resp)
+	_, retryAfter := handlers.RetryAfterOf(err)
+	if _, out := handlers.UnavailableOf(err); (out || retryAfter) && !handlers.IsPermanent(err) {
+		// The sink pauses: the requests waiting for their turn do not go (stop means stop).
+		h.gate.stop(err)
+	}
+	return err
 }
 
 // tracerName is the instrumentation scope of the webhook's spans.

@@ -280,6 +280,7 @@ func record(b *testing.B, key string, r result) {
 	b.ReportMetric(0, "ns/op") // the whole call, setup included: not a figure
 	b.ReportMetric(r.rate(), "records/s")
 	b.ReportMetric(float64(r.n), "records")
+	b.ReportMetric(float64(r.resent), "resent") // records sent again after the sink had accepted them
 	keep(key, figure{n: r.n, value: r.rate(), unit: perSecond})
 }
 
@@ -714,6 +715,9 @@ func TestMeasures(t *testing.T) {
 	} {
 		if r.n == 0 || r.rate() <= 0 {
 			t.Errorf("%s: %d in %s", name, r.n, r.elapsed)
+		}
+		if r.resent != 0 {
+			t.Errorf("%s: %d records sent again after the sink had accepted them", name, r.resent)
 		}
 	}
 	if catchUp.peak <= 0 {

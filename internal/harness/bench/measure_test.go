@@ -33,6 +33,9 @@ import (
 type result struct {
 	n       int
 	elapsed time.Duration
+	// resent counts the records the processor sent to the sink again after the sink had accepted them
+	// (processor.ResentObserver): 0 unless something regressed, a keyed window's row says so.
+	resent int
 }
 
 func (r result) rate() float64 {
@@ -159,7 +162,7 @@ func measureCommitVia(tb testing.TB, proxy *tcpproxy.Proxy, n int, limit time.Du
 		exec(tb, conn, updateSQL)
 		done++
 	}
-	return result{done, time.Since(start)}
+	return result{n: done, elapsed: time.Since(start)}
 }
 
 // measureUpdateInTx runs the single-row UPDATE n times between one BEGIN and one COMMIT, all measured.
@@ -173,7 +176,7 @@ func measureUpdateInTx(tb testing.TB, n int) result {
 		exec(tb, conn, updateSQL)
 	}
 	exec(tb, conn, "COMMIT")
-	return result{n, time.Since(start)}
+	return result{n: n, elapsed: time.Since(start)}
 }
 
 // insertEvents fills the events table with n rows in one statement, spread over orderingKeys aggregates,
@@ -260,7 +263,7 @@ func measureKeysetVia(tb testing.TB, proxy *tcpproxy.Proxy, n, passes int) resul
 	for range passes {
 		got += pass()
 	}
-	return result{got, time.Since(start)}
+	return result{n: got, elapsed: time.Since(start)}
 }
 
 // lastRow returns the id (as text) and created_at of the last row of table in (created_at, id) order.
@@ -288,7 +291,11 @@ type endObserver struct {
 	batches   atomic.Int64
 	first     atomic.Int64 // when the first read that brought records was reported, in Unix nanoseconds
 	exchanges atomic.Int64 // the proxy's count then
+	resent    atomic.Int64 // records sent again after the sink had accepted them
 }
+
+// Resent implements processor.ResentObserver.
+func (o *endObserver) Resent(_ string, records int) { o.resent.Add(int64(records)) }
 
 func newEndObserver(at time.Time, proxy *tcpproxy.Proxy) *endObserver {
 	return &endObserver{at: at, done: make(chan struct{}), proxy: proxy}
@@ -393,7 +400,7 @@ func drainVia[T any](tb testing.TB, db *pgtest.DB, proxy *tcpproxy.Proxy, cfg pr
 		case <-time.After(time.Millisecond):
 		}
 	}
-	end.result = result{n, time.Since(start)}
+	end.result = result{n: n, elapsed: time.Since(start), resent: int(obs.resent.Load())}
 	end.batches = int(obs.batches.Load())
 	if first := obs.first.Load(); first > 0 {
 		end.startup = time.Unix(0, first).Sub(start)

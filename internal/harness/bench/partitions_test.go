@@ -26,7 +26,7 @@ func measureSleep(n int) result {
 	for range n {
 		time.Sleep(time.Millisecond)
 	}
-	return result{n, time.Since(start)}
+	return result{n: n, elapsed: time.Since(start)}
 }
 
 // partEnd is the last row of one partition.
@@ -198,5 +198,5 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	if got := handled.Load(); got < int64(n) {
 		tb.Fatalf("handled %d records, want %d", got, n)
 	}
-	return result{n, elapsed}, float64(n) / float64(largest)
+	return result{n: n, elapsed: elapsed}, float64(n) / float64(largest)
 }
