@@ -19,6 +19,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -42,10 +43,10 @@ func TestOrderPerKey(t *testing.T) {
 			b := setup(t, nil)
 			h := b.newHandler(t, kafka.Config{Topic: "bookings"})
 
-			ids := b.insertOutbox(t, 0, tc.rows/2, tc.keys)
-			b.run(t, "orders", h, runOpts{maxInFlight: tc.maxInFlight})
-			ids = append(ids, b.insertOutbox(t, tc.rows/2, tc.rows-tc.rows/2, tc.keys)...) // more while it runs
-			processortest.WaitCaughtUp(t, b.db, "orders", &processortest.WaitOpts{Timeout: 30 * time.Second})
+			ids := b.InsertOutbox(t, 0, tc.rows/2, tc.keys)
+			b.Run(t, "orders", h, sinktest.RunOpts{MaxInFlight: tc.maxInFlight})
+			ids = append(ids, b.InsertOutbox(t, tc.rows/2, tc.rows-tc.rows/2, tc.keys)...) // more while it runs
+			processortest.WaitCaughtUp(t, b.DB, "orders", &processortest.WaitOpts{Timeout: 30 * time.Second})
 
 			recs := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids)
 			require.Zero(t, requireOrderedPerKey(t, recs, ids), "no failure, so no copy")
@@ -77,24 +78,24 @@ func TestRestartLosesNothing(t *testing.T) {
 	const window, keys = 64, 20
 	b := setup(t, nil)
 	consumer := newConsumer(t, b.cluster, "bookings")
-	ids := b.insertOutbox(t, 0, 600, keys)
+	ids := b.InsertOutbox(t, 0, 600, keys)
 
-	first := b.run(t, "restart", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: window})
+	first := b.Run(t, "restart", b.newHandler(t, kafka.Config{Topic: "bookings"}), sinktest.RunOpts{MaxInFlight: window})
 	consumer.await(t, "a third of the records", func(recs []*kgo.Record) bool { return len(recs) >= 200 })
 	require.NoError(t, first.Stop())
-	stoppedAt := idNum(t, b.position(t, "restart"))
+	stoppedAt := idNum(t, b.Position(t, "restart"))
 	require.Less(t, stoppedAt, idNum(t, ids[len(ids)-1]), "stopped mid-stream")
 
-	ids = append(ids, b.insertOutbox(t, 600, 600, keys)...)
+	ids = append(ids, b.InsertOutbox(t, 600, 600, keys)...)
 	second := newClient(t, b.cluster)
-	b.run(t, "restart", b.newHandler(t, kafka.Config{Client: second, Topic: "bookings"}), runOpts{maxInFlight: window})
+	b.Run(t, "restart", b.newHandler(t, kafka.Config{Client: second, Topic: "bookings"}), sinktest.RunOpts{MaxInFlight: window})
 	consumer.await(t, "two thirds of the records", func(recs []*kgo.Record) bool { return len(recs) >= 800 })
 	var cut int
-	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `
+	require.NoError(t, b.DB.Pool.QueryRow(context.Background(), `
 		SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name LIKE 'inorder:restart@%'`).Scan(&cut))
 	require.Positive(t, cut, "the processor's connections were cut")
 
-	processortest.WaitCaughtUp(t, b.db, "restart", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	processortest.WaitCaughtUp(t, b.DB, "restart", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	recs := consumer.awaitIDs(t, ids)
 	duplicates := requireOrderedPerKey(t, recs, ids)
 	copies := map[int64]int{}
@@ -130,9 +131,9 @@ func TestBrokerRetriesWriteOnce(t *testing.T) {
 	b := setup(t, nil)
 	faults := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "bookings",
 		Err: kerr.NotEnoughReplicasAfterAppend, Count: 20})
-	ids := b.insertOutbox(t, 0, 300, 10)
-	b.run(t, "retries", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 64})
-	processortest.WaitCaughtUp(t, b.db, "retries", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	ids := b.InsertOutbox(t, 0, 300, 10)
+	b.Run(t, "retries", b.newHandler(t, kafka.Config{Topic: "bookings"}), sinktest.RunOpts{MaxInFlight: 64})
+	processortest.WaitCaughtUp(t, b.DB, "retries", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	require.Positive(t, faults.Hits(), "requests were appended and failed")
 
 	recs := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids)
@@ -152,12 +153,12 @@ func TestOversizedRecordHalts(t *testing.T) {
 	t.Run("refused by the client", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, []kgo.Opt{kgo.ProducerBatchMaxBytes(2000)})
-		ids := b.insertOutbox(t, 0, 30, 5)
-		bigID := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k1', 'booking.created', `+big+`) RETURNING id`)[0]
-		ids = append(ids, b.insertOutbox(t, 30, 30, 5)...)
-		b.run(t, "big", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 64})
+		ids := b.InsertOutbox(t, 0, 30, 5)
+		bigID := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k1', 'booking.created', `+big+`) RETURNING id`)[0]
+		ids = append(ids, b.InsertOutbox(t, 30, 30, 5)...)
+		b.Run(t, "big", b.newHandler(t, kafka.Config{Topic: "bookings"}), sinktest.RunOpts{MaxInFlight: 64})
 
-		halt := processortest.WaitHalted(t, b.db, "big", nil)
+		halt := processortest.WaitHalted(t, b.DB, "big", nil)
 		require.Equal(t, bigID, halt.RecordID)
 		require.True(t, halt.Permanent, halt.Error)
 		require.Contains(t, halt.Error, `kafka: produce record `+bigID+` to topic "bookings": MESSAGE_TOO_LARGE`)
@@ -178,12 +179,12 @@ func TestOversizedRecordHalts(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		require.NoError(t, b.cluster.CreateTopic("small", 1, map[string]string{"max.message.bytes": "2000"}))
-		ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k', 't', '{"small": true}') RETURNING id`)
-		bigID := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k', 't', `+big+`) RETURNING id`)[0]
-		b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k', 't', '{"after": true}') RETURNING id`)
-		b.run(t, "brokerbig", b.newHandler(t, kafka.Config{Topic: "small"}), runOpts{maxInFlight: 64})
+		ids := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k', 't', '{"small": true}') RETURNING id`)
+		bigID := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k', 't', `+big+`) RETURNING id`)[0]
+		b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload) VALUES ('k', 't', '{"after": true}') RETURNING id`)
+		b.Run(t, "brokerbig", b.newHandler(t, kafka.Config{Topic: "small"}), sinktest.RunOpts{MaxInFlight: 64})
 
-		halt := processortest.WaitHalted(t, b.db, "brokerbig", nil)
+		halt := processortest.WaitHalted(t, b.DB, "brokerbig", nil)
 		require.Equal(t, bigID, halt.RecordID)
 		require.True(t, halt.Permanent, halt.Error)
 		require.Contains(t, halt.Error, `kafka: produce record `+bigID+` to topic "small": MESSAGE_TOO_LARGE`)
@@ -197,13 +198,13 @@ func TestOversizedRecordHalts(t *testing.T) {
 // stayed before it.
 func requireStaysHalted(t *testing.T, b *bundle, process, id string) {
 	t.Helper()
-	halt := processortest.WaitHalted(t, b.db, process, nil)
+	halt := processortest.WaitHalted(t, b.DB, process, nil)
 	attempts := halt.Attempts
 	require.Eventually(t, func() bool {
-		return processortest.WaitHalted(t, b.db, process, nil).Attempts >= attempts+2
+		return processortest.WaitHalted(t, b.DB, process, nil).Attempts >= attempts+2
 	}, 30*time.Second, 20*time.Millisecond)
-	require.Equal(t, id, processortest.WaitHalted(t, b.db, process, nil).RecordID)
-	require.Less(t, idNum(t, b.position(t, process)), idNum(t, id), "the position moved past the halted record")
+	require.Equal(t, id, processortest.WaitHalted(t, b.DB, process, nil).RecordID)
+	require.Less(t, idNum(t, b.Position(t, process)), idNum(t, id), "the position moved past the halted record")
 }
 
 // TestMissingOrInvalidTopicHalts relays an outbox whose rows name their topic: a row for a topic that
@@ -215,7 +216,7 @@ func TestMissingOrInvalidTopicHalts(t *testing.T) {
 	// franz-go looks for a missing topic a few times, at most once per MetadataMinAge (5s by default).
 	b := setup(t, []kgo.Opt{kgo.MetadataMinAge(100 * time.Millisecond)})
 	insert := func(key, topic string) string {
-		return b.insert(t, `INSERT INTO outbox (aggregate_id, type, topic, payload) VALUES ($1, 't', $2, '{}') RETURNING id`,
+		return b.Insert(t, `INSERT INTO outbox (aggregate_id, type, topic, payload) VALUES ($1, 't', $2, '{}') RETURNING id`,
 			key, topic)[0]
 	}
 	var ids []string
@@ -228,9 +229,9 @@ func TestMissingOrInvalidTopicHalts(t *testing.T) {
 	}
 	invalid := insert("k2", "not a topic!")
 	ids = append(ids, insert("k0", "bookings"))
-	b.run(t, "topics", b.newHandler(t, kafka.Config{Topic: "bookings", TopicColumn: "topic"}), runOpts{maxInFlight: 64})
+	b.Run(t, "topics", b.newHandler(t, kafka.Config{Topic: "bookings", TopicColumn: "topic"}), sinktest.RunOpts{MaxInFlight: 64})
 
-	halt := processortest.WaitHalted(t, b.db, "topics", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	halt := processortest.WaitHalted(t, b.DB, "topics", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	require.Equal(t, refund, halt.RecordID)
 	require.True(t, halt.Permanent, halt.Error)
 	require.Contains(t, halt.Error, `kafka: produce record `+refund+` to topic "refunds": UNKNOWN_TOPIC_OR_PARTITION`)
@@ -238,17 +239,17 @@ func TestMissingOrInvalidTopicHalts(t *testing.T) {
 	requireStaysHalted(t, b, "topics", refund)
 
 	require.NoError(t, b.cluster.CreateTopic("refunds", 1, nil))
-	halt = processortest.WaitHalted(t, b.db, "topics", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	halt = processortest.WaitHalted(t, b.DB, "topics", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	for halt.RecordID == refund { // the next attempt, at the longest backoff, goes through
-		halt = processortest.WaitHalted(t, b.db, "topics", nil)
+		halt = processortest.WaitHalted(t, b.DB, "topics", nil)
 	}
 	require.Equal(t, invalid, halt.RecordID)
 	require.True(t, halt.Permanent, halt.Error)
 	require.Contains(t, halt.Error, `kafka: record `+invalid+`: topic "not a topic!" is not a valid Kafka topic name`)
 	requireStaysHalted(t, b, "topics", invalid)
 
-	b.db.Exec(t, "UPDATE outbox SET topic = 'refunds' WHERE id = $1", invalid) // fix the record: the next retry takes it
-	processortest.WaitCaughtUp(t, b.db, "topics", nil)
+	b.DB.Exec(t, "UPDATE outbox SET topic = 'refunds' WHERE id = $1", invalid) // fix the record: the next retry takes it
+	processortest.WaitCaughtUp(t, b.DB, "topics", nil)
 	recs := newConsumer(t, b.cluster, "bookings", "refunds").awaitIDs(t, append(ids, refund, invalid))
 	for _, r := range recs {
 		switch header(r, kafka.HeaderID) {
@@ -269,21 +270,21 @@ func TestTransientFailureRetries(t *testing.T) {
 	b := setup(t, []kgo.Opt{kgo.RecordDeliveryTimeout(time.Second)})
 	faults := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "bookings",
 		Err: kerr.NotEnoughReplicas, Count: -1})
-	ids := b.insertOutbox(t, 0, 200, 5)
-	b.run(t, "transient", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 64, handlerTimeout: 20 * time.Second})
+	ids := b.InsertOutbox(t, 0, 200, 5)
+	b.Run(t, "transient", b.newHandler(t, kafka.Config{Topic: "bookings"}), sinktest.RunOpts{MaxInFlight: 64, HandlerTimeout: 20 * time.Second})
 
-	halt := processortest.WaitFailing(t, b.db, "transient", nil)
+	halt := processortest.WaitFailing(t, b.DB, "transient", nil)
 	require.Eventually(t, func() bool {
-		halt = processortest.WaitFailing(t, b.db, "transient", nil)
+		halt = processortest.WaitFailing(t, b.DB, "transient", nil)
 		return halt.Attempts >= 2
 	}, 30*time.Second, 20*time.Millisecond)
 	require.Equal(t, ids[0], halt.RecordID)
 	require.False(t, halt.Permanent, halt.Error)
 	require.Contains(t, halt.Error, `kafka: produce record `+ids[0]+` to topic "bookings": records have timed out`)
-	require.Empty(t, b.position(t, "transient"))
+	require.Empty(t, b.Position(t, "transient"))
 
 	faults.Remove()
-	processortest.WaitCaughtUp(t, b.db, "transient", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	processortest.WaitCaughtUp(t, b.DB, "transient", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	recs := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids)
 	duplicates := requireOrderedPerKey(t, recs, ids)
 	t.Logf("%d records, %d copies written after the broker recovered", len(ids), duplicates)
@@ -345,13 +346,13 @@ func TestRecordContents(t *testing.T) {
 	t.Run("outbox row", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
-		ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
+		ids := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
 			VALUES ('booking-7', 'booking.created', '{"seats": 2, "name": "Ada"}') RETURNING id`)
 		var payload string
 		var createdAt time.Time
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		require.NoError(t, b.DB.Pool.QueryRow(context.Background(),
 			"SELECT payload::text, created_at FROM outbox WHERE id = $1", ids[0]).Scan(&payload, &createdAt))
-		b.run(t, "contents", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{})
+		b.Run(t, "contents", b.newHandler(t, kafka.Config{Topic: "bookings"}), sinktest.RunOpts{})
 
 		r := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids)[0]
 		require.Equal(t, payload, string(r.Value), "the payload column's bytes are the value")
@@ -486,7 +487,7 @@ func TestAMissingTopicParksItsKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t, []kgo.Opt{kgo.MetadataMinAge(100 * time.Millisecond)})
 	insert := func(key, topic string) string {
-		return b.insert(t, `INSERT INTO outbox (aggregate_id, type, topic, payload) VALUES ($1, 't', $2, '{}') RETURNING id`,
+		return b.Insert(t, `INSERT INTO outbox (aggregate_id, type, topic, payload) VALUES ($1, 't', $2, '{}') RETURNING id`,
 			key, topic)[0]
 	}
 	var others, parked []string
@@ -499,14 +500,14 @@ func TestAMissingTopicParksItsKey(t *testing.T) {
 		others = append(others, insert(fmt.Sprintf("k%d", i%3*2), ""))
 		parked = append(parked, insert("k1", ""))
 	}
-	b.run(t, "topics", b.newHandler(t, kafka.Config{Topic: "bookings", TopicColumn: "topic"}),
-		runOpts{maxInFlight: 64, onHalt: processor.OnHaltPark})
+	b.Run(t, "topics", b.newHandler(t, kafka.Config{Topic: "bookings", TopicColumn: "topic"}),
+		sinktest.RunOpts{MaxInFlight: 64, OnHalt: processor.OnHaltPark})
 
 	newConsumer(t, b.cluster, "bookings").awaitIDs(t, others)
 	var keys []cursor.ParkedKey
 	require.Eventually(t, func() bool {
 		var err error
-		keys, err = cursor.Parked(context.Background(), b.db.Pool, "topics")
+		keys, err = cursor.Parked(context.Background(), b.DB.Pool, "topics")
 		require.NoError(t, err)
 		return len(keys) == 1 && keys[0].Records == len(parked)
 	}, 30*time.Second, 20*time.Millisecond)
@@ -514,10 +515,10 @@ func TestAMissingTopicParksItsKey(t *testing.T) {
 	require.Equal(t, refund, keys[0].Head)
 	require.True(t, keys[0].Permanent)
 	require.Contains(t, keys[0].Error, "UNKNOWN_TOPIC_OR_PARTITION")
-	processortest.WaitCaughtUp(t, b.db, "topics", nil) // the position went past the parked key
+	processortest.WaitCaughtUp(t, b.DB, "topics", nil) // the position went past the parked key
 
 	require.NoError(t, b.cluster.CreateTopic("refunds", 1, nil))
-	_, err := cursor.Redrive(context.Background(), b.db.Pool, "topics", cursor.RedriveOpts{Key: "k1"},
+	_, err := cursor.Redrive(context.Background(), b.DB.Pool, "topics", cursor.RedriveOpts{Key: "k1"},
 		cursor.ActionOpts{Actor: "test", Reason: "the topic exists now"})
 	require.NoError(t, err)
 	recs := newConsumer(t, b.cluster, "bookings", "refunds").awaitIDs(t, append(others, parked...))
@@ -531,7 +532,7 @@ func TestAMissingTopicParksItsKey(t *testing.T) {
 	}
 	require.Equal(t, parked[1:], k1, "the key's records in the topic, first written in order")
 	require.Eventually(t, func() bool {
-		keys, err := cursor.Parked(context.Background(), b.db.Pool, "topics")
+		keys, err := cursor.Parked(context.Background(), b.DB.Pool, "topics")
 		require.NoError(t, err)
 		return len(keys) == 0
 	}, 30*time.Second, 20*time.Millisecond)

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/inorder-dev/inorder/handlers/kafka"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -22,18 +23,18 @@ import (
 func TestARetriableErrorResendsNothingAccepted(t *testing.T) {
 	t.Parallel()
 	b := setup(t, []kgo.Opt{kgo.RecordDeliveryTimeout(time.Second)})
-	ids := b.insertOutbox(t, 0, 150, 20)
-	b.run(t, "resend", b.newHandler(t, kafka.Config{Topic: "bookings"}), runOpts{maxInFlight: 16})
-	processortest.WaitCaughtUp(t, b.db, "resend", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	ids := b.InsertOutbox(t, 0, 150, 20)
+	b.Run(t, "resend", b.newHandler(t, kafka.Config{Topic: "bookings"}), sinktest.RunOpts{MaxInFlight: 16})
+	processortest.WaitCaughtUp(t, b.DB, "resend", &processortest.WaitOpts{Timeout: 30 * time.Second})
 
 	faults := b.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "bookings", Partitions: []int32{0},
 		Err: kerr.NotEnoughReplicas, Count: -1})
-	ids = append(ids, b.insertOutbox(t, 150, 150, 20)...)
+	ids = append(ids, b.InsertOutbox(t, 150, 150, 20)...)
 	require.Eventually(t, func() bool {
-		return processortest.WaitFailing(t, b.db, "resend", nil).Attempts >= 2
+		return processortest.WaitFailing(t, b.DB, "resend", nil).Attempts >= 2
 	}, 30*time.Second, 20*time.Millisecond)
 	faults.Remove()
-	processortest.WaitCaughtUp(t, b.db, "resend", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	processortest.WaitCaughtUp(t, b.DB, "resend", &processortest.WaitOpts{Timeout: 30 * time.Second})
 
 	recs := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids)
 	require.Zero(t, requireOrderedPerKey(t, recs, ids), "records the brokers acknowledged were produced again")

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers/kafka"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/traceparent"
 )
 
@@ -35,19 +36,19 @@ func TestTraceContextTravelsInHeaders(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t, nil)
-			b.db.Exec(t, `ALTER TABLE outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text`)
+			b.DB.Exec(t, `ALTER TABLE outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text`)
 			ctx, span := sdktrace.NewTracerProvider().Tracer("app").Start(context.Background(), "POST /bookings")
 			parent, state := traceparent.FromContext(ctx)
 			span.End()
-			ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload, traceparent, tracestate)
+			ids := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload, traceparent, tracestate)
 				VALUES ('booking-7', 'booking.created', '{}', $1, $2) RETURNING id`, parent, state)
 
 			rec := tracetest.NewSpanRecorder()
-			o := runOpts{}
+			o := sinktest.RunOpts{}
 			if traced {
-				o.tracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+				o.TracerProvider = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
 			}
-			b.run(t, "traced", b.newHandler(t, kafka.Config{Topic: "bookings"}), o)
+			b.Run(t, "traced", b.newHandler(t, kafka.Config{Topic: "bookings"}), o)
 			r := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids)[0]
 
 			// The consumer's side, with OpenTelemetry's own propagator.

@@ -3,9 +3,7 @@ package pubsub_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -26,6 +24,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -143,25 +142,13 @@ func newDB(t *testing.T, ddl string) db {
 // insert runs an INSERT ... RETURNING id and returns the ids as text.
 func (d db) insert(t *testing.T, sql string, args ...any) []string {
 	t.Helper()
-	rows, err := d.Pool.Query(context.Background(), sql, args...)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = strconv.FormatInt(id, 10)
-	}
-	return out
+	return sinktest.Insert(t, d.Pool, sql, args...)
 }
 
-// insertOutbox adds n rows in one statement, with payload {"n": from+i} and key k((from+i) mod keys) for
-// i from 1 to n.
+// insertOutbox adds n rows to the outbox (see sinktest.InsertOutbox).
 func (d db) insertOutbox(t *testing.T, from, n, keys int) []string {
 	t.Helper()
-	return d.insert(t, `
-		INSERT INTO outbox (aggregate_id, type, payload)
-		SELECT 'k' || (g % $3), 'booking.created', jsonb_build_object('n', g)
-		FROM generate_series($1 + 1, $1 + $2) g ORDER BY g RETURNING id`, from, n, keys)
+	return sinktest.InsertOutbox(t, d.Pool, from, n, keys)
 }
 
 // cursorRow is the part of a cursor row the tests look at.
@@ -230,44 +217,14 @@ func runWith(t *testing.T, d db, process, table string, h handlers.Handler[handl
 var eventually = testrun.EventuallyWithin(30 * time.Second)
 
 // idNum is a record id as a number, for comparisons; the beginning ("") is 0.
-func idNum(t *testing.T, id string) int64 {
-	t.Helper()
-	if id == "" {
-		return 0
-	}
-	n, err := strconv.ParseInt(id, 10, 64)
-	require.NoError(t, err, "record id %q", id)
-	return n
-}
+var idNum = sinktest.IDNum
 
-// requireOrderedPerKey checks that, per ordering key, each record was acknowledged for the first time
-// after every record before it on that key: duplicates from redelivery are allowed, a first
-// acknowledgement out of order is not. It also checks that every id in want was published, and returns
-// how many messages were published in all.
+// requireOrderedPerKey checks what was published: every id in want is there, and per ordering key each
+// record was first acknowledged after every record before it (see sinktest.RequireOrderedPerKey). It
+// returns how many messages there were.
 func requireOrderedPerKey(t *testing.T, msgs []*pstest.Message, want []string) int {
 	t.Helper()
-	seen := map[string]bool{}
-	last := map[string]int64{} // ordering key -> highest id acknowledged so far
-	for i, m := range msgs {
-		id := m.Attributes[pubsub.AttrID]
-		if seen[id] {
-			continue
-		}
-		seen[id] = true
-		n := idNum(t, id)
-		if prev, ok := last[m.OrderingKey]; ok {
-			require.Greater(t, n, prev, "message %d: record %s on key %q was first acknowledged after record %d",
-				i, id, m.OrderingKey, prev)
-		}
-		last[m.OrderingKey] = n
-	}
-	var missing []string
-	for _, id := range want {
-		if !seen[id] {
-			missing = append(missing, id)
-		}
-	}
-	require.Empty(t, missing, "records never published")
+	sinktest.RequireOrderedPerKey(t, sent(msgs), want, sinktest.OrderOpts{})
 	return len(msgs)
 }
 
@@ -280,10 +237,13 @@ func (f *fake) published(topic string, want []string) bool {
 	return !slices.ContainsFunc(want, func(id string) bool { return !seen[id] })
 }
 
-func describe(msgs []*pstest.Message) string {
-	s := ""
-	for _, m := range msgs {
-		s += fmt.Sprintf("%s/%s ", m.OrderingKey, m.Attributes[pubsub.AttrID])
+func describe(msgs []*pstest.Message) string { return sinktest.Describe(sent(msgs)) }
+
+// sent is what was published as sinktest sees it: ordering key and id.
+func sent(msgs []*pstest.Message) []sinktest.Sent {
+	out := make([]sinktest.Sent, len(msgs))
+	for i, m := range msgs {
+		out[i] = sinktest.Sent{Key: m.OrderingKey, ID: m.Attributes[pubsub.AttrID]}
 	}
-	return s
+	return out
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -31,10 +32,10 @@ func TestPublishesEveryRecordInOrderPerKey(t *testing.T) {
 		key := "k" + strconv.Itoa(k)
 		queues[key] = b.queue(t, key, x, key)
 	}
-	ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
+	ids := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
 		SELECT 'k' || (g % 4), 'booking.created', jsonb_build_object('n', g)
 		FROM generate_series(1, 200) g ORDER BY g RETURNING id`)
-	b.run(t, "bookings", b.newHandler(t, rabbitmq.Config{Exchange: x}), runOpts{maxInFlight: 8})
+	b.Run(t, "bookings", b.newHandler(t, rabbitmq.Config{Exchange: x}), sinktest.RunOpts{MaxInFlight: 8})
 
 	seen := map[string]bool{}
 	for key, q := range queues {
@@ -190,15 +191,15 @@ func TestTheStreamWaitsForAQueueToBeBound(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	x := b.exchange(t, amqp.ExchangeDirect)
-	ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
+	ids := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
 		SELECT 'k' || (g % 3), 'booking.created', jsonb_build_object('n', g)
 		FROM generate_series(1, 30) g ORDER BY g RETURNING id`)
-	b.run(t, "unbound", b.newHandler(t, rabbitmq.Config{Exchange: x, RoutingKey: "bookings"}), runOpts{})
-	halt := processortest.WaitSinkUnavailable(t, b.db, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	b.Run(t, "unbound", b.newHandler(t, rabbitmq.Config{Exchange: x, RoutingKey: "bookings"}), sinktest.RunOpts{})
+	halt := processortest.WaitSinkUnavailable(t, b.DB, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	require.Contains(t, halt.Unavailable, `bind a queue for routing key "bookings"`)
 
 	q := b.queue(t, "q", x, "bookings")
-	processortest.WaitCaughtUp(t, b.db, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
+	processortest.WaitCaughtUp(t, b.DB, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	var got []string
 	for _, d := range b.consume(t, q, len(ids)) {
 		got = append(got, d.Headers[rabbitmq.HeaderID].(string))

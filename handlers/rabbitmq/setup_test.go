@@ -1,25 +1,19 @@
 package rabbitmq_test
 
 import (
-	"context"
 	"fmt"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	amqp "github.com/rabbitmq/amqp091-go"
-	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/rabbitmq"
-	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/rabbitmqtest"
-	"github.com/inorder-dev/inorder/processor"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -43,7 +37,7 @@ type bundle struct {
 	node *rabbitmqtest.Node
 	ch   *amqp.Channel
 	name string // the test's prefix for exchanges and queues
-	db   *processortest.DB
+	sinktest.Outbox
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
@@ -58,7 +52,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, outboxDDL)
-	return &bundle{node: node, ch: ch, name: unsafeName.ReplaceAllString(t.Name(), "_"), db: db}
+	return &bundle{node: node, ch: ch, name: unsafeName.ReplaceAllString(t.Name(), "_"), Outbox: sinktest.Outbox{DB: db}}
 }
 
 // exchange declares a durable exchange of kind named after the test and returns its name.
@@ -106,46 +100,6 @@ func (b *bundle) newHandler(t *testing.T, cfg rabbitmq.Config) *rabbitmq.Handler
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
 	return h
-}
-
-// runOpts tune the processor run starts.
-type runOpts struct {
-	maxInFlight    int
-	tracerProvider trace.TracerProvider
-}
-
-// run starts a processor of process on the outbox with h until the test ends.
-func (b *bundle) run(t *testing.T, process string, h handlers.Handler[handlers.Row], o runOpts) *processortest.Running {
-	t.Helper()
-	p, err := processor.New(processor.Config[handlers.Row]{
-		StartFrom:      inordertype.StartFromBeginning,
-		Process:        process,
-		ConnConfig:     b.db.ConnConfig(t),
-		Source:         inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
-		Handler:        h,
-		MaxInFlight:    o.maxInFlight,
-		TracerProvider: o.tracerProvider,
-		PollInterval:   20 * time.Millisecond,
-		RetryMin:       20 * time.Millisecond,
-		RetryMax:       200 * time.Millisecond,
-		Logger:         zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
-	})
-	require.NoError(t, err)
-	return processortest.Start(t, p, nil)
-}
-
-// insert runs an INSERT ... RETURNING id and returns the ids as text.
-func (b *bundle) insert(t *testing.T, sql string, args ...any) []string {
-	t.Helper()
-	rows, err := b.db.Pool.Query(context.Background(), sql, args...)
-	require.NoError(t, err)
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	require.NoError(t, err)
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = strconv.FormatInt(id, 10)
-	}
-	return out
 }
 
 // consume reads queue until want messages arrived (failing the test after 30s), acknowledging them.

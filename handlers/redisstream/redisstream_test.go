@@ -20,6 +20,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers/redisstream"
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/internal/harness/redistest"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor/processortest"
 	"github.com/inorder-dev/inorder/traceparent"
 )
@@ -45,10 +46,10 @@ func TestOrderPerKey(t *testing.T) {
 			h := b.newHandler(t, redisstream.Config{Stream: tc.stream})
 			require.NoError(t, h.Check(context.Background()))
 
-			ids := b.insertOutbox(t, 0, tc.rows/2, tc.keys)
-			b.run(t, "orders", h, runOpts{maxInFlight: tc.maxInFlight})
-			ids = append(ids, b.insertOutbox(t, tc.rows/2, tc.rows-tc.rows/2, tc.keys)...) // more while it runs
-			processortest.WaitCaughtUp(t, b.db, "orders", &processortest.WaitOpts{Timeout: 30 * time.Second})
+			ids := b.InsertOutbox(t, 0, tc.rows/2, tc.keys)
+			b.Run(t, "orders", h, sinktest.RunOpts{MaxInFlight: tc.maxInFlight})
+			ids = append(ids, b.InsertOutbox(t, tc.rows/2, tc.rows-tc.rows/2, tc.keys)...) // more while it runs
+			processortest.WaitCaughtUp(t, b.DB, "orders", &processortest.WaitOpts{Timeout: 30 * time.Second})
 
 			streams := b.entries(t, "orders*")
 			require.Zero(t, requireOrderedPerKey(t, streams, ids), "no failure, so no copy")
@@ -140,19 +141,19 @@ func TestWrongTypeOfOneKeyIsTheRecords(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	require.NoError(t, b.client.Set(ctx, "orders:k1", "not a stream", 0).Err())
-	ids := b.insertOutbox(t, 0, 20, 4) // k1 first at n=1
-	b.run(t, "wrongtype", b.newHandler(t, redisstream.Config{Stream: "orders:{key}"}), runOpts{maxInFlight: 8})
+	ids := b.InsertOutbox(t, 0, 20, 4) // k1 first at n=1
+	b.Run(t, "wrongtype", b.newHandler(t, redisstream.Config{Stream: "orders:{key}"}), sinktest.RunOpts{MaxInFlight: 8})
 
-	halt := processortest.WaitHalted(t, b.db, "wrongtype", nil)
+	halt := processortest.WaitHalted(t, b.DB, "wrongtype", nil)
 	require.Equal(t, ids[0], halt.RecordID)
 	require.True(t, halt.Permanent, halt.Error)
 	require.False(t, halt.SinkUnavailable(), halt.Error)
 	require.Contains(t, halt.Error, `redisstream: XADD record `+ids[0]+` to stream "orders:k1": WRONGTYPE`)
-	require.Equal(t, "", b.position(t, "wrongtype"), "the position stays before it")
+	require.Equal(t, "", b.Position(t, "wrongtype"), "the position stays before it")
 
 	// Fix the key: the stream goes on by itself (at the longest backoff) and every record is added.
 	require.NoError(t, b.client.Del(ctx, "orders:k1").Err())
-	processortest.WaitCaughtUp(t, b.db, "wrongtype", &processortest.WaitOpts{Timeout: 20 * time.Second})
+	processortest.WaitCaughtUp(t, b.DB, "wrongtype", &processortest.WaitOpts{Timeout: 20 * time.Second})
 	requireOrderedPerKey(t, b.entries(t, "orders:*"), ids)
 }
 
@@ -186,17 +187,17 @@ func TestSinkRefusalsAreUnavailable(t *testing.T) {
 			b := setup(t)
 			ctx := context.Background()
 			require.NoError(t, tc.break_(ctx, b.client))
-			ids := b.insertOutbox(t, 0, 30, 3)
-			b.run(t, "outage", b.newHandler(t, redisstream.Config{Stream: "orders"}), runOpts{maxInFlight: 8})
+			ids := b.InsertOutbox(t, 0, 30, 3)
+			b.Run(t, "outage", b.newHandler(t, redisstream.Config{Stream: "orders"}), sinktest.RunOpts{MaxInFlight: 8})
 
-			halt := processortest.WaitSinkUnavailable(t, b.db, "outage", nil)
+			halt := processortest.WaitSinkUnavailable(t, b.DB, "outage", nil)
 			require.Contains(t, halt.Error, tc.want)
 			require.Contains(t, halt.Unavailable, tc.check)
 			require.False(t, halt.Permanent)
 			require.Equal(t, ids[0], halt.RecordID)
 
 			require.NoError(t, tc.fix(ctx, b.client))
-			processortest.WaitCaughtUp(t, b.db, "outage", &processortest.WaitOpts{Timeout: 20 * time.Second})
+			processortest.WaitCaughtUp(t, b.DB, "outage", &processortest.WaitOpts{Timeout: 20 * time.Second})
 			streams := b.entries(t, "orders")
 			require.Zero(t, requireOrderedPerKey(t, streams, ids))
 		})
@@ -286,18 +287,18 @@ func TestTraceContextTravelsInFields(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			b.db.Exec(t, `ALTER TABLE outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text`)
+			b.DB.Exec(t, `ALTER TABLE outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text`)
 			ctx, span := sdktrace.NewTracerProvider().Tracer("app").Start(context.Background(), "POST /bookings")
 			parent, state := traceparent.FromContext(ctx)
 			span.End()
-			ids := b.insert(t, `INSERT INTO outbox (aggregate_id, type, payload, traceparent, tracestate)
+			ids := b.Insert(t, `INSERT INTO outbox (aggregate_id, type, payload, traceparent, tracestate)
 				VALUES ('booking-7', 'booking.created', '{}', $1, $2) RETURNING id`, parent, state)
-			o := runOpts{}
+			o := sinktest.RunOpts{}
 			if traced {
-				o.tracerProvider = sdktrace.NewTracerProvider()
+				o.TracerProvider = sdktrace.NewTracerProvider()
 			}
-			b.run(t, "traced", b.newHandler(t, redisstream.Config{Stream: "orders"}), o)
-			processortest.WaitCaughtUp(t, b.db, "traced", nil)
+			b.Run(t, "traced", b.newHandler(t, redisstream.Config{Stream: "orders"}), o)
+			processortest.WaitCaughtUp(t, b.DB, "traced", nil)
 			msgs := b.entries(t, "orders")["orders"]
 			require.Len(t, msgs, 1)
 			require.Equal(t, ids[0], field(msgs[0], redisstream.FieldID))

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers/redisstream"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
@@ -20,13 +21,13 @@ func TestARefusalResendsNothingAccepted(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	require.NoError(t, b.client.Set(ctx, "orders:k1", "not a stream", 0).Err())
-	ids := b.insertOutbox(t, 0, 300, 20) // k1 first at n=1
-	b.run(t, "resend", b.newHandler(t, redisstream.Config{Stream: "orders:{key}"}), runOpts{maxInFlight: 16})
+	ids := b.InsertOutbox(t, 0, 300, 20) // k1 first at n=1
+	b.Run(t, "resend", b.newHandler(t, redisstream.Config{Stream: "orders:{key}"}), sinktest.RunOpts{MaxInFlight: 16})
 
-	halt := processortest.WaitHalted(t, b.db, "resend", nil)
+	halt := processortest.WaitHalted(t, b.DB, "resend", nil)
 	require.Equal(t, ids[0], halt.RecordID)
 	require.NoError(t, b.client.Del(ctx, "orders:k1").Err())
-	processortest.WaitCaughtUp(t, b.db, "resend", &processortest.WaitOpts{Timeout: 20 * time.Second})
+	processortest.WaitCaughtUp(t, b.DB, "resend", &processortest.WaitOpts{Timeout: 20 * time.Second})
 
 	streams := b.entries(t, "orders:*")
 	require.Zero(t, requireOrderedPerKey(t, streams, ids), "entries Redis had added were added again")

@@ -2,6 +2,7 @@ package webhook
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -116,10 +117,65 @@ var _ handlers.Handler[handlers.Row] = (*Handler[handlers.Row])(nil)
 
 // New checks cfg and returns a handler. It makes no request.
 func New[T any](cfg Config) (*Handler[T], error) {
-	if cfg.URL == "" {
+	u, err := checkURL(cfg.URL)
+	if err != nil {
+		return nil, err
+	}
+	key, err := checkSignature(cfg)
+	if err != nil {
+		return nil, err
+	}
+	idempotency, err := checkHeaders(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.BodyColumn != "" {
+		if _, ok := any(*new(T)).(handlers.Row); !ok {
+			return nil, fmt.Errorf("webhook: Config.BodyColumn needs a Handler[handlers.Row], not a Handler[%s]",
+				reflect.TypeFor[T]())
+		}
+	}
+	recordStatus, err := checkLimits(cfg)
+	if err != nil {
+		return nil, err
+	}
+	target := redact(u)
+	h := &Handler[T]{
+		gate:         newGate(cfg.MaxRate),
+		recordStatus: recordStatus,
+		url:          cfg.URL,
+		target:       target,
+		spanAttrs:    spanAttrs(u, target),
+		secret:       bytes.Clone(key),
+		scheme:       cmp.Or(cfg.Signature, SignatureInorder),
+		timeout:      cmp.Or(cfg.Timeout, defaultTimeout),
+		client:       cfg.Client,
+		maxErrorBody: cmp.Or(cfg.MaxErrorBody, defaultMaxErrorBody),
+		headers:      cfg.Headers.Clone(),
+		idempotency:  idempotency,
+		bodyColumn:   cfg.BodyColumn,
+		redactor:     newRedactor(cfg.Secret, cfg.Headers),
+		envelope:     cfg.Envelope,
+	}
+	if h.client == nil {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		// A keyed window keeps many requests to one host in flight: keep their connections for the next
+		// ones rather than the default two.
+		tr.MaxIdleConnsPerHost = 256
+		h.client = &http.Client{
+			Transport:     tr,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		}
+	}
+	return h, nil
+}
+
+// checkURL parses Config.URL, which must be an http or https URL with a host.
+func checkURL(raw string) (*url.URL, error) {
+	if raw == "" {
 		return nil, errors.New("webhook: Config.URL is required")
 	}
-	u, err := url.Parse(cfg.URL)
+	u, err := url.Parse(raw)
 	if err != nil {
 		var uerr *url.Error
 		if errors.As(err, &uerr) {
@@ -133,56 +189,64 @@ func New[T any](cfg Config) (*Handler[T], error) {
 	if u.Host == "" {
 		return nil, fmt.Errorf("webhook: Config.URL %s has no host", redact(u))
 	}
-	key := cfg.Secret
+	return u, nil
+}
+
+// checkSignature checks Config.Signature against Config.Secret and returns the key requests are signed
+// with (nil for none).
+func checkSignature(cfg Config) ([]byte, error) {
 	switch cfg.Signature {
 	case "", SignatureInorder, SignatureStandardWebhooks:
 		if len(cfg.Secret) == 0 {
 			return nil, errors.New("webhook: Config.Secret is required: it is the HMAC key receivers verify requests with")
 		}
 		if cfg.Signature == SignatureStandardWebhooks {
-			if key, err = standardKey(cfg.Secret); err != nil {
-				return nil, err
-			}
+			return standardKey(cfg.Secret)
 		}
+		return cfg.Secret, nil
 	case SignatureNone:
 		if len(cfg.Secret) != 0 {
 			return nil, errors.New("webhook: Config.Secret is set but Config.Signature is none: nothing would be signed with it")
 		}
-	default:
-		return nil, fmt.Errorf("webhook: Config.Signature %q is none of %s, %s and %s",
-			cfg.Signature, SignatureInorder, SignatureStandardWebhooks, SignatureNone)
+		return nil, nil
 	}
+	return nil, fmt.Errorf("webhook: Config.Signature %q is none of %s, %s and %s",
+		cfg.Signature, SignatureInorder, SignatureStandardWebhooks, SignatureNone)
+}
+
+// checkHeaders checks Config.IdempotencyHeader and Config.Headers, and returns the idempotency key's
+// header.
+func checkHeaders(cfg Config) (string, error) {
 	idempotency := IdempotencyKeyHeader
 	if cfg.IdempotencyHeader != "" {
 		if !validHeaderName(cfg.IdempotencyHeader) {
-			return nil, fmt.Errorf("webhook: Config.IdempotencyHeader %q is not an HTTP header name", cfg.IdempotencyHeader)
+			return "", fmt.Errorf("webhook: Config.IdempotencyHeader %q is not an HTTP header name", cfg.IdempotencyHeader)
 		}
 		idempotency = http.CanonicalHeaderKey(cfg.IdempotencyHeader)
 		own := []string{"Content-Type", AttemptHeader, SignatureHeader, StandardIDHeader, StandardTimestampHeader,
 			StandardSignatureHeader}
 		for _, o := range own {
 			if idempotency == http.CanonicalHeaderKey(o) {
-				return nil, fmt.Errorf("webhook: Config.IdempotencyHeader %q is a header the handler sets for "+
+				return "", fmt.Errorf("webhook: Config.IdempotencyHeader %q is a header the handler sets for "+
 					"another purpose", cfg.IdempotencyHeader)
 			}
 		}
 	}
 	for name, vs := range cfg.Headers {
 		if !validHeaderName(name) {
-			return nil, fmt.Errorf("webhook: Config.Headers has %q, which is not an HTTP header name", name)
+			return "", fmt.Errorf("webhook: Config.Headers has %q, which is not an HTTP header name", name)
 		}
 		for _, v := range vs {
 			if !validHeaderValue(v) { // the value is not shown: it may be a credential
-				return nil, fmt.Errorf("webhook: Config.Headers[%q] holds a line break or another control character", name)
+				return "", fmt.Errorf("webhook: Config.Headers[%q] holds a line break or another control character", name)
 			}
 		}
 	}
-	if cfg.BodyColumn != "" {
-		if _, ok := any(*new(T)).(handlers.Row); !ok {
-			return nil, fmt.Errorf("webhook: Config.BodyColumn needs a Handler[handlers.Row], not a Handler[%s]",
-				reflect.TypeFor[T]())
-		}
-	}
+	return idempotency, nil
+}
+
+// checkLimits checks the numbers of cfg, and returns Config.RecordStatuses as a set.
+func checkLimits(cfg Config) (map[int]bool, error) {
 	if cfg.Timeout < 0 {
 		return nil, fmt.Errorf("webhook: Config.Timeout %s is negative", cfg.Timeout)
 	}
@@ -199,44 +263,7 @@ func New[T any](cfg Config) (*Handler[T], error) {
 		}
 		recordStatus[code] = true
 	}
-	target := redact(u)
-	h := &Handler[T]{
-		gate:         newGate(cfg.MaxRate),
-		recordStatus: recordStatus,
-		url:          cfg.URL,
-		target:       target,
-		spanAttrs:    spanAttrs(u, target),
-		secret:       bytes.Clone(key),
-		scheme:       cfg.Signature,
-		timeout:      cfg.Timeout,
-		client:       cfg.Client,
-		maxErrorBody: cfg.MaxErrorBody,
-		headers:      cfg.Headers.Clone(),
-		idempotency:  idempotency,
-		bodyColumn:   cfg.BodyColumn,
-		redactor:     newRedactor(cfg.Secret, cfg.Headers),
-		envelope:     cfg.Envelope,
-	}
-	if h.scheme == "" {
-		h.scheme = SignatureInorder
-	}
-	if h.timeout == 0 {
-		h.timeout = defaultTimeout
-	}
-	if h.maxErrorBody == 0 {
-		h.maxErrorBody = defaultMaxErrorBody
-	}
-	if h.client == nil {
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		// A keyed window keeps many requests to one host in flight: keep their connections for the next
-		// ones rather than the default two.
-		tr.MaxIdleConnsPerHost = 256
-		h.client = &http.Client{
-			Transport:     tr,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
-		}
-	}
-	return h, nil
+	return recordStatus, nil
 }
 
 // redact returns u without userinfo, query and fragment.

@@ -9,6 +9,7 @@
 //   - natstest, rabbitmqtest, redistest: throwaway NATS, RabbitMQ and Redis servers.
 //   - pgbouncer: a real PgBouncer in front of the test cluster.
 //   - pgcluster, pgtest, testdb: throwaway PostgreSQL clusters and a database per test.
+//   - sinktest: what every sink's tests share: the outbox, a processor over it, the order per key.
 //   - tcpproxy: a proxy that adds a network's round trip or swallows bytes.
 //   - testrun: runs something until its context is done, and reports how it ended.
 //
