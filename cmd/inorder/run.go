@@ -213,6 +213,8 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		}
 		metrics = ops.NewMetrics()
 		metrics.SetXminHoldAfter(top.xminHoldAfter)
+		v, _, _ := buildVersion()
+		metrics.SetVersion(v) // inorder_build_info names the version `inorder version` prints
 	}
 	if top.maxConns < 2 {
 		return usageErr("--max-conns must be at least 2 (a session and one connection to work on), got %d", top.maxConns)
