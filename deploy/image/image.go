@@ -60,9 +60,9 @@ const SBOMType = "application/spdx+json"
 // Labels are the image's labels (deploy/Dockerfile sets the same) for version.
 func Labels(version string) map[string]string {
 	return map[string]string{
-		"org.opencontainers.image.title":    "inorder",
-		"org.opencontainers.image.version":  version,
-		"org.opencontainers.image.source":   "https://github.com/inorder-dev/inorder",
+		"org.opencontainers.image.title":   "inorder",
+		"org.opencontainers.image.version": version,
+		"org.opencontainers.image.source":  "https://github.com/inorder-dev/inorder",
 	}
 }
 
