@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -223,6 +224,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	shared := &stdoutShare{}
 	clients := map[string]*processor.Client{} // one per database and instance: the instance's connections
 	var first *processor.Client
+	var databases []*pgx.ConnConfig // one per client, to say why one refused to write
 	defer func() {
 		for _, c := range clients {
 			c.Close()
@@ -236,6 +238,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		key := fmt.Sprintf("%s@%s:%d/%s\x00%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port,
 			cfg.ConnConfig.Database, cfg.Instance)
 		if clients[key] == nil {
+			databases = append(databases, cfg.ConnConfig)
 			c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: top.maxConns,
 				Instance: cfg.Instance, DatabaseTimeout: cfg.DatabaseTimeout})
 			if err != nil {
@@ -313,7 +316,8 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	for _, p := range runners {
 		g.AddRunner(p)
 	}
-	return g.Run(runCtx) // a signal stops it with a *lifecycle.SignalError: realMain exits 0
+	// A signal stops it with a *lifecycle.SignalError: realMain exits 0.
+	return explainReadOnly(ctx, g.Run(runCtx), databases...)
 }
 
 // stopOnSignals returns the signal actor of a command that runs a group: SIGINT or SIGTERM stops the
