@@ -8,14 +8,26 @@ PKGS := ./...
 help: ## Show this help.
 	@awk 'BEGIN {FS = ":.*##"} /^[a-zA-Z_-]+:.*##/ {printf "  make %-11s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-# VERSION is what `inorder version` says: the tag the commit is at, else the commit, "-dirty" when the
-# work tree has changes.
-VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+# VERSION is what `inorder version` says and the image's tag: the tag the commit is at, else the latest
+# release in CHANGELOG.md followed by the commits since (as git describe would), "-dirty" when the work
+# tree has changes (.ci/version).
+VERSION ?= $(shell .ci/version 2>/dev/null || echo devel)
+# IMAGE_PLATFORMS are the platforms make image builds, one image each in one OCI index.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+
+.PHONY: version
+version: ## Print the version a build is stamped with.
+	@echo $(VERSION)
 
 .PHONY: image
-image: ## Write the container image as an OCI layout in bin/image, with no Docker daemon (push it with crane or skopeo).
-	CGO_ENABLED=0 GOOS=linux $(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" -o bin/inorder-linux ./cmd/inorder
-	cd deploy && $(GO) run ./cmd/image -binary ../bin/inorder-linux -version $(VERSION) -out ../bin/image
+image: ## Write the image (linux/amd64 and linux/arm64, an SPDX document each) as an OCI layout in bin/image, tagged with the version, with no Docker daemon.
+	@set -e; pids=; for p in $(IMAGE_PLATFORMS); do \
+	  echo "build inorder for $$p"; \
+	  CGO_ENABLED=0 GOOS=$${p%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags "-X main.version=$(VERSION)" \
+	    -o bin/inorder-$${p%/*}-$${p#*/} ./cmd/inorder & pids="$$pids $$!"; \
+	done; for pid in $$pids; do wait $$pid; done
+	rm -rf bin/image
+	cd deploy && $(GO) run ./cmd/image -version $(VERSION) -out ../bin/image $(foreach p,$(IMAGE_PLATFORMS),-binary $(p)=../bin/inorder-$(subst /,-,$(p)))
 
 .PHONY: build
 build: ## Build the inorder binary into bin/, its version stamped (inorder version).

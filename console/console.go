@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/dial"
 )
 
 //go:embed templates/*.html
@@ -351,7 +352,8 @@ func (c *Console) render(w http.ResponseWriter, page string, data any) {
 }
 
 func (c *Console) fail(w http.ResponseWriter, err error) {
-	http.Error(w, "could not read the cursor rows: "+err.Error(), http.StatusInternalServerError)
+	// A refused connection in the server's words with its address, as the CLI says it.
+	http.Error(w, "could not read the cursor rows: "+dial.Explain(err).Error(), http.StatusInternalServerError)
 }
 
 // back is where a login goes once it succeeds: the page it was shown on, by a path relative to it.

@@ -22,8 +22,9 @@
 //
 // # Metrics
 //
-// Metrics serves these series, every one labelled by process (the process name) but the inorder_xmin_* ones,
-// which are the database's, on its own registry beside the Go runtime's go_* and process_* series:
+// Metrics serves these series, every one labelled by process (the process name) but inorder_build_info, the
+// program's, and the inorder_xmin_* ones, which are the database's, on its own registry beside the Go
+// runtime's go_* and process_* series:
 //
 //	inorder_records_handled_total        counter    records the handler took successfully
 //	inorder_handler_failures_total       counter    handler calls (or async results) that failed; a record
@@ -71,6 +72,9 @@
 //	                                                 application and name (a prepared transaction's gid, a
 //	                                                 slot's name); it goes when its holder lets go
 //	inorder_xmin_errors_total            counter    looks at the xmin horizon that failed
+//	inorder_build_info                   gauge      always 1, labelled version (of inorder: SetVersion, else
+//	                                                 the module's as the build recorded it), goversion and
+//	                                                 revision (the commit built, where recorded); no process label
 //
 // The lag series are measured only by Metrics.WatchLag, from the cursor row and the source table, so every
 // instance reports them, owner or not; they appear after the first measurement. WatchLag looks at the

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"runtime"
+	"runtime/debug"
 	"sort"
 	"strconv"
 	"sync"
@@ -56,6 +58,10 @@ type Metrics struct {
 	xminHeld   prometheus.Gauge
 	xminHolder *prometheus.GaugeVec
 	xminErrors prometheus.Counter
+
+	// buildInfo is the one inorder_build_info series, valued 1; revision is its label of that name.
+	buildInfo *prometheus.GaugeVec
+	revision  string
 
 	mu    sync.Mutex
 	procs map[string]*procMetrics
@@ -187,9 +193,16 @@ func NewMetrics() *Metrics {
 		xminErrors: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "inorder_xmin_errors_total", Help: "Looks at the holders of the database's xmin horizon that failed.",
 		}),
+		buildInfo: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_build_info",
+			Help: "Always 1, labelled with the version of inorder, the Go version and the commit the program was built from.",
+		}, []string{"version", "goversion", "revision"}),
 		xmin: cursor.NewXminWatch(0),
 	}
-	m.reg.MustRegister(m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
+	version, revision := moduleVersion(debug.ReadBuildInfo())
+	m.revision = revision
+	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
+	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
 		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -203,6 +216,46 @@ func (m *Metrics) SetXminHoldAfter(d time.Duration) {
 	m.mu.Lock()
 	m.xmin = cursor.NewXminWatch(d)
 	m.mu.Unlock()
+}
+
+// SetVersion sets the version label of inorder_build_info, for a program that stamps its own at build
+// time, as the inorder command does (make build's -X main.version). Without it, the label is the version
+// of the inorder module that the Go toolchain recorded in the program (a `go install ...@v0.1.0` build, or
+// the version in a service's go.mod), or "devel".
+func (m *Metrics) SetVersion(version string) {
+	m.buildInfo.Reset()
+	m.buildInfo.WithLabelValues(version, runtime.Version(), m.revision).Set(1)
+}
+
+// modulePath is the path of inorder's Go module.
+const modulePath = "github.com/inorder-dev/inorder"
+
+// moduleVersion returns the version of the inorder module in a program's build information ("devel" when
+// the build recorded none, as `go build` in a clone without VCS stamping) and the commit the program was
+// built from, where the build recorded one.
+func moduleVersion(info *debug.BuildInfo, ok bool) (version, revision string) {
+	version = "devel"
+	if !ok {
+		return version, ""
+	}
+	mod := &info.Main
+	for _, d := range info.Deps {
+		if d.Path == modulePath {
+			mod = d
+			if d.Replace != nil {
+				mod = d.Replace
+			}
+		}
+	}
+	if mod.Path == modulePath && mod.Version != "" && mod.Version != "(devel)" {
+		version = mod.Version
+	}
+	for _, s := range info.Settings {
+		if s.Key == "vcs.revision" {
+			revision = s.Value
+		}
+	}
+	return version, revision
 }
 
 // Registry returns the registry the series live on, for a program to add its own collectors.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -284,4 +285,29 @@ func TestParkedKeysAreMeasured(t *testing.T) {
 		s := scraped(srv.URL)
 		return is(s, "inorder_parked_keys", 0) && is(s, "inorder_parked_records", 0) && is(s, "inorder_parked_oldest_seconds", 0)
 	}, 20*time.Second, 10*time.Millisecond)
+}
+
+// TestBuildInfoIsOneSeries serves a fresh Metrics: inorder_build_info is one series at 1 with the Go
+// version, and SetVersion replaces its version label rather than adding a series.
+func TestBuildInfoIsOneSeries(t *testing.T) {
+	t.Parallel()
+	m := ops.NewMetrics()
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	buildInfo := func() map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range scrape(t, srv.URL) {
+			if strings.HasPrefix(k, "inorder_build_info{") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	require.Equal(t, map[string]float64{
+		`inorder_build_info{goversion="` + runtime.Version() + `",revision="",version="devel"}`: 1,
+	}, buildInfo(), "a test binary records no version of its own")
+	m.SetVersion("v0.1.0")
+	require.Equal(t, map[string]float64{
+		`inorder_build_info{goversion="` + runtime.Version() + `",revision="",version="v0.1.0"}`: 1,
+	}, buildInfo())
 }

@@ -139,17 +139,24 @@ func (cf *configFile) setting(k, v *yaml.Node, lookup func(string) (string, bool
 		return s, cf.errAt(v.Line, "%s: give a value or a list of values, not a mapping", s.key)
 	}
 	for _, r := range raw {
-		var missing string
+		var missing, empty string
 		expanded := variable.ReplaceAllStringFunc(r, func(m string) string {
 			name := m[2 : len(m)-1]
 			val, ok := lookup(name)
 			if !ok && missing == "" {
 				missing = name
 			}
+			if ok && val == "" && empty == "" {
+				empty = name
+			}
 			return val
 		})
 		if missing != "" {
 			return s, cf.errAt(k.Line, "%s: the environment variable %s is not set", s.key, missing)
+		}
+		if expanded == "" && empty != "" && s.key == "database-url" {
+			// Blamed here, on the line that reads it, rather than on the first process that needs it.
+			return s, cf.errAt(k.Line, "%s: the environment variable %s is empty", s.key, empty)
 		}
 		s.values = append(s.values, expanded)
 	}
@@ -217,6 +224,11 @@ func (cf *configFile) processFlags(args []string) ([]*runFlags, error) {
 			return nil, cf.errAt(e.line, "process %q is also the process of the entry at line %d", f.process, at)
 		}
 		names[f.process] = e.line
+		if f.databaseURL.get() == "" && !f.databaseURL.set {
+			// Nothing in the file names a database, and DATABASE_URL is unset or empty: the environment's
+			// fault, not this entry's.
+			return nil, usageErr("no database: DATABASE_URL is empty or unset, and --config %s sets no database-url", cf.path)
+		}
 		f.configEntry = fmt.Sprintf("--config %s, process #%d (line %d)", cf.path, i+1, e.line)
 		out = append(out, f)
 	}

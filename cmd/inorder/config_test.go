@@ -87,3 +87,26 @@ func TestAConfigFileMistakeIsOneLineWithItsLine(t *testing.T) {
 	}
 	require.Empty(t, b.position(t), "nothing ran")
 }
+
+// TestAnEmptyDatabaseURLIsBlamedOnTheEnvironment: DATABASE_URL set but empty (a secret not mounted) is
+// the fault of the line of the file that reads it, or of the environment when no line does, and never of
+// the first process, which only happens to need a database first.
+func TestAnEmptyDatabaseURLIsBlamedOnTheEnvironment(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, text, want string }{
+		{"read by the file", "database-url: ${DATABASE_URL}\nstart-from: beginning\nprocesses:\n  - process: a\n    table: bookings\n",
+			"line 1: database-url: the environment variable DATABASE_URL is empty"},
+		{"not in the file", "start-from: beginning\nprocesses:\n  - process: a\n    table: bookings\n",
+			"no database: DATABASE_URL is empty or unset, and --config "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			code, stdout, stderr := runBinary(t, []string{"DATABASE_URL="}, "run", "--config", writeConfig(t, tc.text))
+			require.Equal(t, 2, code, stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, tc.want)
+			require.NotContains(t, stderr, "process #1")
+			require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"testing"
@@ -49,9 +50,32 @@ func TestVersionSaysWhatWasBuilt(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, stdout, stderr := runBinary(t, nil, args...)
 		require.Zero(t, code, stderr)
-		require.True(t, strings.HasPrefix(stdout, "inorder "), stdout)
+		require.True(t, strings.HasPrefix(stdout, "inorder "+testVersion+" "), stdout)
 		require.Contains(t, stdout, " go1.")
 	}
+}
+
+// TestAnInstalledModuleSaysItsVersion: `go install github.com/inorder-dev/inorder/cmd/inorder@v0.1.0`
+// stamps nothing with -X, but the toolchain records the module's version, which the binary then says; a
+// version stamped at build time wins; a build that recorded neither says devel, with its commit.
+func TestAnInstalledModuleSaysItsVersion(t *testing.T) {
+	t.Parallel()
+	installed, err := debug.ParseBuildInfo("path\tgithub.com/inorder-dev/inorder/cmd/inorder\n" +
+		"mod\tgithub.com/inorder-dev/inorder\tv0.1.0\th1:x=\n")
+	require.NoError(t, err)
+	v, commit, _ := versionOf("", installed, true)
+	require.Equal(t, "v0.1.0", v)
+	require.Empty(t, commit)
+	v, _, _ = versionOf("v0.1.0-3-gabc1234", installed, true)
+	require.Equal(t, "v0.1.0-3-gabc1234", v, "make build's stamp wins")
+
+	clone, err := debug.ParseBuildInfo("path\tgithub.com/inorder-dev/inorder/cmd/inorder\n" +
+		"mod\tgithub.com/inorder-dev/inorder\t(devel)\t\nbuild\tvcs.revision=0123abcd\nbuild\tvcs.modified=true\n")
+	require.NoError(t, err)
+	v, commit, modified := versionOf("", clone, true)
+	require.Equal(t, "devel", v)
+	require.Equal(t, "0123abcd", commit)
+	require.True(t, modified)
 }
 
 // TestACommandBeforeMigrateSaysToMigrate runs status and run against a database without inorder's

@@ -135,17 +135,11 @@ func realMain(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 }
 
 // inCLIWords is the line an error of a command prints: what to do about a pooler or a database not yet
-// migrated, the server's own refusal of a connection without the attempts before it (sslmode=prefer tries
-// TLS first, which a server without it refuses), and a new process's missing start with the flag that
+// migrated, the server's own refusal of a connection with the server's address and without the attempts
+// before it (dial.Explain), and a new process's missing start with the flag that
 // gives it rather than the library's field.
 func inCLIWords(err error) string {
-	msg := explainSchema(pooler.Explain(err)).Error()
-	var ce *pgconn.ConnectError
-	var refused *pgconn.PgError
-	if errors.As(err, &ce) && errors.As(err, &refused) {
-		msg = strings.Replace(msg, ce.Error(), fmt.Sprintf("failed to connect to `user=%s database=%s`: %v",
-			ce.Config.User, ce.Config.Database, refused), 1)
-	}
+	msg := explainSchema(pooler.Explain(dial.Explain(err))).Error()
 	var sfe *processor.StartFromError
 	if errors.As(err, &sfe) {
 		msg = strings.Replace(msg, sfe.Error(), sfe.Explain("--start-from beginning|now|<RFC 3339 time>"), 1)

@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -28,13 +29,19 @@ import (
 
 var binary string
 
+// testVersion is the version the tests' inorder binary is stamped with, as make build stamps one.
+const testVersion = "v0.0.0-clitest"
+
 func TestMain(m *testing.M) {
+	if os.Getenv(publicChainChild) != "" {
+		os.Exit(m.Run()) // the child of a test that needs a process of its own: no binary, no database
+	}
 	dir, err := os.MkdirTemp("", "inorder-bin-")
 	if err != nil {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "inorder")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".").CombinedOutput(); err != nil {
 		panic(fmt.Sprintf("build inorder: %v\n%s", err, out))
 	}
 	defer os.RemoveAll(dir)
@@ -385,6 +392,10 @@ func TestRunServesMetricsAndHealth(t *testing.T) {
 		code, body := get("/metrics")
 		return code == 200 && strings.Contains(body, `inorder_records_handled_total{process="booking_sms"} 6`)
 	}, 20*time.Second, 10*time.Millisecond)
+	_, body := get("/metrics")
+	require.Contains(t, body, `inorder_build_info{goversion="`+runtime.Version()+`",revision="",version="`+testVersion+`"} 1`,
+		"the version the binary was stamped with, as inorder version says")
+	require.Equal(t, 1, strings.Count(body, "\ninorder_build_info{"), "one series")
 	code, _ := get("/healthz")
 	require.Equal(t, 200, code)
 	require.Eventually(t, func() bool { code, _ := get("/readyz"); return code == 200 }, 20*time.Second, 10*time.Millisecond)

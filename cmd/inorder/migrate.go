@@ -54,11 +54,14 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if err := refuseStandby(ctx, conn); err != nil {
+		return err
+	}
 	res, err := migrations.MigrateWith(ctx, conn, migrations.Options{Waited: func(w migrations.LockWait) {
 		fmt.Fprintf(stderr, "inorder migrate: %s; trying again in %s\n", w, w.RetryIn)
 	}})
 	if err != nil {
-		return err
+		return explainReadOnly(ctx, err, conn.Config())
 	}
 	for _, idx := range indexes {
 		if _, err := conn.Exec(ctx, idx); err != nil {

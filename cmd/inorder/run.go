@@ -12,6 +12,7 @@ import (
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
+	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -213,6 +214,8 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		}
 		metrics = ops.NewMetrics()
 		metrics.SetXminHoldAfter(top.xminHoldAfter)
+		v, _, _ := buildVersion()
+		metrics.SetVersion(v) // inorder_build_info names the version `inorder version` prints
 	}
 	if top.maxConns < 2 {
 		return usageErr("--max-conns must be at least 2 (a session and one connection to work on), got %d", top.maxConns)
@@ -221,6 +224,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	shared := &stdoutShare{}
 	clients := map[string]*processor.Client{} // one per database and instance: the instance's connections
 	var first *processor.Client
+	var databases []*pgx.ConnConfig // one per client, to say why one refused to write
 	defer func() {
 		for _, c := range clients {
 			c.Close()
@@ -234,6 +238,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		key := fmt.Sprintf("%s@%s:%d/%s\x00%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port,
 			cfg.ConnConfig.Database, cfg.Instance)
 		if clients[key] == nil {
+			databases = append(databases, cfg.ConnConfig)
 			c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: top.maxConns,
 				Instance: cfg.Instance, DatabaseTimeout: cfg.DatabaseTimeout})
 			if err != nil {
@@ -311,7 +316,8 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	for _, p := range runners {
 		g.AddRunner(p)
 	}
-	return g.Run(runCtx) // a signal stops it with a *lifecycle.SignalError: realMain exits 0
+	// A signal stops it with a *lifecycle.SignalError: realMain exits 0.
+	return explainReadOnly(ctx, g.Run(runCtx), databases...)
 }
 
 // stopOnSignals returns the signal actor of a command that runs a group: SIGINT or SIGTERM stops the

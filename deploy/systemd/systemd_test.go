@@ -29,3 +29,28 @@ func TestTheUnitVerifies(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.Empty(t, strings.TrimSpace(string(out)), "systemd has nothing to say of the unit")
 }
+
+// TestAConfigurationErrorIsNotRestarted reads the unit's [Service] section: it restarts on a failure,
+// which a lost database or a crash is, but not on exit status 2, inorder's configuration error, which
+// the same command line would meet again.
+func TestAConfigurationErrorIsNotRestarted(t *testing.T) {
+	t.Parallel()
+	unit, err := os.ReadFile("inorder.service")
+	require.NoError(t, err)
+	service := map[string]string{}
+	section := ""
+	for _, line := range strings.Split(string(unit), "\n") {
+		line = strings.TrimSpace(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.HasPrefix(line, "["):
+			section = line
+		case section == "[Service]":
+			k, v, ok := strings.Cut(line, "=")
+			require.True(t, ok, line)
+			service[k] = v
+		}
+	}
+	require.Equal(t, "on-failure", service["Restart"])
+	require.Equal(t, "2", service["RestartPreventExitStatus"])
+}
