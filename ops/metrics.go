@@ -101,85 +101,34 @@ var (
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
 // process collectors.
 func NewMetrics() *Metrics {
-	label := []string{"process"}
 	m := &Metrics{
-		reg:   prometheus.NewRegistry(),
-		procs: map[string]*procMetrics{},
-		handled: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inorder_records_handled_total", Help: "Records the handler took successfully.",
-		}, label),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inorder_handler_failures_total", Help: "Handler calls (or async results) that failed.",
-		}, label),
+		reg:      prometheus.NewRegistry(),
+		procs:    map[string]*procMetrics{},
+		handled:  perProcessCounter("inorder_records_handled_total", "Records the handler took successfully."),
+		failures: perProcessCounter("inorder_handler_failures_total", "Handler calls (or async results) that failed."),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inorder_handler_duration_seconds",
 			Help:    "Time of each handler call, success or failure (for an async handler, the wait on its result).",
 			Buckets: DurationBuckets,
-		}, label),
-		batches: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inorder_batches_total", Help: "Reads of the source table, one per batch, empty ones included.",
-		}, label),
-		read: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inorder_records_read_total", Help: "Records returned by reads of the source table.",
-		}, label),
-		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_halted",
-			Help: "1 while the stream is halted on a failing record (refused for good, or failing for longer than its halt-after threshold), else 0.",
-		}, label),
-		retrying: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_retrying",
-			Help: "1 while the stream retries a failing record with backoff, before it counts as halted, else 0.",
-		}, label),
-		unavailable: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_sink_unavailable",
-			Help: "1 while the stream waits for a sink that refuses what every record would meet (a wrong URL, a revoked key, a missing topic, a sink down), else 0: nothing is halted or parked for it.",
-		}, label),
-		hold: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_horizon_hold_seconds",
-			Help: "How long the transaction holding the horizon back has been in flight; 0 when none.",
-		}, label),
-		locked: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_cursor_locked", Help: "1 while this instance owns the process, else 0.",
-		}, label),
-		position: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_position_timestamp_seconds",
-			Help: "created_at of the position as last advanced by this instance, in Unix seconds; 0 until then.",
-		}, label),
-		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_connected",
-			Help: "1 while the processor has a working database connection, 0 while it is starting or reconnecting.",
-		}, label),
-		lagRows: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_lag_rows",
-			Help: "Committed source rows after the durable position, counted up to 1000000.",
-		}, label),
-		lagSeconds: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_lag_seconds",
-			Help: "Age of the oldest source row after the durable position, by the database clock; 0 when none.",
-		}, label),
-		lagErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inorder_lag_errors_total", Help: "Lag measurements that failed.",
-		}, label),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_in_flight", Help: "Records a keyed window has handed to the handler and not yet settled.",
-		}, label),
-		inFlightOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_in_flight_oldest_seconds",
-			Help: "How long the oldest record in flight has been; the position waits on it. 0 when none.",
-		}, label),
-		resent: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "inorder_sink_resent_total",
-			Help: "Records this instance sent to the sink again after the sink had accepted them.",
-		}, label),
-		parkedKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_parked_keys", Help: "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag.",
-		}, label),
-		parkedRecords: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_parked_records", Help: "Records parked behind their keys, the first failed ones included; measured with the lag.",
-		}, label),
-		parkedOldest: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "inorder_parked_oldest_seconds", Help: "How long the key parked longest has been parked; 0 when none.",
-		}, label),
+		}, []string{"process"}),
+		batches:        perProcessCounter("inorder_batches_total", "Reads of the source table, one per batch, empty ones included."),
+		read:           perProcessCounter("inorder_records_read_total", "Records returned by reads of the source table."),
+		halted:         perProcessGauge("inorder_halted", "1 while the stream is halted on a failing record (refused for good, or failing for longer than its halt-after threshold), else 0."),
+		retrying:       perProcessGauge("inorder_retrying", "1 while the stream retries a failing record with backoff, before it counts as halted, else 0."),
+		unavailable:    perProcessGauge("inorder_sink_unavailable", "1 while the stream waits for a sink that refuses what every record would meet (a wrong URL, a revoked key, a missing topic, a sink down), else 0: nothing is halted or parked for it."),
+		hold:           perProcessGauge("inorder_horizon_hold_seconds", "How long the transaction holding the horizon back has been in flight; 0 when none."),
+		locked:         perProcessGauge("inorder_cursor_locked", "1 while this instance owns the process, else 0."),
+		position:       perProcessGauge("inorder_position_timestamp_seconds", "created_at of the position as last advanced by this instance, in Unix seconds; 0 until then."),
+		connected:      perProcessGauge("inorder_connected", "1 while the processor has a working database connection, 0 while it is starting or reconnecting."),
+		lagRows:        perProcessGauge("inorder_lag_rows", "Committed source rows after the durable position, counted up to 1000000."),
+		lagSeconds:     perProcessGauge("inorder_lag_seconds", "Age of the oldest source row after the durable position, by the database clock; 0 when none."),
+		lagErrors:      perProcessCounter("inorder_lag_errors_total", "Lag measurements that failed."),
+		inFlight:       perProcessGauge("inorder_in_flight", "Records a keyed window has handed to the handler and not yet settled."),
+		inFlightOldest: perProcessGauge("inorder_in_flight_oldest_seconds", "How long the oldest record in flight has been; the position waits on it. 0 when none."),
+		resent:         perProcessCounter("inorder_sink_resent_total", "Records this instance sent to the sink again after the sink had accepted them."),
+		parkedKeys:     perProcessGauge("inorder_parked_keys", "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag."),
+		parkedRecords:  perProcessGauge("inorder_parked_records", "Records parked behind their keys, the first failed ones included; measured with the lag."),
+		parkedOldest:   perProcessGauge("inorder_parked_oldest_seconds", "How long the key parked longest has been parked; 0 when none."),
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
@@ -616,4 +565,14 @@ func NewPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("ops pool: %w", err)
 	}
 	return pool, nil
+}
+
+// perProcessCounter is a counter with one series per process.
+func perProcessCounter(name, help string) *prometheus.CounterVec {
+	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, []string{"process"})
+}
+
+// perProcessGauge is a gauge with one series per process.
+func perProcessGauge(name, help string) *prometheus.GaugeVec {
+	return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, []string{"process"})
 }

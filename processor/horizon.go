@@ -11,6 +11,7 @@ import (
 
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // The horizon: see internal/source, where the transactions in flight are read. The tracker below folds
@@ -264,4 +265,58 @@ func (p *Processor[T]) holdAdvice(h holder) string {
 			"holds this stream, not only the table's writers: %s", p.table.ClockFix())
 	}
 	return b.String()
+}
+
+// horizon polls the transactions in flight and returns the horizon. When the created_at default has
+// changed so that the writers horizon no longer fits, it switches to the transactions horizon for good and
+// moves the position back to the earliest start of the transactions that were open across the change:
+// they may write rows dated before the position. That redelivers what lies between; it skips nothing.
+func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
+	o := p.polled
+	if !p.cur.TakeRide() {
+		// No poll came with the lock held (it was taken before the poll's table was known): poll now.
+		ctx, cancel := p.bounded(work)
+		var err error
+		o, err = p.table.PollLocks(ctx, p.cur.Tx())
+		cancel()
+		if err != nil {
+			return horizon{}, err
+		}
+	}
+	if p.kind == inordertype.HorizonWriters && !p.table.WritersSafe(o.Default) {
+		at, unknown := p.tracker.earliestStart()
+		pos := p.cur.State().Position
+		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
+		if !at.IsZero() && at.Before(pos.CreatedAt) {
+			// The move back is made durable at once: a batch that fails later must not take it back while
+			// the switch stays.
+			back := inordertype.Position{CreatedAt: at.UTC()}
+			p.tenure.delivered.forget() // delivered again on purpose
+			p.failing.forgetAccepted()
+			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
+				return horizon{}, err
+			}
+			ev = ev.Str("from", pos.String()).Str("to", back.String())
+		}
+		p.kind = inordertype.HorizonTransactions
+		ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
+			"delivering again from the earliest start of the transactions open across the change")
+		if len(unknown) > 0 {
+			p.log.Error().Ints("pids", unknown).Time("watched_since", p.tracker.firstPoll).
+				Msg("transactions open since before this instance began watching may write rows dated earlier than " +
+					"it can see; once they end, if they wrote to the source, rewind to before their start")
+		}
+		if !p.cur.Locked() { // an operator took the row in the instant after the commit: look again later
+			return horizon{now: o.Now}, nil
+		}
+	}
+	h := p.tracker.observe(o, p.kind)
+	if p.cfg.TxHandler != nil && p.kind == inordertype.HorizonTransactions {
+		// A transactional handler may insert into the source itself, in the cursor transaction, whose rows
+		// then carry its start: read only below it.
+		if capAt := o.TxStart.Add(-p.cfg.InsertLatency); !h.at.IsZero() && capAt.Before(h.at) {
+			h.at = capAt
+		}
+	}
+	return h, nil
 }

@@ -1,6 +1,12 @@
 package processor
 
-import "github.com/inorder-dev/inorder/inordertype"
+import (
+	"context"
+	"time"
+
+	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/store"
+)
 
 // tenure is what this instance knows for one tenure of it as the process's owner. The batch that locks
 // the cursor row in a new tenure (lock) starts it afresh in one assignment: whatever happened to the row
@@ -42,4 +48,74 @@ type lastBatch struct {
 	// lookSoon says that the last poll found a writer just begun limiting the horizon, and heldLong that
 	// it found the horizon held by a transaction open for a while. A batch that polls sets both.
 	lookSoon, heldLong bool
+}
+
+// saveSource records in the cursor row, once per connection, what the process reads, for status and
+// operator actions.
+func (p *Processor[T]) saveSource(work context.Context) error {
+	if p.tenure.sourceSaved {
+		return nil
+	}
+	src := p.table.Spec
+	src.Table = p.table.Qualified
+	if err := p.cur.SetSource(work, src); err != nil {
+		return err
+	}
+	// Whatever an instance that crashed mid-window left there is not in flight any more.
+	if err := p.cur.SetInFlight(work, store.InFlight{}); err != nil {
+		return err
+	}
+	p.tenure.sourceSaved = true
+	return nil
+}
+
+// followOperator takes in what the cursor row says now (paused, moved, halted, or none of these any
+// more), and returns how long to wait before the next batch: while paused, and while a halted record's
+// next attempt is not due (at most a poll interval at a time). Zero means go on.
+func (p *Processor[T]) followOperator() time.Duration {
+	st := p.cur.State()
+	if st.Paused {
+		if !p.paused {
+			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
+			p.paused = true
+		}
+		return p.rowWatched(idleTicks * p.cfg.PollInterval)
+	}
+	if p.paused {
+		p.log.Info().Msg("resumed by an operator")
+		p.paused = false
+	}
+	if p.tenure.knownPos && st.Position != p.tenure.lastPos {
+		p.log.Info().Str("from", p.tenure.lastPos.String()).Str("to", st.Position.String()).
+			Msg("position moved by an operator (skip or rewind)")
+		p.traceOperator(p.tenure.lastPos, st.Position)
+		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
+		p.failing.forgetAccepted()
+	}
+	p.noteFailing(st.Halt)
+	if st.Halt == nil {
+		p.tenure.tried = true // what fails from now on, this tenure tries, and backs off from, itself
+		return 0
+	}
+	due := st.Halt.NextAttemptAt
+	if due.IsZero() { // recorded before next attempts were
+		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, verdict{}))
+	}
+	if !p.tenure.tried {
+		// A new owner tries the record at once: the next attempt recorded is the backoff of the owner
+		// before (whose sink, its URL or its key, may have been what failed), not this one's.
+		p.tenure.tried = true
+		p.failing.nextAt, p.failing.retryAt = due, time.Time{}
+		return 0
+	}
+	if !p.failing.nextAt.IsZero() && due.Before(p.failing.nextAt) {
+		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.
+		p.log.Info().Str("record", st.Halt.RecordID).Msg("retrying the record now, as an operator asked")
+		p.failing.retryAt = time.Time{}
+	}
+	p.failing.nextAt = due
+	if p.failing.retryAt.After(due) {
+		due = p.failing.retryAt
+	}
+	return p.rowWatched(max(0, time.Until(due)))
 }

@@ -307,25 +307,7 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		return fmt.Errorf("webhook POST %s: %w", h.target, unwrapURLError(err))
 	}
 	tracecontext.Inject(ctx, propagation.HeaderCarrier(req.Header))
-	req.Header.Set("User-Agent", userAgent)
-	for k, vs := range h.headers {
-		req.Header[k] = append([]string(nil), vs...)
-	}
-	for k, vs := range ceHeaders {
-		req.Header[k] = vs
-	}
-	req.Header.Set("Content-Type", contentType)
-	req.Header.Set(h.idempotency, key)
-	req.Header.Set(AttemptHeader, strconv.Itoa(rec.Attempt))
-	switch now := time.Now(); h.scheme {
-	case SignatureInorder:
-		req.Header.Set(SignatureHeader, Sign(h.secret, now, body))
-	case SignatureStandardWebhooks:
-		ts, sig := signStandard(h.secret, key, now, body)
-		req.Header.Set(StandardIDHeader, key)
-		req.Header.Set(StandardTimestampHeader, ts)
-		req.Header.Set(StandardSignatureHeader, sig)
-	}
+	h.setHeaders(req.Header, ceHeaders, contentType, key, rec.Attempt, body)
 
 	if err := h.gate.wait(ctx, h.target); err != nil {
 		if _, ok := handlers.UnavailableOf(err); ok {
@@ -359,6 +341,30 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		h.gate.stop(err)
 	}
 	return err
+}
+
+// setHeaders sets a request's headers: the configured ones, a CloudEvent's, the content type, the
+// idempotency key, the attempt, and the signature of body.
+func (h *Handler[T]) setHeaders(hdr, ceHeaders http.Header, contentType, key string, attempt int, body []byte) {
+	hdr.Set("User-Agent", userAgent)
+	for k, vs := range h.headers {
+		hdr[k] = append([]string(nil), vs...)
+	}
+	for k, vs := range ceHeaders {
+		hdr[k] = vs
+	}
+	hdr.Set("Content-Type", contentType)
+	hdr.Set(h.idempotency, key)
+	hdr.Set(AttemptHeader, strconv.Itoa(attempt))
+	switch now := time.Now(); h.scheme {
+	case SignatureInorder:
+		hdr.Set(SignatureHeader, Sign(h.secret, now, body))
+	case SignatureStandardWebhooks:
+		ts, sig := signStandard(h.secret, key, now, body)
+		hdr.Set(StandardIDHeader, key)
+		hdr.Set(StandardTimestampHeader, ts)
+		hdr.Set(StandardSignatureHeader, sig)
+	}
 }
 
 // tracerName is the instrumentation scope of the webhook's spans.
