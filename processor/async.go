@@ -12,7 +12,9 @@ import (
 // The async window: an AsyncHandler is sent up to its MaxInFlight records at once, in order, and their
 // results settle in the same order, the position moving past each record that settles well. The first
 // record in order that fails ends the batch: nothing more is sent, the records before it settle, and what
-// was sent after it is waited out, not counted, and delivered again (see failing).
+// was sent after it is waited out and not counted: what the sink accepted of it is not sent again by this
+// instance (it settles as delivered when its turn comes again), the rest is delivered again (see
+// failing).
 //
 // A record of a parked key is not sent: it takes its turn in the window, and parks behind its key when
 // its turn comes. A record the sink refuses at once (Send fails) in a way that parks its key takes its
@@ -45,7 +47,10 @@ type asyncWindow[T any] struct {
 // flight is a record of the async window awaiting its turn.
 type flight[T any] struct {
 	it  *item[T]
-	res handlers.Result // nil: not sent, it parks behind its key in its turn
+	res handlers.Result // nil: not sent, it parks behind its key in its turn (or was accepted before)
+	// accepted says that the sink accepted it in this tenure while a record before it failed: it is not
+	// sent again, and settles as delivered in its turn (see failing.accepted).
+	accepted bool
 	// sent is when it was sent: its wait ends HandlerTimeout after it, as the lease that covered the send does.
 	sent time.Time
 }
@@ -80,6 +85,12 @@ func (a *asyncWindow[T]) send() bool {
 		it.rec.Attempt = p.attempt(a.st, it)
 		if p.keyParked(&it.rec) || a.refused[it.rec.Key] {
 			if !a.add(flight[T]{it: it, sent: time.Now()}) { // parked in its turn, without reaching the sink
+				return false
+			}
+			continue
+		}
+		if p.acceptedBefore(it) { // accepted is accepted: it settles in its turn, not sent again
+			if !a.add(flight[T]{it: it, accepted: true, sent: time.Now()}) {
 				return false
 			}
 			continue
@@ -131,6 +142,9 @@ func (a *asyncWindow[T]) settle() bool {
 	p := a.p
 	f := a.flights[0]
 	a.flights = a.flights[1:]
+	if f.accepted {
+		return a.advance(f)
+	}
 	wctx, cancel := context.WithDeadline(a.work, f.sent.Add(p.cfg.HandlerTimeout))
 	defer cancel()
 	start := time.Now()
@@ -161,6 +175,13 @@ func (a *asyncWindow[T]) settle() bool {
 		a.o.err = err
 		return false
 	}
+	return a.advance(f)
+}
+
+// advance moves the position past f's record, which settled well (or parked), and reports whether to go
+// on.
+func (a *asyncWindow[T]) advance(f flight[T]) bool {
+	p := a.p
 	a.o.last, a.o.n = f.it.pos, a.o.n+1
 	if p.cfg.Checkpoint == CheckpointRecord {
 		a.o.counted = a.o.n
@@ -185,14 +206,22 @@ func (a *asyncWindow[T]) covered() bool {
 	return p.covered(a.work, &a.o, store.InFlight{})
 }
 
-// drain waits out whatever is still in flight after a failure: it is not counted, and is delivered
+// drain waits out whatever is still in flight after a failure: the position does not pass it, and what
+// the sink accepted of it is remembered, not sent again (see failing.accepted); the rest is delivered
 // again. One deadline for all of it, so that a sink that hangs cannot keep the cursor transaction idle
 // for longer than one handler call.
 func (a *asyncWindow[T]) drain() {
 	ctx, cancel := context.WithTimeout(a.work, a.p.cfg.HandlerTimeout)
 	defer cancel()
 	for _, f := range a.flights {
-		if f.res != nil {
+		switch {
+		case f.accepted:
+			a.p.accept(f.it) // still accepted, for the next read
+		case f.res != nil && !a.p.keyParked(&f.it.rec):
+			if f.res.Wait(ctx) == nil {
+				a.p.accept(f.it)
+			}
+		case f.res != nil:
 			_ = f.res.Wait(ctx)
 		}
 	}
