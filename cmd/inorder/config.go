@@ -202,6 +202,9 @@ func nearestFlag(fs *flag.FlagSet, key string) string {
 // processFlags builds the flags of each process of the file: its top level, the process's entry, the
 // environment and the command line (args), each over the one before.
 func (cf *configFile) processFlags(args []string) ([]*runFlags, error) {
+	if err := cf.checkOneProcessSettings(args); err != nil {
+		return nil, err
+	}
 	var out []*runFlags
 	names := map[string]int{}
 	for i, e := range cf.processes {
@@ -241,4 +244,35 @@ func (f *runFlags) inEntry(err error) error {
 		return err
 	}
 	return usageErr("%s: %s", f.configEntry, strings.TrimPrefix(err.Error(), "usage: "))
+}
+
+// oneProcessSettings are the settings that name what one process is: set in the environment or on the
+// command line, they would make every process of a file alike.
+var oneProcessSettings = []string{"process", "table"}
+
+// checkOneProcessSettings refuses, for a file of more than one process, an environment variable or a
+// flag that would set one process's own setting (its name, its table) for every process of the file:
+// each entry says its own.
+func (cf *configFile) checkOneProcessSettings(args []string) error {
+	if len(cf.processes) < 2 {
+		return nil
+	}
+	fs := newFlagSet("run", io.Discard)
+	(&runFlags{}).register(fs)
+	if err := fs.Parse(args); err != nil {
+		return usageErr("%s", oneLineText(err.Error()))
+	}
+	for _, name := range oneProcessSettings {
+		if v, ok := os.LookupEnv(envName(name)); ok && v != "" {
+			return usageErr("%s would set the %s of every process of --config %s (%d processes): set it in each "+
+				"process's entry instead, or unset it", envName(name), name, cf.path, len(cf.processes))
+		}
+		var given bool
+		fs.Visit(func(f *flag.Flag) { given = given || f.Name == name })
+		if given {
+			return usageErr("--%s would set the %s of every process of --config %s (%d processes): set it in each "+
+				"process's entry instead", name, name, cf.path, len(cf.processes))
+		}
+	}
+	return nil
 }

@@ -110,3 +110,32 @@ func TestAnEmptyDatabaseURLIsBlamedOnTheEnvironment(t *testing.T) {
 		})
 	}
 }
+
+// TestOneProcessSettingsAreNotSetForAWholeFile: in a file of several processes, INORDER_TABLE or --table
+// (and the process's name likewise) would make every process read one table: refused in one line naming
+// the variable or flag, before anything runs; a file of one process takes it as before.
+func TestOneProcessSettingsAreNotSetForAWholeFile(t *testing.T) {
+	t.Parallel()
+	two := "database-url: postgres://nowhere.invalid/db\nstart-from: beginning\nprocesses:\n" +
+		"  - process: a\n    table: bookings\n  - process: b\n    table: refunds\n"
+	for _, tc := range []struct {
+		name      string
+		env, args []string
+		want      string
+	}{
+		{"the environment's table", []string{"INORDER_TABLE=nosuch"}, nil, "INORDER_TABLE would set the table of every process"},
+		{"the environment's process", []string{"INORDER_PROCESS=x"}, nil, "INORDER_PROCESS would set the process of every process"},
+		{"the command line's table", nil, []string{"--table", "nosuch"}, "--table would set the table of every process"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			args := append([]string{"run", "--config", writeConfig(t, two)}, tc.args...)
+			code, stdout, stderr := runBounded(t, tc.env, args...) // unrefused, it would keep trying to connect
+			require.Equal(t, 2, code, stderr)
+			require.Empty(t, stdout)
+			require.Contains(t, stderr, tc.want)
+			require.Contains(t, stderr, "(2 processes): set it in each process's entry")
+			require.Equal(t, 1, strings.Count(strings.TrimSpace(stderr), "\n")+1, "one line: %q", stderr)
+		})
+	}
+}
