@@ -33,7 +33,7 @@ const metricNamesFile = "testdata/metrics.txt"
 // TestMetricNamesFileIsWhatAnInstanceServes runs a processor with its metrics, the lag watch and an xmin
 // holder past the threshold, scrapes /metrics until every inorder_* series the registry describes is
 // there, and requires testdata/metrics.txt to list exactly the names served (go test ./ops -run
-// TestMetricNamesFile -update writes it).
+// TestMetricNamesFile -update writes it) and the operating guide's table of series to name each.
 func TestMetricNamesFileIsWhatAnInstanceServes(t *testing.T) {
 	t.Parallel()
 	db, cfg := setup(t)
@@ -71,6 +71,14 @@ func TestMetricNamesFileIsWhatAnInstanceServes(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, want, string(got),
 		"%s is not what an instance serves: go test ./ops -run TestMetricNamesFile -update", metricNamesFile)
+
+	// Every name served is a promise (docs/promises.md): the operating guide's table lists it.
+	guide, err := os.ReadFile("../docs/operating.md")
+	require.NoError(t, err)
+	for _, name := range described {
+		require.True(t, strings.Contains(string(guide), "| `"+name+"`") || strings.Contains(string(guide), ", `"+name+"`"),
+			"docs/operating.md's table of series lists %s", name)
+	}
 }
 
 // describedNames returns the inorder_* metric names the registry describes, whether or not a series of
