@@ -388,8 +388,9 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 	require.True(t, json.Valid([]byte(dash.Data["inorder.json"])))
 }
 
-// TestChartRefusesWhatWouldNotWork: values that would make a release that cannot work (or pins nothing)
-// fail the rendering with a message naming the value.
+// TestChartRefusesWhatWouldNotWork: values that would make a release that cannot work (or pins nothing),
+// and values the chart does not know (values.schema.json), fail the rendering with a message naming the
+// value.
 func TestChartRefusesWhatWouldNotWork(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -402,6 +403,9 @@ func TestChartRefusesWhatWouldNotWork(t *testing.T) {
 		{"a database URL in the file", map[string]any{"config": map[string]any{"database-url": "postgres://u:p@db/app"}}, "config.database-url"},
 		{"a metrics address in the file", map[string]any{"config": map[string]any{"metrics-addr": ":9000"}}, "config.metrics-addr"},
 		{"a sink secret with no Secret", map[string]any{"secretEnv": []any{map[string]any{"name": "X", "key": "k"}}}, "secretEnv[].existingSecret"},
+		{"a misspelt value", map[string]any{"replicaCounts": 3}, "replicaCounts"},
+		{"a misspelt nested value", map[string]any{"podMonitor": map[string]any{"enable": true}}, "enable"},
+		{"a grace period within the shutdown timeout", map[string]any{"terminationGracePeriodSeconds": 10}, "terminationGracePeriodSeconds"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
