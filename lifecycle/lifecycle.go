@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,11 @@ type Config struct {
 	// Logger receives the group's own lines (what stopped the group: a signal, the context). The zero
 	// value logs nothing.
 	Logger zerolog.Logger
+
+	// Stopping is what the group's line says it does once it begins to stop, after "stopping: ". Empty
+	// means "finishing the records in flight", what a group of processors does; a group that runs no
+	// processor (a console) says what it does instead.
+	Stopping string
 }
 
 // errCleanStop is what the actor watching Run's context returns when the context stopped the group, for
@@ -145,11 +151,12 @@ func (g *Group) Run(ctx context.Context) error {
 // logStop says, when the group begins to stop, what stopped it if that was a signal or ctx; an actor's
 // error is Run's to return, for the caller to report once.
 func (g *Group) logStop(ctx context.Context, err error) {
+	msg := "stopping: " + cmp.Or(g.cfg.Stopping, "finishing the records in flight")
 	var sig *SignalError
 	switch {
 	case errors.As(err, &sig):
-		g.cfg.Logger.Info().Str("signal", sig.Signal.String()).Msg("stopping: finishing the records in flight")
+		g.cfg.Logger.Info().Str("signal", sig.Signal.String()).Msg(msg)
 	case errors.Is(err, errCleanStop):
-		g.cfg.Logger.Info().Str("cause", context.Cause(ctx).Error()).Msg("stopping: finishing the records in flight")
+		g.cfg.Logger.Info().Str("cause", context.Cause(ctx).Error()).Msg(msg)
 	}
 }

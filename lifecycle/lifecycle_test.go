@@ -346,3 +346,20 @@ func TestCancelledContextStopsAZeroGroupCleanly(t *testing.T) {
 	<-interrupted
 	require.Contains(t, logs.String(), `"cause":"context canceled","message":"stopping: finishing the records in flight"`)
 }
+
+// TestAGroupSaysWhatItsStopDoes: a group that runs no processor (the console) says what it does when it
+// stops, not that it finishes records it does not have.
+func TestAGroupSaysWhatItsStopDoes(t *testing.T) {
+	t.Parallel()
+	var logs testrun.Buffer
+	g := lifecycle.New(lifecycle.Config{Logger: zerolog.New(&logs), Stopping: "closing the console"})
+	ctx, stop := context.WithCancel(context.Background())
+	g.Add("console", func(actx context.Context) error {
+		stop()
+		<-actx.Done()
+		return nil
+	})
+	require.NoError(t, g.Run(ctx))
+	require.Contains(t, logs.String(), `"message":"stopping: closing the console"`)
+	require.NotContains(t, logs.String(), "records in flight")
+}

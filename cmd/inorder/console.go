@@ -54,7 +54,7 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	g := lifecycle.New(lifecycle.Config{Logger: log})
+	g := lifecycle.New(lifecycle.Config{Logger: log, Stopping: "closing the console"})
 	g.AddSignals(sigs)
 	a, err := g.AddHTTPServer("console", *addr, con, 5*time.Second)
 	if err != nil {
