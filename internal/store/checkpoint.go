@@ -33,11 +33,15 @@
 // each in a short transaction of its own that takes the partition's lock with NOWAIT, folds the newest
 // entries of processes nobody is working (SKIP LOCKED) into their rows, and truncates it only when no entry
 // in it is any process's newest: the previous slot as soon as its owners have appended in the current one,
-// the one before that in any case. NOWAIT
-// means that it never waits and nothing ever queues behind it: a pg_dump (which holds a lock on every table
-// it dumps for as long as it runs) or a long transaction that read the table makes it try again at its next
-// turn, and the partitions grow meanwhile by one entry per record, about a hundred bytes. Correctness never
-// depends on a truncation happening: only space does.
+// the one before that in any case. NOWAIT means that it never waits and nothing ever queues behind it: a
+// long transaction that read a table makes it try again at its next step. Correctness never depends on a
+// truncation happening: only space does.
+//
+// A pg_dump holds every table it dumps for as long as it runs, so none of the three slots could be
+// emptied meanwhile and the log would grow by an entry per record (about 169 bytes) until it ends. But it
+// holds only the tables that existed when it started: the rotation then attaches partitions of its own
+// and makes them current in the clock's place, in turns, and empties them as usual while the dump runs;
+// once it ends the clock names the slot again and those partitions are dropped (see turn.go).
 
 package store
 
