@@ -197,6 +197,9 @@ func rotateCheckpoints(ctx context.Context, conn *pgx.Conn, freshAt int64) ([]Ro
 	if err := dropTurns(ctx, conn, st, out); err != nil {
 		return out, err
 	}
+	if st.nextTurn(freshAt) == (turnAction{}) {
+		return out, nil // the usual case: no turn wanted, and no transaction for it
+	}
 	return out, takeTurn(ctx, conn, freshAt)
 }
 
