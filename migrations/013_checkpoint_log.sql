@@ -34,10 +34,13 @@ GRANT SELECT ON SEQUENCE inorder.checkpoint_turn TO PUBLIC;
 
 ALTER TABLE inorder.cursor ADD COLUMN position_seq bigint NOT NULL DEFAULT 0;
 
--- The slot current now: the turn, when one overrides the clock, else the slot the database's clock names.
--- Every instance, whatever its version, agrees on it.
+-- The slot current now: the turn, when one overrides the clock and its partition exists, else the slot the
+-- database's clock names. Every instance, whatever its version, agrees on it. The partition is looked for
+-- because a sequence's value is not read under a dump's snapshot: a dump taken during a turn restores it,
+-- without the partition created after the dump began, and every insert would then fail.
 CREATE FUNCTION inorder.checkpoint_slot() RETURNS smallint LANGUAGE sql VOLATILE
-    AS $$ SELECT CASE WHEN t.is_called THEN t.last_value::smallint
+    AS $$ SELECT CASE WHEN t.is_called AND to_regclass('inorder.checkpoint_' || t.last_value) IS NOT NULL
+                      THEN t.last_value::smallint
                       ELSE (floor(extract(epoch FROM clock_timestamp()) / 10)::bigint % 3)::smallint END
           FROM inorder.checkpoint_turn AS t $$;
 

@@ -139,3 +139,29 @@ func TestTurnsKeepEmptyingTheLogWhileAPgDumpHoldsIt(t *testing.T) {
 		appendAndStep()
 	}
 }
+
+// TestATurnWithoutItsTableLeavesTheSlotToTheClock: a dump taken during a turn holds the turn (a sequence's
+// value is read as it is, not under the dump's snapshot) but not the table attached for it after the dump
+// began; restored, the turn names no table, and positions are appended to the slot the clock names rather
+// than refused, and the rotation gives the turn back to the clock.
+func TestATurnWithoutItsTableLeavesTheSlotToTheClock(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	ctx := context.Background()
+	db.Exec(t, "SELECT setval('inorder.checkpoint_turn', 7, true)")
+	repo := openOrders(t, cfg)
+	pos := checkpoints(t, repo, 1, 3)
+	read, err := store.ReadPosition(ctx, db.Pool, "orders")
+	require.NoError(t, err)
+	require.Equal(t, pos, read)
+	require.Less(t, readLog(t, db).current, 3)
+
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = store.RotateCheckpoints(ctx, conn)
+	require.NoError(t, err)
+	var turn bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT is_called FROM inorder.checkpoint_turn").Scan(&turn))
+	require.False(t, turn, "the rotation gives the turn back to the clock")
+}
