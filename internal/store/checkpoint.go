@@ -33,11 +33,15 @@
 // each in a short transaction of its own that takes the partition's lock with NOWAIT, folds the newest
 // entries of processes nobody is working (SKIP LOCKED) into their rows, and truncates it only when no entry
 // in it is any process's newest: the previous slot as soon as its owners have appended in the current one,
-// the one before that in any case. NOWAIT
-// means that it never waits and nothing ever queues behind it: a pg_dump (which holds a lock on every table
-// it dumps for as long as it runs) or a long transaction that read the table makes it try again at its next
-// turn, and the partitions grow meanwhile by one entry per record, about a hundred bytes. Correctness never
-// depends on a truncation happening: only space does.
+// the one before that in any case. NOWAIT means that it never waits and nothing ever queues behind it: a
+// long transaction that read a table makes it try again at its next step. Correctness never depends on a
+// truncation happening: only space does.
+//
+// A pg_dump holds every table it dumps for as long as it runs, so none of the three slots could be
+// emptied meanwhile and the log would grow by an entry per record (about 169 bytes) until it ends. But it
+// holds only the tables that existed when it started: the rotation then attaches partitions of its own
+// and makes them current in the clock's place, in turns, and empties them as usual while the dump runs;
+// once it ends the clock names the slot again and those partitions are dropped (see turn.go).
 
 package store
 
@@ -164,38 +168,60 @@ type RotateResult struct {
 }
 
 // RotateCheckpoints takes one step of the rotation on conn (see the package documentation of this file):
-// of the two slots the clock does not name, it empties those that hold entries of which none is any
-// process's newest, each in a short transaction of its own. The slot that becomes current next comes first,
-// and its processes nobody is working have their newest entries folded into their rows; the previous one
-// is emptied only once every owner has moved on from it, which the next step tries again. It never waits
-// for a lock: a table in use is left for the next step.
+// of the slots not current, it empties those that hold entries of which none is any process's newest,
+// each in a short transaction of its own, drops the partitions of turns no longer needed, and then moves
+// the turn on when a pg_dump holds the current slot (see turn.go). While the clock names the slot, the one
+// that becomes current next comes first, and its processes nobody is working have their newest entries
+// folded into their rows; the previous one is emptied only once every owner has moved on from it, which
+// the next step tries again. It never waits for a lock: a table in use is left for the next step.
 func RotateCheckpoints(ctx context.Context, conn *pgx.Conn) ([]RotateResult, error) {
+	return rotateCheckpoints(ctx, conn, freshTurnSize)
+}
+
+// rotateCheckpoints is RotateCheckpoints with the size past which a held current slot gives way to a
+// fresh turn (freshTurnSize, smaller in tests).
+func rotateCheckpoints(ctx context.Context, conn *pgx.Conn, freshAt int64) ([]RotateResult, error) {
 	// The cheap look first, with no lock wanted: most steps find nothing to do.
-	var current int16
-	var used [checkpointTables]bool
-	if err := conn.QueryRow(ctx, `SELECT inorder.checkpoint_slot(), EXISTS (SELECT 1 FROM inorder.checkpoint_0),
-		EXISTS (SELECT 1 FROM inorder.checkpoint_1), EXISTS (SELECT 1 FROM inorder.checkpoint_2)`).
-		Scan(&current, &used[0], &used[1], &used[2]); err != nil {
+	st, err := readRotation(ctx, conn)
+	if err != nil {
 		return nil, fmt.Errorf("rotate checkpoints: %w", err)
 	}
 	var out []RotateResult
-	for i, fold := range []bool{true, false} {
-		slot := (int(current) + 1 + i) % checkpointTables // the next, then the previous
-		if !used[slot] {
-			continue
-		}
-		res, err := rotateSlot(ctx, conn, slot, fold)
+	for _, step := range st.steps() {
+		res, err := rotateSlot(ctx, conn, step.slot, step.fold)
 		if err != nil {
 			return out, err
 		}
 		out = append(out, res)
 	}
-	return out, nil
+	if err := dropTurns(ctx, conn, st, out); err != nil {
+		return out, err
+	}
+	if st.nextTurn(freshAt) == (turnAction{}) {
+		return out, nil // the usual case: no turn wanted, and no transaction for it
+	}
+	return out, takeTurn(ctx, conn, freshAt)
 }
 
+// foldMode says which processes' newest entries a step of the rotation folds into their cursor rows before
+// it empties a slot: a fold writes a version of the row, so it is done only where it lets the slot be
+// emptied in time.
+type foldMode int
+
+const (
+	// foldNone folds nothing: the slot is the previous one, which its owners are about to leave.
+	foldNone foldMode = iota
+	// foldAll folds the newest entries of every process nobody is working: the slot becomes current next.
+	foldAll
+	// foldIdle folds those of processes nobody is working that have appended nothing for a rotation period:
+	// a slot that turns, not the clock, took out of use, which owners that are still delivering leave by
+	// themselves.
+	foldIdle
+)
+
 // rotateSlot empties slot, when none of its entries is any process's newest, in a transaction of its own,
-// folding first (fold) the newest entries of processes nobody is working.
-func rotateSlot(ctx context.Context, conn *pgx.Conn, slot int, fold bool) (RotateResult, error) {
+// folding first (as fold says) the newest entries of processes nobody is working.
+func rotateSlot(ctx context.Context, conn *pgx.Conn, slot int, fold foldMode) (RotateResult, error) {
 	res := RotateResult{Table: slot}
 	table := checkpointTable(slot)
 	err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {
@@ -214,9 +240,15 @@ func rotateSlot(ctx context.Context, conn *pgx.Conn, slot int, fold bool) (Rotat
 		newest := `EXISTS (SELECT 1 FROM inorder.position AS p JOIN ` + table + ` AS e
 			ON e.process_name = p.process_name AND e.seq = p.position_seq
 			WHERE p.process_name = c.process_name AND e.seq > c.position_seq)`
-		if fold {
+		if fold != foldNone {
+			idle := ""
+			if fold == foldIdle { // only a newest entry appended a rotation period ago or more
+				idle = fmt.Sprintf(`AND (SELECT p.updated_at FROM inorder.position AS p WHERE p.process_name = c.process_name)
+					<= clock_timestamp() - interval '%d milliseconds'`, rotationPeriod.Milliseconds())
+			}
 			tag, err := tx.Exec(ctx, `
-				WITH idle AS (SELECT c.process_name FROM inorder.cursor AS c WHERE `+newest+` FOR UPDATE OF c SKIP LOCKED)
+				WITH idle AS (SELECT c.process_name FROM inorder.cursor AS c WHERE `+newest+` `+idle+`
+					FOR UPDATE OF c SKIP LOCKED)
 				UPDATE inorder.cursor AS c SET `+foldSet+`
 				FROM idle, inorder.position AS p
 				WHERE c.process_name = idle.process_name AND p.process_name = c.process_name`)

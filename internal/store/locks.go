@@ -24,6 +24,9 @@ import (
 //     (package source's horizon leaves such transactions out).
 //   - PruneLockKey, transaction-level: a prune batch holds it exclusively (LockForPrune); a process
 //     registering its cursor row (a trigger, migration 7) and a rewind hold it shared (HoldOffPrune).
+//   - TurnLockKey, transaction-level, exclusive: whatever changes the checkpoint log's turns holds it (the
+//     rotation's turn step, and migration 13's functions that attach, drop and name partitions), so that
+//     two instances' probers never change them at once.
 //
 // The keys are defined here, and so is every statement whose purpose is to take or release one of them
 // (the functions below). Four statements of this package also take one as a part of a larger statement,
@@ -75,6 +78,10 @@ const NoInsertLockKey int64 = 0x696e6f726465724e
 // process registering its cursor row (a trigger, migration 7) and Rewind. Its value spells "inorderp";
 // migrations/007_retention.sql names it as a literal.
 const PruneLockKey int64 = 0x696e6f7264657270
+
+// TurnLockKey is the advisory lock under which the checkpoint log's turns change (see turn.go). Its value
+// spells "inorderT"; migrations/013_checkpoint_log.sql names it as a literal.
+const TurnLockKey int64 = 0x696e6f7264657254
 
 // trySessionLock takes the session-level lock key on q's session without waiting, and reports whether it
 // got it: the owner's lock (LockKey), which the instance's shared session or the repository's own

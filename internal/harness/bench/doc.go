@@ -67,8 +67,9 @@
 //     last row, the median counting: 3 of 20,000 rows with default flags (a checkpoint per record) and 5 of
 //     200,000 with a checkpoint per batch, each a ratio to the same without the snapshot (target ≥ 0.8).
 //     Default-flags latency (as in the latency lines) over the flow's last 10s, held over not. inorder's
-//     tables in all (pg_total_relation_size of inorder.cursor, checkpoint_0 to 2, instance, parked and
-//     audit), sampled every second: the most while the snapshot is held (target ≤ 16 MiB), then once it has
+//     tables in all (pg_total_relation_size of inorder.cursor, checkpoint_0 to 2, the partitions the
+//     rotation attaches for turns while a pg_dump holds those, instance, parked and audit), sampled every
+//     second: the most while the snapshot is held (target ≤ 16 MiB), then once it has
 //     ended and a VACUUM ran, and once the processes have stopped and the rotation's steps have emptied the
 //     checkpoint tables, vacuumed (target: no more than the clean run's). The notes give what VACUUM
 //     (VERBOSE) of inorder.cursor found not yet removable at the end of the hold, the checkpoint tables'

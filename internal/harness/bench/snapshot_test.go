@@ -100,7 +100,10 @@ type hold struct {
 }
 
 // inorderTables are inorder's tables whose sizes the held runs report.
-var inorderTables = []string{"cursor", "checkpoint_0", "checkpoint_1", "checkpoint_2", "instance", "parked", "audit"}
+// checkpoint_turns stands for the partitions the rotation attaches for turns while a pg_dump holds the
+// three others (see sizesNow).
+var inorderTables = []string{"cursor", "checkpoint_0", "checkpoint_1", "checkpoint_2", "checkpoint_turns", "instance",
+	"parked", "audit"}
 
 // startHold holds a snapshot in db as form says, and returns once it is held: the holding backend has a
 // snapshot (backend_xmin) and, for the pg_dump forms, holds ACCESS SHARE on inorder's cursor table. Its
@@ -298,7 +301,7 @@ func (s sizes) total() int64 {
 }
 
 func (s sizes) checkpoints() int64 {
-	return s.tables["checkpoint_0"] + s.tables["checkpoint_1"] + s.tables["checkpoint_2"]
+	return s.tables["checkpoint_0"] + s.tables["checkpoint_1"] + s.tables["checkpoint_2"] + s.tables["checkpoint_turns"]
 }
 
 // heldRun is what a held measure measured on one side.
@@ -865,9 +868,13 @@ func (s *sampler) stop() ([]sizes, int) {
 
 func sizesNow(ctx context.Context, db *pgtest.DB, since time.Time) (sizes, error) {
 	s := sizes{at: time.Since(since), tables: map[string]int64{}, entries: -1}
-	rows, err := db.Pool.Query(ctx, `SELECT c.relname, pg_total_relation_size(c.oid), c.relname LIKE 'checkpoint\__'
+	// The partitions the rotation attaches for turns while a pg_dump holds the others count as one,
+	// checkpoint_turns.
+	rows, err := db.Pool.Query(ctx, `SELECT CASE WHEN c.relname ~ '^checkpoint_[0-9]{2,}$|^checkpoint_[3-9]$'
+		       THEN 'checkpoint_turns' ELSE c.relname END, pg_total_relation_size(c.oid), c.relname ~ '^checkpoint_[0-9]+$'
 		FROM pg_class c
-		WHERE c.relnamespace = 'inorder'::regnamespace AND c.relkind = 'r' AND c.relname = ANY($1)`, inorderTables)
+		WHERE c.relnamespace = 'inorder'::regnamespace AND c.relkind = 'r'
+		  AND (c.relname = ANY($1) OR c.relname ~ '^checkpoint_[0-9]+$')`, inorderTables)
 	if err != nil {
 		return s, err
 	}
@@ -880,15 +887,16 @@ func sizesNow(ctx context.Context, db *pgtest.DB, since time.Time) (sizes, error
 			rows.Close()
 			return s, err
 		}
-		s.tables[name] = n
-		if cp {
+		s.tables[name] += n
+		if cp && name != "checkpoint_turns" {
 			checkpoints = append(checkpoints, "(SELECT count(*) FROM inorder."+name+")")
 		}
 	}
 	if err := rows.Err(); err != nil {
 		return s, err
 	}
-	if len(checkpoints) > 0 {
+	if len(checkpoints) > 0 { // the turns' partitions' entries too, through the parent
+		checkpoints = append(checkpoints, "(SELECT count(*) FROM inorder.checkpoint WHERE slot >= 3)")
 		err = db.Pool.QueryRow(ctx, "SELECT "+strings.Join(checkpoints, " + ")).Scan(&s.entries)
 	}
 	return s, err
