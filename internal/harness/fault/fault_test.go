@@ -181,7 +181,12 @@ func (w *world) terminate(st stream) (ended, inTx bool) {
 			ORDER BY xact_start IS NOT NULL DESC LIMIT 1`, "inorder:"+st.process+"@").Scan(&pid, &inTx)
 		late := time.Now().After(deadline)
 		if err == nil && (inTx || late) {
-			require.NoError(w.t, w.pool.QueryRow(ctx, "SELECT pg_terminate_backend($1)", pid).Scan(&ended))
+			// Only while the backend still carries the process's name: a pool connection carries it for
+			// the length of the process's transaction alone (SET LOCAL), and one whose transaction ended
+			// meanwhile is the pool's, idle, which the pool replaces without the processor noticing.
+			require.NoError(w.t, w.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
+				WHERE pid = $1 AND starts_with(application_name, $2) AND pg_terminate_backend(pid)`,
+				pid, "inorder:"+st.process+"@").Scan(&ended))
 			return ended, inTx
 		}
 		if late {
