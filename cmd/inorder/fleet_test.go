@@ -11,17 +11,19 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
 // TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance runs three instances of one configuration file
-// with 30 processes on 30 tables while rows are written throughout, and stops and restarts one instance
-// halfway (a rolling restart): every row reaches stdout once, in order per process, from one instance at a
-// time, and no instance ever has more connections than --max-conns (its default) open.
+// with 30 processes on 30 tables while rows are written throughout, and stops and restarts them one after
+// another (a rolling restart): within two leases of each return each instance owns between 9 and 11 of the
+// processes, and still does at the end; every row reaches stdout once, in order per process, from one
+// instance at a time; and no instance ever has more connections than --max-conns (its default) open.
 func TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const tables, maxConns = 30, 4
+	const tables, maxConns, lease = 30, 4, 10 * time.Second
 	var ddl, entries strings.Builder
 	for i := range tables {
 		fmt.Fprintf(&ddl, `CREATE TABLE outbox_%02d (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
@@ -33,6 +35,7 @@ func TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance(t *testing.T) {
 database-url: ${DATABASE_URL}
 start-from: beginning
 poll-interval: 50ms
+lease: 10s
 processes:
 `+entries.String())
 
@@ -129,18 +132,27 @@ processes:
 	}
 	for round := range 12 {
 		write(round)
-		if round == 5 {
-			// A rolling restart of instance a: it gives its processes up at a clean stop, the others take
-			// them, and it comes back as a standby.
-			require.Eventually(t, caughtUp, 60*time.Second, 20*time.Millisecond, "caught up before the restart")
-			a := instances["a"]
-			require.NoError(t, a.cmd.Process.Signal(syscall.SIGTERM))
-			require.Zero(t, a.wait(t), a.logs())
-			stopped = append(stopped, a)
-			instances["a"] = startBinary(t, b.env, "run", "--config", path, "--instance", "a")
+		if in, ok := map[int]string{3: "a", 6: "b", 9: "c"}[round]; ok {
+			// A rolling restart, one instance after another: each gives its processes up at a clean stop,
+			// the others take them, and it comes back to take its share again.
+			require.Eventually(t, caughtUp, 60*time.Second, 20*time.Millisecond, "caught up before restarting %s", in)
+			old := instances[in]
+			require.NoError(t, old.cmd.Process.Signal(syscall.SIGTERM))
+			require.Zero(t, old.wait(t), old.logs())
+			stopped = append(stopped, old)
+			instances[in] = startBinary(t, b.env, "run", "--config", path, "--instance", in)
+			var last map[string]int
+			if !assert.Eventually(t, func() bool { last = owners(t, b); return shared(last, tables) }, 2*lease, 20*time.Millisecond) {
+				t.Fatalf("each instance owning between 9 and 11 processes within two leases of restarting %s: at the last look %v", in, last)
+			}
 		}
 	}
 	require.Eventually(t, caughtUp, 60*time.Second, 20*time.Millisecond, "every row delivered")
+	// Still shared at the end (a process between two owners for a moment counts as neither: look again).
+	var o map[string]int
+	if !assert.Eventually(t, func() bool { o = owners(t, b); return shared(o, tables) }, lease, 20*time.Millisecond) {
+		t.Fatalf("the processes stay shared: at the last look %v", o)
+	}
 	got := delivered()
 	for process, ids := range want {
 		// One instance at a time: each run printed an unbroken, rising stretch of the process's ids, and the
@@ -167,4 +179,34 @@ processes:
 		require.LessOrEqual(t, most[in], maxConns, "instance %s's connections at their most", in)
 	}
 	t.Logf("connections at their most: %v over %d samples", most, samples)
+}
+
+// owners counts, by instance, the processes whose lease runs.
+func owners(t *testing.T, b *bundle) map[string]int {
+	t.Helper()
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT owner_instance, count(*)::int FROM inorder.cursor
+		WHERE lease_expires_at > clock_timestamp() GROUP BY 1`)
+	require.NoError(t, err)
+	out := map[string]int{}
+	for rows.Next() {
+		var in string
+		var n int
+		require.NoError(t, rows.Scan(&in, &n))
+		out[in] = n
+	}
+	require.NoError(t, rows.Err())
+	return out
+}
+
+// shared reports whether all of the processes are owned, by the three instances, each owning between
+// ceil(P/I)-1 and ceil(P/I)+1 of them.
+func shared(o map[string]int, processes int) bool {
+	total := 0
+	for _, in := range []string{"a", "b", "c"} {
+		if o[in] < processes/3-1 || o[in] > (processes+2)/3+1 {
+			return false
+		}
+		total += o[in]
+	}
+	return total == processes
 }
