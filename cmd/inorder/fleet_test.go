@@ -155,12 +155,20 @@ processes:
 	}
 	got := delivered()
 	for process, ids := range want {
-		// One instance at a time: each run printed an unbroken, rising stretch of the process's ids, and the
-		// stretches, put in order, are every id once.
+		// One instance at a time: each run of an instance printed the process's ids rising, in unbroken
+		// stretches (a run may own the process, give it up to a returning instance and take it back, so the
+		// ids between its stretches are another run's), and the stretches of all runs, put in order, are
+		// every id once.
 		var stretches [][]int64
-		for _, r := range got[process] {
-			if len(r) > 0 {
-				stretches = append(stretches, r)
+		for i, r := range got[process] {
+			for k, id := range r {
+				if k > 0 {
+					require.Greater(t, id, r[k-1], "process %s: run %d printed %d after %d", process, i, id, r[k-1])
+				}
+				if k == 0 || id != r[k-1]+1 {
+					stretches = append(stretches, nil)
+				}
+				stretches[len(stretches)-1] = append(stretches[len(stretches)-1], id)
 			}
 		}
 		slices.SortFunc(stretches, func(x, y []int64) int { return int(x[0] - y[0]) })
