@@ -59,22 +59,33 @@ func appendJSONValue(b []byte, v any) ([]byte, error) {
 		if x == nil {
 			return append(b, "null"...), nil
 		}
-		if !json.Valid(x) {
-			break
+		// Compacted straight onto b (Compact validates as it goes, and appends to the buffer's bytes), and
+		// escaped for HTML only when there is something to escape: a document of megabytes is then read
+		// once and copied once.
+		at := len(b)
+		buf := bytes.NewBuffer(b)
+		if err := json.Compact(buf, x); err != nil {
+			break // json.Marshal words the error
 		}
-		var compact bytes.Buffer
-		if err := json.Compact(&compact, x); err != nil {
-			break
+		b = buf.Bytes()
+		if !needsHTMLEscape(b[at:]) {
+			return b, nil
 		}
 		var escaped bytes.Buffer
-		json.HTMLEscape(&escaped, compact.Bytes())
-		return append(b, escaped.Bytes()...), nil
+		json.HTMLEscape(&escaped, b[at:])
+		return append(b[:at], escaped.Bytes()...), nil
 	}
 	j, err := json.Marshal(v)
 	if err != nil {
 		return b, err
 	}
 	return append(b, j...), nil
+}
+
+// needsHTMLEscape reports whether json.HTMLEscape would change compact JSON: whether it holds '<', '>',
+// '&', U+2028 or U+2029.
+func needsHTMLEscape(j []byte) bool {
+	return bytes.ContainsAny(j, "<>&\u2028\u2029")
 }
 
 const hexDigits = "0123456789abcdef"

@@ -21,25 +21,25 @@ import (
 
 // ahead is a read ahead under way or done.
 type ahead[T any] struct {
-	from  inordertype.Position // where it reads from: the end of the batch being delivered
-	limit int
-	done  chan struct{}
-	items []item[T] // once done
-	err   error
+	from   inordertype.Position // where it reads from: the end of the batch being delivered
+	bounds bounds
+	done   chan struct{}
+	read   readResult[T] // once done
+	err    error
 }
 
 // readAhead starts reading the batch after items, below horizon, when the batch came back full (a backlog
 // lies behind it) and its delivery leaves the connection free.
 func (p *Processor[T]) readAhead(work context.Context, items []item[T], horizon time.Time) {
 	if p.cfg.Handler == nil || p.async != nil || p.windowed() || p.cfg.Checkpoint != CheckpointBatch ||
-		p.parking() || len(items) == 0 || len(items) < p.lastLimit {
+		p.parking() || len(items) == 0 || !p.lastFull {
 		return
 	}
-	a := &ahead[T]{from: items[len(items)-1].pos, limit: p.batchLimit(), done: make(chan struct{})}
+	a := &ahead[T]{from: items[len(items)-1].pos, bounds: p.nextBounds(), done: make(chan struct{})}
 	p.tenure.ahead = a
 	go func() {
 		defer close(a.done)
-		a.items, a.err = p.readRows(work, a.from, horizon, a.limit)
+		a.read, a.err = p.readRows(work, a.from, horizon, a.bounds)
 	}()
 }
 
@@ -61,7 +61,6 @@ func (p *Processor[T]) takeAhead(pos inordertype.Position) ([]item[T], bool) {
 	if a.err != nil || a.from != pos {
 		return nil, false
 	}
-	p.lastLimit = a.limit
-	p.adapt(len(a.items), a.limit)
-	return a.items, true
+	p.learn(a.bounds, a.read)
+	return a.read.items, true
 }

@@ -60,6 +60,13 @@ type Config[T any] struct {
 	// windows, so that the window drains (the records in flight at the end of a batch finishing before the
 	// next read) once per sixteen windows at most.
 	BatchSize int
+	// BatchBytes bounds the bytes of a batch as well as BatchSize bounds its records, so that a backlog of
+	// big records (documents of a megabyte, say) is read a few at a time and what the processor holds is
+	// sized by it: about three times BatchBytes (a batch delivered, the next read ahead, and what the
+	// handler encodes), or three times the largest record where that is larger, plus a constant. A record
+	// larger than BatchBytes is read and delivered alone, never refused for its size. Zero means
+	// DefaultBatchBytes (8 MiB); see docs/operating.md for what to size a container for.
+	BatchBytes int
 	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
 	// Source.KeyColumn): records of one key go one at a time in (created_at, id) order, records of
 	// different keys go together, and a record without a key waits for every record before it and holds
@@ -186,7 +193,7 @@ func (c *Config[T]) checkSigns() error {
 		name string
 		v    int64
 	}{
-		{"BatchSize", int64(c.BatchSize)}, {"MaxInFlight", int64(c.MaxInFlight)},
+		{"BatchSize", int64(c.BatchSize)}, {"BatchBytes", int64(c.BatchBytes)}, {"MaxInFlight", int64(c.MaxInFlight)},
 		{"PollInterval", int64(c.PollInterval)}, {"InsertLatency", int64(c.InsertLatency)},
 		{"RetryMin", int64(c.RetryMin)}, {"RetryMax", int64(c.RetryMax)}, {"HaltAfter", int64(c.HaltAfter)},
 		{"IdleInTransactionTimeout", int64(c.IdleInTransactionTimeout)}, {"Lease", int64(c.Lease)},
@@ -208,6 +215,7 @@ func (c *Config[T]) checkSigns() error {
 const (
 	DefaultBatchSize                = 100
 	DefaultMaxBatchSize             = 4000
+	DefaultBatchBytes               = 8 << 20
 	DefaultDatabaseTimeout          = dial.DefaultTimeout
 	DefaultPollInterval             = 200 * time.Millisecond
 	DefaultProbeInterval            = 25 * time.Millisecond
@@ -223,6 +231,9 @@ const (
 )
 
 func (c *Config[T]) withDefaults() {
+	if c.BatchBytes <= 0 {
+		c.BatchBytes = DefaultBatchBytes
+	}
 	if c.DatabaseTimeout <= 0 {
 		c.DatabaseTimeout = DefaultDatabaseTimeout
 	}

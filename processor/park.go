@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -240,14 +241,14 @@ func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[
 	if err != nil {
 		return nil, fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err)
 	}
-	items, err := p.scanItems(rows, 1)
+	r, err := p.scanItems(rows, 1, math.MaxInt64)
 	if err != nil {
 		return nil, err
 	}
-	if len(items) == 0 {
+	if len(r.items) == 0 {
 		return nil, pgx.ErrNoRows
 	}
-	return &items[0], nil
+	return &r.items[0], nil
 }
 
 // commit makes a redrive's step durable, the handler flushed first, without moving the position.

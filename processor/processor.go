@@ -77,9 +77,12 @@ type Processor[T any] struct {
 	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
 	// store.Rider); the horizon takes it when the lock it rode with is the one held.
 	polled source.Observation
-	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastLimit is the
-	// bound of the last read.
-	limit, lastLimit int
+	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastFull is whether
+	// the last read was cut by its bound or its budget (a backlog lies behind it).
+	limit    int
+	lastFull bool
+	// budget is the byte budget of a read (Config.BatchBytes) and the size ratio learned.
+	budget byteBudget
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals refusals
 }
@@ -142,6 +145,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
 		wake:     make(chan struct{}, 1),
 		obs:      cfg.Observer,
+		budget:   byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}

@@ -32,8 +32,19 @@ type itemTrace struct {
 }
 
 // read fetches the next batch: at most the batch bound of records after pos and below the horizon, in
-// (created_at, id) order, each scanned with its position.
+// (created_at, id) order, within the byte budget, each scanned with its position.
 func (p *Processor[T]) read(work context.Context, pos inordertype.Position, horizon time.Time) ([]item[T], error) {
+	b := p.nextBounds()
+	r, err := p.readRows(work, pos, horizon, b)
+	if err != nil {
+		return nil, err
+	}
+	p.learn(b, r)
+	return r.items, nil
+}
+
+// nextBounds is the bounds of the next read: the batch bound of records and the byte budget.
+func (p *Processor[T]) nextBounds() bounds {
 	limit := p.batchLimit()
 	if p.windowed() {
 		// Keep the window full until near the end of the batch: it drains there, the records in flight
@@ -41,24 +52,32 @@ func (p *Processor[T]) read(work context.Context, pos inordertype.Position, hori
 		// left a webhook stream at 0.81 of plain clients, sixteen at 0.91).
 		limit = max(limit, 16*p.cfg.MaxInFlight)
 	}
-	items, err := p.readRows(work, pos, horizon, limit)
-	if err == nil {
-		p.lastLimit = limit
-		p.adapt(len(items), limit)
-	}
-	return items, err
+	return p.budget.bounds(limit)
 }
 
-// readRows reads at most limit records after pos and below horizon.
-func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, horizon time.Time, limit int) ([]item[T], error) {
+// learn takes what a read under b found: the adaptive bound and the size ratio move after it.
+func (p *Processor[T]) learn(b bounds, r readResult[T]) {
+	p.budget.learn(r.received, r.sized)
+	p.lastFull = r.full
+	p.adapt(len(r.items), b.limit, r.full)
+}
+
+// readRows reads at most b.limit records after pos and below horizon, within b's budget. It changes
+// nothing in p: a read ahead runs it beside the delivery.
+func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, horizon time.Time, b bounds) (readResult[T], error) {
 	ctx, cancel := p.bounded(work)
 	defer cancel()
-	sql, args := p.table.ReadSQL(p.generic, pos, horizon, limit)
+	sql, args := p.table.ReadSQL(p.generic, pos, horizon, b.limit, b.sized)
 	rows, err := p.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
+		return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
-	return p.scanItems(rows, min(limit, 1024))
+	r, err := p.scanItems(rows, min(b.limit, 1024), b.bytes)
+	if err != nil {
+		return readResult[T]{}, err
+	}
+	r.full = r.full || len(r.items) == b.limit || r.sized >= b.sized
+	return r, nil
 }
 
 // batchLimit is the bound of the next read: Config.BatchSize, or the adaptive bound when it is zero.
@@ -73,62 +92,83 @@ func (p *Processor[T]) batchLimit() int {
 }
 
 // adapt moves the adaptive bound after a read of got records under limit: doubled when the read came
-// back full (a backlog lies behind it), back to DefaultBatchSize when it came back short (the stream keeps
-// up).
-func (p *Processor[T]) adapt(got, limit int) {
+// back full of records (a backlog lies behind it), kept near what came back when the byte budget cut it (a
+// backlog of big records: the rows the limit reads past the budget are looked at for nothing), back to
+// DefaultBatchSize when it came back short (the stream keeps up).
+func (p *Processor[T]) adapt(got, limit int, full bool) {
 	if p.cfg.BatchSize > 0 {
 		return
 	}
-	p.limit = nextLimit(p.limit, got, limit)
+	p.limit = nextLimit(p.limit, got, limit, full)
 }
 
-// nextLimit is the adaptive bound after a read that brought got records under limit, the bound having
-// been cur.
-func nextLimit(cur, got, limit int) int {
-	if got < limit {
-		return DefaultBatchSize
+// nextLimit is the adaptive bound after a read that brought got records under limit, full when a backlog
+// lies behind them, the bound having been cur.
+func nextLimit(cur, got, limit int, full bool) int {
+	switch {
+	case got >= limit:
+		return min(max(cur, DefaultBatchSize)*2, DefaultMaxBatchSize)
+	case full:
+		// Cut by the byte budget: twice what came back leaves room for records that grow smaller.
+		return min(max(2*got, 1), DefaultMaxBatchSize)
 	}
-	return min(max(cur, DefaultBatchSize)*2, DefaultMaxBatchSize)
+	return DefaultBatchSize
 }
 
-// scanItems scans the rows of a read, each with its position.
-func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int) ([]item[T], error) {
+// scanItems scans the rows of a read, each with its position, and keeps them until they reach budget
+// bytes as received: the read's bound by size (see budget.go) counts stored sizes, which a compressed
+// value's received size can pass before its ratio is known. The rows past that are received and dropped
+// (the protocol has no way to stop a result part way but to end the transaction) and read again next time.
+func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64) (readResult[T], error) {
 	defer rows.Close()
-	items := make([]item[T], 0, capacity)
+	var r readResult[T]
+	r.items = make([]item[T], 0, capacity)
 	var err error
-	hr := &hiddenRow{Rows: rows, n: p.table.Hidden()}
+	hidden := p.table.Hidden()
+	hr := &hiddenRow{Rows: rows, n: hidden}
 	var posScan positionScanner
+	traced := p.table.Spec.TraceColumn != ""
 	for rows.Next() {
+		raw := rows.RawValues()
+		received := rowBytes(raw)
+		if len(r.items) > 0 && r.received+received > budget {
+			r.full = true
+			break
+		}
+		sized, serr := sizeOf(rows.FieldDescriptions()[hidden-1], raw[hidden-1])
+		if serr != nil {
+			return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
+		}
+		r.received, r.sized = r.received+received, r.sized+sized
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
 		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
-			return nil, fmt.Errorf("read %s: position columns: %w", p.table.Qualified, err)
+			return readResult[T]{}, fmt.Errorf("read %s: position columns: %w", p.table.Qualified, err)
 		}
 		if key != nil {
 			it.rec.Key = *key
 		}
-		if hr.n > 3 {
-			if raw := rows.RawValues(); raw[3] != nil { // text either way: no decoding plan needed
-				it.tr = &itemTrace{traceContext: traceContext{parent: string(raw[3]), state: string(raw[4])}}
-			}
+		if traced && raw[3] != nil { // text either way: no decoding plan needed
+			it.tr = &itemTrace{traceContext: traceContext{parent: string(raw[3]), state: string(raw[4])}}
 		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
 		it.pos = inordertype.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
-		items = append(items, it)
-		last := &items[len(items)-1]
+		r.items = append(r.items, it)
+		last := &r.items[len(r.items)-1]
 		if p.positional != nil {
 			err = p.positional.scanInto(hr, &last.rec.Value) // straight into the batch, no copy
 		} else {
 			last.rec.Value, err = p.scan(hr)
 		}
 		if err != nil {
-			return nil, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.Qualified, err)}
+			return readResult[T]{}, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.Qualified, err)}
 		}
 	}
+	rows.Close() // receives what the budget left, so that its error is this read's
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", p.table.Qualified, err)
+		return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
-	return items, nil
+	return r, nil
 }
 
 // hiddenRow shows a scan function the selected columns only, not the hidden columns in front.

@@ -40,6 +40,7 @@ type runFlags struct {
 	traceStateColumn string
 	columns          string
 	batchSize        int
+	batchBytes       byteSize
 	pollInterval     time.Duration
 	probeInterval    time.Duration
 	insertLatency    time.Duration
@@ -111,6 +112,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
 	fs.IntVar(&f.batchSize, "batch-size", 0, "records read per batch (default adaptive: 100 while the stream keeps up, doubling to 4000 over a backlog)")
+	f.batchBytes = processor.DefaultBatchBytes
+	fs.Var(&f.batchBytes, "batch-bytes", "`size` a batch reads at most, as well as --batch-size records (8MiB, 512KiB); a larger record is read alone. "+
+		"Memory is about three times this, or three times the largest record")
 	fs.DurationVar(&f.pollInterval, "poll-interval", processor.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
 	fs.DurationVar(&f.probeInterval, "probe-interval", processor.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", processor.DefaultInsertLatency, "safety margin below the horizon for clock steps")
@@ -470,6 +474,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if f.table == "" {
 		return cfg, usageErr("--table is required")
 	}
+	if f.batchBytes < 1 {
+		return cfg, usageErr("--batch-bytes must be at least 1 byte, got %d", f.batchBytes)
+	}
 	if f.batchSize < 0 {
 		return cfg, usageErr("--batch-size must be at least 1 (or 0: adaptive), got %d", f.batchSize)
 	}
@@ -551,6 +558,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 			TraceColumn: f.traceColumn, TraceStateColumn: f.traceStateColumn,
 		},
 		BatchSize:                f.batchSize,
+		BatchBytes:               int(f.batchBytes),
 		PollInterval:             f.pollInterval,
 		ProbeInterval:            probeSetting(f.probeInterval),
 		InsertLatency:            f.insertLatency,

@@ -462,32 +462,90 @@ func names(cs []Column) string {
 // GenericExpr reports how a column is selected for a handlers.Row: natural types as they are, json as raw
 // JSON text, everything else as text.
 func GenericExpr(c Column) (expr string, raw bool) {
-	id := pgx.Identifier{c.Name}.Sanitize()
+	cast, raw := genericCast(c)
+	return pgx.Identifier{c.Name}.Sanitize() + cast, raw
+}
+
+// genericCast is the cast GenericExpr applies to a column, if any.
+func genericCast(c Column) (cast string, raw bool) {
 	switch c.TypName {
 	case "int2", "int4", "int8", "float4", "float8", "bool", "text", "varchar", "bpchar", "timestamptz", "timestamp", "bytea":
-		return id, false
+		return "", false
 	case "json", "jsonb":
-		return id + "::text", true
+		return "::text", true
 	default:
-		return id + "::text", false
+		return "::text", false
 	}
 }
 
-// ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
-// order, and its arguments. Every row starts with the Hidden columns (created_at, the id as text, the key,
-// and with a trace column the traceparent and the tracestate, as text), then the selected columns.
-func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Time, limit int) (string, []any) {
+// RowOverhead is what SizeExpr counts for a row besides its selected columns: the position, the key and
+// the protocol's framing, roughly. It keeps a row of empty columns from counting as nothing.
+const RowOverhead = 64
+
+// SizeExpr is the expression of a row's size as a read bounded by bytes counts it, without reading any
+// column's value: the sum of the selected columns' sizes, each from its header or its TOAST pointer alone.
+// For text, varchar, bpchar and bytea that is octet_length, the size the value is sent at; for the other
+// types it is pg_column_size, the size as stored, which for a compressed value (a large json or jsonb
+// document, say) is below the size it is sent at. The reader learns that ratio from what it receives (see
+// the processor's byte budget). Anything that decoded a value here (a cast to text, say) would read every
+// row the window looks at in full, the ones that the budget then leaves out too.
+func (t *Table) SizeExpr() string {
 	var b strings.Builder
-	t.selectFrom(&b, generic)
+	fmt.Fprintf(&b, "(%d::bigint", RowOverhead)
+	for _, c := range t.Columns {
+		f := "pg_column_size"
+		switch c.TypName {
+		case "text", "varchar", "bpchar", "bytea":
+			f = "octet_length"
+		}
+		fmt.Fprintf(&b, " + coalesce(%s(src.%s), 0)", f, quote(c.Name))
+	}
+	b.WriteString(")")
+	return b.String()
+}
+
+// ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
+// order, that stops before the first row which would take the batch past budget bytes as SizeExpr counts
+// them (the first row is read whatever its size), and its arguments. Every row starts with the Hidden
+// columns (created_at, the id as text, the key, with a trace column the traceparent and the tracestate, as
+// text, and last the row's SizeExpr), then the selected columns.
+//
+// The bound by bytes is a window over the rows the limit reads: a running sum of their sizes, which reads
+// no value, and a filter above it. Only the rows that pass the filter are sent, and only they have their
+// values read (the generic read's casts to text are applied above the filter for that reason).
+func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Time, limit int, budget int64) (string, []any) {
+	var b strings.Builder
+	ca, id := "src."+quote(t.Spec.CreatedAtColumn), "src."+quote(t.Spec.IDColumn)
+	b.WriteString("SELECT r.inorder_created_at, r.inorder_id, r.inorder_key")
+	if t.Spec.TraceColumn != "" {
+		b.WriteString(", r.inorder_traceparent, r.inorder_tracestate")
+	}
+	b.WriteString(", r.inorder_size")
+	for i, c := range t.Columns {
+		cast := ""
+		if generic {
+			cast, _ = genericCast(c)
+		}
+		fmt.Fprintf(&b, ", r.inorder_c%d%s AS %s", i, cast, quote(c.Name))
+	}
+	b.WriteString(" FROM (")
+	t.hiddenColumns(&b)
+	size := t.SizeExpr()
+	fmt.Fprintf(&b, ", sum(%s) OVER w - %s AS inorder_before, row_number() OVER w AS inorder_n", size, size)
+	for i, c := range t.Columns {
+		fmt.Fprintf(&b, ", src.%s AS inorder_c%d", quote(c.Name), i)
+	}
+	fmt.Fprintf(&b, " FROM %s AS src", t.Ident)
 	after, args := t.After(pos, "src.", 1)
 	fmt.Fprintf(&b, " WHERE %s AND ", after)
 	if t.Part != nil {
 		fmt.Fprintf(&b, "%s = %d AND ", t.PartExpr("src."), t.Part.Index)
 	}
-	ca, id := "src."+quote(t.Spec.CreatedAtColumn), "src."+quote(t.Spec.IDColumn)
 	n := len(args) + 1
-	fmt.Fprintf(&b, "%s < $%d::timestamptz ORDER BY %s, %s LIMIT $%d", ca, n, ca, id, n+1)
-	return b.String(), append(args, horizon, limit)
+	fmt.Fprintf(&b, "%s < $%d::timestamptz WINDOW w AS (ORDER BY %s, %s ROWS UNBOUNDED PRECEDING) ORDER BY %s, %s LIMIT $%d",
+		ca, n, ca, id, ca, id, n+1)
+	fmt.Fprintf(&b, ") r WHERE r.inorder_before < $%d ORDER BY r.inorder_n", n+2)
+	return b.String(), append(args, horizon, limit, max(budget, 1))
 }
 
 // RecordSQL builds the read of the one row at pos (a record's own position), with the columns ReadSQL
@@ -501,12 +559,12 @@ func (t *Table) RecordSQL(generic bool, pos inordertype.Position) (string, []any
 
 // Hidden is how many columns a read has in front of the selected ones: the position (created_at and the
 // id) and the key, then the trace context (traceparent and tracestate) when the source has a trace
-// column. A source without one reads no trace columns at all.
+// column, then the row's size (SizeExpr). A source without a trace column reads no trace columns at all.
 func (t *Table) Hidden() int {
 	if t.Spec.TraceColumn == "" {
-		return 3
+		return 4
 	}
-	return 5
+	return 6
 }
 
 // textOrNull is the expression of an optional column as text: NULL when the source has none.
@@ -521,13 +579,7 @@ func textOrNull(col string) string {
 // clause of a read. Every column reference is qualified with the alias src: selected columns may be named
 // like the position columns, and ORDER BY would otherwise resolve to an output column.
 func (t *Table) selectFrom(b *strings.Builder, generic bool) {
-	ca := "src." + quote(t.Spec.CreatedAtColumn)
-	id := "src." + quote(t.Spec.IDColumn)
-	key := textOrNull(t.Spec.KeyColumn)
-	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
-	if t.Spec.TraceColumn != "" {
-		fmt.Fprintf(b, ", %s AS inorder_traceparent, %s AS inorder_tracestate", textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
-	}
+	t.hiddenColumns(b)
 	for _, c := range t.Columns {
 		expr := quote(c.Name)
 		if generic {
@@ -536,6 +588,18 @@ func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 		fmt.Fprintf(b, ", src.%s AS %s", expr, quote(c.Name))
 	}
 	fmt.Fprintf(b, " FROM %s AS src", t.Ident)
+}
+
+// hiddenColumns writes "SELECT" and the Hidden columns.
+func (t *Table) hiddenColumns(b *strings.Builder) {
+	ca := "src." + quote(t.Spec.CreatedAtColumn)
+	id := "src." + quote(t.Spec.IDColumn)
+	key := textOrNull(t.Spec.KeyColumn)
+	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
+	if t.Spec.TraceColumn != "" {
+		fmt.Fprintf(b, ", %s AS inorder_traceparent, %s AS inorder_tracestate", textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
+	}
+	fmt.Fprintf(b, ", %s AS inorder_size", t.SizeExpr())
 }
 
 // Before returns the position just before the row at pos: that of the row before it, or the beginning

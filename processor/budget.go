@@ -1,0 +1,87 @@
+package processor
+
+import (
+	"encoding/binary"
+	"fmt"
+	"strconv"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// The byte budget: a batch is bounded by bytes as well as by records, so that a backlog of big records
+// (documents of a megabyte, an export of two hundred) is read a few at a time, and what the processor holds
+// at once is sized by the budget rather than by the batch bound times the largest record.
+//
+// The read cannot know a row's size before it sends it, and reading every value to measure it would read
+// the rows the budget leaves out too. So the read bounds a running sum of each row's size as its header or
+// TOAST pointer tells it (source.Table.SizeExpr): exact for text and bytea, the stored size for the other
+// types, which for a compressed json or jsonb document is below what is sent. The processor learns that
+// ratio from each read (what it received over what the read counted) and asks the next read for the budget
+// divided by it. A read that still receives more than the budget, the first one over compressed documents,
+// keeps its records up to the budget and drops the rest, read again next time (scanItems): the budget
+// bounds memory, and what a wrong guess costs is the dropped rows' transfer, once.
+//
+// A record larger than the whole budget is read alone: the first row of a read always passes.
+
+// bounds is what one read may bring: limit records, bytes received, and sized bytes as the read counts
+// them (bytes over the learned ratio).
+type bounds struct {
+	limit int
+	bytes int64
+	sized int64
+}
+
+// readResult is what one read brought: its records, the bytes received for them and their size as the
+// read counted it, and whether a backlog lies behind them (the limit or the budget cut the read).
+type readResult[T any] struct {
+	items    []item[T]
+	received int64
+	sized    int64
+	full     bool
+}
+
+// byteBudget keeps the byte budget of a processor's reads and the ratio it has learned.
+type byteBudget struct {
+	bytes int64
+	// ratio is received bytes per counted byte, as the last read large enough to say found it, never
+	// below 1: 1 until then, and for text and bytea columns, which are counted as sent.
+	ratio float64
+}
+
+// minLearn is the least a read must have counted for its ratio to be learned: a few small rows say more
+// about the row overhead than about compression.
+const minLearn = 64 << 10
+
+func (b *byteBudget) bounds(limit int) bounds {
+	r := max(b.ratio, 1)
+	return bounds{limit: limit, bytes: b.bytes, sized: max(int64(float64(b.bytes)/r), 1)}
+}
+
+// learn takes the bytes a read received for the rows it kept and their size as it counted them.
+func (b *byteBudget) learn(received, sized int64) {
+	if sized < minLearn {
+		return
+	}
+	b.ratio = max(float64(received)/float64(sized), 1)
+}
+
+// rowBytes is what a row takes as received: its values' bytes.
+func rowBytes(raw [][]byte) int64 {
+	var n int64
+	for _, v := range raw {
+		n += int64(len(v))
+	}
+	return n
+}
+
+// sizeOf decodes the size column (bigint), sent as text or binary depending on the protocol.
+func sizeOf(fd pgconn.FieldDescription, raw []byte) (int64, error) {
+	if fd.Format == pgtype.BinaryFormatCode {
+		if len(raw) != 8 {
+			return 0, fmt.Errorf("%d bytes for a bigint", len(raw))
+		}
+		return int64(binary.BigEndian.Uint64(raw)), nil
+	}
+	return strconv.ParseInt(string(raw), 10, 64)
+}

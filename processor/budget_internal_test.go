@@ -1,0 +1,53 @@
+package processor
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestNextLimit(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                  string
+		cur, got, limit, want int
+		full                  bool
+	}{
+		{"a full read doubles the bound", 100, 100, 100, 200, true},
+		{"up to the most", 4000, 4000, 4000, DefaultMaxBatchSize, true},
+		{"a short read goes back to the default", 800, 12, 800, DefaultBatchSize, false},
+		{"cut by the budget, twice what came back", 800, 12, 800, 24, true},
+		{"a record alone, twice that", 24, 1, 24, 2, true},
+		{"cut by the budget at the most stays there", 4000, 3000, 4000, DefaultMaxBatchSize, true},
+		{"records growing smaller fill the bound and double it", 24, 24, 24, 200, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			require.Equal(t, tc.want, nextLimit(tc.cur, tc.got, tc.limit, tc.full))
+		})
+	}
+}
+
+func TestByteBudgetLearnsTheSizeRatio(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name            string
+		received, sized int64
+		wantSized       int64 // the next read's bound in sized bytes, for a budget of 8 MiB
+	}{
+		{"before anything is learned, sized as received", 0, 0, 8 << 20},
+		{"documents compressed twice", 4 << 20, 2 << 20, 4 << 20},
+		{"too little to say", 40 << 10, 10 << 10, 8 << 20},
+		{"text counted as sent never raises the bound", 1 << 20, 2 << 20, 8 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := byteBudget{bytes: 8 << 20}
+			b.learn(tc.received, tc.sized)
+			got := b.bounds(100)
+			require.Equal(t, tc.wantSized, got.sized)
+			require.Equal(t, int64(8<<20), got.bytes)
+			require.Equal(t, 100, got.limit)
+		})
+	}
+}
