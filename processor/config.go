@@ -148,7 +148,10 @@ type Config[T any] struct {
 	// DatabaseTimeout bounds every exchange with the database: a statement, a round trip of several, a
 	// commit, and a connection's start-up (TCP, TLS, authentication). A connection a NAT or a load
 	// balancer forgot never errors by itself (a request waits unanswered, and TCP keepalives do not fire
-	// while it does); past this bound it counts as dead, the processor says so in one line and reconnects.
+	// while it does); once an exchange has received nothing for this long, the connection counts as dead,
+	// the processor says so in one line and reconnects. It bounds a silence, not a length: a read of big
+	// rows whose bytes keep arriving on a slow link goes on however long it takes (a start-up, though, must
+	// end within it).
 	// Where the system allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections
 	// are probed by keepalives. The statements of a TxHandler run under HandlerTimeout instead. Zero means
 	// DefaultDatabaseTimeout (5s).

@@ -45,7 +45,8 @@
 // pipeline still takes its snapshot when it starts, after the one before it has finished, so the horizon's
 // rule (the poll before the read, in an earlier statement) holds. Every exchange has a deadline
 // (DatabaseTimeout): a connection that a NAT or a load balancer forgot is replaced in seconds, not when
-// the kernel gives up a quarter of an hour later.
+// the kernel gives up a quarter of an hour later. The deadline bounds a silence, the time since the last
+// byte came, so that a read of big rows still arriving on a slow link is not taken for a dead connection.
 //
 // # The horizon
 //

@@ -128,8 +128,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
 	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
 	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default the smaller of half the idle timeout and a third of the lease)")
-	fs.DurationVar(&f.dbTimeout, "db-timeout", processor.DefaultDatabaseTimeout, "bound on every exchange with the database (a statement, a commit, a connection's start-up); "+
-		"past it the connection counts as dead and is replaced")
+	fs.DurationVar(&f.dbTimeout, "db-timeout", processor.DefaultDatabaseTimeout, "how long an exchange with the database (a statement, a read, a commit) may receive nothing, "+
+		"and a connection's start-up may take; past it the connection counts as dead and is replaced")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", processor.DefaultShutdownTimeout, "how long the record in flight may take after a signal")
 	fs.DurationVar(&f.retryMin, "retry-min", processor.DefaultRetryMin, "first wait before retrying a failing record")
 	fs.DurationVar(&f.retryMax, "retry-max", processor.DefaultRetryMax, "longest wait between retries of a failing record")

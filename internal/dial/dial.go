@@ -10,9 +10,19 @@
 // older than it ends the connection, and keepalives probe an idle one after a few seconds. A connection's
 // start-up (TCP, TLS, authentication) is bounded by the same timeout, so a path that accepts TCP but never
 // answers the server's start-up is given up too.
+//
+// # A deadline that measures progress
+//
+// A fixed deadline cannot tell a dead path from a slow answer: a read of a batch of big rows (a hundred
+// rows of a megabyte, or one of 200 MB) that is still receiving bytes when the deadline passes would be cut
+// off, counted as a dead connection, and read again, to be cut off again, forever on a slow link. So the
+// bound of an exchange is a silence rather than a length: Bounded cuts an exchange off once the timeout
+// has passed with no byte received since it began, which still notices a dead path within the timeout of
+// its last byte, and lets an answer that keeps arriving, however slowly, finish.
 package dial
 
 import (
+	"context"
 	"net"
 	"time"
 
@@ -27,7 +37,8 @@ const DefaultTimeout = 5 * time.Second
 // Configure sets cc's dialer and connect timeout for timeout (zero means DefaultTimeout): the start-up
 // must end within it, idle connections are probed by keepalives after a fraction of it, and, where the
 // system has it, unacknowledged data older than it ends the connection. A ConnectTimeout already set on cc
-// (connect_timeout in the URL) that is shorter stays.
+// (connect_timeout in the URL) that is shorter stays. The connections dialled are Conns, which record when
+// bytes last came, for Bounded.
 func Configure(cc *pgx.ConnConfig, timeout time.Duration) {
 	if timeout <= 0 {
 		timeout = DefaultTimeout
@@ -43,5 +54,11 @@ func Configure(cc *pgx.ConnConfig, timeout time.Duration) {
 		},
 		Control: userTimeout(timeout),
 	}
-	cc.DialFunc = d.DialContext
+	cc.DialFunc = func(ctx context.Context, network, address string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, address)
+		if err != nil {
+			return nil, err
+		}
+		return &Conn{Conn: c}, nil
+	}
 }

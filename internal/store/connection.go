@@ -36,7 +36,7 @@ func (r *Repository) connect(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	pctx, cancel := r.bounded(ctx)
+	pctx, cancel := r.boundedOn(ctx, conn) // not yet r.conn
 	pooled, backend, err := pooler.Pooled(pctx, conn)
 	cancel()
 	if err != nil {
@@ -107,17 +107,34 @@ func (r *Repository) Contended() bool { return r.shared != nil && r.shared.Conte
 func (r *Repository) Pooled() (pooled, transactions bool) { return r.pooled, r.movesBackends }
 
 // Bounded gives one exchange with the database its deadline (Config.Timeout): the repository's own, and
-// those its user makes on its connection (a read, a poll).
+// those its user makes on its connection (a read, a poll). The deadline measures progress (see
+// dial.Bounded): the exchange is cut off once the connection has received nothing for Config.Timeout, so
+// that a read of big rows that keeps arriving on a slow link is not taken for a dead connection.
 func (r *Repository) Bounded(ctx context.Context) (context.Context, context.CancelFunc) {
 	return r.bounded(ctx)
 }
 
+// bounded bounds one exchange on the repository's connection as it is now: a dedicated connection, or the
+// one lent by the shared pool (with none lent yet, the bound is a plain deadline).
 func (r *Repository) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeoutCause(ctx, r.cfg.timeout(), &UnansweredError{Timeout: r.cfg.timeout()})
+	r.mu.Lock()
+	conn := r.conn
+	r.mu.Unlock()
+	return r.boundedOn(ctx, conn)
+}
+
+// boundedOn bounds one exchange on conn: cut off once conn has received nothing for Config.Timeout.
+func (r *Repository) boundedOn(ctx context.Context, conn *pgx.Conn) (context.Context, context.CancelFunc) {
+	var tracked *dial.Conn
+	if conn != nil {
+		tracked = dial.Tracked(conn.PgConn())
+	}
+	return dial.Bounded(ctx, tracked, r.cfg.timeout(), &UnansweredError{Timeout: r.cfg.timeout()})
 }
 
 // UnansweredError is the cause of an exchange cut off by Config.Timeout: the database did not answer
-// in time, and the connection counts as dead.
+// in time (on the repository's exchanges, it sent nothing for that long: see Bounded), and the connection
+// counts as dead.
 type UnansweredError struct{ Timeout time.Duration }
 
 func (e *UnansweredError) Error() string {

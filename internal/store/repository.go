@@ -72,9 +72,10 @@ type Config struct {
 	Shared *Shared
 
 	// Timeout bounds every exchange of the repository with the database: a statement, a pipeline of them,
-	// a commit, and the connection's start-up. An exchange that takes longer ends the connection, which
-	// then counts as dead (see Broken): a connection that a NAT or a load balancer forgot never errors by
-	// itself. Zero means dial.DefaultTimeout.
+	// a commit, and the connection's start-up. An exchange that receives nothing for this long ends the
+	// connection, which then counts as dead (see Broken): a connection that a NAT or a load balancer forgot
+	// never errors by itself. An answer that keeps arriving, however slowly (big rows on a slow link), is
+	// not cut off (see Bounded). Zero means dial.DefaultTimeout.
 	Timeout time.Duration
 }
 

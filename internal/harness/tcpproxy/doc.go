@@ -11,6 +11,12 @@
 // client and a server in one cloud region see. The proxy adds no bandwidth limit and no jitter of its
 // own; what the timers of the machine add comes on top. With no delay, bytes are written on at once.
 //
+// # Trickle
+//
+// Trickle bounds the rate of the bytes from the server to each client, as a slow link does, so that a large
+// answer takes seconds to come while its bytes keep coming, a piece every 1/50 of a second. ToClients
+// counts the bytes passed toward clients, so that a test can act in the middle of an answer.
+//
 // # Round trips
 //
 // Exchanges counts the round trips that crossed the proxy: on each connection, every time the client

@@ -34,6 +34,10 @@ const coarse = 2 * time.Millisecond
 // queueLen is how many chunks a direction of a delayed connection holds before its reader waits.
 const queueLen = 256
 
+// trickleSteps is how many pieces a second of a trickle is written in: each piece goes on when the rate
+// allows, so that a client sees bytes come every 1/trickleSteps of a second, not a chunk now and then.
+const trickleSteps = 50
+
 // The states of a connection.
 const (
 	passing   int32 = iota // bytes pass
@@ -55,6 +59,8 @@ type Proxy struct {
 	dialCtx   context.Context
 	stopDials context.CancelFunc
 	exchanges atomic.Int64
+	toClients atomic.Int64   // bytes written to clients
+	trickle   atomic.Int64   // the bytes per second toward each client under Trickle; 0 for no bound
 	wg        sync.WaitGroup // the accept loop and every connection's goroutines
 
 	appsMu sync.Mutex
@@ -169,6 +175,18 @@ func (p *Proxy) Heal() {
 	}
 }
 
+// Trickle makes every connection, open now or accepted later, pass the bytes from the server to the client
+// at bytesPerSecond at most, as a slow link does (a link of 8 Mbit/s passes 1,000,000 bytes a second): they
+// come a piece at a time, every 1/50 of a second, rather than in bursts. The client's bytes to the server
+// pass as before. Zero turns it off, for the bytes still to pass too. It adds to Delay.
+func (p *Proxy) Trickle(bytesPerSecond int) {
+	p.trickle.Store(int64(max(0, bytesPerSecond)))
+}
+
+// ToClients returns the bytes the proxy has written to clients since Start, summed over the connections:
+// how far an answer has come, for a test that acts in the middle of one.
+func (p *Proxy) ToClients() int64 { return p.toClients.Load() }
+
 // Exchanges returns the round trips counted since Start or ResetExchanges: on each connection, every time
 // bytes from the client pass after bytes from the server (or are its first), summed over the connections.
 // Swallowed bytes do not count.
@@ -271,6 +289,10 @@ type conn struct {
 
 	mu     sync.Mutex
 	server net.Conn // nil until dialled
+
+	// next is when the next piece toward the client may go under Trickle, used by that direction's one
+	// writer only.
+	next time.Time
 
 	// The application the start-up message named (see learnApp), read by the client's direction only.
 	startup []byte
@@ -441,7 +463,7 @@ func (c *conn) pipe(src, dst net.Conn, dir int32) {
 	var wg sync.WaitGroup
 	if delay > 0 {
 		queue = make(chan chunk, queueLen)
-		wg.Go(func() { c.write(dst, queue) })
+		wg.Go(func() { c.write(dst, queue, dir) })
 		defer wg.Wait()
 		defer close(queue)
 	}
@@ -455,7 +477,7 @@ func (c *conn) pipe(src, dst net.Conn, dir int32) {
 			if queue != nil {
 				queue <- chunk{due: time.Now().Add(delay), buf: buf, n: n}
 				buf = nil
-			} else if _, werr := dst.Write((*buf)[:n]); werr != nil {
+			} else if werr := c.send(dst, (*buf)[:n], dir); werr != nil {
 				c.failed()
 			}
 		}
@@ -482,9 +504,10 @@ func (c *conn) pipe(src, dst net.Conn, dir int32) {
 	}
 }
 
-// write writes the chunks of queue to dst, each when it is due, until queue is closed. After a failed
-// write or once the connection is closed it drops the rest, so that the reader never waits on it.
-func (c *conn) write(dst net.Conn, queue <-chan chunk) {
+// write writes the chunks of queue to dst, in the direction dir, each when it is due, until queue is
+// closed. After a failed write or once the connection is closed it drops the rest, so that the reader
+// never waits on it.
+func (c *conn) write(dst net.Conn, queue <-chan chunk, dir int32) {
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	failed := false
@@ -506,7 +529,7 @@ func (c *conn) write(dst net.Conn, queue <-chan chunk) {
 		if !failed && c.state.Load() == passing {
 			if ch.eof {
 				c.closeWrite(dst)
-			} else if _, err := dst.Write((*ch.buf)[:ch.n]); err != nil {
+			} else if err := c.send(dst, (*ch.buf)[:ch.n], dir); err != nil {
 				failed = true
 				c.failed()
 			}
@@ -514,5 +537,54 @@ func (c *conn) write(dst net.Conn, queue <-chan chunk) {
 		if ch.buf != nil {
 			buffers.Put(ch.buf)
 		}
+	}
+}
+
+// send writes b to dst, in the direction dir: at once, or toward the client under Trickle a piece at a
+// time, each when the rate allows. What is left once the connection is swallowed or closed is dropped.
+func (c *conn) send(dst net.Conn, b []byte, dir int32) error {
+	for len(b) > 0 {
+		piece := b
+		if rate := c.p.trickle.Load(); rate > 0 && dir == toClient {
+			piece = b[:min(int64(len(b)), max(1, rate/trickleSteps))]
+			if !c.pace(len(piece), rate) {
+				return nil
+			}
+		}
+		if c.state.Load() != passing {
+			return nil
+		}
+		n, err := dst.Write(piece)
+		if dir == toClient {
+			c.p.toClients.Add(int64(n))
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// pace waits until a piece of n bytes may go toward the client at rate bytes a second, and reports
+// false when the connection was closed meanwhile. A link that stood idle saves no credit: the first
+// piece after a pause goes at once, the next ones at the rate.
+func (c *conn) pace(n int, rate int64) bool {
+	now := time.Now()
+	if c.next.Before(now) {
+		c.next = now
+	}
+	wait := c.next.Sub(now)
+	c.next = c.next.Add(time.Duration(int64(n) * int64(time.Second) / rate))
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-c.done:
+		return false
 	}
 }
