@@ -46,3 +46,6 @@ func (s *byteSize) Set(v string) error {
 	*s = byteSize(n * unit)
 	return nil
 }
+
+// Get returns the size, so that byteSize is a flag.Getter like the standard flags.
+func (s *byteSize) Get() any { return *s }
