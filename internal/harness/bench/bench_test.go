@@ -255,6 +255,7 @@ func tableLines() []line {
 	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
 	ls = append(ls, networkLines()...)
+	ls = append(ls, bigLines()...)
 	return append(ls, snapshotLines()...)
 }
 
@@ -458,6 +459,7 @@ func printNotes(w io.Writer) {
 	redisNote(note)
 	fleetNote(note)
 	networkNote(note)
+	bigNoteText(note)
 	snapshotNote(note)
 }
 
@@ -489,7 +491,7 @@ func formatValue(f figure) string {
 	switch f.unit {
 	case perSecond:
 		return thousands(f.value) + " /s"
-	case connections:
+	case connections, reads:
 		return thousands(f.value) + " " + f.unit
 	case millis, micros:
 		if f.value < 10 {
