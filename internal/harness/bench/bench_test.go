@@ -490,6 +490,9 @@ func wrap(w io.Writer, text string, width int) {
 func formatValue(f figure) string {
 	switch f.unit {
 	case perSecond:
+		if f.value < 10 { // a drain that did not finish: 0.42 /s, not 0
+			return fmt.Sprintf("%.2f /s", f.value)
+		}
 		return thousands(f.value) + " /s"
 	case connections, reads:
 		return thousands(f.value) + " " + f.unit
