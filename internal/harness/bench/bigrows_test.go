@@ -276,20 +276,19 @@ func runBig(tb testing.TB, bin string, t *bigTable, checkpoint string, limit tim
 		return *pos
 	}
 	last := strconv.FormatInt(t.ids[len(t.ids)-1], 10)
-	for deadline := start.Add(limit); ; {
-		if n, bad := lines.state(); bad == "" && n == len(t.ids) && position() == last {
-			run.drained = true
+	for deadline := start.Add(limit); time.Now().Before(deadline); {
+		n, bad := lines.state()
+		if bad != "" { // reported once the binary has stopped
 			break
-		} else if bad != "" {
+		}
+		if n == len(t.ids) && position() == last {
+			run.drained = true
 			break
 		}
 		select {
 		case <-p.done:
 			tb.Fatalf("inorder %s exited during the drain: %v; logs:\n%s", strings.Join(args, " "), p.err, p.logs())
 		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			break
 		}
 	}
 	run.elapsed = time.Since(start)

@@ -31,9 +31,9 @@ var bigTimeouts = []string{"--idle-timeout", "60s", "--lease", "90s", "--handler
 
 // bigRows drains rows that carry JSON documents beside the writers' small ones, and ends the processor's
 // cursor backend right after a checkpoint has moved the position into the documents: every other round at
-// once, while the next batch is read, and every other round once the receiver holds the next record, so
-// that the records delivered since the checkpoint must be sent again. Every record must be delivered, in
-// order, and none that the position covered at the moment of the loss sent again.
+// once, and every other round once the receiver holds the next record, so that the records delivered since
+// the checkpoint must be sent again. Every record must be delivered, in order, and none that the position
+// covered at the moment of the loss sent again.
 func bigRows(t *testing.T) {
 	w := sharedWorld(t, "big_rows")
 	_, err := w.pool.Exec(context.Background(), jsondoc.FunctionSQL+"; ALTER TABLE events ADD COLUMN payload jsonb")
