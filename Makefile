@@ -57,9 +57,12 @@ faults: ## Run the fault suite in full (kills, cut connections, server restarts,
 	rc=$$(cat $$out.rc); rm -f $$out.rc; \
 	if [ "$$rc" = 0 ]; then rm -f $$out; else echo "full output: $$out"; fi; exit $$rc
 
+# BENCH picks the measures make bench runs, a pattern of go test -bench: BENCH=BigRows runs the big rows alone.
+BENCH ?= .
+
 .PHONY: bench
-bench: ## Measure records/s beside the Postgres limits measured in the same run.
-	$(GO) test -run '^$$' -bench . -benchtime 1x -count 1 -timeout 20m ./internal/harness/bench/
+bench: ## Measure records/s beside the Postgres limits measured in the same run (BENCH=BigRows: the big rows alone).
+	$(GO) test -run '^$$' -bench '$(BENCH)' -benchtime 1x -count 1 -timeout 45m ./internal/harness/bench/
 
 .PHONY: bench-long
 bench-long: ## Measure inorder under snapshots held for minutes as pg_dump holds them: bursts after 5 minutes, inorder's tables over 10 (about 22 minutes).

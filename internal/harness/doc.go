@@ -6,6 +6,7 @@
 //   - billingtest: a billing API that charges per request.
 //   - cetest: CloudEvents read back with the official SDK.
 //   - fault: the fault suite (make faults).
+//   - jsondoc: JSON documents of a chosen size, built by the server, that compress as real ones do.
 //   - natstest, rabbitmqtest, redistest: throwaway NATS, RabbitMQ and Redis servers.
 //   - pgbouncer: a real PgBouncer in front of the test cluster.
 //   - pgcluster, pgtest, testdb: throwaway PostgreSQL clusters and a database per test.

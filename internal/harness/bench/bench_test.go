@@ -255,6 +255,7 @@ func tableLines() []line {
 	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
 	ls = append(ls, networkLines()...)
+	ls = append(ls, bigLines()...)
 	return append(ls, snapshotLines()...)
 }
 
@@ -458,6 +459,7 @@ func printNotes(w io.Writer) {
 	redisNote(note)
 	fleetNote(note)
 	networkNote(note)
+	bigNoteText(note)
 	snapshotNote(note)
 }
 
@@ -488,8 +490,11 @@ func wrap(w io.Writer, text string, width int) {
 func formatValue(f figure) string {
 	switch f.unit {
 	case perSecond:
+		if f.value < 10 { // a drain that did not finish: 0.42 /s, not 0
+			return fmt.Sprintf("%.2f /s", f.value)
+		}
 		return thousands(f.value) + " /s"
-	case connections:
+	case connections, reads:
 		return thousands(f.value) + " " + f.unit
 	case millis, micros:
 		if f.value < 10 {

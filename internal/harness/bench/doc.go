@@ -57,6 +57,19 @@
 //     0.5) and against the asynchronous commit with a checkpoint per record (target ≥ 0.9); the webhook
 //     run of 64 in flight against the same run on loopback (target ≥ 0.95). The notes give the round
 //     trips per batch and per record that the proxy counted.
+//   - big rows: an outbox whose payload column holds JSON documents (orders of line items built by the
+//     server, internal/harness/jsondoc, compressing about 2x with pglz as documents do): 1,500 rows of 1
+//     MiB, 300 of 5 MiB, and one of 200 MiB amid 1,000 of 1 KiB, each table in a fresh database, drained
+//     by the binary built by the benchmark (`inorder run --start-from beginning --checkpoint record` and
+//     `batch` for 1 MiB, batch for the others, the CLI's defaults otherwise, and the flags in
+//     $INORDER_BENCH_BIG_ARGS, to compare settings) with the stdout handler writing to a pipe this process
+//     reads, every line checked to deliver the next record in (created_at, id) order or one delivered
+//     before; timed from the start of the OS process until inorder.position holds the last row (at most 4
+//     minutes; what was delivered by then counts, and the notes say so). Beside it, the rate of a keyset
+//     read of the same rows in the same database (every column, 100-row pages, the CLI's first batch;
+//     target ≥ 0.5); the OS process's peak RSS, VmHWM read at the end of the drain (target ≤ 128 MiB; for
+//     the 200 MiB row ≤ 3x its JSON); and the reads cut off, lines of its log saying that the database did
+//     not answer in time or that it is reconnecting (target 0).
 //   - snapshot held: two fresh databases at once, one of them with a snapshot held as pg_dump holds one
 //     (a REPEATABLE READ, READ ONLY transaction that has read the catalog, then LOCK TABLE ... IN ACCESS
 //     SHARE MODE on every table of the database, inorder's own included) from before the rows flow until

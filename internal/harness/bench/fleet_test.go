@@ -208,6 +208,13 @@ func (p *fleetProc) logs() string {
 // file; it is stopped with SIGTERM when the test ends, and must stop cleanly.
 func startFleetProc(tb testing.TB, bin string, env []string, args ...string) *fleetProc {
 	tb.Helper()
+	return startInorder(tb, bin, env, nil, args...)
+}
+
+// startInorder is startFleetProc with the OS process's stdout on stdout (nil: /dev/null), the write end of
+// a pipe the caller reads, say: the caller closes its own copy once this returns.
+func startInorder(tb testing.TB, bin string, env []string, stdout *os.File, args ...string) *fleetProc {
+	tb.Helper()
 	stderr, err := os.CreateTemp(tb.TempDir(), "inorder-*.log")
 	if err != nil {
 		tb.Fatalf("log file: %v", err)
@@ -215,7 +222,10 @@ func startFleetProc(tb testing.TB, bin string, env []string, args ...string) *fl
 	defer stderr.Close()
 	p := &fleetProc{cmd: osexec.Command(bin, args...), logPath: stderr.Name(), done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
-	p.cmd.Stderr = stderr // stdout nil: /dev/null
+	p.cmd.Stderr = stderr
+	if stdout != nil { // an *os.File goes to the OS process as it is, with no goroutine of Wait's copying it
+		p.cmd.Stdout = stdout
+	}
 	if err := p.cmd.Start(); err != nil {
 		tb.Fatalf("start inorder: %v", err)
 	}

@@ -204,6 +204,42 @@ func (r *report) checkWrites(order []row, audit []auditRow, mayGoBack func(audit
 	}
 }
 
+// resentCovered returns the deliveries of process in log (every delivery the receiver recorded, all
+// streams) that sent a record again although the position already covered it: a polled position (obs,
+// the monitor's, all streams) that had reached the record was durable before the delivery arrived. A
+// processor that lost its connection starts again from its durable position, so it may send again only
+// what lies after the position at the moment of the loss. rank is each record's place in (created_at, id)
+// order (report.rank). Not for a stream whose position a crash of the server or an older version's
+// takeover may set back (see analyzeWith and checkWrites), which may then send again what it had covered.
+func resentCovered(process string, rank map[int64]int, log []delivery, obs []posObs) []string {
+	var mine []posObs
+	for _, o := range obs {
+		if o.process == process {
+			mine = append(mine, o)
+		}
+	}
+	var bad []string
+	covered, at := -1, int64(-1) // the furthest position polled before the delivery at hand, and its record
+	next := 0
+	for i, d := range log {
+		// A poll's sinkLen is the deliveries recorded once its read had returned: every later one arrived
+		// after the position it read was durable.
+		for ; next < len(mine) && mine[next].sinkLen <= i; next++ {
+			if k, ok := rank[mine[next].id]; ok && k > covered {
+				covered, at = k, mine[next].id
+			}
+		}
+		if d.Process != process {
+			continue
+		}
+		if k, ok := rank[d.ID]; ok && k <= covered {
+			bad = append(bad, fmt.Sprintf("record %d sent again (delivery %d) after the position had reached record %d",
+				d.ID, i, at))
+		}
+	}
+	return bad
+}
+
 // verdict checks a stream's report and prints its summary line; extra is how many redeliveries the
 // scenario allows beyond its crashes' (see world.allowance).
 func (w *world) verdict(st stream, r *report, crashes, extra int) {

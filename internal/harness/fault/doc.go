@@ -79,6 +79,15 @@
 //     at which it delivers a backlog late in the hold, must be at least a third of those early in it. The
 //     full form checks that a checkpoint table was truncated during the hold. There is no stream on the
 //     transactions horizon, which waits for the held transaction by design.
+//   - big_rows: beside the writers' rows, backlogs of rows whose payload carries a JSON document (128 KiB in
+//     the short form, 1 MiB in the full one; internal/harness/jsondoc), the streams reading 5 rows a
+//     batch; right after a checkpoint has moved the position amid a backlog's documents, the cursor backend
+//     is ended, every other round at once and every other round once the receiver holds the next record;
+//     the child must reconnect and go on. Beyond the checks below, no record may be sent again once a
+//     position that covers it was durable (the position polled before the delivery arrived): after a lost
+//     connection a processor may deliver again only what lies after the position at the moment of the loss.
+//     Each loss logs how many records it had sent again. Its children's timeouts are generous (25s for the
+//     handler), so that only the losses it makes send anything again.
 //
 // When the writers have stopped and the position has reached the last committed row, each stream is
 // checked: every committed row delivered at least once and no rolled-back one ever; first deliveries in

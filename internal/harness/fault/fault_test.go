@@ -34,6 +34,7 @@ func TestFaults(t *testing.T) {
 	t.Run("busy_owner_cut", func(t *testing.T) { t.Parallel(); busyOwnerCut(t) })
 	t.Run("upgrade", func(t *testing.T) { t.Parallel(); upgrade(t) })
 	t.Run("held_snapshot", func(t *testing.T) { t.Parallel(); heldSnapshot(t) })
+	t.Run("big_rows", func(t *testing.T) { t.Parallel(); bigRows(t) })
 }
 
 // writerCount is how many writer goroutines a scenario runs.

@@ -354,16 +354,31 @@ func startProxy(t *testing.T, url string) *tcpproxy.Proxy {
 // rows take each aggregate's next sequence numbers while the writers go on.
 func (w *world) backlog(perAggregate int) []int64 {
 	w.t.Helper()
+	return w.backlogOf(perAggregate, 0)
+}
+
+// backlogOf is backlog with a JSON document of about docBytes in each row's payload column, built by the
+// server (internal/harness/jsondoc; the big_rows scenario adds the column and the function); 0 writes no
+// payload, for the events table of the other scenarios, which has none.
+func (w *world) backlogOf(perAggregate, docBytes int) []int64 {
+	w.t.Helper()
 	ctx := context.Background()
 	tx, err := w.pool.Begin(ctx)
 	require.NoError(w.t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	_, err = tx.Exec(ctx, "SELECT id FROM aggregates ORDER BY id FOR UPDATE")
 	require.NoError(w.t, err)
-	rows, err := tx.Query(ctx, `
+	insert, args := `
 		INSERT INTO events (aggregate_id, seq)
 		SELECT a.id, a.seq + g FROM aggregates a, generate_series(1, $1) g ORDER BY g, a.id
-		RETURNING id`, perAggregate)
+		RETURNING id`, []any{perAggregate}
+	if docBytes > 0 {
+		insert, args = `
+			INSERT INTO events (aggregate_id, seq, payload)
+			SELECT a.id, a.seq + g, jsondoc(a.seq + g, $2) FROM aggregates a, generate_series(1, $1) g ORDER BY g, a.id
+			RETURNING id`, []any{perAggregate, docBytes}
+	}
+	rows, err := tx.Query(ctx, insert, args...)
 	require.NoError(w.t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(w.t, err)

@@ -21,6 +21,9 @@ const secretEnv = "INORDER_FAULT_WEBHOOK_SECRET"
 
 var secret = []byte("fault-suite-secret")
 
+// maxBody bounds a request's body: the big_rows scenario's records carry documents of up to 1 MiB.
+const maxBody = 4 << 20
+
 // delivery is one request the receiver got, in arrival order.
 type delivery struct {
 	Process  string
@@ -79,7 +82,7 @@ func (s *sink) url() string { return s.srv.URL + "/hook" }
 func (s *sink) urlFor(instance string) string { return s.url() + "/" + url.PathEscape(instance) }
 
 func (s *sink) serve(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	r.Body = http.MaxBytesReader(w, r.Body, maxBody)
 	if err := webhook.VerifyRequest(secret, r, time.Minute); err != nil {
 		s.reject(w, "signature: %v", err)
 		return
