@@ -33,11 +33,13 @@ type bounds struct {
 }
 
 // readResult is what one read brought: its records, the bytes received for them and their size as the
-// read counted it, and whether a backlog lies behind them (the limit or the budget cut the read).
+// read counted it, whether a row follows the last of them below the horizon, and whether a backlog lies
+// behind them (the limit or the budget cut the read).
 type readResult[T any] struct {
 	items    []item[T]
 	received int64
 	sized    int64
+	more     bool
 	full     bool
 }
 
@@ -74,6 +76,9 @@ func rowBytes(raw [][]byte) int64 {
 	}
 	return n
 }
+
+// boolOf decodes a boolean column, sent as text ("t") or binary (1).
+func boolOf(raw []byte) bool { return len(raw) == 1 && (raw[0] == 't' || raw[0] == 1) }
 
 // sizeOf decodes the size column (bigint), sent as text or binary depending on the protocol.
 func sizeOf(fd pgconn.FieldDescription, raw []byte) (int64, error) {

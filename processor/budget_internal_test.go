@@ -16,6 +16,7 @@ func TestNextLimit(t *testing.T) {
 		{"a full read doubles the bound", 100, 100, 100, 200, true},
 		{"up to the most", 4000, 4000, 4000, DefaultMaxBatchSize, true},
 		{"a short read goes back to the default", 800, 12, 800, DefaultBatchSize, false},
+		{"a read that took the last rows to the bound goes back too", 800, 800, 800, DefaultBatchSize, false},
 		{"cut by the budget, twice what came back", 800, 12, 800, 24, true},
 		{"a record alone, twice that", 24, 1, 24, 2, true},
 		{"cut by the budget at the most stays there", 4000, 3000, 4000, DefaultMaxBatchSize, true},

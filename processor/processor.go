@@ -510,6 +510,8 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.obs.Locked(p.cfg.Process, false)
 	p.role = roleNone
 	p.takeAhead(inordertype.Position{})
+	// The adaptive bound starts over too: a read the loss cut short says nothing of the backlog.
+	p.limit = 0
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.

@@ -1,9 +1,11 @@
 package processor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -76,7 +78,7 @@ func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, 
 	if err != nil {
 		return readResult[T]{}, err
 	}
-	r.full = r.full || len(r.items) == b.limit || r.sized >= b.sized
+	r.full = r.full || r.more
 	return r, nil
 }
 
@@ -106,13 +108,13 @@ func (p *Processor[T]) adapt(got, limit int, full bool) {
 // lies behind them, the bound having been cur.
 func nextLimit(cur, got, limit int, full bool) int {
 	switch {
+	case !full:
+		return DefaultBatchSize
 	case got >= limit:
 		return min(max(cur, DefaultBatchSize)*2, DefaultMaxBatchSize)
-	case full:
-		// Cut by the byte budget: twice what came back leaves room for records that grow smaller.
-		return min(max(2*got, 1), DefaultMaxBatchSize)
 	}
-	return DefaultBatchSize
+	// Cut by the byte budget: twice what came back leaves room for records that grow smaller.
+	return min(max(2*got, 1), DefaultMaxBatchSize)
 }
 
 // scanItems scans the rows of a read, each with its position, and keeps them until they reach budget
@@ -135,11 +137,12 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64) (rea
 			r.full = true
 			break
 		}
-		sized, serr := sizeOf(rows.FieldDescriptions()[hidden-1], raw[hidden-1])
+		sized, serr := sizeOf(rows.FieldDescriptions()[hidden-2], raw[hidden-2])
 		if serr != nil {
 			return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
 		}
 		r.received, r.sized = r.received+received, r.sized+sized
+		r.more = boolOf(raw[hidden-1])
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
 		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
@@ -224,7 +227,7 @@ func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {
 // rowScanner returns the scan function for handlers.Row: column names from the row, values as pgx
 // decodes them, and the json and jsonb columns (selected as text, at the indexes in raw) as raw JSON.
 func rowScanner(raw []int) func(pgx.CollectableRow) (handlers.Row, error) {
-	var cols valueDecoders
+	cols := valueDecoders{raw: raw}
 	return func(row pgx.CollectableRow) (handlers.Row, error) {
 		fds := row.FieldDescriptions()
 		var vals []any
@@ -239,7 +242,7 @@ func rowScanner(raw []int) func(pgx.CollectableRow) (handlers.Row, error) {
 		}
 		r := handlers.Row{Columns: cols.names(fds), Values: vals}
 		for _, i := range raw {
-			if s, ok := vals[i].(string); ok {
+			if s, ok := vals[i].(string); ok { // decoded by Rows.Values, not by cols
 				vals[i] = json.RawMessage(s)
 			}
 		}
@@ -251,6 +254,7 @@ func rowScanner(raw []int) func(pgx.CollectableRow) (handlers.Row, error) {
 // types), with each column's decoding planned once rather than once per value: a backlog of generic rows
 // spends its time on its records, not on looking up codecs.
 type valueDecoders struct {
+	raw   []int // the indexes of the json and jsonb columns, selected as text and decoded as raw JSON
 	oids  []uint32
 	funcs []func(raw []byte) (any, error)
 	cols  []string // the column names, shared by the rows (handlers.Row.Columns is read-only)
@@ -280,6 +284,11 @@ func (d *valueDecoders) decode(m *pgtype.Map, fds []pgconn.FieldDescription, raw
 	for i, fd := range fds {
 		if d.funcs[i] == nil || d.oids[i] != fd.DataTypeOID {
 			d.oids[i], d.funcs[i] = fd.DataTypeOID, valueDecoder(m, fd)
+			if slices.Contains(d.raw, i) && fd.DataTypeOID == pgtype.TextOID {
+				// Straight from the received bytes: a document of megabytes is copied once, not
+				// decoded to a string and copied again.
+				d.funcs[i] = rawJSON
+			}
 		}
 		if raw[i] == nil {
 			continue // NULL
@@ -335,6 +344,9 @@ func valueDecoder(m *pgtype.Map, fd pgconn.FieldDescription) func([]byte) (any, 
 		return typ.Codec.DecodeValue(m, oid, format, raw)
 	}
 }
+
+// rawJSON decodes a json or jsonb column selected as text into raw JSON, a copy of the received bytes.
+func rawJSON(raw []byte) (any, error) { return json.RawMessage(bytes.Clone(raw)), nil }
 
 // typedDecoder decodes into a V with a plan made once.
 func typedDecoder[V any](m *pgtype.Map, oid uint32, format int16) func([]byte) (any, error) {

@@ -68,6 +68,9 @@ func (h *Handler[T]) Flush(context.Context) error {
 	return h.w.Flush()
 }
 
+// keepLine is the largest line buffer kept from one record to the next.
+const keepLine = 1 << 20
+
 // handleRow writes a handlers.Row's line, the same bytes as json.Marshal of the line gives, without
 // reflection: the row appends its own JSON (handlers.Row.AppendJSON).
 func (h *Handler[T]) handleRow(id, process string, row handlers.Row) error {
@@ -82,7 +85,11 @@ func (h *Handler[T]) handleRow(id, process string, row handlers.Row) error {
 		return handlers.Permanent(fmt.Errorf("encode record %s as JSON: json: error calling MarshalJSON for type handlers.Row: %w", id, err))
 	}
 	h.line = append(b, '}', '\n')
-	if _, err := h.w.Write(h.line); err != nil {
+	_, err = h.w.Write(h.line)
+	if cap(h.line) > keepLine {
+		h.line = nil // a big record's line is not kept for the small ones after it
+	}
+	if err != nil {
 		return fmt.Errorf("write record %s: %w", id, err)
 	}
 	return nil

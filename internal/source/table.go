@@ -508,7 +508,7 @@ func (t *Table) SizeExpr() string {
 // order, that stops before the first row which would take the batch past budget bytes as SizeExpr counts
 // them (the first row is read whatever its size), and its arguments. Every row starts with the Hidden
 // columns (created_at, the id as text, the key, with a trace column the traceparent and the tracestate, as
-// text, and last the row's SizeExpr), then the selected columns.
+// text, then the row's SizeExpr and whether a row follows it), then the selected columns.
 //
 // The bound by bytes is a window over the rows the limit reads: a running sum of their sizes, which reads
 // no value, and a filter above it. Only the rows that pass the filter are sent, and only they have their
@@ -520,7 +520,7 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 	if t.Spec.TraceColumn != "" {
 		b.WriteString(", r.inorder_traceparent, r.inorder_tracestate")
 	}
-	b.WriteString(", r.inorder_size")
+	b.WriteString(", r.inorder_size, r.inorder_more")
 	for i, c := range t.Columns {
 		cast := ""
 		if generic {
@@ -529,7 +529,7 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 		fmt.Fprintf(&b, ", r.inorder_c%d%s AS %s", i, cast, quote(c.Name))
 	}
 	b.WriteString(" FROM (")
-	t.hiddenColumns(&b)
+	t.hiddenColumns(&b, "(lead(1) OVER w) IS NOT NULL")
 	size := t.SizeExpr()
 	fmt.Fprintf(&b, ", sum(%s) OVER w - %s AS inorder_before, row_number() OVER w AS inorder_n", size, size)
 	for i, c := range t.Columns {
@@ -544,7 +544,7 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 	n := len(args) + 1
 	fmt.Fprintf(&b, "%s < $%d::timestamptz WINDOW w AS (ORDER BY %s, %s ROWS UNBOUNDED PRECEDING) ORDER BY %s, %s LIMIT $%d",
 		ca, n, ca, id, ca, id, n+1)
-	fmt.Fprintf(&b, ") r WHERE r.inorder_before < $%d ORDER BY r.inorder_n", n+2)
+	fmt.Fprintf(&b, ") r WHERE r.inorder_n = 1 OR r.inorder_before + r.inorder_size <= $%d ORDER BY r.inorder_n", n+2)
 	return b.String(), append(args, horizon, limit, max(budget, 1))
 }
 
@@ -559,12 +559,14 @@ func (t *Table) RecordSQL(generic bool, pos inordertype.Position) (string, []any
 
 // Hidden is how many columns a read has in front of the selected ones: the position (created_at and the
 // id) and the key, then the trace context (traceparent and tracestate) when the source has a trace
-// column, then the row's size (SizeExpr). A source without a trace column reads no trace columns at all.
+// column, then the row's size (SizeExpr) and whether a row follows it below the horizon (in a read: a
+// backlog lies behind the batch when its last row says so). A source without a trace column reads no trace
+// columns at all.
 func (t *Table) Hidden() int {
 	if t.Spec.TraceColumn == "" {
-		return 4
+		return 5
 	}
-	return 6
+	return 7
 }
 
 // textOrNull is the expression of an optional column as text: NULL when the source has none.
@@ -579,7 +581,7 @@ func textOrNull(col string) string {
 // clause of a read. Every column reference is qualified with the alias src: selected columns may be named
 // like the position columns, and ORDER BY would otherwise resolve to an output column.
 func (t *Table) selectFrom(b *strings.Builder, generic bool) {
-	t.hiddenColumns(b)
+	t.hiddenColumns(b, "false")
 	for _, c := range t.Columns {
 		expr := quote(c.Name)
 		if generic {
@@ -590,8 +592,9 @@ func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 	fmt.Fprintf(b, " FROM %s AS src", t.Ident)
 }
 
-// hiddenColumns writes "SELECT" and the Hidden columns.
-func (t *Table) hiddenColumns(b *strings.Builder) {
+// hiddenColumns writes "SELECT" and the Hidden columns, more being the expression of whether a row
+// follows.
+func (t *Table) hiddenColumns(b *strings.Builder, more string) {
 	ca := "src." + quote(t.Spec.CreatedAtColumn)
 	id := "src." + quote(t.Spec.IDColumn)
 	key := textOrNull(t.Spec.KeyColumn)
@@ -599,7 +602,7 @@ func (t *Table) hiddenColumns(b *strings.Builder) {
 	if t.Spec.TraceColumn != "" {
 		fmt.Fprintf(b, ", %s AS inorder_traceparent, %s AS inorder_tracestate", textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
 	}
-	fmt.Fprintf(b, ", %s AS inorder_size", t.SizeExpr())
+	fmt.Fprintf(b, ", %s AS inorder_size, %s AS inorder_more", t.SizeExpr(), more)
 }
 
 // Before returns the position just before the row at pos: that of the row before it, or the beginning
