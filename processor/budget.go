@@ -80,13 +80,16 @@ func rowBytes(raw [][]byte) int64 {
 // boolOf decodes a boolean column, sent as text ("t") or binary (1).
 func boolOf(raw []byte) bool { return len(raw) == 1 && (raw[0] == 't' || raw[0] == 1) }
 
-// sizeOf decodes the size column (bigint), sent as text or binary depending on the protocol.
+// sizeOf decodes the size column (an integer), sent as text or binary depending on the protocol.
 func sizeOf(fd pgconn.FieldDescription, raw []byte) (int64, error) {
 	if fd.Format == pgtype.BinaryFormatCode {
-		if len(raw) != 8 {
-			return 0, fmt.Errorf("%d bytes for a bigint", len(raw))
+		switch len(raw) {
+		case 4:
+			return int64(int32(binary.BigEndian.Uint32(raw))), nil
+		case 8:
+			return int64(binary.BigEndian.Uint64(raw)), nil
 		}
-		return int64(binary.BigEndian.Uint64(raw)), nil
+		return 0, fmt.Errorf("%d bytes for an integer", len(raw))
 	}
 	return strconv.ParseInt(string(raw), 10, 64)
 }
