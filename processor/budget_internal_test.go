@@ -44,11 +44,48 @@ func TestByteBudgetLearnsTheSizeRatio(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := byteBudget{bytes: 8 << 20}
-			b.learn(tc.received, tc.sized)
+			b.learn(tc.received, tc.sized, 1<<20)
 			got := b.bounds(100)
 			require.Equal(t, tc.wantSized, got.sized)
 			require.Equal(t, int64(8<<20), got.bytes)
 			require.Equal(t, 100, got.limit)
 		})
 	}
+}
+
+func TestByteBudgetCountsSizesOnlyWhereRecordsMayPassIt(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		largests []int64 // the largest record of each read so far
+		limit    int
+		counted  bool // whether the next read counts sizes in its SQL
+	}{
+		{"the first read counts: nothing is known", nil, 100, true},
+		{"small records at the most a batch holds", []int64{200}, DefaultMaxBatchSize, false},
+		{"records of a kilobyte at the most: 4 MB, half the budget", []int64{1 << 10}, DefaultMaxBatchSize, false},
+		{"records of 2 KiB at the most: past half the budget", []int64{2 << 10}, DefaultMaxBatchSize, true},
+		{"a document among them", []int64{200, 1 << 20}, 100, true},
+		{"the document is remembered for a few reads", []int64{1 << 20, 200, 200, 200}, 100, true},
+		{"and forgotten once its half-life has passed", append([]int64{1 << 20}, make12(200)...), 100, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := byteBudget{bytes: 8 << 20}
+			for _, l := range tc.largests {
+				b.learn(l*10, l*10, l)
+			}
+			got := b.bounds(tc.limit)
+			require.Equal(t, tc.counted, got.sized > 0, "sized %d after %v", got.sized, tc.largests)
+			require.Equal(t, int64(8<<20), got.bytes, "the received bytes are bounded either way")
+		})
+	}
+}
+
+func make12(v int64) []int64 {
+	out := make([]int64, 12)
+	for i := range out {
+		out[i] = v
+	}
+	return out
 }

@@ -59,7 +59,7 @@ func (p *Processor[T]) nextBounds() bounds {
 
 // learn takes what a read under b found: the adaptive bound and the size ratio move after it.
 func (p *Processor[T]) learn(b bounds, r readResult[T]) {
-	p.budget.learn(r.received, r.sized)
+	p.budget.learn(r.received, r.sized, r.largest)
 	p.lastFull = r.full
 	p.adapt(len(r.items), b.limit, r.full)
 }
@@ -78,7 +78,9 @@ func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, 
 	if err != nil {
 		return readResult[T]{}, err
 	}
-	r.full = r.full || r.more
+	// A plain read (b.sized zero) cannot say whether a row follows: a read that came back full of records
+	// says a backlog may lie behind it.
+	r.full = r.full || r.more || (b.sized <= 0 && len(r.items) == b.limit)
 	return r, nil
 }
 
@@ -141,7 +143,7 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64) (rea
 		if serr != nil {
 			return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
 		}
-		r.received, r.sized = r.received+received, r.sized+sized
+		r.received, r.sized, r.largest = r.received+received, r.sized+sized, max(r.largest, received)
 		r.more = boolOf(raw[hidden-1])
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
