@@ -59,9 +59,13 @@ func appendJSONValue(b []byte, v any) ([]byte, error) {
 		if x == nil {
 			return append(b, "null"...), nil
 		}
-		// Compacted straight onto b (Compact validates as it goes, and appends to the buffer's bytes), and
-		// escaped for HTML only when there is something to escape: a document of megabytes is then read
+		// Compacted, escaped and validated in one pass straight onto b: a document of megabytes is read
 		// once and copied once.
+		if out, ok := appendCompactRaw(b, x); ok {
+			return out, nil
+		}
+		// Invalid (or nested deeper than encoding/json allows): encoding/json judges it again and words
+		// the error.
 		at := len(b)
 		buf := bytes.NewBuffer(b)
 		if err := json.Compact(buf, x); err != nil {
