@@ -15,7 +15,9 @@
 // retrying, and only halted once the record has failed for longer than the processor's HaltAfter; one
 // wrapped with Permanent (the sink refused the record itself) halts it at once. Either way the record is
 // retried until it goes through, an operator retries it now (`inorder retry`) or skips it. Wrap an error
-// with RetryAfter when the sink said when to come back. A handler that reads columns by name says which
+// with RetryAfter when the sink said when to come back. A handler that moves many bytes (a body of
+// megabytes on a slow link) calls Progress as they move, so that the processor's handler timeout bounds a
+// silence rather than the whole call. A handler that reads columns by name says which
 // (ColumnReader), so that a typo fails at start.
 //
 // # Sinks

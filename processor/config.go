@@ -144,6 +144,15 @@ type Config[T any] struct {
 	// an owner starts a record only while its lease covers the call (it renews the lease first when it
 	// would not), so that a record is never in flight once another instance may have taken the process.
 	// Zero means the smaller of half IdleInTransactionTimeout and a third of Lease (10s with the defaults).
+	//
+	// For a Handler or a TxHandler taking records one at a time, it bounds a silence rather than a length:
+	// a call that reports progress (handlers.Progress: the webhook does as its body goes out and its answer
+	// comes in) has it counted again from its last report, so that a big record on a slow link is not cut
+	// off while its bytes still move. Such a call still ends before the lease it started under stops
+	// covering it (less the margin an owner keeps, a tenth of the lease up to a second), and before the
+	// cursor transaction could have idled for IdleInTransactionTimeout, whatever it reports: there it is
+	// cut off with an error that says which bound it met. A call of the keyed window (MaxInFlight) and an
+	// AsyncHandler's send and wait have the fixed bound.
 	HandlerTimeout time.Duration
 	// DatabaseTimeout bounds every exchange with the database: a statement, a round trip of several, a
 	// commit, and a connection's start-up (TCP, TLS, authentication). A connection a NAT or a load

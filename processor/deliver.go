@@ -140,11 +140,11 @@ func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
 // back its own writes only. The handler's context carries the attempt's span.
 func (p *Processor[T]) deliver(work context.Context, it *item[T]) (err error) {
 	rec := &it.rec
-	hctx, done := p.deadline.start(work)
-	hctx = p.startAttempt(hctx, it)
+	call := p.deadline.start(work, p.callLimit())
+	hctx := p.startAttempt(call, it)
 	start := time.Now()
 	defer func() {
-		done()
+		call.end()
 		p.obs.Handled(p.cfg.Process, time.Since(start), err)
 		if p.cfg.Handler != nil {
 			p.refusals.note(rec.Key, err)

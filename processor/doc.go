@@ -34,7 +34,8 @@
 // The lease decides even for an owner cut off inside its batch: the owner starts a record only while its
 // lease covers the handler call (HandlerTimeout), renewing it by a commit of what it has delivered before
 // that stops being so, and a standby that finds the lease run out while the owner's session still holds the
-// cursor row ends that session and takes over.
+// cursor row ends that session and takes over. A call that reports progress (handlers.Progress) goes on
+// past HandlerTimeout while its bytes move, but never past the time the lease it started under covers it.
 //
 // # Round trips and deadlines
 //

@@ -75,7 +75,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 // handleTxBatch runs HandleTxBatch in a savepoint, under one handler timeout, and rolls the savepoint back
 // when it fails or panics, so that nothing of the batch stays for the records delivered one at a time.
 func (p *Processor[T]) handleTxBatch(work context.Context, recs []*handlers.Record[T]) error {
-	hctx, done := p.deadline.start(work)
-	defer done()
-	return p.inSavepoint(hctx, work, recs[0], func(tx pgx.Tx) error { return p.txBatch.HandleTxBatch(hctx, tx, recs) })
+	call := p.deadline.start(work, p.callLimit())
+	defer call.end()
+	return p.inSavepoint(call, work, recs[0], func(tx pgx.Tx) error { return p.txBatch.HandleTxBatch(call, tx, recs) })
 }

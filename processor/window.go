@@ -342,7 +342,7 @@ func (p *Processor[T]) noteInFlight(f store.InFlight) {
 // handleConcurrently runs the Handler on one record of the window, under a timeout of its own (the
 // processor's reusable deadline serves one call at a time).
 func (p *Processor[T]) handleConcurrently(work context.Context, it *item[T]) (err error) {
-	hctx, cancel := context.WithTimeoutCause(work, p.cfg.HandlerTimeout, errHandlerTimeout{p.cfg.HandlerTimeout})
+	hctx, cancel := context.WithTimeoutCause(work, p.cfg.HandlerTimeout, errHandlerTimeout{d: p.cfg.HandlerTimeout})
 	defer cancel()
 	hctx = p.startAttempt(hctx, it)
 	err = p.guarded(hctx, &it.rec, func() error { return p.cfg.Handler.Handle(hctx, &it.rec) })

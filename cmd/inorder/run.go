@@ -127,7 +127,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
 	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
-	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "bound on one handler call (default the smaller of half the idle timeout and a third of the lease)")
+	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "how long a handler call may go without finishing or, one record at a time, without moving bytes (a webhook's body going out); a call still moving ends within the lease (default the smaller of half the idle timeout and a third of the lease)")
 	fs.DurationVar(&f.dbTimeout, "db-timeout", processor.DefaultDatabaseTimeout, "how long an exchange with the database (a statement, a read, a commit) may receive nothing, "+
 		"and a connection's start-up may take; past it the connection counts as dead and is replaced")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", processor.DefaultShutdownTimeout, "how long the record in flight may take after a signal")
@@ -151,7 +151,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 
 	fs.StringVar(&f.webhookURL, "webhook-url", "", "webhook: URL each record is POSTed to")
 	fs.StringVar(&f.webhookSecretEnv, "webhook-secret-env", "", "webhook: name of the environment variable holding the signing secret")
-	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 0, "webhook: per-request timeout, below --handler-timeout (default four fifths of it)")
+	fs.DurationVar(&f.webhookTimeout, "webhook-timeout", 0, "webhook: how long a request may go with nothing moving (its body going out, its answer coming in), below --handler-timeout (default four fifths of it)")
 	fs.IntVar(&f.webhookInFlight, "webhook-max-in-flight", 1, "webhook: requests at once, in order per key (records of one key one at a time)")
 	fs.StringVar(&f.webhookMaxRate, "webhook-max-rate", "", "webhook: at most N requests a second, e.g. 100/s, shared by every request in flight (default no bound); "+
 		"a 429 or 503 with Retry-After pauses every request either way")

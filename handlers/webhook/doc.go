@@ -106,6 +106,13 @@
 // handlers.RetryAfter; on a 429 or a 503 it holds every request of the handler, not only the refused
 // one. Config.MaxRate spaces the requests of every record in flight, for an API that caps requests.
 //
+// A request that gets no response is retried as a timeout. Config.Timeout bounds how long nothing moves,
+// not how long the request takes: a body of megabytes on a slow link goes on for as long as the
+// connection keeps taking its bytes, and each of them is reported to the processor (handlers.Progress),
+// so that its handler timeout waits as long, within the lease. A receiver that stops reading, or never
+// answers, is given up on a timeout after the last byte moved, with "no response within" and the timeout
+// in the error.
+//
 // An error for a status is a *StatusError; its text names the URL (without userinfo or query), the status
 // and a bounded excerpt of the response body, for example
 //

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"reflect"
@@ -48,12 +49,19 @@ type Config struct {
 	// verifiable with stripe-go), SignatureStandardWebhooks (the webhook-id, webhook-timestamp and
 	// webhook-signature headers) or SignatureNone. Empty means SignatureInorder.
 	Signature SignatureScheme
-	// Timeout bounds one request, from connecting to reading the response status, headers and error
-	// excerpt. Keep it below the processor's HandlerTimeout. Zero means 10s.
+	// Timeout bounds how long one request may go with nothing moving: from its start (connecting, TLS)
+	// to the first bytes of its body taken by the connection, between pieces of the body, from the last
+	// of them to the response (an interim 1xx response counts), and between pieces of the response's
+	// error excerpt. A body of megabytes on a slow link goes on for as long as its bytes keep going out;
+	// a receiver that stops reading, or never answers, is given up on once Timeout has passed since the
+	// last byte moved ("no response within"). Every byte that moves is reported to the processor too
+	// (handlers.Progress), whose handler timeout then counts a silence as well. Keep it below the
+	// processor's HandlerTimeout. Zero means 10s.
 	Timeout time.Duration
 	// Client sends the requests. Nil means a client on http.DefaultTransport that does not follow
 	// redirects and has no overall timeout of its own: Timeout applies to each request through its context.
-	// A client given here keeps its own redirect policy and timeout.
+	// A client given here keeps its own redirect policy and timeout (http.Client.Timeout bounds the whole
+	// request, however its bytes move).
 	Client *http.Client
 	// MaxErrorBody bounds, in bytes, the excerpt of a failed response's body kept in the error (and so in
 	// the cursor row and the logs). Zero means 512.
@@ -162,6 +170,9 @@ func New[T any](cfg Config) (*Handler[T], error) {
 		// A keyed window keeps many requests to one host in flight: keep their connections for the next
 		// ones rather than the default two.
 		tr.MaxIdleConnsPerHost = 256
+		// Dialled as http.DefaultTransport dials, with a small queue of bytes not sent yet, so that a
+		// body's progress is the network's (see notSentLowat).
+		tr.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: notSentLowat}).DialContext
 		h.client = &http.Client{
 			Transport:     tr,
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -300,9 +311,9 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 			return err
 		}
 	}
-	rctx, cancel := context.WithTimeout(ctx, h.timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, h.url, bytes.NewReader(body))
+	rq, rctx, end := watch(ctx, h.timeout)
+	defer end()
+	req, err := h.request(rctx, rq, body)
 	if err != nil {
 		return fmt.Errorf("webhook POST %s: %w", h.target, unwrapURLError(err))
 	}
@@ -318,7 +329,7 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 	resp, err = h.client.Do(req)
 	if err != nil {
 		err = unwrapURLError(err)
-		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
+		if ctx.Err() == nil && errors.Is(rq.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("webhook POST %s: no response within %s: %w", h.target, h.timeout, err)
 		}
 		err = fmt.Errorf("webhook POST %s: %w", h.target, err)
@@ -330,6 +341,8 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		}
 		return err
 	}
+	rq.moved() // the response's headers came
+	resp.Body = &receiving{ReadCloser: resp.Body, r: rq}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
 		_ = resp.Body.Close()
@@ -341,6 +354,23 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		h.gate.stop(err)
 	}
 	return err
+}
+
+// request makes the POST of body in the request rq, whose context is ctx. A body of watchedBody or more
+// goes out through a reader that records its progress; a smaller one as a *bytes.Reader, as before.
+func (h *Handler[T]) request(ctx context.Context, rq *request, body []byte) (*http.Request, error) {
+	if len(body) < watchedBody {
+		return http.NewRequestWithContext(ctx, http.MethodPost, h.url, bytes.NewReader(body))
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.ContentLength = int64(len(body))
+	req.Body = &sending{body: bytes.NewReader(body), r: rq}
+	// For a request the transport sends again on a new connection (a kept-alive one the server had closed).
+	req.GetBody = func() (io.ReadCloser, error) { return &sending{body: bytes.NewReader(body), r: rq}, nil }
+	return req, nil
 }
 
 // setHeaders sets a request's headers: the configured ones, a CloudEvent's, the content type, the

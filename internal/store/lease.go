@@ -428,10 +428,22 @@ func (r *Repository) TakeRide() bool {
 // last renewal it committed, measured from when it sent it. Zero when it does not own the process. An
 // owner must not start work it cannot finish within it.
 func (r *Repository) LeaseLeft() time.Duration {
-	if r.token == 0 || r.leaseFrom.IsZero() {
+	until := r.LeaseUntil()
+	if until.IsZero() {
 		return 0
 	}
-	return max(0, time.Until(r.leaseFrom.Add(r.cfg.lease())))
+	return max(0, time.Until(until))
+}
+
+// LeaseUntil is when this instance's lease surely runs out, as far as this instance knows: Lease after it
+// sent the last renewal it committed. Zero when it does not own the process. It reads no clock, so that
+// the processor may ask it for every record. Whatever the cursor transaction open now has sent, it sent
+// after LeaseUntil minus Lease, so the transaction cannot have idled since before then.
+func (r *Repository) LeaseUntil() time.Time {
+	if r.token == 0 || r.leaseFrom.IsZero() {
+		return time.Time{}
+	}
+	return r.leaseFrom.Add(r.cfg.lease())
 }
 
 // endStale ends the session of an owner whose lease has run out while its transaction still holds the
