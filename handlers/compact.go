@@ -1,6 +1,8 @@
 package handlers
 
-import "slices"
+import (
+	"slices"
+)
 
 // maxCompactDepth is encoding/json's limit on nested arrays and objects. A deeper document is left to
 // json.Compact, which rejects it with its own wording.
@@ -47,12 +49,8 @@ func appendCompactRaw(dst, src []byte) ([]byte, bool) {
 	dst = slices.Grow(dst, n) // the compact form is no longer unless there is something to escape
 	var stackArr [64]byte
 	stack := stackArr[:0] // '{' or '[' for each open container
-	start := 0            // src[start:i] is yet to be copied to dst
-	i := 0
-	for i < n && isSpace(src[i]) {
-		i++
-	}
-	start = i
+	start, i := 0, 0      // src[start:i] is yet to be copied to dst
+	dst, start, i = skipSpace(dst, src, start, i)
 	for {
 		// A value starts at src[i].
 		if i >= n {
@@ -65,13 +63,7 @@ func appendCompactRaw(dst, src []byte) ([]byte, bool) {
 			}
 			stack = append(stack, c)
 			i++
-			if i < n && isSpace(src[i]) {
-				dst = append(dst, src[start:i]...)
-				for i < n && isSpace(src[i]) {
-					i++
-				}
-				start = i
-			}
+			dst, start, i = skipSpace(dst, src, start, i)
 			if i < n && (c == '{' && src[i] == '}' || c == '[' && src[i] == ']') {
 				i++
 				stack = stack[:len(stack)-1]
@@ -91,21 +83,12 @@ func appendCompactRaw(dst, src []byte) ([]byte, bool) {
 			if dst, start, i, ok = compactString(dst, src, start, i); !ok {
 				return dst[:orig], false
 			}
-		case 't':
-			if n-i < 4 || string(src[i:i+4]) != "true" {
+		case 't', 'f', 'n':
+			word := literals[c]
+			if len(src)-i < len(word) || string(src[i:i+len(word)]) != word {
 				return dst[:orig], false
 			}
-			i += 4
-		case 'f':
-			if n-i < 5 || string(src[i:i+5]) != "false" {
-				return dst[:orig], false
-			}
-			i += 5
-		case 'n':
-			if n-i < 4 || string(src[i:i+4]) != "null" {
-				return dst[:orig], false
-			}
-			i += 4
+			i += len(word)
 		default:
 			var ok bool
 			if i, ok = skipNumber(src, i); !ok {
@@ -114,13 +97,7 @@ func appendCompactRaw(dst, src []byte) ([]byte, bool) {
 		}
 		// A value ends at src[i]: what follows is the end, a comma or a closing bracket.
 		for {
-			if i < n && isSpace(src[i]) {
-				dst = append(dst, src[start:i]...)
-				for i < n && isSpace(src[i]) {
-					i++
-				}
-				start = i
-			}
+			dst, start, i = skipSpace(dst, src, start, i)
 			if len(stack) == 0 {
 				if i != n {
 					return dst[:orig], false
@@ -141,13 +118,7 @@ func appendCompactRaw(dst, src []byte) ([]byte, bool) {
 				return dst[:orig], false
 			}
 			i++
-			if i < n && isSpace(src[i]) {
-				dst = append(dst, src[start:i]...)
-				for i < n && isSpace(src[i]) {
-					i++
-				}
-				start = i
-			}
+			dst, start, i = skipSpace(dst, src, start, i)
 			if top == '{' {
 				var ok bool
 				if dst, start, i, ok = compactName(dst, src, start, i); !ok {
@@ -157,6 +128,22 @@ func appendCompactRaw(dst, src []byte) ([]byte, bool) {
 			break // to the next value
 		}
 	}
+}
+
+// literals are the words a JSON value may be, by their first byte.
+var literals = [256]string{'t': "true", 'f': "false", 'n': "null"}
+
+// skipSpace drops the whitespace at src[i:], copying src[start:i] before it to dst and moving start past
+// it. It takes and returns appendCompactRaw's state (dst, start, i).
+func skipSpace(dst, src []byte, start, i int) ([]byte, int, int) {
+	if i < len(src) && isSpace(src[i]) {
+		dst = append(dst, src[start:i]...)
+		for i < len(src) && isSpace(src[i]) {
+			i++
+		}
+		start = i
+	}
+	return dst, start, i
 }
 
 // compactName reads a member's name at src[i], the colon after it and the whitespace around that, leaving i
@@ -170,24 +157,12 @@ func compactName(dst, src []byte, start, i int) ([]byte, int, int, bool) {
 	if dst, start, i, ok = compactString(dst, src, start, i); !ok {
 		return dst, start, i, false
 	}
-	if i < n && isSpace(src[i]) {
-		dst = append(dst, src[start:i]...)
-		for i < n && isSpace(src[i]) {
-			i++
-		}
-		start = i
-	}
+	dst, start, i = skipSpace(dst, src, start, i)
 	if i >= n || src[i] != ':' {
 		return dst, start, i, false
 	}
 	i++
-	if i < n && isSpace(src[i]) {
-		dst = append(dst, src[start:i]...)
-		for i < n && isSpace(src[i]) {
-			i++
-		}
-		start = i
-	}
+	dst, start, i = skipSpace(dst, src, start, i)
 	return dst, start, i, true
 }
 
