@@ -241,7 +241,7 @@ func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[
 	if err != nil {
 		return nil, fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err)
 	}
-	r, err := p.scanItems(rows, 1, math.MaxInt64)
+	r, err := p.scanItems(rows, 1, math.MaxInt64, false)
 	if err != nil {
 		return nil, err
 	}

@@ -74,7 +74,7 @@ func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, 
 	if err != nil {
 		return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 	}
-	r, err := p.scanItems(rows, min(b.limit, 1024), b.bytes)
+	r, err := p.scanItems(rows, min(b.limit, 1024), b.bytes, b.sized > 0)
 	if err != nil {
 		return readResult[T]{}, err
 	}
@@ -123,12 +123,12 @@ func nextLimit(cur, got, limit int, full bool) int {
 // bytes as received: the read's bound by size (see budget.go) counts stored sizes, which a compressed
 // value's received size can pass before its ratio is known. The rows past that are received and dropped
 // (the protocol has no way to stop a result part way but to end the transaction) and read again next time.
-func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64) (readResult[T], error) {
+func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, sized bool) (readResult[T], error) {
 	defer rows.Close()
 	var r readResult[T]
 	r.items = make([]item[T], 0, capacity)
 	var err error
-	hidden := p.table.Hidden()
+	hidden := p.table.Hidden(sized)
 	hr := &hiddenRow{Rows: rows, n: hidden}
 	var posScan positionScanner
 	traced := p.table.Spec.TraceColumn != ""
@@ -139,12 +139,15 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64) (rea
 			r.full = true
 			break
 		}
-		sized, serr := sizeOf(rows.FieldDescriptions()[hidden-2], raw[hidden-2])
-		if serr != nil {
-			return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
+		if sized {
+			n, serr := sizeOf(rows.FieldDescriptions()[hidden-2], raw[hidden-2])
+			if serr != nil {
+				return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
+			}
+			r.sized += n
+			r.more = boolOf(raw[hidden-1])
 		}
-		r.received, r.sized, r.largest = r.received+received, r.sized+sized, max(r.largest, received)
-		r.more = boolOf(raw[hidden-1])
+		r.received, r.largest = r.received+received, max(r.largest, received)
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
 		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {

@@ -536,7 +536,7 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 		fmt.Fprintf(&b, ", r.inorder_c%d%s AS %s", i, cast, quote(c.Name))
 	}
 	b.WriteString(" FROM (")
-	t.hiddenColumns(&b, "(lead(1) OVER w) IS NOT NULL")
+	t.hiddenColumns(&b, true)
 	fmt.Fprintf(&b, ", sum(%s) OVER w AS inorder_upto, %s AS inorder_rid", t.SizeExpr(), id)
 	for i, c := range t.Columns {
 		fmt.Fprintf(&b, ", src.%s AS inorder_c%d", quote(c.Name), i)
@@ -583,14 +583,18 @@ func (t *Table) RecordSQL(generic bool, pos inordertype.Position) (string, []any
 
 // Hidden is how many columns a read has in front of the selected ones: the position (created_at and the
 // id) and the key, then the trace context (traceparent and tracestate) when the source has a trace
-// column, then the row's size (SizeExpr) and whether a row follows it below the horizon (in a read: a
-// backlog lies behind the batch when its last row says so). A source without a trace column reads no trace
-// columns at all.
-func (t *Table) Hidden() int {
-	if t.Spec.TraceColumn == "" {
-		return 5
+// column, then, in a read bounded by bytes (sized), the row's size (SizeExpr) and whether a row follows it
+// below the horizon (a backlog lies behind the batch when its last row says so). A source without a trace
+// column reads no trace columns at all, and a plain read no size: every byte counts through a slow link.
+func (t *Table) Hidden(sized bool) int {
+	n := 3
+	if t.Spec.TraceColumn != "" {
+		n += 2
 	}
-	return 7
+	if sized {
+		n += 2
+	}
+	return n
 }
 
 // textOrNull is the expression of an optional column as text: NULL when the source has none.
@@ -605,7 +609,7 @@ func textOrNull(col string) string {
 // clause of a read. Every column reference is qualified with the alias src: selected columns may be named
 // like the position columns, and ORDER BY would otherwise resolve to an output column.
 func (t *Table) selectFrom(b *strings.Builder, generic bool) {
-	t.hiddenColumns(b, "false")
+	t.hiddenColumns(b, false)
 	for _, c := range t.Columns {
 		expr := quote(c.Name)
 		if generic {
@@ -616,9 +620,9 @@ func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 	fmt.Fprintf(b, " FROM %s AS src", t.Ident)
 }
 
-// hiddenColumns writes "SELECT" and the Hidden columns, more being the expression of whether a row
-// follows.
-func (t *Table) hiddenColumns(b *strings.Builder, more string) {
+// hiddenColumns writes "SELECT" and the Hidden columns of a read, sized or not (in a sized read, within
+// the window w).
+func (t *Table) hiddenColumns(b *strings.Builder, sized bool) {
 	ca := "src." + quote(t.Spec.CreatedAtColumn)
 	id := "src." + quote(t.Spec.IDColumn)
 	key := textOrNull(t.Spec.KeyColumn)
@@ -626,7 +630,9 @@ func (t *Table) hiddenColumns(b *strings.Builder, more string) {
 	if t.Spec.TraceColumn != "" {
 		fmt.Fprintf(b, ", %s AS inorder_traceparent, %s AS inorder_tracestate", textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
 	}
-	fmt.Fprintf(b, ", %s AS inorder_size, %s AS inorder_more", t.SizeExpr(), more)
+	if sized {
+		fmt.Fprintf(b, ", %s AS inorder_size, (lead(1) OVER w) IS NOT NULL AS inorder_more", t.SizeExpr())
+	}
 }
 
 // Before returns the position just before the row at pos: that of the row before it, or the beginning
