@@ -6,11 +6,10 @@ import (
 	"io"
 	"net/http/httptrace"
 	"net/textproto"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/internal/silence"
 )
 
 // watchedBody is the size from which a request body goes out through a reader that records its progress.
@@ -23,94 +22,36 @@ const watchedBody = 64 << 10
 // notSentLowat): the transport's piece of a body, 32 KiB.
 const unsentBytes = 32 << 10
 
-// epoch is where the clock of progress starts: nanotime counts from it on the monotonic clock, which a
-// change of the wall clock does not move.
-var epoch = time.Now()
-
-// nanotime is the clock of progress: nanoseconds since epoch, a number one atomic store keeps.
-func nanotime() int64 { return int64(time.Since(epoch)) }
-
-// request bounds one request by a silence rather than a length: it is cut off once Config.Timeout has
-// passed with nothing moving, counted from its start or from the last sign of progress, whichever is
-// later. Progress is a piece of the body taken by the transport, an interim (1xx) response, the first
-// byte of the response, its headers, and a piece of its body read. So a body of megabytes still going out
-// on a slow link goes on, and a receiver that stops reading it, or never answers, is given up on a timeout
-// after the last byte, as a fixed deadline gives up on it a timeout after the start.
+// request bounds one request by a silence rather than a length (silence.Bound): it is cut off once
+// Config.Timeout has passed with nothing moving, counted from its start or from the last sign of progress,
+// whichever is later. Progress is a piece of the body taken by the transport, an interim (1xx) response,
+// the first byte of the response, its headers, and a piece of its body read. So a body of megabytes still
+// going out on a slow link goes on, and a receiver that stops reading it, or never answers, is given up on
+// a timeout after the last byte, as a fixed deadline gives up on it a timeout after the start.
 //
 // Each sign of progress is told to the processor as well (handlers.Progress on the handler call's
-// context), so that its handler timeout counts a silence too. One timer per request watches it, as a
-// deadline's would: it fires a timeout after the start, finds the last progress, and is armed again for
-// a timeout after it. No goroutine waits for it.
+// context), so that its handler timeout counts a silence too.
 type request struct {
-	context.Context // the request's: cancelled with context.DeadlineExceeded once it has been silent
-	cancel          context.CancelCauseFunc
-	call            context.Context // the handler call's, told of progress
-	timeout, began  int64           // nanoseconds, and nanotime
-	last            atomic.Int64    // nanotime of the last progress; 0 before the first
-	cut             atomic.Bool     // set before the cancel that cuts the request off
-	trace           httptrace.ClientTrace
-
-	mu    sync.Mutex
-	timer *time.Timer
-	over  bool // cut off or ended: the timer is not armed again
+	progress silence.Clock
+	call     context.Context // the handler call's, told of progress
+	trace    httptrace.ClientTrace
 }
 
 // watch returns the context of one request made in the handler call of call, cut off after a silence of
-// timeout, and the function that ends the request, which must be called.
-func watch(call context.Context, timeout time.Duration) (*request, context.Context, func()) {
-	ctx, cancel := context.WithCancelCause(call)
-	r := &request{Context: ctx, cancel: cancel, call: call, timeout: int64(timeout), began: nanotime()}
+// timeout (its Err then context.DeadlineExceeded, as a deadline's), and the function that ends the
+// request, which must be called.
+func watch(call context.Context, timeout time.Duration) (*request, context.Context, context.CancelFunc) {
+	r := &request{call: call}
 	r.trace.GotFirstResponseByte = r.moved
 	r.trace.Got1xxResponse = func(int, textproto.MIMEHeader) error { r.moved(); return nil }
-	r.mu.Lock()
-	r.timer = time.AfterFunc(timeout, r.check)
-	r.mu.Unlock()
-	return r, httptrace.WithClientTrace(r, &r.trace), r.stop
+	ctx, end := silence.Bound(call, &r.progress, timeout, context.DeadlineExceeded)
+	return r, httptrace.WithClientTrace(ctx, &r.trace), end
 }
 
-// moved records progress, and tells the processor.
+// moved records progress, and tells the processor of it.
 func (r *request) moved() {
-	r.last.Store(nanotime())
+	r.progress.Moved()
 	handlers.Progress(r.call)
-}
-
-// Err is the error of the context, context.DeadlineExceeded once the request was cut off, as a deadline's
-// would be.
-func (r *request) Err() error {
-	err := r.Context.Err()
-	if err != nil && r.cut.Load() {
-		return context.DeadlineExceeded
-	}
-	return err
-}
-
-// check cuts the request off when the timeout has passed since it began or since its last progress,
-// whichever is later, and otherwise arms the timer again for that moment.
-func (r *request) check() {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.over {
-		return
-	}
-	from := max(r.began, r.last.Load())
-	if left := from + r.timeout - nanotime(); left > 0 {
-		r.timer.Reset(time.Duration(left))
-		return
-	}
-	r.over = true
-	if r.Context.Err() == nil { // the handler call's own end, when it came first, stays what it is
-		r.cut.Store(true)
-	}
-	r.cancel(context.DeadlineExceeded)
-}
-
-// stop ends the request: the timer is not armed again, and the context is cancelled.
-func (r *request) stop() {
-	r.mu.Lock()
-	r.over = true
-	r.timer.Stop()
-	r.mu.Unlock()
-	r.cancel(context.Canceled)
 }
 
 // sending is a request body that records its progress as the transport reads it. It has no WriteTo, so

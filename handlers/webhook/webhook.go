@@ -329,7 +329,7 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 	resp, err = h.client.Do(req)
 	if err != nil {
 		err = unwrapURLError(err)
-		if ctx.Err() == nil && errors.Is(rq.Err(), context.DeadlineExceeded) {
+		if ctx.Err() == nil && errors.Is(rctx.Err(), context.DeadlineExceeded) {
 			return fmt.Errorf("webhook POST %s: no response within %s: %w", h.target, h.timeout, err)
 		}
 		err = fmt.Errorf("webhook POST %s: %w", h.target, err)

@@ -185,8 +185,9 @@ func (w *world) terminate(st stream) (ended, inTx bool) {
 			// Only while the backend still carries the process's name: a pool connection carries it for
 			// the length of the process's transaction alone (SET LOCAL), and one whose transaction ended
 			// meanwhile is the pool's, idle, which the pool replaces without the processor noticing.
-			require.NoError(w.t, w.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM pg_stat_activity
-				WHERE pid = $1 AND starts_with(application_name, $2) AND pg_terminate_backend(pid)`,
+			// A CASE, since Postgres does not promise to evaluate AND's operands in order.
+			require.NoError(w.t, w.pool.QueryRow(ctx, `SELECT coalesce(bool_or(CASE WHEN starts_with(application_name, $2)
+				THEN pg_terminate_backend(pid) ELSE false END), false) FROM pg_stat_activity WHERE pid = $1`,
 				pid, "inorder:"+st.process+"@").Scan(&ended))
 			return ended, inTx
 		}
