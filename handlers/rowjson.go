@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -64,34 +63,13 @@ func appendJSONValue(b []byte, v any) ([]byte, error) {
 		if out, ok := appendCompactRaw(b, x); ok {
 			return out, nil
 		}
-		// Invalid (or nested deeper than encoding/json allows): encoding/json judges it again and words
-		// the error.
-		at := len(b)
-		buf := bytes.NewBuffer(b)
-		if err := json.Compact(buf, x); err != nil {
-			break // json.Marshal words the error
-		}
-		b = buf.Bytes()
-		if !needsHTMLEscape(b[at:]) {
-			return b, nil
-		}
-		var escaped bytes.Buffer
-		json.HTMLEscape(&escaped, b[at:])
-		return append(b[:at], escaped.Bytes()...), nil
+		// Invalid (or nested deeper than encoding/json allows): json.Marshal words the error.
 	}
 	j, err := json.Marshal(v)
 	if err != nil {
 		return b, err
 	}
 	return append(b, j...), nil
-}
-
-// needsHTMLEscape reports whether json.HTMLEscape would change compact JSON: whether it holds '<', '>',
-// '&', U+2028 or U+2029. One vectorised search a byte (bytes.ContainsAny with a rune outside ASCII in its
-// set decodes every rune, a third of a document stream's time).
-func needsHTMLEscape(j []byte) bool {
-	return bytes.IndexByte(j, '<') >= 0 || bytes.IndexByte(j, '>') >= 0 || bytes.IndexByte(j, '&') >= 0 ||
-		bytes.Contains(j, []byte("\u2028")) || bytes.Contains(j, []byte("\u2029"))
 }
 
 const hexDigits = "0123456789abcdef"

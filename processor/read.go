@@ -119,16 +119,17 @@ func nextLimit(cur, got, limit int, full bool) int {
 	return min(max(2*got, 1), DefaultMaxBatchSize)
 }
 
-// scanItems scans the rows of a read, each with its position, and keeps them until they reach budget
+// scanItems scans the rows of a read (counted when it carries each row's size, see Table.Hidden), each
+// with its position, and keeps them until they reach budget
 // bytes as received: the read's bound by size (see budget.go) counts stored sizes, which a compressed
 // value's received size can pass before its ratio is known. The rows past that are received and dropped
 // (the protocol has no way to stop a result part way but to end the transaction) and read again next time.
-func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, sized bool) (readResult[T], error) {
+func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, counted bool) (readResult[T], error) {
 	defer rows.Close()
 	var r readResult[T]
 	r.items = make([]item[T], 0, capacity)
 	var err error
-	hidden := p.table.Hidden(sized)
+	hidden := p.table.Hidden(counted)
 	hr := &hiddenRow{Rows: rows, n: hidden}
 	var posScan positionScanner
 	traced := p.table.Spec.TraceColumn != ""
@@ -139,7 +140,7 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, size
 			r.full = true
 			break
 		}
-		if sized {
+		if counted {
 			n, serr := sizeOf(rows.FieldDescriptions()[hidden-2], raw[hidden-2])
 			if serr != nil {
 				return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)

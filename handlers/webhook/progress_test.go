@@ -1,3 +1,5 @@
+//go:build linux || darwin
+
 package webhook_test
 
 import (
@@ -21,6 +23,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -154,12 +157,7 @@ func TestABodyStillGoingOutIsDeliveredOnce(t *testing.T) {
 	require.NoError(t, err)
 	began := time.Now()
 	stop := testrun.Start(t, p.Run)
-	eventually(t, "the record's position", func() bool {
-		var pos *string
-		err := e.db.Pool.QueryRow(context.Background(),
-			"SELECT position_id FROM inorder.position WHERE process_name = 'documents'").Scan(&pos)
-		return err == nil && pos != nil && *pos == "1"
-	})
+	eventually(t, "the record's position", func() bool { return sinktest.Position(t, e.db.Pool, "documents") == "1" })
 	took := time.Since(began)
 	require.NoError(t, stop())
 	t.Logf("a body of %d bytes delivered in %s", bigBody, took.Round(time.Millisecond))

@@ -341,7 +341,6 @@ func (h *Handler[T]) Handle(ctx context.Context, rec *handlers.Record[T]) (err e
 		}
 		return err
 	}
-	rq.moved() // the response's headers came
 	resp.Body = &receiving{ReadCloser: resp.Body, r: rq}
 	defer func() {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, drainLimit))
