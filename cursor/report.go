@@ -125,6 +125,9 @@ type sourceJSON struct {
 	CreatedAtColumn string         `json:"created_at_column"`
 	KeyColumn       string         `json:"key_column,omitempty"`
 	Partition       *partitionJSON `json:"partition,omitempty"`
+	// Tracking is what orders the position and what the read waits for (inordertype.Horizon): clock,
+	// writers or transactions; absent for a position recorded before migration 14.
+	Tracking string `json:"tracking,omitempty"`
 }
 
 type partitionJSON struct {
@@ -208,7 +211,7 @@ func (in Info) report() infoJSON {
 	}
 	if s := in.Source; s.Table != "" {
 		r.Source = &sourceJSON{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn,
-			KeyColumn: s.KeyColumn}
+			KeyColumn: s.KeyColumn, Tracking: string(s.Horizon)}
 		if pt := s.Partition; pt != nil {
 			r.Source.Partition = &partitionJSON{Index: pt.Index, Count: pt.Count}
 		}

@@ -16,14 +16,19 @@ type Source struct {
 	// must be smallint, integer, bigint, uuid, text or varchar. Empty means "id". Recorded in the cursor
 	// row.
 	IDColumn string
-	// CreatedAtColumn orders the table; timestamptz (recommended) or timestamp, best with DEFAULT
-	// clock_timestamp(). Empty means "created_at". Recorded in the cursor row.
+	// CreatedAtColumn is the time each record carries (handlers.Record.CreatedAt): timestamptz
+	// (recommended) or timestamp, whoever writes it, the application's clock included. It orders the
+	// table too, unless the table has inorder's insert clock (HorizonClock), which then orders it and
+	// leaves created_at to mean what the application says. Empty means "created_at". Recorded in the
+	// cursor row.
 	CreatedAtColumn string
-	// Horizon says which transactions a processor waits for before it reads past a time, from what
-	// CreatedAtColumn holds. Empty (HorizonAuto) decides from the column's default at start-up:
-	// HorizonWriters for clock_timestamp(), HorizonTransactions for anything else. Set it for an
-	// application that writes created_at itself. Not recorded in the cursor row: it concerns reading
-	// ahead of the position, never where the position is.
+	// Horizon says what a processor trusts to know that no row can still commit behind its position.
+	// Empty (HorizonAuto) is HorizonClock, inorder's own insert clock, when the table has it; a table
+	// without it is refused at start-up with the one command that adds it (inorder migrate --table), since
+	// a created_at written by the application can be earlier than rows already read. HorizonWriters and
+	// HorizonTransactions are the explicit opt-ins for a table without the clock whose created_at the
+	// database always sets. Recorded in the cursor row as it was resolved (never HorizonAuto), since what
+	// orders the table is part of what a position means.
 	Horizon Horizon
 	// KeyColumn, when set, is passed to handlers as Record.Key (for example the aggregate id, used as the
 	// Pub/Sub ordering key), and splits a partitioned process. Empty means "aggregate_id" when the table
@@ -63,36 +68,51 @@ type Partition struct {
 	Count int
 }
 
-// Horizon says which transactions a processor waits for before it reads past a time: the ones that could
-// still commit rows dated before it. A row becomes visible when its transaction commits, but its
-// created_at is set earlier, so a reader that trusted created_at alone would skip the rows of slow
-// transactions. See processor's package documentation, "The horizon".
+// Horizon says how a processor tracks what it has seen: which time orders the table, and which
+// transactions it waits for before it reads past a time, the ones that could still commit rows dated
+// before it. A row becomes visible when its transaction commits, but its time is set earlier, so a reader
+// that trusted the time alone would skip the rows of slow transactions. See processor's package
+// documentation, "The horizon". Status calls it the process's tracking.
 type Horizon string
 
 const (
-	// HorizonAuto decides at start-up from the created_at column's default: HorizonWriters for
-	// clock_timestamp(), HorizonTransactions for any other default, for none, and for an expression it does
-	// not know. A processor switches to HorizonTransactions for good when the default changes while it
-	// runs to one that HorizonWriters would skip rows of.
+	// HorizonAuto is HorizonClock when the table has inorder's insert clock. A table without it is
+	// refused at start-up, naming the command that adds it, unless HorizonWriters or HorizonTransactions
+	// is set: whatever created_at's default says, an application may write the column itself (an ORM
+	// does), with a clock inorder cannot see.
 	HorizonAuto Horizon = ""
-	// HorizonWriters is for a created_at that is the time of the insert itself (clock_timestamp()): the
-	// processor waits only for the transactions that write to the source table. Refused for a column
-	// whose default is a transaction-time function, since rows taking that default would be skipped.
+	// HorizonClock orders the table by inorder's insert clock: a column, inorder_at, that a trigger
+	// added by `inorder migrate --table` (migrations.AddClock) sets to the database's clock at every
+	// insert, whatever the insert says, so no application clock and no ORM can put a row behind the
+	// position. The processor waits only for the transactions writing to the table, as HorizonWriters
+	// does: a pg_dump or a report never holds the stream. Rows older than the clock, which have no
+	// inorder_at, are ordered by their created_at, before every row that has one. Records still carry
+	// created_at; their order is the order of their inserts by the database's clock, which for writers of
+	// one key that serialise on a row lock is their causal order.
+	HorizonClock Horizon = "clock"
+	// HorizonWriters is an opt-in for a table without the insert clock whose created_at is always the
+	// time of the insert itself (clock_timestamp()), never written by the application: the processor
+	// orders by created_at and waits only for the transactions that write to the source table. Refused
+	// for a column whose default is a transaction-time function, since rows taking that default would be
+	// skipped; a row whose created_at the application wrote earlier than the position is skipped.
 	HorizonWriters Horizon = "writers"
-	// HorizonTransactions is for a created_at that may be as early as the start of its transaction or
-	// statement (now(), current_timestamp, transaction_timestamp(), statement_timestamp()): the processor
-	// waits for every transaction of the database that could still insert. Safe for any created_at set by
-	// the database; the price is that any long transaction in the database holds the stream.
+	// HorizonTransactions is an opt-in for a table without the insert clock whose created_at is always
+	// set by the database, as early as the start of its transaction or statement (now(),
+	// current_timestamp, transaction_timestamp(), statement_timestamp()): the processor orders by
+	// created_at and waits for every transaction of the database that could still insert. The price is
+	// that any long transaction in the database, a pg_dump included, holds the stream; a row whose
+	// created_at the application wrote is skipped when it is earlier than the position.
 	HorizonTransactions Horizon = "transactions"
 )
 
-// ParseHorizon reads "auto" (or ""), "writers" or "transactions", as the CLI's --horizon takes them.
+// ParseHorizon reads "auto" (or ""), "clock", "writers" or "transactions", as the CLI's --horizon takes
+// them.
 func ParseHorizon(s string) (Horizon, error) {
 	switch Horizon(s) {
 	case "auto", HorizonAuto:
 		return HorizonAuto, nil
-	case HorizonWriters, HorizonTransactions:
+	case HorizonClock, HorizonWriters, HorizonTransactions:
 		return Horizon(s), nil
 	}
-	return "", fmt.Errorf("horizon %q is none of auto, writers and transactions", s)
+	return "", fmt.Errorf("horizon %q is none of auto, clock, writers and transactions", s)
 }

@@ -60,6 +60,7 @@ func TestMigrateNeverMakesRunningProcessorsQueueBehindIt(t *testing.T) {
 	db := pgtest.New(t)
 	db.Exec(t, `CREATE TABLE events (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON events (created_at, id)`)
+	pgtest.AddClock(t, db, "events")
 	type event struct {
 		ID int64 `db:"id"`
 	}

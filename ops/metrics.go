@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -51,6 +52,7 @@ type Metrics struct {
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	resent                                      *prometheus.CounterVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
+	tracking                                    *prometheus.GaugeVec
 
 	// The database's xmin horizon, looked at with the lag: the longest hold past the threshold, one
 	// series per holder past it, and the looks that failed. The series are the database's, not a
@@ -129,6 +131,11 @@ func NewMetrics() *Metrics {
 		parkedKeys:     perProcessGauge("inorder_parked_keys", "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag."),
 		parkedRecords:  perProcessGauge("inorder_parked_records", "Records parked behind their keys, the first failed ones included; measured with the lag."),
 		parkedOldest:   perProcessGauge("inorder_parked_oldest_seconds", "How long the key parked longest has been parked; 0 when none."),
+		tracking: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_tracking",
+			Help: "1 for the tracking a process's position was last recorded under (clock: inorder's insert clock; " +
+				"writers or transactions: created_at, as opted in, which a created_at the application writes can defeat); measured with the lag.",
+		}, []string{"process", "tracking"}),
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
@@ -153,7 +160,7 @@ func NewMetrics() *Metrics {
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
+		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -482,6 +489,11 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 	m.lagRows.WithLabelValues(name).Set(float64(rows))
 	m.lagSeconds.WithLabelValues(name).Set(age)
 	m.noteParked(name, p.Streams)
+	if h := p.Streams[0].Source.Horizon; h != "" {
+		for _, k := range []inordertype.Horizon{inordertype.HorizonClock, inordertype.HorizonWriters, inordertype.HorizonTransactions} {
+			m.tracking.WithLabelValues(name, string(k)).Set(b2f(k == h))
+		}
+	}
 	return true, nil
 }
 

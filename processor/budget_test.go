@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -74,6 +75,7 @@ func TestBigRecordsAreReadWithinTheByteBudget(t *testing.T) {
 				INSERT INTO docs (body, doc) SELECT pg_temp.noise(6 << 20, 99), '{}';
 				INSERT INTO docs (body, doc) SELECT pg_temp.noise(400000, g), pg_temp.document(400000, g) FROM generate_series(13, 20) g;
 				INSERT INTO docs (body, doc) SELECT 'small ' || g, '{}' FROM generate_series(31, 40) g;`)
+			pgtest.AddClock(t, b.db, "docs") // its rows are older than the clock: ordered by created_at
 			var want []int64
 			rows, err := b.db.Pool.Query(context.Background(), `SELECT id FROM docs ORDER BY created_at, id`)
 			require.NoError(t, err)

@@ -12,6 +12,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -35,8 +36,10 @@ func Example() {
 			seats      int NOT NULL,
 			created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 		);
-		CREATE INDEX ON bookings (created_at, id);
-		INSERT INTO bookings (customer, seats) VALUES ('ada', 2), ('grace', 1), ('ada', 4);`)
+		CREATE INDEX ON bookings (created_at, id);`)
+	// The insert clock: what `inorder migrate --table bookings` adds, online.
+	_ = migrations.AddClock(ctx, conn, "bookings", migrations.ClockOpts{})
+	_, _ = conn.Exec(ctx, `INSERT INTO bookings (customer, seats) VALUES ('ada', 2), ('grace', 1), ('ada', 4)`)
 
 	ctx, stop := context.WithCancel(ctx)
 	delivered := 0
@@ -82,8 +85,9 @@ func ExampleClient() {
 				seats      int NOT NULL,
 				created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 			);
-			CREATE INDEX ON `+table+` (created_at, id);
-			INSERT INTO `+table+` (customer, seats) VALUES ('grace', 1);`)
+			CREATE INDEX ON `+table+` (created_at, id);`)
+		_ = migrations.AddClock(ctx, conn, table, migrations.ClockOpts{}) // inorder migrate --table
+		_, _ = conn.Exec(ctx, `INSERT INTO `+table+` (customer, seats) VALUES ('grace', 1)`)
 	}
 
 	cc, _ := pgx.ParseConfig(url)

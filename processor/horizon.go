@@ -134,7 +134,7 @@ func (tr *tracker) observe(o source.Observation, kind inordertype.Horizon) horiz
 	var limitFrom time.Time
 	for _, e := range tr.seen {
 		from := e.lastAbsent
-		if kind == inordertype.HorizonWriters {
+		if kind != inordertype.HorizonTransactions { // the writers, whose rows the clock or created_at dates at insert
 			if !e.writer {
 				continue
 			}
@@ -202,6 +202,26 @@ func (tr *tracker) earliestStart() (at time.Time, unknown []int) {
 	return at, unknown
 }
 
+// clockStopped says, at once and then every HoldWarnAfter, that the insert clock's trigger is gone or
+// disabled, and so the stream waits: an insert may now write the clock's column itself, with any time.
+func (p *Processor[T]) clockStopped(o source.Observation) {
+	if !p.clockOff.IsZero() && time.Since(p.clockWarned) < p.cfg.HoldWarnAfter {
+		return
+	}
+	if p.clockOff.IsZero() {
+		p.clockOff = o.Now
+	}
+	p.clockWarned = time.Now()
+	what, fix := "dropped", source.AddClockCommand(p.table.Qualified)
+	if o.Clock.There {
+		what = "disabled"
+		fix = fmt.Sprintf("ALTER TABLE %s ENABLE TRIGGER %s", p.table.Ident, source.ClockTrigger)
+	}
+	p.log.Error().Str("table", p.table.Qualified).Time("since", p.clockOff).
+		Msgf("the insert clock's trigger on %s was %s, so an insert may date its row earlier than the position: "+
+			"the stream waits until it stamps inserts again: %s", p.table.Qualified, what, fix)
+}
+
 // holdReportAfter is how long a transaction must have held the horizon before it is reported: shorter
 // holds are the ordinary life of transactions.
 const holdReportAfter = time.Second
@@ -262,7 +282,8 @@ func (p *Processor[T]) holdAdvice(h holder) string {
 	}
 	if p.kind == inordertype.HorizonTransactions {
 		fmt.Fprintf(&b, "; with created_at set to the transaction's start every open transaction in the database "+
-			"holds this stream, not only the table's writers: %s", p.table.ClockFix())
+			"holds this stream, not only the table's writers; the insert clock waits only for them: %s",
+			source.AddClockCommand(p.table.Qualified))
 	}
 	return b.String()
 }
@@ -311,6 +332,13 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		}
 	}
 	h := p.tracker.observe(o, p.kind)
+	if p.kind == inordertype.HorizonClock && !o.Clock.Stamps() {
+		p.clockStopped(o)
+		h.at = time.Time{} // an insert may write the clock itself now: nothing is read until it stamps again
+	} else if !p.clockOff.IsZero() {
+		p.log.Info().Str("table", p.table.Qualified).Msg("the insert clock stamps inserts again; reading on")
+		p.clockOff = time.Time{}
+	}
 	if p.cfg.TxHandler != nil && p.kind == inordertype.HorizonTransactions {
 		// A transactional handler may insert into the source itself, in the cursor transaction, whose rows
 		// then carry its start: read only below it.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -167,6 +168,9 @@ func horizonName(h inordertype.Horizon) string {
 
 func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Horizon) {
 	b := setup(t)
+	if horizon != inordertype.HorizonAuto {
+		b.dropClock(t) // the opt-in reads created_at
+	}
 	b.cfg.Source.Horizon = horizon
 	const aggregates = 12
 	b.db.Exec(t, `CREATE TABLE aggregates (id int PRIMARY KEY, seq int NOT NULL);
@@ -280,6 +284,7 @@ func TestAnOpenWriterStallsTheStreamVisiblyAndItsRowsArriveInOrder(t *testing.T)
 			table := "events"
 			if tc.ddl != "" {
 				b.db.Exec(t, tc.ddl)
+				pgtest.AddClock(t, b.db, tc.table)
 				table = tc.table
 				b.cfg.Source.Table = table
 			}

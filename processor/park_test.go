@@ -15,7 +15,6 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -328,7 +327,7 @@ func TestPruneKeepsParkedRows(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, res.Limit)
 	require.Contains(t, res.Limit.Note, "parked record "+idText(head))
-	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events ORDER BY created_at, id")
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	left, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
@@ -416,7 +415,7 @@ func TestNoNewRecordOvertakesAParkedOneDuringARedrive(t *testing.T) {
 	cancel()
 	wg.Wait()
 	var want []int64
-	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events WHERE aggregate_id = 'a' ORDER BY created_at, id")
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events WHERE aggregate_id = 'a' ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	want, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
@@ -430,7 +429,7 @@ func TestNoNewRecordOvertakesAParkedOneDuringARedrive(t *testing.T) {
 func TestAPartitionParksAKey(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 3))
+	b.partitionIndex(t, 3)
 	b.cfg.OnHalt = processor.OnHaltPark
 	b.cfg.Process = "split"
 	keys := []string{"a", "b", "c", "d", "e", "f"}

@@ -13,7 +13,6 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -58,7 +57,10 @@ func TestPartitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T) {
 func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon inordertype.Horizon) {
 	b := setup(t)
 	b.cfg.Source.Horizon = horizon
-	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
+	if horizon != inordertype.HorizonAuto {
+		b.dropClock(t) // the opt-in reads created_at
+	}
+	b.partitionIndex(t, 4)
 	d := &deliveries{by: map[string]int{}, seen: map[int64]int{}}
 	instance := func(name string) processor.Config[event] {
 		cfg := b.cfg
@@ -114,7 +116,7 @@ func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon inord
 func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
+	b.partitionIndex(t, 4)
 	cfg := b.cfg
 	cfg.Process = "split"
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 4, Slots: 1})
@@ -139,7 +141,7 @@ func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	err = noIndex.Run(ctx)
 	require.ErrorIs(t, err, processor.ErrInvalidSource)
 	require.Contains(t, err.Error(), `no index serves the partitioned read on public.events; create one`)
-	require.Contains(t, err.Error(), `CREATE INDEX CONCURRENTLY IF NOT EXISTS "events_aggregate_id_p4_idx" ON "public"."events" (((hashtextextended(coalesce("aggregate_id"::text, ''), 0) & 2147483647) % 4), "created_at", "id")`)
+	require.Contains(t, err.Error(), `CREATE INDEX CONCURRENTLY IF NOT EXISTS "events_aggregate_id_p4_idx" ON "public"."events" (((hashtextextended(coalesce("aggregate_id"::text, ''), 0) & 2147483647) % 4), (coalesce("inorder_at", "created_at")), "id")`)
 }
 
 // A partitioned process stopped before its coordination connected stops cleanly, as one stream does: a
@@ -162,7 +164,7 @@ func TestPartitionedProcessStoppedWhileConnectingStopsCleanly(t *testing.T) {
 func TestRepartitionIsRefusedWhileAnInstanceRuns(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 2))
+	b.partitionIndex(t, 2)
 	cfg := b.cfg
 	cfg.Process = "busy"
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})

@@ -45,11 +45,14 @@ type Processor[T any] struct {
 	flusher    handlers.Flusher
 	obs        Observer
 
-	table    *source.Table
-	tracker  *tracker
-	kind     inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
-	cur      *store.Repository
-	deadline *handlerDeadline
+	table   *source.Table
+	tracker *tracker
+	kind    inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
+	// clockOff is since when the insert clock's trigger has been found gone or disabled (zero while it
+	// stamps), and clockWarned when that was last said.
+	clockOff, clockWarned time.Time
+	cur                   *store.Repository
+	deadline              *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
@@ -393,6 +396,9 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	t, err := source.Inspect(checks, conn, src)
+	if err == nil && t.Refusal != nil {
+		err = t.Refusal
+	}
 	if err != nil {
 		p.abandon(work)
 		return err

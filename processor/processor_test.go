@@ -19,7 +19,7 @@ func TestDeliversInOrderWithTies(t *testing.T) {
 	b.db.Exec(t, `INSERT INTO events (aggregate_id, seq, created_at) SELECT 'a', g, now() FROM generate_series(1, 25) g`)
 	want := b.insert(t, 30)
 	var first []int64
-	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events ORDER BY created_at, id")
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM events ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	for rows.Next() {
 		var id int64

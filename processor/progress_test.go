@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
@@ -74,6 +75,7 @@ func (c *blobCollector) snapshot() ([]int64, []bool) {
 func slowLink(t *testing.T, b *bundle, logs *logBuffer, h *blobCollector) (*tcpproxy.Proxy, processor.Config[blob]) {
 	t.Helper()
 	b.db.Exec(t, blobsDDL)
+	pgtest.AddClock(t, b.db, "blobs") // its rows are older than the clock: ordered by created_at
 	proxy, cc := b.through(t)
 	proxy.Trickle(linkRate)
 	return proxy, processor.Config[blob]{

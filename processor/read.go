@@ -129,10 +129,9 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, coun
 	var r readResult[T]
 	r.items = make([]item[T], 0, capacity)
 	var err error
-	hidden := p.table.Hidden(counted)
-	hr := &hiddenRow{Rows: rows, n: hidden}
+	lay := p.table.Layout(counted)
+	hr := &hiddenRow{Rows: rows, n: lay.Hidden}
 	var posScan positionScanner
-	traced := p.table.Spec.TraceColumn != ""
 	for rows.Next() {
 		raw := rows.RawValues()
 		received := rowBytes(raw)
@@ -140,28 +139,38 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, coun
 			r.full = true
 			break
 		}
-		if counted {
-			n, serr := sizeOf(rows.FieldDescriptions()[hidden-2], raw[hidden-2])
+		if lay.Size >= 0 {
+			n, serr := sizeOf(rows.FieldDescriptions()[lay.Size], raw[lay.Size])
 			if serr != nil {
 				return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
 			}
 			r.sized += n
-			r.more = boolOf(raw[hidden-1])
+			r.more = boolOf(raw[lay.Size+1])
 		}
 		r.received, r.largest = r.received+received, max(r.largest, received)
 		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
 		var key *string
-		if err := posScan.scan(rows, &it.rec.CreatedAt, &it.rec.ID, &key); err != nil {
+		var at time.Time
+		if lay.CreatedAt < 0 {
+			err = posScan.scan(rows, &at, &it.rec.ID, &key)
+			it.rec.CreatedAt = at
+		} else {
+			var stamped *time.Time // the application's created_at, which may be NULL where the clock orders
+			if err = posScan.scan(rows, &at, &it.rec.ID, &key, &stamped); err == nil && stamped != nil {
+				it.rec.CreatedAt = *stamped
+			}
+		}
+		if err != nil {
 			return readResult[T]{}, fmt.Errorf("read %s: position columns: %w", p.table.Qualified, err)
 		}
 		if key != nil {
 			it.rec.Key = *key
 		}
-		if traced && raw[3] != nil { // text either way: no decoding plan needed
-			it.tr = &itemTrace{traceContext: traceContext{parent: string(raw[3]), state: string(raw[4])}}
+		if lay.Trace >= 0 && raw[lay.Trace] != nil { // text either way: no decoding plan needed
+			it.tr = &itemTrace{traceContext: traceContext{parent: string(raw[lay.Trace]), state: string(raw[lay.Trace+1])}}
 		}
 		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
-		it.pos = inordertype.Position{CreatedAt: it.rec.CreatedAt, ID: it.rec.ID}
+		it.pos = inordertype.Position{CreatedAt: at.UTC(), ID: it.rec.ID}
 		r.items = append(r.items, it)
 		last := &r.items[len(r.items)-1]
 		if p.positional != nil {
@@ -213,7 +222,7 @@ func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[r.n:] }
 // positionScanner decodes the position and key columns in front of each row, leaving the rest to the scan
 // function. It plans each column's decoding once per read, not once per row.
 type positionScanner struct {
-	plans [3]pgtype.ScanPlan
+	plans [4]pgtype.ScanPlan
 }
 
 func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {

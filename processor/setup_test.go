@@ -16,6 +16,7 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -116,6 +117,7 @@ func setup(t *testing.T) *bundle {
 	t.Helper()
 	db := pgtest.New(t)
 	db.Exec(t, eventsDDL)
+	pgtest.AddClock(t, db, "events")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	h := newCollector()
@@ -172,6 +174,27 @@ func (b *bundle) position(t *testing.T, process string) (time.Time, string) {
 		s = *id
 	}
 	return *at, s
+}
+
+// dropClock takes the insert clock off the events table again: for a test of the opt-ins that read a
+// table without it by created_at (inordertype.HorizonWriters, HorizonTransactions).
+func (b *bundle) dropClock(t *testing.T) {
+	t.Helper()
+	b.db.Exec(t, "DROP TRIGGER inorder_insert_clock ON events; ALTER TABLE events DROP COLUMN inorder_at")
+}
+
+// partitionIndex creates the index an n-way partitioned process over events needs: by the insert clock,
+// or by created_at once the clock is dropped.
+func (b *bundle) partitionIndex(t *testing.T, n int) {
+	t.Helper()
+	var clocked bool
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_attribute
+		WHERE attrelid = 'events'::regclass AND attname = 'inorder_at' AND NOT attisdropped)`).Scan(&clocked))
+	at := "created_at"
+	if clocked {
+		at = source.ClockAtExpr("created_at")
+	}
+	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", at, "id", n))
 }
 
 // waitFor is the tests' one wait: 20s, every 5ms.

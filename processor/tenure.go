@@ -57,15 +57,45 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 		return nil
 	}
 	src := p.table.Spec
-	src.Table = p.table.Qualified
-	if err := p.cur.SetSource(work, src); err != nil {
+	src.Table, src.Horizon = p.table.Qualified, p.kind
+	before, changed, err := p.cur.SetSource(work, src)
+	if err != nil {
 		return err
+	}
+	if changed && before.Table != "" && before.Horizon != inordertype.HorizonClock && p.kind == inordertype.HorizonClock {
+		if err := p.takeUpClock(work, before.Horizon); err != nil {
+			return err
+		}
 	}
 	// Whatever an instance that crashed mid-window left there is not in flight any more.
 	if err := p.cur.SetInFlight(work, store.InFlight{}); err != nil {
 		return err
 	}
 	p.tenure.sourceSaved = true
+	return nil
+}
+
+// takeUpClock moves the position of a process that read its table by created_at (under the horizon
+// recorded) back to just before the insert clock was added, when it stands after that, as it first reads
+// the table by the clock. A row inserted since may carry a created_at earlier than the position (the
+// application wrote it) and an insert clock later than it: reading on from the position by the clock
+// would pass it. So what lies between is delivered again, never skipped. A position before the clock
+// stays: every row after it by the clock is after it by created_at too, or inserted since.
+func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon) error {
+	pos := p.cur.State().Position
+	back := inordertype.Position{CreatedAt: p.table.Clock.Since.Add(-p.cfg.InsertLatency).UTC()}
+	ev := p.log.Warn().Str("table", p.table.Qualified).Time("clock_since", p.table.Clock.Since).Str("was", string(was))
+	if pos.IsBeginning() || !back.CreatedAt.Before(pos.CreatedAt) {
+		ev.Str("position", pos.String()).Msg("reading by the insert clock from now on; the position is before the clock, so it stays")
+		return nil
+	}
+	p.tenure.delivered.forget() // delivered again on purpose
+	p.failing.forgetAccepted()
+	if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
+		return err
+	}
+	ev.Str("from", pos.String()).Str("to", back.String()).Msg("reading by the insert clock from now on: delivering " +
+		"again from when the clock was added, since rows inserted since may be dated earlier than the position by created_at")
 	return nil
 }
 

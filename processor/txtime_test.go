@@ -110,13 +110,15 @@ func (l *txTimeLoad) run(ctx context.Context, rng *rand.Rand, aggregates int) er
 func TestNoRowIsSkippedWithTransactionTimeCreatedAt(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		ddl     string
-		insert  string
-		horizon inordertype.Horizon // for the processor under test; the control gets the writers horizon
+		name       string
+		ddl        string
+		insert     string
+		horizon    inordertype.Horizon // for the processor under test; the control gets the writers horizon
+		nowDefault bool
 	}{
 		{name: "DEFAULT now()", ddl: "ALTER TABLE events ALTER COLUMN created_at SET DEFAULT now()",
-			insert: "INSERT INTO events (aggregate_id, seq) VALUES ($1, $2) RETURNING id"},
+			insert:  "INSERT INTO events (aggregate_id, seq) VALUES ($1, $2) RETURNING id",
+			horizon: inordertype.HorizonTransactions, nowDefault: true},
 		{name: "now() written by the application", ddl: "ALTER TABLE events ALTER COLUMN created_at DROP DEFAULT",
 			insert:  "INSERT INTO events (aggregate_id, seq, created_at) VALUES ($1, $2, now()) RETURNING id",
 			horizon: inordertype.HorizonTransactions},
@@ -124,6 +126,7 @@ func TestNoRowIsSkippedWithTransactionTimeCreatedAt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
+			b.dropClock(t) // the opt-in that reads created_at, as a table without the insert clock is read
 			const aggregates = 16
 			b.db.Exec(t, tc.ddl+`;
 				CREATE TABLE aggregates (id int PRIMARY KEY, seq int NOT NULL);
@@ -144,7 +147,7 @@ func TestNoRowIsSkippedWithTransactionTimeCreatedAt(t *testing.T) {
 			ccfg := b.cfg
 			ccfg.Process, ccfg.Handler = "control", control
 			ccfg.Source.Horizon = inordertype.HorizonWriters
-			if tc.horizon == inordertype.HorizonAuto {
+			if tc.nowDefault {
 				// The writers horizon is refused on a column that defaults to now(), rightly: the control
 				// reads a copy of every row, written by a trigger in the row's own transaction at its insert,
 				// from a table whose created_at has no default.
@@ -295,7 +298,7 @@ func TestAnOpenTransactionElsewhereHoldsATransactionTimeStream(t *testing.T) {
 	ccfg := b.cfg
 	ccfg.Process, ccfg.Handler = "clock", clock
 	ncfg := b.cfg
-	ncfg.Source.Table = "nevents"
+	ncfg.Source.Table, ncfg.Source.Horizon = "nevents", inordertype.HorizonTransactions // the opt-in for now()
 	ncfg.HoldWarnAfter = time.Second
 	// The processors connect as a role that may only read the sources and inorder's own tables.
 	role := restrictedRole(t, b, "events")
@@ -354,6 +357,8 @@ func TestAnOpenTransactionElsewhereHoldsATransactionTimeStream(t *testing.T) {
 func TestAChangedDefaultNeverSkips(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.dropClock(t)
+	b.cfg.Source.Horizon = inordertype.HorizonWriters // the opt-in for a created_at only the database sets
 	ctx := context.Background()
 	start(t, b.cfg)
 	before := b.insert(t, 2)

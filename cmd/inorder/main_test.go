@@ -145,6 +145,7 @@ func setup(t *testing.T) *bundle {
 			created_at  timestamptz NOT NULL DEFAULT clock_timestamp()
 		);
 		CREATE INDEX ON bookings (created_at, id)`)
+	pgtest.AddClock(t, db, "bookings") // inorder migrate --table bookings, as the README says
 	return &bundle{db: db, env: []string{"DATABASE_URL=" + db.URL}}
 }
 
@@ -340,7 +341,11 @@ func TestBadInputGetsOneClearLine(t *testing.T) {
 		{"unknown column", b.env, []string{"run", "--process", "p2", "--table", "bookings", "--columns", "id,colour"}, 1,
 			`selected column "colour" does not exist in public.bookings`},
 		{"bad checkpoint", b.env, runArgs("--checkpoint", "sometimes"), 2, `--checkpoint must be record or batch, got "sometimes"`},
-		{"bad horizon", b.env, runArgs("--horizon", "soon"), 2, `--horizon: horizon "soon" is none of auto, writers and transactions`},
+		{"bad horizon", b.env, runArgs("--horizon", "soon"), 2, `--horizon: horizon "soon" is none of auto, clock, writers and transactions`},
+		{"a table without the insert clock", b.env, []string{"run", "--process", "p4", "--table", "nbookings"}, 1,
+			`public.nbookings has no insert clock, so a created_at the application writes (an ORM writes it whatever the column's default says) can date a row earlier than rows already delivered, and it would be skipped; add the clock, online and without a rewrite: inorder migrate --table public.nbookings`},
+		{"an opt-in on a table with the clock", b.env, runArgs("--horizon", "transactions"), 1,
+			`public.bookings has inorder's insert clock, which orders it whoever writes created_at; the transactions horizon orders by created_at instead`},
 		{"writers horizon on a now() default", b.env, []string{"run", "--process", "p3", "--table", "nbookings", "--horizon", "writers"}, 1,
 			`public.nbookings.created_at defaults to now(), and rows that take this default would be skipped by the writers horizon`},
 		{"invalid database url", []string{"DATABASE_URL=postgres://u:hunter2@host:notaport/db"}, []string{"run", "--process", "p", "--table", "t"}, 2,
@@ -418,6 +423,35 @@ func metricsAddr(t *testing.T, p *proc) string {
 		return false
 	}, 20*time.Second, 5*time.Millisecond, p.logs())
 	return addr
+}
+
+// TestMigrateTableGivesTheInsertClock: what the refusal of a table without the clock says to run does
+// what it says: `inorder migrate --table` adds it, and run then starts; --print prints it.
+func TestMigrateTableGivesTheInsertClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `CREATE TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text);
+		CREATE INDEX ON orders (created_at, id);
+		INSERT INTO orders (created_at, note) VALUES (now() - interval '1 hour', 'before the clock')`)
+	args := []string{"run", "--process", "orders", "--table", "orders", "--start-from", "beginning", "--poll-interval", "20ms"}
+	code, _, stderr := runBinary(t, b.env, args...)
+	require.Equal(t, 1, code)
+	require.Contains(t, stderr, "inorder migrate --table public.orders")
+	code, _, stderr = runBinary(t, b.env, "migrate", "--table", "public.orders")
+	require.Zero(t, code, stderr)
+	require.Contains(t, stderr, "insert clock on public.orders in place")
+	code, stdout, _ := runBinary(t, nil, "migrate", "--print", "--table", "orders")
+	require.Zero(t, code)
+	require.Contains(t, stdout, `ALTER TABLE "orders" ADD COLUMN IF NOT EXISTS "inorder_at" timestamptz;`)
+	require.Contains(t, stdout, `CREATE INDEX CONCURRENTLY IF NOT EXISTS "orders_inorder_at_idx" ON "orders" ((coalesce("inorder_at", "created_at")), "id");`)
+
+	p := startBinary(t, b.env, args...)
+	// Dated by the application an hour back, after the first row: delivered all the same, in insert order.
+	b.db.Exec(t, `INSERT INTO orders (created_at, note) VALUES (now() - interval '2 hours', 'dated back')`)
+	require.Eventually(t, func() bool { return len(p.output()) == 2 }, 20*time.Second, 5*time.Millisecond, p.logs())
+	out := strings.Join(p.output(), "\n")
+	require.Less(t, strings.Index(out, "before the clock"), strings.Index(out, "dated back"), out)
+	require.NotContains(t, out, "inorder_at", "the clock is inorder's, not the record's")
 }
 
 func TestMigrateNotifyAndRunListen(t *testing.T) {

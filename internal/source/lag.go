@@ -38,7 +38,7 @@ func (t *Table) Behind(ctx context.Context, q Querier, pos inordertype.Position)
 	if t.Part != nil {
 		where += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
 	}
-	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
 	var lag Lag
 	var oldest *time.Time
 	sql := fmt.Sprintf(`SELECT clock_timestamp(),
@@ -59,7 +59,7 @@ func (t *Table) Behind(ctx context.Context, q Querier, pos inordertype.Position)
 
 // TailBefore is the position of the last row of t created before at (the beginning when there is none).
 func (t *Table) TailBefore(ctx context.Context, q Querier, at time.Time) (inordertype.Position, error) {
-	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
 	var when *time.Time
 	var last *string
 	sql := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[1]s < $1 ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1",

@@ -27,7 +27,7 @@ type Located struct {
 
 // Locate finds record id in t and places it relative to current.
 func (t *Table) Locate(ctx context.Context, q Querier, id string, current inordertype.Position) (Located, error) {
-	ca, idc := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, idc := t.AtExpr(""), quote(t.Spec.IDColumn)
 	var loc Located
 	var at time.Time
 	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[2]s = $1::text::%[4]s`, ca, idc, t.Ident, t.IDCast)

@@ -74,6 +74,7 @@ const horizonSQL = `
 	)
 	SELECT statement_timestamp(), transaction_timestamp(),
 	       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef AS d WHERE d.adrelid = $1::oid AND d.adnum = $2::int2),
+	       (SELECT g.tgenabled IN ('O', 'A') FROM pg_trigger AS g WHERE g.tgrelid = $1::oid AND g.tgname = $5),
 	       x.writer, x.vxid, x.pid
 	FROM (SELECT 1) AS one
 	LEFT JOIN (
@@ -95,15 +96,26 @@ const horizonSQL = `
 		  AND l.pid NOT IN (SELECT p.pid FROM pg_stat_progress_vacuum AS p WHERE p.pid IS NOT NULL)
 	) AS x ON true`
 
-// Observation is one poll of pg_locks: when it was taken, the created_at column's default at that moment,
-// and the transactions in flight by virtual transaction id: the writers of the source and every
-// transaction watched for transaction time, each with its backend pid (0 for a prepared transaction).
+// Observation is one poll of pg_locks: when it was taken, the created_at column's default and the state
+// of the insert clock's trigger at that moment, and the transactions in flight by virtual transaction id:
+// the writers of the source and every transaction watched for transaction time, each with its backend pid
+// (0 for a prepared transaction).
 type Observation struct {
-	Now          time.Time
-	TxStart      time.Time // the start of the polling transaction
-	Default      string
+	Now     time.Time
+	TxStart time.Time // the start of the polling transaction
+	Default string
+	// Clock is whether the insert clock's trigger is there (Clock.There) and fires for ordinary inserts.
+	Clock        ClockState
 	Writers, Txs map[string]int
 }
+
+// ClockState is the insert clock's trigger as a poll found it.
+type ClockState struct {
+	There, Enabled bool
+}
+
+// Stamps reports whether the trigger stamps every insert: there and enabled.
+func (c ClockState) Stamps() bool { return c.There && c.Enabled }
 
 // PollLocks reads the transactions in flight that matter to t, and the created_at column's default now.
 func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
@@ -120,7 +132,7 @@ func (t *Table) PollLocks(ctx context.Context, q Querier) (Observation, error) {
 // and reads its rows with ScanLocks.
 func (t *Table) LocksQuery() (string, []any) {
 	key := uint64(store.NoInsertLockKey)
-	return horizonSQL, []any{t.OID, t.CreatedAtNum, int64(key >> 32), int64(key & 0xffffffff)}
+	return horizonSQL, []any{t.OID, t.CreatedAtNum, int64(key >> 32), int64(key & 0xffffffff), ClockTrigger}
 }
 
 // ScanLocks reads the rows of LocksQuery's statement.
@@ -128,13 +140,16 @@ func ScanLocks(rows pgx.Rows) (Observation, error) {
 	o := Observation{Writers: map[string]int{}, Txs: map[string]int{}}
 	for rows.Next() {
 		var def, vxid *string
-		var writer *bool
+		var clock, writer *bool
 		var pid *int32
-		if err := rows.Scan(&o.Now, &o.TxStart, &def, &writer, &vxid, &pid); err != nil {
+		if err := rows.Scan(&o.Now, &o.TxStart, &def, &clock, &writer, &vxid, &pid); err != nil {
 			return Observation{}, fmt.Errorf("read transactions in flight: %w", err)
 		}
 		if def != nil {
 			o.Default = *def
+		}
+		if clock != nil {
+			o.Clock = ClockState{There: true, Enabled: *clock}
 		}
 		if vxid == nil {
 			continue

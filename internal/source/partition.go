@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/migrations"
 )
 
 // PartExpr is PartitionExpr for the table's key column, its column reference prefixed (an alias).
@@ -23,36 +25,47 @@ func PartitionExpr(keyColumn string, n int) string {
 }
 
 // PartitionIndexSQL is the index that serves the reads of an n-way partitioned process: the partition
-// expression, then the keyset columns. `inorder migrate --partition-index TABLE:KEY:N` creates it.
-func PartitionIndexSQL(table, keyColumn, createdAtColumn, idColumn string, n int) string {
+// expression, then the keyset: at, the SQL of a row's time in its position (a column name, or
+// ClockAtExpr for a table with the insert clock), and the id column. `inorder migrate --partition-index
+// TABLE:KEY:N` creates it.
+func PartitionIndexSQL(table, keyColumn, at, idColumn string, n int) string {
 	parts := strings.Split(table, ".")
 	name := parts[len(parts)-1] + "_" + keyColumn + "_p" + fmt.Sprint(n) + "_idx"
-	return fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s (%s, %s, %s)",
+	return fmt.Sprintf("CREATE INDEX CONCURRENTLY IF NOT EXISTS %s ON %s (%s, (%s), %s)",
 		pgx.Identifier{name}.Sanitize(), pgx.Identifier(parts).Sanitize(), PartitionExpr(keyColumn, n),
-		pgx.Identifier{createdAtColumn}.Sanitize(), pgx.Identifier{idColumn}.Sanitize())
+		at, pgx.Identifier{idColumn}.Sanitize())
 }
+
+// ClockAtExpr is the SQL of a row's time in its position on a table with the insert clock, whose
+// created_at column (timestamptz) is createdAt: what PartitionIndexSQL takes for such a table.
+func ClockAtExpr(createdAt string) string { return migrations.ClockExpr("", createdAt, "timestamptz") }
 
 // hasPartitionIndex looks for an index whose first column is the partition expression for n and whose
 // next are the keyset columns. Postgres prints stored expressions in a normal form that depends on the
 // key's type, so the expression is recognised by its parts.
 func hasPartitionIndex(ctx context.Context, conn Querier, t *Table, n int) (bool, error) {
 	rows, err := conn.Query(ctx, `
-		SELECT pg_get_indexdef(i.indexrelid, 1, true)
+		SELECT pg_get_indexdef(i.indexrelid, 1, true), pg_get_indexdef(i.indexrelid, 2, true)
 		FROM pg_index i
 		WHERE i.indrelid = $1 AND i.indpred IS NULL AND i.indnkeyatts >= 3 AND i.indkey[0] = 0
-		  AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $2)
-		  AND i.indkey[2] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $3)`,
-		t.OID, t.Spec.CreatedAtColumn, t.Spec.IDColumn)
+		  AND i.indkey[2] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $2)`,
+		t.OID, t.Spec.IDColumn)
 	if err != nil {
 		return false, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
 	}
-	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	type def struct{ part, at string }
+	defs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (def, error) {
+		var d def
+		err := r.Scan(&d.part, &d.at)
+		return d, err
+	})
 	if err != nil {
 		return false, fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
 	}
 	for _, d := range defs {
-		if strings.HasPrefix(d, "((hashtextextended(COALESCE(") && strings.Contains(d, t.Spec.KeyColumn) &&
-			strings.Contains(d, "2147483647") && strings.HasSuffix(d, fmt.Sprintf("%% %d::bigint)", n)) {
+		if strings.HasPrefix(d.part, "((hashtextextended(COALESCE(") && strings.Contains(d.part, t.Spec.KeyColumn) &&
+			strings.Contains(d.part, "2147483647") && strings.HasSuffix(d.part, fmt.Sprintf("%% %d::bigint)", n)) &&
+			sameExpr(d.at, t.AtExpr("")) {
 			return true, nil
 		}
 	}

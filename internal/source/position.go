@@ -10,15 +10,18 @@ import (
 // After is the keyset condition "the row comes after p" on the table's columns, its parameters numbered
 // from n, and their values. It is the one place where the three forms of a position become SQL.
 func (t *Table) After(p inordertype.Position, prefix string, n int) (cond string, args []any) {
-	ca := prefix + quote(t.Spec.CreatedAtColumn)
-	id := prefix + quote(t.Spec.IDColumn)
+	return keysetAfter(t.AtExpr(prefix), prefix+quote(t.Spec.IDColumn), t.IDCast, p, n)
+}
+
+// keysetAfter is After over the expressions ca and id of a row's position.
+func keysetAfter(ca, id, idCast string, p inordertype.Position, n int) (cond string, args []any) {
 	switch {
 	case p.IsBeginning():
 		return "true", nil
 	case p.ID == "":
 		return fmt.Sprintf("%s > $%d", ca, n), []any{p.CreatedAt}
 	default:
-		return fmt.Sprintf("(%s, %s) > ($%d, $%d::text::%s)", ca, id, n, n+1, t.IDCast), []any{p.CreatedAt, p.ID}
+		return fmt.Sprintf("(%s, %s) > ($%d, $%d::text::%s)", ca, id, n, n+1, idCast), []any{p.CreatedAt, p.ID}
 	}
 }
 
@@ -33,7 +36,7 @@ func (t *Table) After(p inordertype.Position, prefix string, n int) (cond string
 func (t *Table) ExistsAfter(p inordertype.Position, margin *time.Duration, n int) (expr string, args []any) {
 	cond, args := t.After(p, "", n)
 	if margin != nil {
-		cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", quote(t.Spec.CreatedAtColumn), n+len(args))
+		cond += fmt.Sprintf(" AND %s < clock_timestamp() - $%d::interval", t.AtExpr(""), n+len(args))
 		args = append(args, *margin)
 	}
 	if t.Part != nil {

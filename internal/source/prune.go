@@ -28,7 +28,7 @@ func Resolve(ctx context.Context, q Querier, table string) (string, error) {
 // Passed is the condition "the row is at or before p": a process at p has handled it. Its parameters
 // are numbered from n. Nothing is at or before the beginning.
 func (t *Table) Passed(p inordertype.Position, prefix string, n int) (cond string, args []any) {
-	ca := prefix + quote(t.Spec.CreatedAtColumn)
+	ca := t.AtExpr(prefix)
 	id := prefix + quote(t.Spec.IDColumn)
 	switch {
 	case p.IsBeginning():
@@ -76,7 +76,7 @@ func (t *Table) Order(ctx context.Context, q Querier, ps []inordertype.Position)
 
 // Find returns the position of record id in t.
 func (t *Table) Find(ctx context.Context, q Querier, id string) (inordertype.Position, error) {
-	ca, idc := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, idc := t.AtExpr(""), quote(t.Spec.IDColumn)
 	var at time.Time
 	pos := inordertype.Position{}
 	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[2]s = $1::text::%[4]s
@@ -116,7 +116,7 @@ func (t *Table) prunableWhere(p Prunable, prefix string) (string, []any) {
 		}
 	}
 	add(t.After(p.From, prefix, len(args)+1))
-	add(fmt.Sprintf("%s%s < $%d", prefix, quote(t.Spec.CreatedAtColumn), len(args)+1), []any{p.Cut})
+	add(fmt.Sprintf("%s < $%d", t.AtExpr(prefix), len(args)+1), []any{p.Cut})
 	return strings.Join(conds, " AND "), args
 }
 
@@ -124,7 +124,7 @@ func (t *Table) prunableWhere(p Prunable, prefix string) (string, []any) {
 // none), deleting nothing: a dry run.
 func (t *Table) CountPrunable(ctx context.Context, q Querier, p Prunable) (int64, inordertype.Position, error) {
 	where, args := t.prunableWhere(p, "")
-	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
 	sql := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s WHERE %[2]s), last.at, last.id
 		FROM (SELECT) AS one LEFT JOIN LATERAL (
 			SELECT %[3]s::timestamptz AS at, %[4]s::text AS id FROM %[1]s WHERE %[2]s ORDER BY %[3]s DESC, %[4]s DESC LIMIT 1
@@ -139,16 +139,18 @@ func (t *Table) CountPrunable(ctx context.Context, q Querier, p Prunable) (int64
 // blocked.
 func (t *Table) DeletePrunable(ctx context.Context, q Querier, p Prunable, limit int) (int64, inordertype.Position, error) {
 	where, args := t.prunableWhere(p, "")
-	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
 	sql := fmt.Sprintf(`WITH batch_end AS (
-			SELECT %[3]s, %[4]s FROM (SELECT %[3]s, %[4]s FROM %[1]s WHERE %[2]s ORDER BY %[3]s, %[4]s LIMIT $%[5]d) AS batch
-			ORDER BY %[3]s DESC, %[4]s DESC LIMIT 1),
+			SELECT inorder_at_, inorder_id_ FROM (
+				SELECT %[3]s AS inorder_at_, %[4]s AS inorder_id_ FROM %[1]s WHERE %[2]s ORDER BY %[3]s, %[4]s LIMIT $%[5]d
+			) AS batch
+			ORDER BY inorder_at_ DESC, inorder_id_ DESC LIMIT 1),
 		gone AS (
-			DELETE FROM %[1]s WHERE %[2]s AND (%[3]s, %[4]s) <= (SELECT %[3]s, %[4]s FROM batch_end)
-			RETURNING %[3]s, %[4]s)
+			DELETE FROM %[1]s WHERE %[2]s AND (%[3]s, %[4]s) <= (SELECT inorder_at_, inorder_id_ FROM batch_end)
+			RETURNING %[3]s AS inorder_at_, %[4]s AS inorder_id_)
 		SELECT (SELECT count(*) FROM gone), last.at, last.id
 		FROM (SELECT) AS one LEFT JOIN LATERAL (
-			SELECT %[3]s::timestamptz AS at, %[4]s::text AS id FROM gone ORDER BY %[3]s DESC, %[4]s DESC LIMIT 1
+			SELECT inorder_at_::timestamptz AS at, inorder_id_::text AS id FROM gone ORDER BY inorder_at_ DESC, inorder_id_ DESC LIMIT 1
 		) AS last ON true`,
 		t.Ident, where, ca, id, len(args)+1)
 	return t.scanPruned(ctx, q, sql, append(args, limit))

@@ -58,7 +58,15 @@ type Table struct {
 
 	CreatedAtNum int16               // attnum of the created_at column, to watch its default
 	Default      string              // the created_at column's default at start-up
-	Horizon      inordertype.Horizon // the horizon the source gets
+	Horizon      inordertype.Horizon // the horizon the source gets, never HorizonAuto
+	// Clock is the table's insert clock, nil when it has none.
+	Clock *Clock
+	// Refusal, when set, is why a processor must not start on the source as configured, though it can be
+	// read (an operator action reads it as its cursor row recorded it): a table without the insert clock
+	// and no opt-in, or an opt-in that the table's clock makes wrong.
+	Refusal error
+
+	createdAtType string // the created_at column's typname: timestamptz or timestamp
 }
 
 var idTypes = map[string]string{
@@ -87,6 +95,9 @@ func Inspect(ctx context.Context, conn Querier, src inordertype.Source) (*Table,
 
 	all, err := columnsOf(ctx, conn, t)
 	if err != nil {
+		return nil, err
+	}
+	if t.Clock, err = findClock(ctx, conn, t, all); err != nil {
 		return nil, err
 	}
 	cac, idc, err := t.checkColumns(src, all)
@@ -159,7 +170,7 @@ func (t *Table) checkColumns(src inordertype.Source, all []Column) (cac, idc Col
 	default:
 		return cac, idc, invalid("created_at column %s.%s is %s; it must be timestamptz or timestamp", t.Qualified, cac.Name, cac.Type)
 	}
-	t.CreatedAtNum, t.Default = cac.Num, cac.Default
+	t.CreatedAtNum, t.Default, t.createdAtType = cac.Num, cac.Default, cac.TypName
 	if err := t.chooseHorizon(src.Horizon, cac); err != nil {
 		return cac, idc, err
 	}
@@ -177,7 +188,11 @@ func (t *Table) checkColumns(src inordertype.Source, all []Column) (cac, idc Col
 	}
 
 	if len(src.Columns) == 0 {
-		t.Columns = all
+		for _, c := range all {
+			if t.Clock == nil || c.Name != ClockColumn { // the clock is inorder's, not the application's
+				t.Columns = append(t.Columns, c)
+			}
+		}
 		return cac, idc, nil
 	}
 	seen := map[string]bool{}
@@ -237,9 +252,12 @@ func (t *Table) checkIndex(ctx context.Context, conn Querier, rel relation, part
 		if !ok {
 			return invalid("no index serves the partitioned read on %s; create one (or run inorder migrate --partition-index %s:%s:%d): %s",
 				t.Qualified, t.Qualified, t.Spec.KeyColumn, part.Count,
-				PartitionIndexSQL(t.Qualified, t.Spec.KeyColumn, cac.Name, idc.Name, part.Count))
+				PartitionIndexSQL(t.Qualified, t.Spec.KeyColumn, t.AtExpr(""), idc.Name, part.Count))
 		}
 		return nil
+	}
+	if t.Horizon == inordertype.HorizonClock {
+		return t.checkClockIndex(ctx, conn, idc)
 	}
 	var indexed bool
 	err := conn.QueryRow(ctx, `
@@ -258,6 +276,30 @@ func (t *Table) checkIndex(ctx context.Context, conn Querier, rel relation, part
 			t.Qualified, idx, t.Ident, pgx.Identifier{cac.Name}.Sanitize(), pgx.Identifier{idc.Name}.Sanitize())
 	}
 	return nil
+}
+
+// checkClockIndex refuses a table with the insert clock but no index on (AtExpr, id), which `inorder
+// migrate --table` creates with the clock.
+func (t *Table) checkClockIndex(ctx context.Context, conn Querier, idc Column) error {
+	rows, err := conn.Query(ctx, `
+		SELECT pg_get_indexdef(i.indexrelid, 1, true)
+		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+		WHERE i.indrelid = $1 AND am.amname = 'btree' AND i.indpred IS NULL AND i.indnkeyatts >= 2 AND i.indisvalid
+		  AND i.indkey[0] = 0 AND i.indkey[1] = $2 AND i.indoption[0] & 1 = i.indoption[1] & 1`, t.OID, idc.Num)
+	if err != nil {
+		return fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
+	}
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("inspect indexes of %s: %w", t.Qualified, err)
+	}
+	for _, d := range defs {
+		if sameExpr(d, t.AtExpr("")) {
+			return nil
+		}
+	}
+	return invalid("no index serves the keyset read of %s by its insert clock; create it (online): %s",
+		t.Qualified, AddClockCommand(t.Qualified))
 }
 
 // relation is a table as the catalog names it.
@@ -386,18 +428,44 @@ func (t *Table) ClockFix() string {
 		t.Ident, pgx.Identifier{t.Spec.CreatedAtColumn}.Sanitize())
 }
 
-// chooseHorizon settles which horizon the source gets, from the setting and the created_at column's
-// default, and says what the choice costs.
+// chooseHorizon settles which horizon the source gets, from the setting, the table's insert clock and the
+// created_at column's default, says what the choice costs, and sets Refusal where a processor must not
+// start with it.
 func (t *Table) chooseHorizon(set inordertype.Horizon, c Column) error {
 	kind := classify(c.Default)
 	col := t.Qualified + "." + c.Name
-	switch set {
-	case inordertype.HorizonAuto:
-		if kind == kindInsert {
-			t.Horizon = inordertype.HorizonWriters
+	if t.Clock != nil {
+		switch set {
+		case inordertype.HorizonAuto, inordertype.HorizonClock:
+			t.Horizon = inordertype.HorizonClock
+			if !t.Clock.Enabled {
+				t.Warnings = append(t.Warnings, fmt.Sprintf("the insert clock's trigger on %s is disabled: the stream "+
+					"waits until it is enabled again (ALTER TABLE %s ENABLE TRIGGER %s)", t.Qualified, t.Ident, quote(ClockTrigger)))
+			}
 			return nil
 		}
+		// An operator action reads such a source as its cursor row recorded it; a processor starts on the clock.
+		t.Refusal = invalid("%s has inorder's insert clock, which orders it whoever writes created_at; the %s horizon "+
+			"orders by created_at instead, and skips a row the application dates earlier than rows already read: "+
+			"leave the horizon setting out", t.Qualified, set)
+	} else if set == inordertype.HorizonClock {
+		return invalid("%s has no insert clock; add it (online, no rewrite): %s", t.Qualified, AddClockCommand(t.Qualified))
+	}
+	switch set {
+	case inordertype.HorizonAuto:
+		// Read as before the clock (an operator action on a process recorded then); a processor refuses it.
 		t.Horizon = inordertype.HorizonTransactions
+		if kind == kindInsert {
+			t.Horizon = inordertype.HorizonWriters
+		}
+		if t.Refusal == nil {
+			t.Refusal = invalid("%s has no insert clock, so a created_at the application writes (an ORM writes it "+
+				"whatever the column's default says) can date a row earlier than rows already delivered, and it "+
+				"would be skipped; add the clock, online and without a rewrite: %s (or, if only the database "+
+				"ever sets %s, opt in: --horizon writers for clock_timestamp(), transactions for now())",
+				t.Qualified, AddClockCommand(t.Qualified), c.Name)
+		}
+		return nil
 	case inordertype.HorizonWriters:
 		if kind == kindTransaction || kind == kindOther {
 			return invalid("%s defaults to %s, and rows that take this default would be skipped by the writers horizon, "+
@@ -407,31 +475,35 @@ func (t *Table) chooseHorizon(set inordertype.Horizon, c Column) error {
 		t.Horizon = inordertype.HorizonWriters
 		if kind == kindNone {
 			t.Warnings = append(t.Warnings, fmt.Sprintf("%s has no default; the writers horizon is right only if every "+
-				"writer sets it to clock_timestamp() (a transaction-time value such as now() can be skipped); prefer: %s",
-				col, t.ClockFix()))
+				"writer sets it to clock_timestamp() (a transaction-time value such as now() can be skipped); prefer "+
+				"the insert clock: %s", col, AddClockCommand(t.Qualified)))
+		} else {
+			t.Warnings = append(t.Warnings, fmt.Sprintf("%s orders the stream by its created_at, as opted in (the writers "+
+				"horizon): a row the application dates itself, earlier than rows already read, is skipped; the insert "+
+				"clock cannot be: %s", t.Qualified, AddClockCommand(t.Qualified)))
 		}
 		return nil
 	case inordertype.HorizonTransactions:
 		t.Horizon = inordertype.HorizonTransactions
 	default:
-		return invalid("horizon %q is none of auto, writers and transactions", set)
+		return invalid("horizon %q is none of auto, clock, writers and transactions", set)
 	}
 	switch kind {
 	case kindInsert:
 	case kindTransaction:
-		t.Warnings = append(t.Warnings, fmt.Sprintf("%s defaults to %s, the start of the transaction: no row is "+
-			"skipped, but the stream waits for every transaction open in the database (a report, pg_dump, a session "+
-			"idle in transaction holds it), and rows of one key are delivered out of causal order where writers of "+
-			"that key overlap; prefer: %s", col, c.Default, t.ClockFix()))
+		t.Warnings = append(t.Warnings, fmt.Sprintf("%s defaults to %s, the start of the transaction: no row that "+
+			"takes the default is skipped, but the stream waits for every transaction open in the database (a report, "+
+			"pg_dump, a session idle in transaction holds it), and rows of one key are delivered out of causal order "+
+			"where writers of that key overlap; the insert clock has neither cost: %s", col, c.Default, AddClockCommand(t.Qualified)))
 	case kindNone:
 		t.Warnings = append(t.Warnings, fmt.Sprintf("%s has no default, so the application writes it: inorder waits "+
-			"for every transaction open in the database, which is right for now(); if writers set clock_timestamp(), "+
-			"the writers horizon waits only for them; a value from the application's own clock can be skipped "+
-			"whatever the horizon; prefer: %s", col, t.ClockFix()))
+			"for every transaction open in the database, which is right for now(); a value from the application's "+
+			"own clock can be skipped; the insert clock cannot be: %s", col, AddClockCommand(t.Qualified)))
 	default:
 		t.Warnings = append(t.Warnings, fmt.Sprintf("%s defaults to %s, which is not the database clock at insert: "+
 			"inorder waits for every transaction open in the database, which covers any transaction-time value; "+
-			"a value from outside the database can be skipped; prefer: %s", col, c.Default, t.ClockFix()))
+			"a value from outside the database can be skipped; the insert clock cannot be: %s", col, c.Default,
+			AddClockCommand(t.Qualified)))
 	}
 	return nil
 }
@@ -522,8 +594,11 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 		return t.plainReadSQL(generic, pos, horizon, limit)
 	}
 	var b strings.Builder
-	ca, id := "src."+quote(t.Spec.CreatedAtColumn), "src."+quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr("src."), "src."+quote(t.Spec.IDColumn)
 	b.WriteString("SELECT r.inorder_created_at, r.inorder_id, r.inorder_key")
+	if t.Horizon == inordertype.HorizonClock {
+		b.WriteString(", r.inorder_stamped")
+	}
 	if t.Spec.TraceColumn != "" {
 		b.WriteString(", r.inorder_traceparent, r.inorder_tracestate")
 	}
@@ -566,7 +641,7 @@ func (t *Table) plainReadSQL(generic bool, pos inordertype.Position, horizon tim
 	if t.Part != nil {
 		fmt.Fprintf(&b, "%s = %d AND ", t.PartExpr("src."), t.Part.Index)
 	}
-	ca, id := "src."+quote(t.Spec.CreatedAtColumn), "src."+quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr("src."), "src."+quote(t.Spec.IDColumn)
 	n := len(args) + 1
 	fmt.Fprintf(&b, "%s < $%d::timestamptz ORDER BY %s, %s LIMIT $%d", ca, n, ca, id, n+1)
 	return b.String(), append(args, horizon, limit)
@@ -577,25 +652,44 @@ func (t *Table) plainReadSQL(generic bool, pos inordertype.Position, horizon tim
 func (t *Table) RecordSQL(generic bool, pos inordertype.Position) (string, []any) {
 	var b strings.Builder
 	t.selectFrom(&b, generic)
-	fmt.Fprintf(&b, " WHERE src.%s = $1 AND src.%s = $2::text::%s", quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn), t.IDCast)
+	fmt.Fprintf(&b, " WHERE %s = $1 AND src.%s = $2::text::%s", t.AtExpr("src."), quote(t.Spec.IDColumn), t.IDCast)
 	return b.String(), []any{pos.CreatedAt, pos.ID}
 }
 
-// Hidden is how many columns a read has in front of the selected ones: the position (created_at and the
-// id) and the key, then the trace context (traceparent and tracestate) when the source has a trace
-// column, then, in a read bounded by bytes (sized), the row's size (SizeExpr) and whether a row follows it
-// below the horizon (a backlog lies behind the batch when its last row says so). A source without a trace
-// column reads no trace columns at all, and a plain read no size: every byte counts through a slow link.
-func (t *Table) Hidden(sized bool) int {
-	n := 3
+// Layout says where a read's hidden columns are, the columns in front of the selected ones: the position
+// (its time, AtExpr, and the id) and the key, then created_at when the insert clock orders the table, then
+// the trace context (traceparent and tracestate) when the source has a trace column, then, in a read
+// bounded by bytes (sized), the row's size (SizeExpr) and whether a row follows it below the horizon (a
+// backlog lies behind the batch when its last row says so). A source without a trace column reads no
+// trace columns at all, and a plain read no size: every byte counts through a slow link.
+type Layout struct {
+	// CreatedAt is created_at's column, -1 when the position's time is created_at itself.
+	CreatedAt int
+	// Trace is the traceparent's column, the tracestate's the next; -1 without a trace column.
+	Trace int
+	// Size is the row's size's column, whether a row follows the next; -1 in a plain read.
+	Size int
+	// Hidden is how many hidden columns there are.
+	Hidden int
+}
+
+// Layout is the layout of a read's hidden columns, sized or not.
+func (t *Table) Layout(sized bool) Layout {
+	l := Layout{CreatedAt: -1, Trace: -1, Size: -1, Hidden: 3}
+	if t.Horizon == inordertype.HorizonClock {
+		l.CreatedAt, l.Hidden = l.Hidden, l.Hidden+1
+	}
 	if t.Spec.TraceColumn != "" {
-		n += 2
+		l.Trace, l.Hidden = l.Hidden, l.Hidden+2
 	}
 	if sized {
-		n += 2
+		l.Size, l.Hidden = l.Hidden, l.Hidden+2
 	}
-	return n
+	return l
 }
+
+// Hidden is how many hidden columns a read has in front of the selected ones (see Layout).
+func (t *Table) Hidden(sized bool) int { return t.Layout(sized).Hidden }
 
 // textOrNull is the expression of an optional column as text: NULL when the source has none.
 func textOrNull(col string) string {
@@ -623,10 +717,12 @@ func (t *Table) selectFrom(b *strings.Builder, generic bool) {
 // hiddenColumns writes "SELECT" and the Hidden columns of a read, sized or not (in a sized read, within
 // the window w).
 func (t *Table) hiddenColumns(b *strings.Builder, sized bool) {
-	ca := "src." + quote(t.Spec.CreatedAtColumn)
 	id := "src." + quote(t.Spec.IDColumn)
 	key := textOrNull(t.Spec.KeyColumn)
-	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", ca, id, key)
+	fmt.Fprintf(b, "SELECT %s AS inorder_created_at, %s::text AS inorder_id, %s AS inorder_key", t.AtExpr("src."), id, key)
+	if t.Horizon == inordertype.HorizonClock {
+		fmt.Fprintf(b, ", src.%s AS inorder_stamped", quote(t.Spec.CreatedAtColumn))
+	}
 	if t.Spec.TraceColumn != "" {
 		fmt.Fprintf(b, ", %s AS inorder_traceparent, %s AS inorder_tracestate", textOrNull(t.Spec.TraceColumn), textOrNull(t.Spec.TraceStateColumn))
 	}
@@ -638,7 +734,7 @@ func (t *Table) hiddenColumns(b *strings.Builder, sized bool) {
 // Before returns the position just before the row at pos: that of the row before it, or the beginning
 // when there is none. A prune bounded there keeps the row at pos.
 func (t *Table) Before(ctx context.Context, q Querier, pos inordertype.Position) (inordertype.Position, error) {
-	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
+	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
 	sql := fmt.Sprintf(`SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s
 		WHERE (%[1]s, %[2]s) < ($1, $2::text::%[4]s) ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1`, ca, id, t.Ident, t.IDCast)
 	var at time.Time

@@ -35,13 +35,13 @@ func (t *Table) Recheck(ctx context.Context, q Querier, pos inordertype.Position
 	for i, p := range ps {
 		ats[i], ids[i] = p.CreatedAt, p.ID
 	}
-	ca, id := quote(t.Spec.CreatedAtColumn), quote(t.Spec.IDColumn)
-	cond, args := t.After(pos, "u.", 3)
+	cond, args := keysetAfter("u.inorder_at_", "u.inorder_id_", t.IDCast, pos, 3)
 	sql := fmt.Sprintf(`
-		SELECT (u.inorder_ord - 1)::int, %[5]s, EXISTS (SELECT 1 FROM %[1]s AS s WHERE s.%[2]s = u.%[2]s AND s.%[3]s = u.%[3]s)
-		FROM (SELECT x.a AS %[2]s, x.i::text::%[4]s AS %[3]s, x.n AS inorder_ord
+		SELECT (u.inorder_ord - 1)::int, %[5]s,
+		       EXISTS (SELECT 1 FROM %[1]s AS s WHERE %[2]s = u.inorder_at_ AND s.%[3]s = u.inorder_id_)
+		FROM (SELECT x.a AS inorder_at_, x.i::text::%[4]s AS inorder_id_, x.n AS inorder_ord
 		      FROM unnest($1::timestamptz[], $2::text[]) WITH ORDINALITY AS x(a, i, n)) AS u
-		ORDER BY u.inorder_ord`, t.Ident, ca, id, t.IDCast, cond)
+		ORDER BY u.inorder_ord`, t.Ident, t.AtExpr("s."), quote(t.Spec.IDColumn), t.IDCast, cond)
 	rows, err := q.Query(ctx, sql, append([]any{ats, ids}, args...)...)
 	if err != nil {
 		return r, fmt.Errorf("look up delivered records: %w", err)

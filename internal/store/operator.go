@@ -45,9 +45,9 @@ func LockForAction(ctx context.Context, tx pgx.Tx, name string) (ActionRow, bool
 	st, ok, err := scanState(tx.QueryRow(ctx, `
 		SELECT `+effectiveStateColumns+`,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), source_partition, source_partitions, partitions
+		       coalesce(source_key_column, ''), coalesce(source_horizon, ''), source_partition, source_partitions, partitions
 		FROM inorder.cursor `+joinPosition+` WHERE process_name = $1 FOR UPDATE OF cursor`, name),
-		&row.Source.Table, &row.Source.IDColumn, &row.Source.CreatedAtColumn, &row.Source.KeyColumn, &part, &parts,
+		&row.Source.Table, &row.Source.IDColumn, &row.Source.CreatedAtColumn, &row.Source.KeyColumn, &row.Source.Horizon, &part, &parts,
 		&partitions)
 	if err != nil || !ok {
 		return row, ok, err

@@ -2,9 +2,11 @@ package store
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inorder-dev/inorder/inordertype"
@@ -124,27 +126,36 @@ func (r *Repository) Unregister(ctx context.Context) error {
 	return nil
 }
 
-// SetSource records which table and columns the process reads (Table qualified), so status can measure
-// what is behind.
-func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) error {
+// SetSource records which table and columns the process reads (Table qualified) and the horizon that
+// orders its position, so status can measure what is behind. It returns the source the row recorded before
+// when this changed it (the zero Source when it recorded none: a process that never ran), and changed
+// false when the row already said the same.
+func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (before inordertype.Source, changed bool, err error) {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	if r.tx == nil {
-		return fmt.Errorf("set source of cursor %q: %w", r.name, ErrNotLocked)
+		return before, false, fmt.Errorf("set source of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	var part, parts any
 	if src.Partition != nil {
 		part, parts = src.Partition.Index, src.Partition.Count
 	}
-	tag, err := r.tx.Exec(ctx, `
+	err = r.tx.QueryRow(ctx, `
+		WITH prev AS (SELECT source_table, source_horizon FROM inorder.cursor WHERE process_name = $1)
 		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
-		       source_key_column = $5, source_partition = $6, source_partitions = $7
+		       source_key_column = $5, source_partition = $6, source_partitions = $7, source_horizon = $8
 		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column, source_key_column,
-		      source_partition, source_partitions) IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int)`,
-		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts)
-	if err != nil {
-		return fmt.Errorf("set source of cursor %q: %w", r.name, err)
+		      source_partition, source_partitions, source_horizon)
+		      IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int, $8)
+		RETURNING (SELECT coalesce(source_table, '') FROM prev), (SELECT coalesce(source_horizon, '') FROM prev)`,
+		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts, string(src.Horizon)).
+		Scan(&before.Table, &before.Horizon)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return inordertype.Source{}, false, nil
 	}
-	r.dirty = r.dirty || tag.RowsAffected() > 0
-	return nil
+	if err != nil {
+		return before, false, fmt.Errorf("set source of cursor %q: %w", r.name, err)
+	}
+	r.dirty = true
+	return before, true, nil
 }
