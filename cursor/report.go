@@ -115,6 +115,7 @@ type infoJSON struct {
 	Hold           *holdJSON            `json:"hold"`
 	InFlight       *inFlightJSON        `json:"in_flight"`
 	Parked         *parkedJSON          `json:"parked"`
+	Late           *lateJSON            `json:"late"`
 	Error          string               `json:"error,omitempty"`
 	UpdatedAt      time.Time            `json:"updated_at"`
 }
@@ -171,6 +172,11 @@ type parkedJSON struct {
 	OldestRecordAt time.Time `json:"oldest_record_created_at"`
 }
 
+type lateJSON struct {
+	Rows   int64     `json:"rows"`
+	LastAt time.Time `json:"last_at"`
+}
+
 type inFlightJSON struct {
 	Records     int       `json:"records"`
 	OldestSince time.Time `json:"oldest_since"`
@@ -208,6 +214,9 @@ func (in Info) report() infoJSON {
 		r.Parked = &parkedJSON{Keys: in.ParkedKeys, Records: in.ParkedRecords, Since: in.ParkedSince.UTC(),
 			AgeSeconds: max(0, time.Since(in.ParkedSince).Seconds()), OldestRecordID: in.OldestParked.ID,
 			OldestRecordAt: in.OldestParked.CreatedAt.UTC()}
+	}
+	if in.LateRows > 0 {
+		r.Late = &lateJSON{Rows: in.LateRows, LastAt: in.LateAt.UTC()}
 	}
 	if s := in.Source; s.Table != "" {
 		r.Source = &sourceJSON{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn,

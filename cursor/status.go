@@ -66,6 +66,12 @@ type Info struct {
 	ParkedRecords int
 	ParkedSince   time.Time
 	OldestParked  *inordertype.Position
+	// LateRows counts the rows a processor found committed behind the position after it had passed them,
+	// and LateAt is when it last found one (zero when it never did). With the insert clock there should be
+	// none; with the writers or transactions opt-in, a created_at the application wrote early makes them.
+	// They were not delivered: the processor's log says where they lie, and a rewind delivers them.
+	LateRows int64
+	LateAt   time.Time
 	// RecordsHandled counts the records the process advanced past since it was registered.
 	RecordsHandled int64
 	// Throughput is records per second over roughly the last minute (one to two minutes of history).
@@ -126,7 +132,8 @@ func infoOf(c store.CursorRow) Info {
 		Locked: c.LeaseRuns, HeldByPID: c.HeldByPID, HeldSince: c.HeldSince, UpdatedAt: c.UpdatedAt,
 		Epoch: c.Epoch, OwnerSince: c.OwnerSince, LeaseExpiresAt: c.LeaseExpiresAt,
 		InFlight: c.InFlight, InFlightSince: c.InFlightSince, RecordsHandled: c.RecordsHandled, Throughput: c.Throughput,
-		ParkedKeys: c.ParkedKeys, ParkedRecords: c.ParkedRecords, ParkedSince: c.ParkedSince, OldestParked: c.OldestParked}
+		ParkedKeys: c.ParkedKeys, ParkedRecords: c.ParkedRecords, ParkedSince: c.ParkedSince, OldestParked: c.OldestParked,
+		LateRows: c.LateRows, LateAt: c.LateAt}
 	if in.Locked {
 		in.Holder = c.Owner
 	}

@@ -19,3 +19,9 @@ $$;
 -- before this version). A process that takes up the clock after reading by created_at moves its position
 -- back to when the clock was added, since rows inserted since may be dated before it by created_at.
 ALTER TABLE inorder.cursor ADD COLUMN source_horizon text;
+
+-- Rows a processor found committed behind its position after it had passed them: with the insert clock
+-- none should ever be, so each is counted here (and logged, with where it lies) rather than passed in
+-- silence. late_at is when the last was found.
+ALTER TABLE inorder.cursor ADD COLUMN late_rows bigint NOT NULL DEFAULT 0;
+ALTER TABLE inorder.cursor ADD COLUMN late_at timestamptz;

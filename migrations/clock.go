@@ -9,29 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder-dev/inorder/internal/clock"
 )
 
-const (
-	// ClockColumn is the insert clock's column (see AddClock).
-	ClockColumn = "inorder_at"
-	// ClockTrigger is the name of the trigger that sets ClockColumn at every insert.
-	ClockTrigger = "inorder_insert_clock"
-	// ClockFunction is the trigger's function, created by migration 14.
-	ClockFunction = "inorder.insert_clock"
-)
-
-// ClockExpr is the SQL of a row's time in its position on a table with the insert clock, its column
-// references prefixed (an alias and its dot, or ""): the clock, or for a row older than the clock its
-// created_at column createdAt, of typname typ (timestamptz, or timestamp, read as UTC: AT TIME ZONE with
-// a constant zone is immutable, as an index expression must be, where the cast that comparing it with
-// timestamptz makes is not).
-func ClockExpr(prefix, createdAt, typ string) string {
-	ca := prefix + pgx.Identifier{createdAt}.Sanitize()
-	if typ == "timestamp" {
-		ca = "(" + ca + " AT TIME ZONE 'UTC')"
-	}
-	return fmt.Sprintf("coalesce(%s%s, %s)", prefix, pgx.Identifier{ClockColumn}.Sanitize(), ca)
-}
+// ClockColumn is the insert clock's column, which AddClock adds to a table: leave it out of what the
+// application writes (whatever it writes, the trigger overwrites it).
+const ClockColumn = clock.Column
 
 // clockIndexSQL is the index that serves the keyset read of a table ident ordered by the insert clock.
 func clockIndexSQL(ident, name, createdAt, typ, id string, concurrently bool) string {
@@ -40,7 +24,7 @@ func clockIndexSQL(ident, name, createdAt, typ, id string, concurrently bool) st
 		how = "INDEX"
 	}
 	return fmt.Sprintf("CREATE %s IF NOT EXISTS %s ON %s ((%s), %s)", how, pgx.Identifier{name}.Sanitize(), ident,
-		ClockExpr("", createdAt, typ), pgx.Identifier{id}.Sanitize())
+		clock.Expr("", createdAt, typ), pgx.Identifier{id}.Sanitize())
 }
 
 // ClockOpts tune AddClock.
@@ -174,7 +158,7 @@ func (t *clockTable) stampOnce(ctx context.Context, conn *pgx.Conn, timeout time
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	var there bool
 	if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2 AND tgparentid = 0)`,
-		t.oid, ClockTrigger).Scan(&there); err != nil {
+		t.oid, clock.Trigger).Scan(&there); err != nil {
 		return fmt.Errorf("insert clock on %s: %w", t.ident, err)
 	}
 	if there {
@@ -204,7 +188,7 @@ func clockStatements(ident string) []string {
 		fmt.Sprintf("ALTER TABLE %s ALTER COLUMN %s SET DEFAULT clock_timestamp()", ident, col),
 		fmt.Sprintf(`DO $inorder$ BEGIN EXECUTE format('CREATE TRIGGER %s BEFORE INSERT ON %s FOR EACH ROW EXECUTE FUNCTION %s(%%L)',
 			to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"')); END $inorder$`,
-			pgx.Identifier{ClockTrigger}.Sanitize(), strings.ReplaceAll(ident, "'", "''"), ClockFunction),
+			pgx.Identifier{clock.Trigger}.Sanitize(), strings.ReplaceAll(ident, "'", "''"), clock.Function),
 	}
 }
 

@@ -64,6 +64,11 @@
 //	                                                 or another instance's tenure in between sends again)
 //	inorder_parked_keys, _records        gauge      keys parked (processor.OnHaltPark) and their records;
 //	inorder_parked_oldest_seconds        gauge      how long the key parked longest has been (with the lag)
+//	inorder_tracking                     gauge      1 for the tracking the position was last recorded under,
+//	                                                 labelled tracking: clock, writers or transactions (with
+//	                                                 the lag)
+//	inorder_late_rows                    gauge      rows found committed behind the position after the
+//	                                                 process passed them, never delivered (with the lag)
 //	inorder_xmin_held_seconds            gauge      how long the database's xmin horizon (vacuum's) has been
 //	                                                 held by its longest holder, once past the threshold
 //	                                                 (SetXminHoldAfter, a minute by default); 0 otherwise

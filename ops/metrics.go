@@ -52,7 +52,7 @@ type Metrics struct {
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	resent                                      *prometheus.CounterVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
-	tracking                                    *prometheus.GaugeVec
+	tracking, late                              *prometheus.GaugeVec
 
 	// The database's xmin horizon, looked at with the lag: the longest hold past the threshold, one
 	// series per holder past it, and the looks that failed. The series are the database's, not a
@@ -120,7 +120,7 @@ func NewMetrics() *Metrics {
 		unavailable:    perProcessGauge("inorder_sink_unavailable", "1 while the stream waits for a sink that refuses what every record would meet (a wrong URL, a revoked key, a missing topic, a sink down), else 0: nothing is halted or parked for it."),
 		hold:           perProcessGauge("inorder_horizon_hold_seconds", "How long the transaction holding the horizon back has been in flight; 0 when none."),
 		locked:         perProcessGauge("inorder_cursor_locked", "1 while this instance owns the process, else 0."),
-		position:       perProcessGauge("inorder_position_timestamp_seconds", "created_at of the position as last advanced by this instance, in Unix seconds; 0 until then."),
+		position:       perProcessGauge("inorder_position_timestamp_seconds", "The time of the position as last advanced by this instance (its insert clock's, or created_at where the table is read by it), in Unix seconds; 0 until then."),
 		connected:      perProcessGauge("inorder_connected", "1 while the processor has a working database connection, 0 while it is starting or reconnecting."),
 		lagRows:        perProcessGauge("inorder_lag_rows", "Committed source rows after the durable position, counted up to 1000000."),
 		lagSeconds:     perProcessGauge("inorder_lag_seconds", "Age of the oldest source row after the durable position, by the database clock; 0 when none."),
@@ -136,6 +136,8 @@ func NewMetrics() *Metrics {
 			Help: "1 for the tracking a process's position was last recorded under (clock: inorder's insert clock; " +
 				"writers or transactions: created_at, as opted in, which a created_at the application writes can defeat); measured with the lag.",
 		}, []string{"process", "tracking"}),
+		late: perProcessGauge("inorder_late_rows", "Rows found committed behind the position after the process passed them, "+
+			"not delivered, since it was registered (none with the insert clock); measured with the lag."),
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
@@ -160,7 +162,7 @@ func NewMetrics() *Metrics {
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.xminHeld, m.xminHolder, m.xminErrors,
+		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.late, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -489,6 +491,11 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 	m.lagRows.WithLabelValues(name).Set(float64(rows))
 	m.lagSeconds.WithLabelValues(name).Set(age)
 	m.noteParked(name, p.Streams)
+	var late int64
+	for _, pi := range p.Streams {
+		late += pi.LateRows
+	}
+	m.late.WithLabelValues(name).Set(float64(late))
 	if h := p.Streams[0].Source.Horizon; h != "" {
 		for _, k := range []inordertype.Horizon{inordertype.HorizonClock, inordertype.HorizonWriters, inordertype.HorizonTransactions} {
 			m.tracking.WithLabelValues(name, string(k)).Set(b2f(k == h))

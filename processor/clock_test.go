@@ -2,6 +2,7 @@ package processor_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
@@ -259,4 +261,40 @@ func TestTakingUpTheClockDeliversAgainWhatItCouldPass(t *testing.T) {
 		return false
 	})
 	require.NoError(t, stop())
+}
+
+// TestALateRowIsCountedAndReported: with the writers opt-in, a row the application dates earlier than rows
+// already delivered commits behind the position and is not delivered; it is counted in the cursor row,
+// which status shows, not passed in silence.
+func TestALateRowIsCountedAndReported(t *testing.T) {
+	t.Parallel()
+	defer processor.SetLateAfter(200 * time.Millisecond)()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	db.Exec(t, outboxDDL("DEFAULT clock_timestamp()"))
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	sink := &stampedSink{}
+	start(t, processor.Config[stamped]{
+		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source: inordertype.Source{Table: "outbox", Horizon: inordertype.HorizonWriters}, Handler: sink,
+		PollInterval: 20 * time.Millisecond,
+	})
+	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('a'), ('a')")
+	waitFor(t, "the first rows", func() bool { return len(sink.delivered()) == 2 })
+	db.Exec(t, "INSERT INTO outbox (aggregate_id, created_at) VALUES ('late', clock_timestamp() - interval '1 minute')")
+	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('a')") // the stream goes on after it
+	late := func() int64 {
+		infos, err := cursor.List(ctx, db.Pool, "relay")
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		return infos[0].LateRows
+	}
+	waitFor(t, "the late row counted", func() bool { return late() == 1 })
+	require.Len(t, sink.delivered(), 3, "it was not delivered, and nothing else was missed")
+	infos, err := cursor.List(ctx, db.Pool, "relay")
+	require.NoError(t, err)
+	out, err := json.Marshal(infos[0])
+	require.NoError(t, err)
+	require.Contains(t, string(out), `"late":{"rows":1,"last_at":`)
 }

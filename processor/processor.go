@@ -48,6 +48,8 @@ type Processor[T any] struct {
 	table   *source.Table
 	tracker *tracker
 	kind    inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
+	// late watches the spans delivered for rows that commit behind the position (late.go).
+	late lateWatch
 	// clockOff is since when the insert clock's trigger has been found gone or disabled (zero while it
 	// stamps), and clockWarned when that was last said.
 	clockOff, clockWarned time.Time
@@ -590,6 +592,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err := p.noteHold(work, h); err != nil {
 		return 0, 0, err
 	}
+	if err := p.countLate(work); err != nil {
+		return 0, 0, err
+	}
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
 	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
 	p.last.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
@@ -629,6 +634,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	now := time.Now()
 	for _, it := range items[:n] {
 		p.tenure.delivered.add(it.pos, now)
+	}
+	if n > 0 {
+		p.late.add(st.Position, items[n-1].pos, n, now)
 	}
 	return n, wait, err
 }

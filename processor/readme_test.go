@@ -33,6 +33,9 @@ func Example_library() {
 	if _, err := migrations.Migrate(ctx, conn); err != nil { // safe from every instance at once
 		log.Fatal(err)
 	}
+	if err := migrations.AddClock(ctx, conn, "bookings", migrations.ClockOpts{}); err != nil { // online, once per table
+		log.Fatal(err)
+	}
 	conn.Close(ctx)
 
 	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc}) // the instance's connections, for all its processes

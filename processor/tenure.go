@@ -91,6 +91,7 @@ func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon
 	}
 	p.tenure.delivered.forget() // delivered again on purpose
 	p.failing.forgetAccepted()
+	p.late.forget()
 	if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 		return err
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // writeConfig writes a configuration file for the test and returns its path.
@@ -28,6 +30,7 @@ func TestOneConfigFileRunsSeveralProcesses(t *testing.T) {
 	b := setup(t)
 	b.db.Exec(t, `CREATE TABLE refunds (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON refunds (created_at, id); INSERT INTO refunds SELECT FROM generate_series(1, 2)`)
+	pgtest.AddClock(t, b.db, "refunds")
 	b.book(t, 3, "1")
 	path := writeConfig(t, `
 database-url: ${APP_DATABASE_URL}

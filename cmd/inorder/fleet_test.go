@@ -13,6 +13,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance runs three instances of one configuration file
@@ -31,6 +33,9 @@ func TestAFleetRunsThirtyProcessesOnFewConnectionsPerInstance(t *testing.T) {
 		fmt.Fprintf(&entries, "  - process: relay_%02d\n    table: outbox_%02d\n", i, i)
 	}
 	b.db.Exec(t, ddl.String())
+	for i := range tables {
+		pgtest.AddClock(t, b.db, fmt.Sprintf("outbox_%02d", i))
+	}
 	path := writeConfig(t, `
 database-url: ${DATABASE_URL}
 start-from: beginning

@@ -103,10 +103,11 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	registerDatabaseURL(fs, &f.databaseURL, "database to read")
 	fs.StringVar(&f.process, "process", "", "process name: the stream and its cursor (required)")
 	fs.StringVar(&f.table, "table", "", "source table, optionally schema-qualified (required)")
-	fs.StringVar(&f.idColumn, "id-column", "id", "column that breaks ties on the created-at column")
-	fs.StringVar(&f.createdAtColumn, "created-at-column", "created_at", "column that orders the table")
-	fs.StringVar(&f.horizon, "horizon", "auto", "what to wait for before reading past a time: writers (created_at set at insert, clock_timestamp()), "+
-		"transactions (created_at may be a transaction's start, now()), or auto (from the column default)")
+	fs.StringVar(&f.idColumn, "id-column", "id", "column that breaks ties in the table's order")
+	fs.StringVar(&f.createdAtColumn, "created-at-column", "created_at", "column each record carries as its time; it orders the rows older than the insert clock")
+	fs.StringVar(&f.horizon, "horizon", "auto", "auto or clock: read the table by inorder's insert clock (inorder migrate --table adds it); "+
+		"for a table without it, the opt-ins that trust created_at: writers (only ever set by the database at insert, clock_timestamp()), "+
+		"transactions (only ever a transaction's start, now())")
 	fs.StringVar(&f.keyColumn, "key-column", "", "column passed to handlers as the record key (default aggregate_id if present)")
 	fs.StringVar(&f.traceColumn, "trace-column", "", "column holding each row's W3C traceparent: deliveries continue the application's trace (default traceparent if present)")
 	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
+	"github.com/inorder-dev/inorder/migrations"
 )
 
 // TestAStandbyIsNamedAsOne points migrate and run at a streaming standby of a migrated primary, as a URL
@@ -35,6 +36,7 @@ func TestAStandbyIsNamedAsOne(t *testing.T) {
 	_, err = conn.Exec(ctx, `CREATE TABLE bookings (id bigserial PRIMARY KEY,
 		created_at timestamptz NOT NULL DEFAULT clock_timestamp()); CREATE INDEX ON bookings (created_at, id)`)
 	require.NoError(t, err)
+	require.NoError(t, migrations.AddClock(ctx, conn, "bookings", migrations.ClockOpts{}))
 	require.NoError(t, conn.Close(ctx))
 	standby, err := primary.StartStandby(ctx)
 	if errors.Is(err, pgcluster.ErrNoBaseBackup) {

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 )
 
 // statusReport is the documented JSON form of `inorder status --json`: each process as cursor.Info encodes
@@ -186,6 +187,16 @@ func printProcesses(w io.Writer, rep statusReport) {
 				fmt.Fprintf(w, "  look, and end it with COMMIT PREPARED or ROLLBACK PREPARED:\n%s\n",
 					command("SELECT gid, prepared, owner FROM pg_prepared_xacts;"))
 			}
+		}
+		if ps.LateRows > 0 {
+			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s: %s found committed behind the position after it had passed "+
+				"them, the last at %s, and not delivered; its log says where they lie and the rewind that delivers them",
+				ps.Process, plural(int(ps.LateRows), "row"), ps.LateAt.UTC().Format(time.RFC3339)), "", 100))
+		}
+		if h := ps.Source.Horizon; h == inordertype.HorizonWriters || h == inordertype.HorizonTransactions {
+			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s reads %s by created_at (the %s horizon, opted in): a "+
+				"created_at the application writes earlier than rows already read is skipped; the insert clock cannot be:",
+				ps.Process, ps.Source.Table, h), "", 100), command("inorder migrate --table %s", ps.Source.Table))
 		}
 		if ps.InFlight > 0 && (ps.Locked || ps.Connected > 0) {
 			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s: %s in flight at the last checkpoint, the oldest since %s (%s)",

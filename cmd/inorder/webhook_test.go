@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/billingtest"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // billingKey is the API key of the billing API the tests call; no output may ever show it, nor any part
@@ -130,6 +131,7 @@ func usageOutbox(t *testing.T, b *bundle, n, customers int) {
 		INSERT INTO usage_outbox (customer, payload)
 		SELECT 'cus_' || (g %% %[2]d), jsonb_build_object('customer', 'cus_' || (g %% %[2]d), 'quantity', g, 'event_id', 'evt_' || g)
 		FROM generate_series(1, %[1]d) g`, n, customers))
+	pgtest.AddClock(t, b.db, "usage_outbox")
 }
 
 func billingArgs(process, url string) []string {

@@ -10,7 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/migrations"
+	"github.com/inorder-dev/inorder/internal/clock"
 )
 
 // The insert clock: a column, inorder_at, that a BEFORE INSERT trigger sets to the database's clock at
@@ -29,9 +29,9 @@ import (
 
 // The clock's names, as migration 14 and migrations.AddClock make them.
 const (
-	ClockColumn   = migrations.ClockColumn
-	ClockTrigger  = migrations.ClockTrigger
-	ClockFunction = migrations.ClockFunction
+	ClockColumn   = clock.Column
+	ClockTrigger  = clock.Trigger
+	ClockFunction = clock.Function
 )
 
 // Clock is a table's insert clock as the catalog shows it.
@@ -90,11 +90,11 @@ func (t *Table) AtExpr(prefix string) string {
 }
 
 // atExpr is AtExpr for a created_at column of typname typ.
-func atExpr(prefix, createdAt, typ string, clock bool) string {
-	if !clock {
+func atExpr(prefix, createdAt, typ string, clocked bool) string {
+	if !clocked {
 		return prefix + quote(createdAt)
 	}
-	return migrations.ClockExpr(prefix, createdAt, typ)
+	return clock.Expr(prefix, createdAt, typ)
 }
 
 // sameExpr reports whether an expression as pg_get_indexdef prints it is the expression want as this

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/migrations"
+	"github.com/inorder-dev/inorder/internal/clock"
 )
 
 // PartExpr is PartitionExpr for the table's key column, its column reference prefixed (an alias).
@@ -38,7 +38,7 @@ func PartitionIndexSQL(table, keyColumn, at, idColumn string, n int) string {
 
 // ClockAtExpr is the SQL of a row's time in its position on a table with the insert clock, whose
 // created_at column (timestamptz) is createdAt: what PartitionIndexSQL takes for such a table.
-func ClockAtExpr(createdAt string) string { return migrations.ClockExpr("", createdAt, "timestamptz") }
+func ClockAtExpr(createdAt string) string { return clock.Expr("", createdAt, "timestamptz") }
 
 // hasPartitionIndex looks for an index whose first column is the partition expression for n and whose
 // next are the keyset columns. Postgres prints stored expressions in a normal form that depends on the

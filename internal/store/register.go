@@ -159,3 +159,18 @@ func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (bef
 	r.dirty = true
 	return before, true, nil
 }
+
+// AddLate counts n rows found committed behind the position after the process passed them.
+func (r *Repository) AddLate(ctx context.Context, n int64) error {
+	ctx, cancel := r.bounded(ctx)
+	defer cancel()
+	if r.tx == nil {
+		return fmt.Errorf("count late rows of cursor %q: %w", r.name, ErrNotLocked)
+	}
+	if _, err := r.tx.Exec(ctx, `UPDATE inorder.cursor SET late_rows = late_rows + $2, late_at = clock_timestamp()
+		WHERE process_name = $1`, r.name, n); err != nil {
+		return fmt.Errorf("count late rows of cursor %q: %w", r.name, err)
+	}
+	r.dirty = true
+	return nil
+}

@@ -40,6 +40,10 @@ type CursorRow struct {
 	ParkedRecords int
 	ParkedSince   time.Time
 	OldestParked  *inordertype.Position
+	// LateRows counts the rows found committed behind the position after the process passed them, and
+	// LateAt is when the last was found (zero when none ever was).
+	LateRows int64
+	LateAt   time.Time
 }
 
 // ListCursors reads every cursor row, or only process name's when name is not empty (with its
@@ -55,7 +59,7 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
 		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session,
-		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id
+		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id, late_rows, late_at
 		FROM inorder.cursor LEFT JOIN LATERAL (
 			SELECT count(DISTINCT key)::int AS keys, count(*)::int AS records, min(parked_at) AS since,
 			       (array_agg(record_created_at ORDER BY seq))[1] AS oldest_at,
@@ -80,13 +84,15 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 			pkSince     pgtype.Timestamptz
 			oldestAt    pgtype.Timestamptz
 			oldestID    pgtype.Text
+			lateAt      pgtype.Timestamptz
 		)
 		st, _, err := scanState(r, &c.Name,
 			&c.Source.Table, &c.Source.IDColumn, &c.Source.CreatedAtColumn, &c.Source.KeyColumn, &c.Source.Horizon,
 			&part, &parts, &c.Partitions, &heldPID, &hsin, &c.UpdatedAt,
 			&c.RecordsHandled, &flying, &fsin, &c.Throughput,
 			&c.Epoch, &c.Owner, &since, &exp, &c.LeaseRuns, &c.OwnerSession,
-			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID)
+			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID, &c.LateRows, &lateAt)
+		c.LateAt = lateAt.Time
 		c.State = st
 		c.InFlight, c.InFlightSince = int(flying), fsin.Time
 		c.OwnerSince, c.LeaseExpiresAt = since.Time, exp.Time
