@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -18,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -549,10 +551,31 @@ func (m *Metrics) noteParked(name string, streams []cursor.Info) {
 // status counts as instances). It does not connect until first used, so a program starts while the
 // database is away. Close it when the group has stopped.
 func NewPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
+	return NewPoolWithConfig(ctx, PoolConfig{ConnConfig: cc})
+}
+
+// PoolConfig configures the pool of NewPoolWithConfig.
+type PoolConfig struct {
+	// ConnConfig is the database. Required.
+	ConnConfig *pgx.ConnConfig
+	// BeforeConnectFunc, when set, is called before each connection of the pool with a copy of ConnConfig
+	// that it may change for that connection alone (a password read again, a token), as
+	// processor.ClientConfig.BeforeConnectFunc is: give it the same function. Nil connects with ConnConfig
+	// as it is.
+	BeforeConnectFunc func(ctx context.Context, cc *pgx.ConnConfig) error
+}
+
+// NewPoolWithConfig is NewPool with the connections given to cfg.BeforeConnectFunc first.
+func NewPoolWithConfig(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	if cfg.ConnConfig == nil {
+		return nil, errors.New("ops pool: PoolConfig.ConnConfig is required")
+	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, fmt.Errorf("ops pool: %w", err)
 	}
+	pc.BeforeConnect = dial.ForPool(cfg.BeforeConnectFunc)
+	cc := cfg.ConnConfig
 	pc.ConnConfig = cc.Copy()
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -320,6 +321,7 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 type coordinator struct {
 	mu      sync.Mutex
 	cc      *pgx.ConnConfig
+	before  dial.BeforeConnectFunc
 	conn    *pgx.Conn
 	process string // whose instances lock it holds
 }
@@ -335,7 +337,7 @@ func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
 		cc.RuntimeParams = map[string]string{}
 	}
 	cc.RuntimeParams["application_name"] = store.CoordinatorApplicationName(p.cfg.Process, inst)
-	c := &coordinator{cc: cc, process: p.cfg.Process}
+	c := &coordinator{cc: cc, before: p.cfg.beforeConnect(), process: p.cfg.Process}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -347,11 +349,11 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil || c.conn.IsClosed() {
-		conn, err := pgx.ConnectConfig(ctx, c.cc)
+		conn, err := dial.Connect(ctx, c.cc, c.before)
 		if err != nil {
 			return fmt.Errorf("connect: %w", pooler.Explain(err))
 		}
-		if err := needsSession(ctx, conn, c.cc); err != nil {
+		if err := needsSession(ctx, conn, c.cc, c.before); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return err
 		}
@@ -407,12 +409,12 @@ var ErrTransactionPooler = errors.New("a partitioned process coordinates its ins
 	"(its partitions' ownership would hold, but the instance count and repartition's check would not)")
 
 // needsSession refuses a connection that goes through a pooler in transaction mode.
-func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) error {
+func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig, before dial.BeforeConnectFunc) error {
 	pooled, _, err := pooler.Pooled(ctx, conn)
 	if err != nil || !pooled {
 		return err
 	}
-	moves, err := pooler.PoolsTransactions(ctx, cc)
+	moves, err := pooler.PoolsTransactions(ctx, cc, before)
 	if err != nil {
 		return err
 	}

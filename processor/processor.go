@@ -241,7 +241,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
 	// every processor holds it, whether it probes or not.
-	prober := p.cursors.Prober(p.cfg.ConnConfig)
+	prober := p.cursors.Prober(p.cfg.ConnConfig, p.cfg.beforeConnect())
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
 		p.prober = prober
@@ -428,6 +428,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	ccfg := store.Config{
 		Timeout:                  p.cfg.DatabaseTimeout,
 		ConnConfig:               p.cfg.ConnConfig,
+		BeforeConnect:            p.cfg.beforeConnect(),
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
 		// No Start: the process is registered (see register) only once the source and the handler's

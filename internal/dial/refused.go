@@ -3,8 +3,6 @@ package dial
 import (
 	"errors"
 	"fmt"
-	"net"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -22,10 +20,7 @@ func Explain(err error) error {
 	if err == nil || !errors.As(err, &ce) || !errors.As(err, &refused) {
 		return err
 	}
-	server := ce.Config.Host
-	if !strings.HasPrefix(server, "/") { // a Unix socket's directory has no port of its own to show
-		server = net.JoinHostPort(server, strconv.Itoa(int(ce.Config.Port)))
-	}
+	server := serverOf(ce.Config.Host, ce.Config.Port)
 	line := fmt.Sprintf("failed to connect to `user=%s database=%s` on %s: %v", ce.Config.User, ce.Config.Database, server, refused)
 	return &explained{msg: strings.Replace(err.Error(), ce.Error(), line, 1), err: err}
 }
