@@ -48,7 +48,7 @@ type Metrics struct {
 	handled, failures, batches, read, lagErrors *prometheus.CounterVec
 	duration                                    *prometheus.HistogramVec
 	halted, retrying, hold, locked, position    *prometheus.GaugeVec
-	connected, unavailable                      *prometheus.GaugeVec
+	connected, unavailable, refused             *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	resent                                      *prometheus.CounterVec
@@ -78,11 +78,14 @@ type procMetrics struct {
 	duration                         prometheus.Observer
 	halted, retrying, hold, locked   prometheus.Gauge
 	position, connected, unavailable prometheus.Gauge
+	refused                          prometheus.Gauge
 	inFlight, inFlightOldest         prometheus.Gauge
 	resent                           prometheus.Counter
 
 	// state is guarded by Metrics.mu.
 	state connState
+	// refusal is the refusal of the credentials the processor waits out, "" when none; guarded by Metrics.mu.
+	refusal string
 }
 
 type connState int
@@ -94,10 +97,11 @@ const (
 )
 
 var (
-	_ processor.Observer         = (*Metrics)(nil)
-	_ processor.InFlightObserver = (*Metrics)(nil)
-	_ processor.RetryObserver    = (*Metrics)(nil)
-	_ processor.ResentObserver   = (*Metrics)(nil)
+	_ processor.Observer            = (*Metrics)(nil)
+	_ processor.InFlightObserver    = (*Metrics)(nil)
+	_ processor.RetryObserver       = (*Metrics)(nil)
+	_ processor.ResentObserver      = (*Metrics)(nil)
+	_ processor.CredentialsObserver = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -122,6 +126,7 @@ func NewMetrics() *Metrics {
 		locked:         perProcessGauge("inorder_cursor_locked", "1 while this instance owns the process, else 0."),
 		position:       perProcessGauge("inorder_position_timestamp_seconds", "created_at of the position as last advanced by this instance, in Unix seconds; 0 until then."),
 		connected:      perProcessGauge("inorder_connected", "1 while the processor has a working database connection, 0 while it is starting or reconnecting."),
+		refused:        perProcessGauge("inorder_credentials_refused", "1 while the database refuses the credentials of a processor that had connected (a password rotated, a token expired): it reconnects until they are accepted, else 0."),
 		lagRows:        perProcessGauge("inorder_lag_rows", "Committed source rows after the durable position, counted up to 1000000."),
 		lagSeconds:     perProcessGauge("inorder_lag_seconds", "Age of the oldest source row after the durable position, by the database clock; 0 when none."),
 		lagErrors:      perProcessCounter("inorder_lag_errors_total", "Lag measurements that failed."),
@@ -154,7 +159,7 @@ func NewMetrics() *Metrics {
 	m.revision = revision
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
-		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
+		m.unavailable, m.position, m.connected, m.refused, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
 		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -243,6 +248,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		locked:         m.locked.WithLabelValues(process),
 		position:       m.position.WithLabelValues(process),
 		connected:      m.connected.WithLabelValues(process),
+		refused:        m.refused.WithLabelValues(process),
 		inFlight:       m.inFlight.WithLabelValues(process),
 		inFlightOldest: m.inFlightOldest.WithLabelValues(process),
 		resent:         m.resent.WithLabelValues(process),
@@ -330,8 +336,17 @@ func (m *Metrics) Connected(process string, ok bool) {
 	m.mu.Unlock()
 }
 
+// CredentialsRefused implements processor.CredentialsObserver.
+func (m *Metrics) CredentialsRefused(process string, refusal string) {
+	p := m.proc(process)
+	m.mu.Lock()
+	p.refusal = refusal
+	p.refused.Set(b2f(refusal != ""))
+	m.mu.Unlock()
+}
+
 // notConnected describes the tracked processes that are not connected, sorted by name, for Health:
-// "process booking_sms: reconnecting".
+// "process booking_sms: reconnecting", with the refusal of the credentials when that is why.
 func (m *Metrics) notConnected() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -341,7 +356,11 @@ func (m *Metrics) notConnected() []string {
 		case stateStarting:
 			out = append(out, fmt.Sprintf("process %s: starting (not connected yet)", name))
 		case stateReconnecting:
-			out = append(out, fmt.Sprintf("process %s: reconnecting", name))
+			if p.refusal != "" {
+				out = append(out, fmt.Sprintf("process %s: reconnecting: %s", name, p.refusal))
+			} else {
+				out = append(out, fmt.Sprintf("process %s: reconnecting", name))
+			}
 		}
 	}
 	sort.Strings(out)

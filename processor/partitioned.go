@@ -194,6 +194,7 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 		return stopped, err
 	}
 	proc.cursors = p.cursors // the partitions of one process share a probe
+	proc.connectedBefore = true // its coordinator has: a refusal now is an outage (see Processor.refused)
 	counted, why := false, stopped
 	proc.hooks = runHooks{
 		owned: func() {
