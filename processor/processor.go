@@ -462,7 +462,11 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 		} else {
 			p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
 		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+		most := p.cfg.ReconnectMax
+		if p.refusal != "" {
+			most = min(most, refusedRetryMax)
+		}
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
 			return ctx.Err()
 		}
 	}
@@ -535,7 +539,11 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.tracker = newTracker(p.cfg.InsertLatency)
 	p.tenure.sourceSaved = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+		most := p.cfg.ReconnectMax
+		if p.refusal != "" {
+			most = min(most, refusedRetryMax)
+		}
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
 			return
 		}
 		err := p.cur.Reconnect(work)
@@ -553,6 +561,11 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")
 	}
 }
+
+// refusedRetryMax caps the backoff between reconnections while the database refuses the credentials: a
+// rotation's new password works as soon as the rotation is done, and the process should resume within
+// seconds of it, not at its next attempt half a minute later. A refused attempt costs the server little.
+const refusedRetryMax = 3 * time.Second
 
 // refused says, once per refusal, that the database refused the credentials (or they could not be had),
 // naming the user and the server, and tells the observer: the processor waits it out, reconnecting with

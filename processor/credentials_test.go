@@ -1,0 +1,251 @@
+package processor_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+// credentials plays the issuer of a role's credentials: the password it gives the hook is the role's
+// current one, and a rotation changes both under its lock, as a token service issues only tokens that
+// work. lag, when set, keeps giving the password before the last rotation: a secret not yet rewritten.
+type credentials struct {
+	t    *testing.T
+	db   *pgtest.DB
+	role string
+
+	mu      sync.Mutex
+	current string
+	given   string // what the hook gives: current, unless lagging
+	lag     bool
+	issued  map[string]int // how many connections were given each password
+}
+
+func newCredentials(t *testing.T, db *pgtest.DB, password string) (*credentials, *pgx.ConnConfig) {
+	t.Helper()
+	role, url := pgtest.PasswordRole(t, db, password)
+	cc, err := pgx.ParseConfig(url)
+	require.NoError(t, err)
+	return &credentials{t: t, db: db, role: role, current: password, given: password, issued: map[string]int{}}, cc
+}
+
+// before is the hook: each connection gets the password as issued now.
+func (c *credentials) before(_ context.Context, cc *pgx.ConnConfig) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cc.Password = c.given
+	c.issued[c.given]++
+	return nil
+}
+
+// rotate changes the role's password to password and, unless lagging, what the hook gives.
+func (c *credentials) rotate(password string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.db.Exec(c.t, "ALTER ROLE "+pgx.Identifier{c.role}.Sanitize()+" PASSWORD "+sqlString(password))
+	c.current = password
+	if !c.lag {
+		c.given = password
+	}
+}
+
+// catchUp makes the hook give the current password again.
+func (c *credentials) catchUp() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lag, c.given = false, c.current
+}
+
+// endSessions ends every session of the role, as a rotation does after its grace period (or as the
+// server does to a session whose token expired), and returns how many there were.
+func (c *credentials) endSessions() int {
+	var n int
+	require.NoError(c.t, c.db.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid))
+		FROM pg_stat_activity WHERE usename = $1`, c.role).Scan(&n))
+	return n
+}
+
+func (c *credentials) connections(password string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.issued[password]
+}
+
+func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// refusalObserver records what a processor says of its connection and its credentials.
+type refusalObserver struct {
+	nopObserver
+	mu        sync.Mutex
+	refusal   string   // now
+	refusals  []string // every one said
+	connected bool
+}
+
+func (o *refusalObserver) Connected(_ string, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.connected = ok
+}
+
+func (o *refusalObserver) CredentialsRefused(_ string, refusal string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.refusal = refusal
+	if refusal != "" {
+		o.refusals = append(o.refusals, refusal)
+	}
+}
+
+func (o *refusalObserver) now() (refusal string, said []string, connected bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.refusal, append([]string(nil), o.refusals...), o.connected
+}
+
+var _ processor.CredentialsObserver = (*refusalObserver)(nil)
+
+// requireInOrderOnce requires got to be want, in order, each record once but for those delivered again
+// after a lost connection: at most the record in flight at each loss (Checkpoint record).
+func requireInOrderOnce(t *testing.T, want, got []int64, losses int) {
+	t.Helper()
+	var seen []int64
+	again := 0
+	for _, id := range got {
+		if len(seen) > 0 && id <= seen[len(seen)-1] {
+			require.Equal(t, seen[len(seen)-1], id, "only the record in flight comes again, at once: %v", got)
+			again++
+			continue
+		}
+		seen = append(seen, id)
+	}
+	require.Equal(t, want, seen, "every row once, in order")
+	require.LessOrEqual(t, again, losses, "at most the record in flight again per lost connection")
+}
+
+// TestATokenThatExpiresEveryFewSecondsIsFreshAtEachConnection issues, through ClientConfig's hook, a
+// password that changes every 700ms (the role's password is rotated, as a token expires), and ends the
+// role's sessions after every other rotation while rows are written: each new connection is given the
+// token of its time and the server accepts it, so the stream never meets a refusal and delivers every row
+// once, in order.
+func TestATokenThatExpiresEveryFewSecondsIsFreshAtEachConnection(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	creds, cc := newCredentials(t, b.db, "token-0")
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc, Instance: "tokens",
+		BeforeConnectFunc: creds.before})
+	require.NoError(t, err)
+	obs := &refusalObserver{}
+	cfg := b.cfg
+	cfg.ConnConfig, cfg.Client, cfg.Observer = nil, client, obs
+	p, err := processor.New(cfg)
+	require.NoError(t, err)
+	client.Add(p)
+	stop := testrun.Start(t, client.Run)
+	t.Cleanup(func() { _ = stop(); client.Close() })
+
+	var want []int64
+	ended, rotations := 0, 8
+	for i := 1; i <= rotations; i++ {
+		want = append(want, b.insert(t, 5)...)
+		waitFor(t, "the rows before the rotation delivered", func() bool { return len(b.h.ids()) >= len(want) })
+		creds.rotate(fmt.Sprintf("token-%d", i))
+		if i%2 == 0 {
+			ended += creds.endSessions()
+			require.NotZero(t, ended, "the process had sessions to end")
+		}
+		time.Sleep(700 * time.Millisecond) // the tokens' lifetime, not a synchronisation
+	}
+	want = append(want, b.insert(t, 5)...)
+	waitFor(t, "every row delivered", func() bool { return len(b.h.ids()) >= len(want) })
+	requireInOrderOnce(t, want, b.h.ids(), ended)
+
+	refusal, said, _ := obs.now()
+	require.Empty(t, refusal)
+	require.Empty(t, said, "a token issued for each connection is never refused")
+	fresh := 0
+	for i := 2; i <= rotations; i += 2 {
+		if creds.connections(fmt.Sprintf("token-%d", i)) > 0 {
+			fresh++
+		}
+	}
+	require.Equal(t, rotations/2, fresh, "after each end of the sessions, the new connections used the token of their time")
+}
+
+// TestCredentialsRefusedMidRunAreAnOutageNotAnExit rotates the role's password and ends its sessions
+// while the hook still gives the old one (a Secret not yet rewritten): the processor, without a Client,
+// does not stop; it says the database refused the credentials, naming the user and the server, and once
+// the hook gives the new password it resumes on its own within seconds, every row once, in order. At
+// start-up, the same refusal stops Run at once.
+func TestCredentialsRefusedMidRunAreAnOutageNotAnExit(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	creds, cc := newCredentials(t, b.db, "first")
+	obs := &refusalObserver{}
+	cfg := b.cfg
+	cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
+	var logs testrun.Buffer
+	cfg.Logger = cfg.Logger.Output(&logs)
+	stop := start(t, cfg)
+
+	want := b.insert(t, 20)
+	waitFor(t, "the first rows delivered", func() bool { return len(b.h.ids()) >= len(want) })
+	creds.mu.Lock()
+	creds.lag = true
+	creds.mu.Unlock()
+	creds.rotate("second")
+	ended := creds.endSessions()
+	require.NotZero(t, ended)
+	want = append(want, b.insert(t, 20)...)
+
+	server := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+	line := "the database refused the credentials of user " + creds.role + " on " + server
+	waitFor(t, "the refusal said", func() bool {
+		refusal, _, connected := obs.now()
+		return strings.HasPrefix(refusal, line) && !connected
+	})
+	require.Contains(t, logs.String(), line)
+	refusal, _, _ := obs.now()
+	require.Contains(t, refusal, `password authentication failed for user "`+creds.role+`"`)
+	require.NotContains(t, refusal, "first")
+	require.NotContains(t, refusal, "second")
+
+	caughtUp := time.Now()
+	creds.catchUp()
+	testrun.EventuallyWithin(10*time.Second)(t, "resumed within 10s of the new password", func() bool {
+		refusal, _, connected := obs.now()
+		return refusal == "" && connected && len(b.h.ids()) >= len(want)
+	})
+	t.Logf("resumed %s after the hook gave the new password", time.Since(caughtUp).Round(time.Millisecond))
+	requireInOrderOnce(t, want, b.h.ids(), ended)
+	_, said, _ := obs.now()
+	require.Len(t, said, 1, "said once for the whole outage")
+	require.Equal(t, 1, strings.Count(logs.String(), line), "one line when it begins")
+	require.Contains(t, logs.String(), "the database accepts the credentials again")
+	require.NoError(t, stop(), "Run did not return during the outage")
+
+	// At start-up the same refusal is a mistake: Run returns it at once, naming the server.
+	creds.mu.Lock()
+	creds.lag, creds.given = true, "third"
+	creds.mu.Unlock()
+	cfg.Process = "another_process"
+	p, err := processor.New(cfg)
+	require.NoError(t, err)
+	began := time.Now()
+	err = p.Run(context.Background())
+	require.Error(t, err)
+	require.Contains(t, err.Error(), `password authentication failed for user "`+creds.role+`"`)
+	require.Less(t, time.Since(began), 5*time.Second, "at once")
+}
