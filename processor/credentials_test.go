@@ -68,12 +68,13 @@ func (c *credentials) catchUp() {
 	c.lag, c.given = false, c.current
 }
 
-// endSessions ends every session of the role, as a rotation does after its grace period (or as the
-// server does to a session whose token expired), and returns how many there were.
-func (c *credentials) endSessions() int {
+// endSessions ends every session of the role whose application_name is like application (% for all), as
+// a rotation does after its grace period (or as the server does to a session whose token expired), and
+// returns how many there were.
+func (c *credentials) endSessions(application string) int {
 	var n int
 	require.NoError(c.t, c.db.Pool.QueryRow(context.Background(), `SELECT count(pg_terminate_backend(pid))
-		FROM pg_stat_activity WHERE usename = $1`, c.role).Scan(&n))
+		FROM pg_stat_activity WHERE usename = $1 AND application_name LIKE $2`, c.role, application).Scan(&n))
 	return n
 }
 
@@ -136,7 +137,7 @@ func requireInOrderOnce(t *testing.T, want, got []int64, losses int) {
 }
 
 // TestATokenThatExpiresEveryFewSecondsIsFreshAtEachConnection issues, through ClientConfig's hook, a
-// password that changes every 700ms (the role's password is rotated, as a token expires), and ends the
+// password that changes every 500ms (the role's password is rotated, as a token expires), and ends the
 // role's sessions after every other rotation while rows are written: each new connection is given the
 // token of its time and the server accepts it, so the stream never meets a refusal and delivers every row
 // once, in order.
@@ -157,16 +158,16 @@ func TestATokenThatExpiresEveryFewSecondsIsFreshAtEachConnection(t *testing.T) {
 	t.Cleanup(func() { _ = stop(); client.Close() })
 
 	var want []int64
-	ended, rotations := 0, 8
+	ended, rotations := 0, 6
 	for i := 1; i <= rotations; i++ {
 		want = append(want, b.insert(t, 5)...)
 		waitFor(t, "the rows before the rotation delivered", func() bool { return len(b.h.ids()) >= len(want) })
 		creds.rotate(fmt.Sprintf("token-%d", i))
 		if i%2 == 0 {
-			ended += creds.endSessions()
+			ended += creds.endSessions("%")
 			require.NotZero(t, ended, "the process had sessions to end")
 		}
-		time.Sleep(700 * time.Millisecond) // the tokens' lifetime, not a synchronisation
+		time.Sleep(500 * time.Millisecond) // the tokens' lifetime, not a synchronisation
 	}
 	want = append(want, b.insert(t, 5)...)
 	waitFor(t, "every row delivered", func() bool { return len(b.h.ids()) >= len(want) })
@@ -191,6 +192,15 @@ func TestATokenThatExpiresEveryFewSecondsIsFreshAtEachConnection(t *testing.T) {
 // start-up, the same refusal stops Run at once.
 func TestCredentialsRefusedMidRunAreAnOutageNotAnExit(t *testing.T) {
 	t.Parallel()
+	for _, withClient := range []bool{false, true} {
+		t.Run(fmt.Sprintf("client=%t", withClient), func(t *testing.T) {
+			t.Parallel()
+			testCredentialsRefusedMidRun(t, withClient)
+		})
+	}
+}
+
+func testCredentialsRefusedMidRun(t *testing.T, withClient bool) {
 	b := setup(t)
 	creds, cc := newCredentials(t, b.db, "first")
 	obs := &refusalObserver{}
@@ -198,7 +208,23 @@ func TestCredentialsRefusedMidRunAreAnOutageNotAnExit(t *testing.T) {
 	cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
 	var logs testrun.Buffer
 	cfg.Logger = cfg.Logger.Output(&logs)
-	stop := start(t, cfg)
+	run := func(cfg processor.Config[event]) func(context.Context) error {
+		if !withClient {
+			p, err := processor.New(cfg)
+			require.NoError(t, err)
+			return p.Run
+		}
+		client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc, Instance: "refused",
+			BeforeConnectFunc: creds.before})
+		require.NoError(t, err)
+		t.Cleanup(client.Close)
+		cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Client = nil, nil, client
+		p, err := processor.New(cfg)
+		require.NoError(t, err)
+		client.Add(p)
+		return client.Run
+	}
+	stop := testrun.Start(t, run(cfg))
 
 	want := b.insert(t, 20)
 	waitFor(t, "the first rows delivered", func() bool { return len(b.h.ids()) >= len(want) })
@@ -206,7 +232,9 @@ func TestCredentialsRefusedMidRunAreAnOutageNotAnExit(t *testing.T) {
 	creds.lag = true
 	creds.mu.Unlock()
 	creds.rotate("second")
-	ended := creds.endSessions()
+	// With a Client, its session alone first: the next batch's lock connects it again, while the pool's
+	// connection lives on, and meets the refusal there.
+	ended := creds.endSessions(map[bool]string{false: "%", true: "inorder-session:%"}[withClient])
 	require.NotZero(t, ended)
 	want = append(want, b.insert(t, 20)...)
 
@@ -241,10 +269,8 @@ func TestCredentialsRefusedMidRunAreAnOutageNotAnExit(t *testing.T) {
 	creds.lag, creds.given = true, "third"
 	creds.mu.Unlock()
 	cfg.Process = "another_process"
-	p, err := processor.New(cfg)
-	require.NoError(t, err)
 	began := time.Now()
-	err = p.Run(context.Background())
+	err := run(cfg)(context.Background())
 	require.Error(t, err)
 	require.Contains(t, err.Error(), `password authentication failed for user "`+creds.role+`"`)
 	require.Less(t, time.Since(began), 5*time.Second, "at once")
