@@ -193,7 +193,7 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	if err != nil {
 		return stopped, err
 	}
-	proc.cursors = p.cursors // the partitions of one process share a probe
+	proc.cursors = p.cursors    // the partitions of one process share a probe
 	proc.connectedBefore = true // its coordinator has: a refusal now is an outage (see Processor.refused)
 	counted, why := false, stopped
 	proc.hooks = runHooks{
