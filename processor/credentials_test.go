@@ -275,3 +275,46 @@ func testCredentialsRefusedMidRun(t *testing.T, withClient bool) {
 	require.Contains(t, err.Error(), `password authentication failed for user "`+creds.role+`"`)
 	require.Less(t, time.Since(began), 5*time.Second, "at once")
 }
+
+// TestCredentialsTheHookCannotGiveAreWaitedOut: a hook that fails for a while once the process has
+// connected (a token service down, a Secret's file gone between two versions) is an outage as a refusal
+// is: said once with the hook's error, naming the user and the server, and over once the hook gives the
+// credentials again, every row once, in order.
+func TestCredentialsTheHookCannotGiveAreWaitedOut(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	creds, cc := newCredentials(t, b.db, "only")
+	var mu sync.Mutex
+	down := false
+	obs := &refusalObserver{}
+	cfg := b.cfg
+	cfg.ConnConfig, cfg.Observer = cc, obs
+	cfg.BeforeConnectFunc = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return fmt.Errorf("the token service is sealed")
+		}
+		return creds.before(ctx, cc)
+	}
+	stop := start(t, cfg)
+	want := b.insert(t, 10)
+	waitFor(t, "the first rows delivered", func() bool { return len(b.h.ids()) >= len(want) })
+	mu.Lock()
+	down = true
+	mu.Unlock()
+	ended := creds.endSessions("%")
+	want = append(want, b.insert(t, 10)...)
+	line := "the credentials of user " + creds.role + " on " + net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port))) +
+		" could not be had: the token service is sealed"
+	waitFor(t, "the outage said", func() bool { refusal, _, _ := obs.now(); return refusal == line })
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	testrun.EventuallyWithin(10*time.Second)(t, "resumed", func() bool {
+		refusal, _, connected := obs.now()
+		return refusal == "" && connected && len(b.h.ids()) >= len(want)
+	})
+	requireInOrderOnce(t, want, b.h.ids(), ended)
+	require.NoError(t, stop())
+}
