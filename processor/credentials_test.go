@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -317,4 +318,37 @@ func TestCredentialsTheHookCannotGiveAreWaitedOut(t *testing.T) {
 	})
 	requireInOrderOnce(t, want, b.h.ids(), ended)
 	require.NoError(t, stop())
+}
+
+// TestAPartitionedProcessWaitsOutRefusedCredentials: a partitioned process whose one slot takes its four
+// partitions in turn (so that a partition's stream starts afresh while the credentials are refused) does
+// not stop when they are: once the hook gives the new password, every row arrives once, in order.
+func TestAPartitionedProcessWaitsOutRefusedCredentials(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
+	creds, cc := newCredentials(t, b.db, "first")
+	obs := &refusalObserver{}
+	cfg := b.cfg
+	cfg.Process = "split"
+	cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
+	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 4, Slots: 1})
+	require.NoError(t, err)
+	stop := testrun.Start(t, p.Run)
+	want := b.insert(t, 10)
+	waitFor(t, "the first rows delivered", func() bool { return len(b.h.ids()) >= len(want) })
+	creds.mu.Lock()
+	creds.lag = true
+	creds.mu.Unlock()
+	creds.rotate("second")
+	ended := creds.endSessions("%")
+	want = append(want, b.insert(t, 10)...)
+	waitFor(t, "the refusal said", func() bool {
+		refusal, _, _ := obs.now()
+		return strings.HasPrefix(refusal, "the database refused the credentials of user "+creds.role)
+	})
+	creds.catchUp()
+	testrun.EventuallyWithin(10*time.Second)(t, "resumed", func() bool { return len(b.h.ids()) >= len(want) })
+	requireInOrderOnce(t, want, b.h.ids(), ended)
+	require.NoError(t, stop(), "Run did not return during the outage")
 }
