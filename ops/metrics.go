@@ -352,15 +352,13 @@ func (m *Metrics) notConnected() []string {
 	defer m.mu.Unlock()
 	var out []string
 	for name, p := range m.procs {
-		switch p.state {
-		case stateStarting:
+		switch {
+		case p.refusal != "": // a partitioned process's coordination may meet it while connected otherwise
+			out = append(out, fmt.Sprintf("process %s: reconnecting: %s", name, p.refusal))
+		case p.state == stateStarting:
 			out = append(out, fmt.Sprintf("process %s: starting (not connected yet)", name))
-		case stateReconnecting:
-			if p.refusal != "" {
-				out = append(out, fmt.Sprintf("process %s: reconnecting: %s", name, p.refusal))
-			} else {
-				out = append(out, fmt.Sprintf("process %s: reconnecting", name))
-			}
+		case p.state == stateReconnecting:
+			out = append(out, fmt.Sprintf("process %s: reconnecting", name))
 		}
 	}
 	sort.Strings(out)

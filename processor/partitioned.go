@@ -60,6 +60,10 @@ type Partitioned[T any] struct {
 	alive    int          // instances of the process seen at the last count
 	free     int          // partitions nobody owned at the last look
 	lastGive time.Time
+	// refusal is the refusal of the credentials the coordination waits out, "" when none; refused counts
+	// the looks it failed, for the backoff.
+	refusal string
+	refused int
 }
 
 // NewPartitioned checks cfg and opts and returns the runner. cfg.Process names the logical process;
@@ -160,7 +164,13 @@ func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) er
 			if ctx.Err() != nil {
 				return nil
 			}
+			if wait, refused := p.coordinationRefused(err); refused {
+				sleep(ctx, wait)
+				continue
+			}
 			p.log.Warn().Err(err).Msg("could not look for free partitions; retrying")
+		} else {
+			p.coordinationAccepted()
 		}
 		if !ok {
 			sleep(ctx, p.cfg.PollInterval+time.Duration(rand.Int64N(int64(p.cfg.PollInterval)/2+1)))
@@ -277,6 +287,42 @@ func (p *Partitioned[T]) noteFree(free []int32) {
 		if !p.working[int(f)] {
 			p.free++
 		}
+	}
+}
+
+// coordinationRefused says, once per refusal, that the database refused the credentials of the
+// coordinating connection (see Processor.refused), and returns how long to wait before looking again,
+// growing with the looks refused; false when err is no such refusal.
+func (p *Partitioned[T]) coordinationRefused(err error) (time.Duration, bool) {
+	line, ok := dial.CredentialsRefused(err)
+	if !ok {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused++
+	if line != p.refusal {
+		p.refusal = line
+		p.log.Error().Msg(line + "; reconnecting until they are accepted")
+		if o, ok := p.cfg.Observer.(CredentialsObserver); ok {
+			o.CredentialsRefused(p.cfg.Process, line)
+		}
+	}
+	return backoff(p.refused, 100*time.Millisecond, min(p.cfg.ReconnectMax, refusedRetryMax)), true
+}
+
+// coordinationAccepted ends a refusal of the coordinating connection's credentials.
+func (p *Partitioned[T]) coordinationAccepted() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused = 0
+	if p.refusal == "" {
+		return
+	}
+	p.refusal = ""
+	p.log.Info().Msg("the database accepts the credentials again")
+	if o, ok := p.cfg.Observer.(CredentialsObserver); ok {
+		o.CredentialsRefused(p.cfg.Process, "")
 	}
 }
 

@@ -66,7 +66,26 @@ func TestARotatedPasswordIsReadAgainWithoutARestart(t *testing.T) {
 				require.NoError(t, err)
 				return resp.StatusCode, string(body)
 			}
-			delivered := func(n int) func() bool { return func() bool { return len(p.output()) >= n } }
+			ids := func() []int64 {
+				var ids []int64
+				for _, l := range p.output() {
+					var rec struct {
+						Record struct{ ID int64 } `json:"record"`
+					}
+					require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
+					ids = append(ids, rec.Record.ID)
+				}
+				return ids
+			}
+			delivered := func(n int) func() bool { // n records, each counted once
+				return func() bool {
+					seen := map[int64]bool{}
+					for _, id := range ids() {
+						seen[id] = true
+					}
+					return len(seen) >= n
+				}
+			}
 			require.Eventually(t, delivered(10), 20*time.Second, 5*time.Millisecond, p.logs())
 
 			// The usual way: the file first.
@@ -103,26 +122,19 @@ func TestARotatedPasswordIsReadAgainWithoutARestart(t *testing.T) {
 				t.Fatalf("inorder exited; logs:\n%s", p.logs())
 			default:
 			}
-			var ids []int64
-			for _, l := range p.output() {
-				var rec struct {
-					Record struct{ ID int64 } `json:"record"`
-				}
-				require.NoError(t, json.Unmarshal([]byte(l), &rec), l)
-				ids = append(ids, rec.Record.ID)
-			}
+			got := ids()
 			var once []int64
-			for _, id := range ids {
+			for _, id := range got {
 				if len(once) > 0 && id <= once[len(once)-1] {
-					require.Equal(t, once[len(once)-1], id, "only the record in flight at a lost session comes again: %v", ids)
+					require.Equal(t, once[len(once)-1], id, "only the record in flight at a lost session comes again: %v", got)
 					continue
 				}
 				once = append(once, id)
 			}
-			require.Len(t, once, 30, "%v", ids)
+			require.Len(t, once, 30, "%v", got)
 			require.Equal(t, int64(1), once[0])
 			require.Equal(t, int64(30), once[29], "every row once, in order")
-			require.LessOrEqual(t, len(ids)-len(once), ended)
+			require.LessOrEqual(t, len(got)-len(once), ended)
 		})
 	}
 }
