@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
+	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 )
 
