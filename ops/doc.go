@@ -48,6 +48,9 @@
 //	                                                 advanced by this instance; 0 until it advances
 //	inorder_connected                    gauge      1 while the processor has a working database
 //	                                                 connection, 0 while it is reconnecting or starting
+//	inorder_credentials_refused          gauge      1 while the database refuses the credentials of a processor
+//	                                                 that had connected (a rotated password, an expired token):
+//	                                                 it reconnects until they are accepted; else 0
 //	inorder_lag_rows                     gauge      committed source rows after the durable position,
 //	                                                 counted up to 1,000,000 (cursor.LagCountCap)
 //	inorder_lag_seconds                  gauge      age of the oldest of those rows (database clock); 0 when

@@ -2,6 +2,7 @@ package ops
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -47,7 +49,7 @@ type Metrics struct {
 	handled, failures, batches, read, lagErrors *prometheus.CounterVec
 	duration                                    *prometheus.HistogramVec
 	halted, retrying, hold, locked, position    *prometheus.GaugeVec
-	connected, unavailable                      *prometheus.GaugeVec
+	connected, unavailable, refused             *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	resent                                      *prometheus.CounterVec
@@ -78,11 +80,14 @@ type procMetrics struct {
 	duration                         prometheus.Observer
 	halted, retrying, hold, locked   prometheus.Gauge
 	position, connected, unavailable prometheus.Gauge
+	refused                          prometheus.Gauge
 	inFlight, inFlightOldest         prometheus.Gauge
 	resent                           prometheus.Counter
 
 	// state is guarded by Metrics.mu.
 	state connState
+	// refusal is the refusal of the credentials the processor waits out, "" when none; guarded by Metrics.mu.
+	refusal string
 }
 
 type connState int
@@ -94,10 +99,11 @@ const (
 )
 
 var (
-	_ processor.Observer         = (*Metrics)(nil)
-	_ processor.InFlightObserver = (*Metrics)(nil)
-	_ processor.RetryObserver    = (*Metrics)(nil)
-	_ processor.ResentObserver   = (*Metrics)(nil)
+	_ processor.Observer            = (*Metrics)(nil)
+	_ processor.InFlightObserver    = (*Metrics)(nil)
+	_ processor.RetryObserver       = (*Metrics)(nil)
+	_ processor.ResentObserver      = (*Metrics)(nil)
+	_ processor.CredentialsObserver = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -122,6 +128,7 @@ func NewMetrics() *Metrics {
 		locked:         perProcessGauge("inorder_cursor_locked", "1 while this instance owns the process, else 0."),
 		position:       perProcessGauge("inorder_position_timestamp_seconds", "The time of the position as last advanced by this instance (its insert clock's, or created_at where the table is read by it), in Unix seconds; 0 until then."),
 		connected:      perProcessGauge("inorder_connected", "1 while the processor has a working database connection, 0 while it is starting or reconnecting."),
+		refused:        perProcessGauge("inorder_credentials_refused", "1 while the database refuses the credentials of a processor that had connected (a password rotated, a token expired): it reconnects until they are accepted, else 0."),
 		lagRows:        perProcessGauge("inorder_lag_rows", "Committed source rows after the durable position, counted up to 1000000."),
 		lagSeconds:     perProcessGauge("inorder_lag_seconds", "Age of the oldest source row after the durable position, by the database clock; 0 when none."),
 		lagErrors:      perProcessCounter("inorder_lag_errors_total", "Lag measurements that failed."),
@@ -161,7 +168,7 @@ func NewMetrics() *Metrics {
 	m.revision = revision
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
-		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
+		m.unavailable, m.position, m.connected, m.refused, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
 		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.late, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
@@ -250,6 +257,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		locked:         m.locked.WithLabelValues(process),
 		position:       m.position.WithLabelValues(process),
 		connected:      m.connected.WithLabelValues(process),
+		refused:        m.refused.WithLabelValues(process),
 		inFlight:       m.inFlight.WithLabelValues(process),
 		inFlightOldest: m.inFlightOldest.WithLabelValues(process),
 		resent:         m.resent.WithLabelValues(process),
@@ -337,17 +345,28 @@ func (m *Metrics) Connected(process string, ok bool) {
 	m.mu.Unlock()
 }
 
+// CredentialsRefused implements processor.CredentialsObserver.
+func (m *Metrics) CredentialsRefused(process string, refusal string) {
+	p := m.proc(process)
+	m.mu.Lock()
+	p.refusal = refusal
+	p.refused.Set(b2f(refusal != ""))
+	m.mu.Unlock()
+}
+
 // notConnected describes the tracked processes that are not connected, sorted by name, for Health:
-// "process booking_sms: reconnecting".
+// "process booking_sms: reconnecting", with the refusal of the credentials when that is why.
 func (m *Metrics) notConnected() []string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var out []string
 	for name, p := range m.procs {
-		switch p.state {
-		case stateStarting:
+		switch {
+		case p.refusal != "": // a partitioned process's coordination may meet it while connected otherwise
+			out = append(out, fmt.Sprintf("process %s: reconnecting: %s", name, p.refusal))
+		case p.state == stateStarting:
 			out = append(out, fmt.Sprintf("process %s: starting (not connected yet)", name))
-		case stateReconnecting:
+		case p.state == stateReconnecting:
 			out = append(out, fmt.Sprintf("process %s: reconnecting", name))
 		}
 	}
@@ -568,10 +587,31 @@ func (m *Metrics) noteParked(name string, streams []cursor.Info) {
 // status counts as instances). It does not connect until first used, so a program starts while the
 // database is away. Close it when the group has stopped.
 func NewPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
+	return NewPoolWithConfig(ctx, PoolConfig{ConnConfig: cc})
+}
+
+// PoolConfig configures the pool of NewPoolWithConfig.
+type PoolConfig struct {
+	// ConnConfig is the database. Required.
+	ConnConfig *pgx.ConnConfig
+	// BeforeConnectFunc, when set, is called before each connection of the pool with a copy of ConnConfig
+	// that it may change for that connection alone (a password read again, a token), as
+	// processor.ClientConfig.BeforeConnectFunc is: give it the same function. Nil connects with ConnConfig
+	// as it is.
+	BeforeConnectFunc func(ctx context.Context, cc *pgx.ConnConfig) error
+}
+
+// NewPoolWithConfig is NewPool with the connections given to cfg.BeforeConnectFunc first.
+func NewPoolWithConfig(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
+	if cfg.ConnConfig == nil {
+		return nil, errors.New("ops pool: PoolConfig.ConnConfig is required")
+	}
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, fmt.Errorf("ops pool: %w", err)
 	}
+	pc.BeforeConnect = dial.ForPool(cfg.BeforeConnectFunc)
+	cc := cfg.ConnConfig
 	pc.ConnConfig = cc.Copy()
 	if pc.ConnConfig.RuntimeParams == nil {
 		pc.ConnConfig.RuntimeParams = map[string]string{}

@@ -39,6 +39,17 @@ type ClientConfig struct {
 	// DatabaseTimeout bounds each exchange on the client's session and each connection start-up, as
 	// Config.DatabaseTimeout does for a process. Zero means DefaultDatabaseTimeout.
 	DatabaseTimeout time.Duration
+
+	// BeforeConnectFunc, when set, is called before each connection the client opens (its session, the
+	// connections of its pool, its processors' probe and wake-up listener, a partitioned process's
+	// coordinator), as pgxpool.Config.BeforeConnect is, with a copy of ConnConfig that it may change for
+	// that connection alone: the password read again from where a rotation puts it, a token issued for
+	// this connection (an IAM token lives 15 minutes, a connection may live for hours: a connection
+	// made later gets a fresh one), a TLS configuration. An error it returns fails that connection: at
+	// start-up the processors return it, later they wait it out as an outage (see "Credentials" in the
+	// package documentation). It is called concurrently and must be safe for that. Nil connects with
+	// ConnConfig as it is.
+	BeforeConnectFunc func(ctx context.Context, cc *pgx.ConnConfig) error
 }
 
 // Client owns the Postgres connections of one instance and runs many processors on them, as River's
@@ -78,7 +89,7 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		cfg.DatabaseTimeout = DefaultDatabaseTimeout
 	}
 	shared, err := store.NewShared(store.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: cfg.MaxConns,
-		Instance: cfg.Instance, Timeout: cfg.DatabaseTimeout})
+		Instance: cfg.Instance, Timeout: cfg.DatabaseTimeout, BeforeConnect: cfg.BeforeConnectFunc})
 	if err != nil {
 		return nil, err
 	}

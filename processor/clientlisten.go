@@ -94,7 +94,7 @@ func (c *Client) runListener(ctx context.Context, done chan struct{}) {
 }
 
 func (c *Client) listenOnce(ctx context.Context, connected func()) error {
-	conn, err := dialListener(ctx, c.cfg.ConnConfig, "inorder-listen:@"+c.Instance(), c.cfg.DatabaseTimeout)
+	conn, err := dialListener(ctx, c.cfg.ConnConfig, c.cfg.BeforeConnectFunc, "inorder-listen:@"+c.Instance(), c.cfg.DatabaseTimeout)
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"context"
 	"fmt"
 	"time"
 
@@ -33,6 +34,14 @@ type Config[T any] struct {
 	// ConnConfig is the database to read from; the processor opens one dedicated connection from it.
 	// With a Client it may be left nil: the client's is used.
 	ConnConfig *pgx.ConnConfig
+	// BeforeConnectFunc, when set, is called before each connection the processor opens (its cursor
+	// connection, the probe, the wake-up listener, a partitioned process's coordinator) with a copy of
+	// ConnConfig that it may change for that connection alone: a password read again, a token issued
+	// for it (an IAM token that lives 15 minutes), a TLS configuration. An error it returns fails that
+	// connection: at start-up Run returns it, later the processor retries as for a lost connection (see
+	// "Credentials" in the package documentation). With a Client, the client's ClientConfig.BeforeConnectFunc
+	// is used instead. Nil connects with ConnConfig as it is.
+	BeforeConnectFunc func(ctx context.Context, cc *pgx.ConnConfig) error
 	// Client, when set, runs the processor on the connections of the client's instance, shared with its
 	// other processors, instead of connections of its own (see Client). Instance is then the client's.
 	Client *Client
@@ -196,6 +205,14 @@ type Config[T any] struct {
 	// at its next poll. Polling remains the fallback, and the only mode where LISTEN is unavailable (behind
 	// a transaction-mode pooler); a notification never decides what is read. False means poll only.
 	Listen bool
+}
+
+// beforeConnect is the function every connection of the processor is given first: its Client's, or its own.
+func (c *Config[T]) beforeConnect() dial.BeforeConnectFunc {
+	if c.Client != nil {
+		return c.Client.cfg.BeforeConnectFunc
+	}
+	return c.BeforeConnectFunc
 }
 
 // checkSigns refuses the negative settings the CLI refuses: zero means the default, a negative value is a

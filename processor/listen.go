@@ -48,8 +48,9 @@ func (p *Processor[T]) listen(ctx context.Context) {
 	}
 }
 
-// dialListener connects a session named name from base and LISTENs on the insert trigger's channel.
-func dialListener(ctx context.Context, base *pgx.ConnConfig, name string, timeout time.Duration) (*pgx.Conn, error) {
+// dialListener connects a session named name from base (given to before first) and LISTENs on the insert
+// trigger's channel.
+func dialListener(ctx context.Context, base *pgx.ConnConfig, before dial.BeforeConnectFunc, name string, timeout time.Duration) (*pgx.Conn, error) {
 	cc := base.Copy()
 	cc.RuntimeParams = map[string]string{}
 	for k, v := range base.RuntimeParams {
@@ -57,7 +58,7 @@ func dialListener(ctx context.Context, base *pgx.ConnConfig, name string, timeou
 	}
 	cc.RuntimeParams["application_name"] = name
 	dial.Configure(cc, timeout)
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := dial.Connect(ctx, cc, before)
 	if err != nil {
 		return nil, fmt.Errorf("connect listener: %w", err)
 	}
@@ -70,7 +71,7 @@ func dialListener(ctx context.Context, base *pgx.ConnConfig, name string, timeou
 
 func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected func()) error {
 	// Not "inorder:…": status counts those as instances of the process.
-	conn, err := dialListener(ctx, p.cfg.ConnConfig, "inorder-listen:"+p.cfg.Process, p.cfg.DatabaseTimeout)
+	conn, err := dialListener(ctx, p.cfg.ConnConfig, p.cfg.beforeConnect(), "inorder-listen:"+p.cfg.Process, p.cfg.DatabaseTimeout)
 	if err != nil {
 		return err
 	}

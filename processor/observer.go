@@ -39,6 +39,17 @@ type UnavailableObserver interface {
 	SinkUnavailable(process string, unavailable bool)
 }
 
+// CredentialsObserver is an Observer that is also told when the database refuses the credentials of a
+// processor that had connected (a password rotated under it, a token that expired), and when it accepts
+// them again. The processor waits such a refusal out, reconnecting with backoff.
+type CredentialsObserver interface {
+	Observer
+	// CredentialsRefused reports the refusal, in the line that says so and names the user and the server
+	// ("the database refused the credentials of user app on db:5432 (...)"), or, with "", that the
+	// database accepts the credentials again.
+	CredentialsRefused(process string, refusal string)
+}
+
 type nopObserver struct{}
 
 func (nopObserver) Batch(string, int)                    {}

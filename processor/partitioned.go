@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -59,6 +60,10 @@ type Partitioned[T any] struct {
 	alive    int          // instances of the process seen at the last count
 	free     int          // partitions nobody owned at the last look
 	lastGive time.Time
+	// refusal is the refusal of the credentials the coordination waits out, "" when none; refused counts
+	// the looks it failed, for the backoff.
+	refusal string
+	refused int
 }
 
 // NewPartitioned checks cfg and opts and returns the runner. cfg.Process names the logical process;
@@ -159,7 +164,13 @@ func (p *Partitioned[T]) slot(ctx context.Context, coord *coordinator, w int) er
 			if ctx.Err() != nil {
 				return nil
 			}
+			if wait, refused := p.coordinationRefused(err); refused {
+				sleep(ctx, wait)
+				continue
+			}
 			p.log.Warn().Err(err).Msg("could not look for free partitions; retrying")
+		} else {
+			p.coordinationAccepted()
 		}
 		if !ok {
 			sleep(ctx, p.cfg.PollInterval+time.Duration(rand.Int64N(int64(p.cfg.PollInterval)/2+1)))
@@ -192,7 +203,8 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 	if err != nil {
 		return stopped, err
 	}
-	proc.cursors = p.cursors // the partitions of one process share a probe
+	proc.cursors = p.cursors    // the partitions of one process share a probe
+	proc.connectedBefore = true // its coordinator has: a refusal now is an outage (see Processor.refused)
 	counted, why := false, stopped
 	proc.hooks = runHooks{
 		owned: func() {
@@ -278,6 +290,42 @@ func (p *Partitioned[T]) noteFree(free []int32) {
 	}
 }
 
+// coordinationRefused says, once per refusal, that the database refused the credentials of the
+// coordinating connection (see Processor.refused), and returns how long to wait before looking again,
+// growing with the looks refused; false when err is no such refusal.
+func (p *Partitioned[T]) coordinationRefused(err error) (time.Duration, bool) {
+	line, ok := dial.CredentialsRefused(err)
+	if !ok {
+		return 0, false
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused++
+	if line != p.refusal {
+		p.refusal = line
+		p.log.Error().Msg(line + "; reconnecting until they are accepted")
+		if o, ok := p.cfg.Observer.(CredentialsObserver); ok {
+			o.CredentialsRefused(p.cfg.Process, line)
+		}
+	}
+	return backoff(p.refused, 100*time.Millisecond, min(p.cfg.ReconnectMax, refusedRetryMax)), true
+}
+
+// coordinationAccepted ends a refusal of the coordinating connection's credentials.
+func (p *Partitioned[T]) coordinationAccepted() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refused = 0
+	if p.refusal == "" {
+		return
+	}
+	p.refusal = ""
+	p.log.Info().Msg("the database accepts the credentials again")
+	if o, ok := p.cfg.Observer.(CredentialsObserver); ok {
+		o.CredentialsRefused(p.cfg.Process, "")
+	}
+}
+
 // unowned lists the partitions no instance owns: no lease runs on their cursor rows, or the owner said it
 // holds the partition's advisory lock on its session and no session holds it (that session has ended, so
 // a standby takes over at once; see store).
@@ -320,6 +368,7 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 type coordinator struct {
 	mu      sync.Mutex
 	cc      *pgx.ConnConfig
+	before  dial.BeforeConnectFunc
 	conn    *pgx.Conn
 	process string // whose instances lock it holds
 }
@@ -335,7 +384,7 @@ func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
 		cc.RuntimeParams = map[string]string{}
 	}
 	cc.RuntimeParams["application_name"] = store.CoordinatorApplicationName(p.cfg.Process, inst)
-	c := &coordinator{cc: cc, process: p.cfg.Process}
+	c := &coordinator{cc: cc, before: p.cfg.beforeConnect(), process: p.cfg.Process}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -347,11 +396,11 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil || c.conn.IsClosed() {
-		conn, err := pgx.ConnectConfig(ctx, c.cc)
+		conn, err := dial.Connect(ctx, c.cc, c.before)
 		if err != nil {
 			return fmt.Errorf("connect: %w", pooler.Explain(err))
 		}
-		if err := needsSession(ctx, conn, c.cc); err != nil {
+		if err := needsSession(ctx, conn, c.cc, c.before); err != nil {
 			_ = conn.Close(context.WithoutCancel(ctx))
 			return err
 		}
@@ -407,12 +456,12 @@ var ErrTransactionPooler = errors.New("a partitioned process coordinates its ins
 	"(its partitions' ownership would hold, but the instance count and repartition's check would not)")
 
 // needsSession refuses a connection that goes through a pooler in transaction mode.
-func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig) error {
+func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig, before dial.BeforeConnectFunc) error {
 	pooled, _, err := pooler.Pooled(ctx, conn)
 	if err != nil || !pooled {
 		return err
 	}
-	moves, err := pooler.PoolsTransactions(ctx, cc)
+	moves, err := pooler.PoolsTransactions(ctx, cc, before)
 	if err != nil {
 		return err
 	}

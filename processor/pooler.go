@@ -37,7 +37,7 @@ func (p *Processor[T]) detectPooler(ctx context.Context) error {
 		} else {
 			cc := p.cfg.ConnConfig.Copy()
 			cc.RuntimeParams = map[string]string{"application_name": "inorder-check:" + p.cfg.Process}
-			moves, err = pooler.PoolsTransactions(ctx, cc)
+			moves, err = pooler.PoolsTransactions(ctx, cc, p.cfg.beforeConnect())
 		}
 		if pooler.Fatal(err) {
 			return pooler.Explain(err)

@@ -14,6 +14,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -67,6 +68,11 @@ type Processor[T any] struct {
 	probeGap    time.Duration // the probe's current interval (see probe.go)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
+	// connectedBefore says that the process had connected before this processor opened its cursor (set
+	// by a Partitioned runner): credentials refused at the open are then an outage, not a start-up's
+	// mistake. refusal is the refusal of the credentials the processor waits out, "" when none.
+	connectedBefore bool
+	refusal         string
 	// fleet is the instance's look at the instances of its processes, to share the work (see fleet.go);
 	// nil for a partition.
 	fleet  *store.FleetWatch
@@ -246,7 +252,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
 	// every processor holds it, whether it probes or not.
-	prober := p.cursors.Prober(p.cfg.ConnConfig)
+	prober := p.cursors.Prober(p.cfg.ConnConfig, p.cfg.beforeConnect())
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
 		p.prober = prober
@@ -289,13 +295,15 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		}
 		if err != nil {
 			p.abort(work)
-			if isFatal(err) { // reported once, by whoever called Run
+			_, refused := dial.CredentialsRefused(err)
+			if isFatal(err) && !refused { // reported once, by whoever called Run
 				return fmt.Errorf("process %q: %w", p.cfg.Process, pooler.Explain(err))
 			}
 			if ctx.Err() != nil {
 				break
 			}
-			if p.cur.Broken(err) {
+			// Credentials refused once connected were rotated under the process: an outage, waited out.
+			if refused || p.cur.Broken(err) {
 				p.reconnect(ctx, work, err)
 				continue
 			}
@@ -436,6 +444,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	ccfg := store.Config{
 		Timeout:                  p.cfg.DatabaseTimeout,
 		ConnConfig:               p.cfg.ConnConfig,
+		BeforeConnect:            p.cfg.beforeConnect(),
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
 		// No Start: the process is registered (see register) only once the source and the handler's
@@ -449,13 +458,23 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
 			p.cur = cur
+			p.accepted()
 			return nil
 		}
-		if isFatal(err) || !store.IsConnectionError(err) {
+		if _, refused := dial.CredentialsRefused(err); refused && p.connectedBefore {
+			// A partition taken up while the credentials are refused: its process had connected, so this
+			// is the outage the process waits out, not a mistake of its start-up.
+			p.refused(err)
+		} else if isFatal(err) || !store.IsConnectionError(err) {
 			return err
+		} else {
+			p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
 		}
-		p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+		most := p.cfg.ReconnectMax
+		if p.refusal != "" {
+			most = min(most, refusedRetryMax)
+		}
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
 			return ctx.Err()
 		}
 	}
@@ -508,7 +527,9 @@ func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
 }
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
-	if store.Unanswered(work, cause) {
+	if _, refused := dial.CredentialsRefused(cause); refused {
+		p.refused(cause)
+	} else if store.Unanswered(work, cause) {
 		p.log.Warn().Err(cause).Str("database_timeout", p.cfg.DatabaseTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
 	} else {
@@ -526,17 +547,59 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.tracker = newTracker(p.cfg.InsertLatency)
 	p.tenure.sourceSaved = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.cfg.ReconnectMax)) {
+		most := p.cfg.ReconnectMax
+		if p.refusal != "" {
+			most = min(most, refusedRetryMax)
+		}
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
 			return
 		}
 		err := p.cur.Reconnect(work)
 		if err == nil {
 			p.log.Info().Int("attempts", attempt).Msg("reconnected")
+			p.accepted()
 			p.obs.Connected(p.cfg.Process, true)
 			p.recheck(work)
 			return
 		}
+		if _, refused := dial.CredentialsRefused(err); refused {
+			p.refused(err)
+			continue
+		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")
+	}
+}
+
+// refusedRetryMax caps the backoff between reconnections while the database refuses the credentials: a
+// rotation's new password works as soon as the rotation is done, and the process should resume within
+// seconds of it, not at its next attempt half a minute later. A refused attempt costs the server little.
+const refusedRetryMax = 3 * time.Second
+
+// refused says, once per refusal, that the database refused the credentials (or they could not be had),
+// naming the user and the server, and tells the observer: the processor waits it out, reconnecting with
+// backoff, as for a lost connection, since a rotation changes a password under a running process and the
+// new one works once the rotation is done (see Config.BeforeConnectFunc).
+func (p *Processor[T]) refused(err error) {
+	line, _ := dial.CredentialsRefused(err)
+	if line == p.refusal {
+		return
+	}
+	p.refusal = line
+	p.log.Error().Msg(line + "; reconnecting until they are accepted")
+	if o, ok := p.obs.(CredentialsObserver); ok {
+		o.CredentialsRefused(p.cfg.Process, line)
+	}
+}
+
+// accepted ends a refusal of the credentials: the processor connected again.
+func (p *Processor[T]) accepted() {
+	if p.refusal == "" {
+		return
+	}
+	p.refusal = ""
+	p.log.Info().Msg("the database accepts the credentials again")
+	if o, ok := p.obs.(CredentialsObserver); ok {
+		o.CredentialsRefused(p.cfg.Process, "")
 	}
 }
 

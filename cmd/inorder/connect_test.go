@@ -1,12 +1,10 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,21 +23,7 @@ import (
 func TestAWrongPasswordSaysSoInOneLine(t *testing.T) {
 	t.Parallel()
 	db := pgtest.New(t)
-	if pgtest.Cluster() == nil {
-		t.Skip("needs the throwaway cluster, whose pg_hba.conf the test may change")
-	}
-	ctx := context.Background()
-	var hba string
-	require.NoError(t, db.Pool.QueryRow(ctx, "SHOW hba_file").Scan(&hba))
-	role := "pw_" + strings.ToLower(db.Name)
-	db.Exec(t, "CREATE ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN PASSWORD 'right'")
-	old, err := os.ReadFile(hba)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(hba, append([]byte("host all "+role+" 0.0.0.0/0 scram-sha-256\nhost all "+role+
-		" ::/0 scram-sha-256\n"), old...), 0o600))
-	t.Cleanup(func() { _ = os.WriteFile(hba, old, 0o600); _, _ = db.Pool.Exec(ctx, "SELECT pg_reload_conf()") })
-	db.Exec(t, "SELECT pg_reload_conf()")
-
+	role, _ := pgtest.PasswordRole(t, db, "right")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	url := "postgres://" + role + ":wrong@" + cc.Host + ":" + strconv.Itoa(int(cc.Port)) + "/" + cc.Database

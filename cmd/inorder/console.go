@@ -40,11 +40,11 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err := console.CheckAddr(*addr, cfg); err != nil {
 		return usageErr("--addr: %v", err)
 	}
-	cc, err := connConfig(dbURL.get())
+	cc, before, err := dbURL.connConfig()
 	if err != nil {
 		return err
 	}
-	pool, err := ops.NewPool(ctx, cc)
+	pool, err := ops.NewPoolWithConfig(ctx, ops.PoolConfig{ConnConfig: cc, BeforeConnectFunc: before})
 	if err != nil {
 		return err
 	}

@@ -227,15 +227,6 @@ func (d *flagWithDefault) get() string {
 	return d.def()
 }
 
-// databaseURL is the --database-url flag: its value, or $DATABASE_URL when the flag is not given.
-type databaseURL = flagWithDefault
-
-// registerDatabaseURL adds --database-url to fs, with what it is for.
-func registerDatabaseURL(fs *flag.FlagSet, d *databaseURL, what string) {
-	d.def = func() string { return os.Getenv("DATABASE_URL") }
-	fs.Var(d, "database-url", "`url` of the "+what+" (default $DATABASE_URL)")
-}
-
 // registerActor adds --actor to fs: who acts, for the audit, by default $USER, else the login name.
 func registerActor(fs *flag.FlagSet, d *flagWithDefault, who string) {
 	d.def = defaultActor
@@ -254,11 +245,11 @@ func connConfig(url string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// connect opens one connection to the database named by url, and checks that inorder's schema there is as
+// connect opens one connection to the database d names, and checks that inorder's schema there is as
 // new as this binary needs (see store.CheckSchema): a command run before `inorder migrate` says so in one
 // line rather than fail on a missing column.
-func connect(ctx context.Context, url string) (*pgx.Conn, error) {
-	conn, err := connectAny(ctx, url)
+func connect(ctx context.Context, d *databaseURL) (*pgx.Conn, error) {
+	conn, err := connectAny(ctx, d)
 	if err != nil {
 		return nil, err
 	}
@@ -269,14 +260,14 @@ func connect(ctx context.Context, url string) (*pgx.Conn, error) {
 	return conn, nil
 }
 
-// connectAny opens one connection to the database named by url, whatever its schema (for migrate).
-func connectAny(ctx context.Context, url string) (*pgx.Conn, error) {
-	cfg, err := connConfig(url)
+// connectAny opens one connection to the database d names, whatever its schema (for migrate).
+func connectAny(ctx context.Context, d *databaseURL) (*pgx.Conn, error) {
+	cfg, before, err := d.connConfig()
 	if err != nil {
 		return nil, err
 	}
 	dial.Configure(cfg, 0) // a path that never answers is given up in seconds
-	conn, err := pgx.ConnectConfig(ctx, cfg)
+	conn, err := dial.Connect(ctx, cfg, before)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", pooler.Explain(err))
 	}

@@ -71,7 +71,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	// dumps): SIGINT or SIGTERM ends that, with a line naming the lock.
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	conn, err := connectAny(ctx, dbURL.get())
+	conn, err := connectAny(ctx, &dbURL)
 	if err != nil {
 		return err
 	}
@@ -83,7 +83,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stderr, "inorder migrate: %s; trying again in %s\n", w, w.RetryIn)
 	}})
 	if err != nil {
-		return explainReadOnly(ctx, err, conn.Config())
+		return explainReadOnly(ctx, err, database{cc: conn.Config()})
 	}
 	for _, t := range clocks {
 		err := migrations.AddClock(ctx, conn, t, migrations.ClockOpts{WaitedFunc: func(w migrations.LockWait) {

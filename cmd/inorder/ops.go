@@ -68,7 +68,7 @@ func (o *opFlags) opts() cursor.ActionOpts {
 }
 
 func (o *opFlags) connect(ctx context.Context) (*pgx.Conn, error) {
-	return connect(ctx, o.databaseURL.get())
+	return connect(ctx, &o.databaseURL)
 }
 
 // actionErr says "no process named" for an unknown process, as every command does.
@@ -193,7 +193,7 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	conn, err := connect(ctx, dbURL.get())
+	conn, err := connect(ctx, &dbURL)
 	if err != nil {
 		return err
 	}
@@ -300,7 +300,7 @@ func parkedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *process == "" {
 		return usageErr("--process is required")
 	}
-	conn, err := connect(ctx, dbURL.get())
+	conn, err := connect(ctx, &dbURL)
 	if err != nil {
 		return err
 	}

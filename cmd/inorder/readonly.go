@@ -33,27 +33,34 @@ func refuseStandby(ctx context.Context, conn *pgx.Conn) error {
 // explainReadOnly says why the server refused a write as read-only (SQLSTATE 25006), asking the servers of
 // databases which of them is a standby: a URL copied from a replica's host, or the session's
 // default_transaction_read_only set on the database or the role. Any other error is returned as it is.
-func explainReadOnly(ctx context.Context, err error, databases ...*pgx.ConnConfig) error {
+func explainReadOnly(ctx context.Context, err error, databases ...database) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || pgErr.Code != "25006" { // read_only_sql_transaction
 		return err
 	}
-	for _, cc := range databases {
-		if standby(ctx, cc) {
-			return fmt.Errorf("%w: the server at %s is a standby (in recovery), %s", err, serverOf(cc), standbyAdvice)
+	for _, db := range databases {
+		if standby(ctx, db) {
+			return fmt.Errorf("%w: the server at %s is a standby (in recovery), %s", err, serverOf(db.cc), standbyAdvice)
 		}
 	}
 	return fmt.Errorf("%w: the session is read-only: default_transaction_read_only is on for the database or "+
 		"the role (ALTER DATABASE|ROLE ... RESET default_transaction_read_only)", err)
 }
 
-// standby reports whether the server of cc is in recovery, false when that cannot be known.
-func standby(ctx context.Context, cc *pgx.ConnConfig) bool {
+// database is a database a command works on: its configuration, and what each connection to it is given
+// first (see credentials).
+type database struct {
+	cc     *pgx.ConnConfig
+	before dial.BeforeConnectFunc
+}
+
+// standby reports whether the server of db is in recovery, false when that cannot be known.
+func standby(ctx context.Context, db database) bool {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), dial.DefaultTimeout)
 	defer cancel()
-	c := cc.Copy()
+	c := db.cc.Copy()
 	dial.Configure(c, 0)
-	conn, err := pgx.ConnectConfig(ctx, c)
+	conn, err := dial.Connect(ctx, c, db.before)
 	if err != nil {
 		return false
 	}

@@ -69,7 +69,7 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		opts.Before = at
 	}
-	conn, err := connect(ctx, dbURL.get())
+	conn, err := connect(ctx, &dbURL)
 	if err != nil {
 		return err
 	}

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	gpubsub "cloud.google.com/go/pubsub/v2"
-	"github.com/jackc/pgx/v5"
 	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/cursor"
@@ -229,7 +228,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	shared := &stdoutShare{}
 	clients := map[string]*processor.Client{} // one per database and instance: the instance's connections
 	var first *processor.Client
-	var databases []*pgx.ConnConfig // one per client, to say why one refused to write
+	var databases []database // one per client, to say why one refused to write
 	defer func() {
 		for _, c := range clients {
 			c.Close()
@@ -243,9 +242,9 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 		key := fmt.Sprintf("%s@%s:%d/%s\x00%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port,
 			cfg.ConnConfig.Database, cfg.Instance)
 		if clients[key] == nil {
-			databases = append(databases, cfg.ConnConfig)
+			databases = append(databases, database{cfg.ConnConfig, cfg.BeforeConnectFunc})
 			c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: top.maxConns,
-				Instance: cfg.Instance, DatabaseTimeout: cfg.DatabaseTimeout})
+				Instance: cfg.Instance, DatabaseTimeout: cfg.DatabaseTimeout, BeforeConnectFunc: cfg.BeforeConnectFunc})
 			if err != nil {
 				return pf.inEntry(usageErr("%v", err))
 			}
@@ -540,7 +539,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 	if err != nil {
 		return cfg, usageErr("--horizon: %v", err)
 	}
-	cc, err := connConfig(f.databaseURL.get())
+	cc, before, err := f.databaseURL.connConfig()
 	if err != nil {
 		return cfg, err
 	}
@@ -551,8 +550,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		}
 	}
 	cfg = processor.Config[handlers.Row]{
-		Process:    f.process,
-		ConnConfig: cc,
+		Process:           f.process,
+		ConnConfig:        cc,
+		BeforeConnectFunc: before,
 		Source: inordertype.Source{
 			Table: f.table, IDColumn: f.idColumn, CreatedAtColumn: f.createdAtColumn,
 			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon,

@@ -40,7 +40,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *holdAfter <= 0 {
 		return usageErr("--xmin-hold-after must be positive, got %s", *holdAfter)
 	}
-	conn, err := connect(ctx, dbURL.get())
+	conn, err := connect(ctx, &dbURL)
 	if err != nil {
 		return err
 	}

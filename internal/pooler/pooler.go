@@ -28,6 +28,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder-dev/inorder/internal/dial"
 )
 
 // ErrPreparedStatements wraps the error of a statement that failed because the pooler does not keep
@@ -87,14 +89,15 @@ func Pooled(ctx context.Context, conn *pgx.Conn) (pooled bool, backend uint32, e
 	return backend != conn.PgConn().PID(), backend, nil
 }
 
-// PoolsTransactions reports whether the pooler that cc goes through (see Pooled) pools by transaction,
+// PoolsTransactions reports whether the pooler that cc goes through (see Pooled) pools by transaction (its
+// connections given to beforeConnect first, see dial.Connect),
 // where it can tell. It opens two clients of its own: the first asks which backend serves it, the second
 // holds a transaction, and the first asks again. In session mode the first keeps its backend, which the
 // second never gets (with every server connection taken, the second waits: a session pooler). In
 // transaction mode the second gets the first's idle backend (PgBouncer reuses the one used last) or the
 // first gets another one, or waits for one while the second holds the last. A false answer means session
 // pooling or a pooler that could not be told apart from it.
-func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
+func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig, beforeConnect dial.BeforeConnectFunc) (bool, error) {
 	const wait = 2 * time.Second
 	pid := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
@@ -108,7 +111,7 @@ func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 		}
 		return pid, err == nil, err
 	}
-	first, err := pgx.ConnectConfig(ctx, cc)
+	first, err := dial.Connect(ctx, cc, beforeConnect)
 	if err != nil {
 		return false, err
 	}
@@ -117,7 +120,7 @@ func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig) (bool, error) {
 	if err != nil || !ok {
 		return false, err
 	}
-	second, err := pgx.ConnectConfig(ctx, cc)
+	second, err := dial.Connect(ctx, cc, beforeConnect)
 	if err != nil {
 		return false, err
 	}

@@ -32,7 +32,7 @@ func (r *Repository) connect(ctx context.Context) error {
 	cc.RuntimeParams["application_name"] = r.ApplicationName()
 	// A dead path is noticed in seconds, at start-up as on every exchange (see package dial).
 	dial.Configure(cc, r.cfg.timeout())
-	conn, err := pgx.ConnectConfig(ctx, cc)
+	conn, err := dial.Connect(ctx, cc, r.cfg.BeforeConnect)
 	if err != nil {
 		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
 	}

@@ -77,8 +77,10 @@ type Prober struct {
 	key   string
 	store *Store
 	cfg   *pgx.ConnConfig
-	pool  *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
-	refs  int           // under store.probeMu
+	// before is given each probe connection's configuration first (see dial.Connect).
+	before dial.BeforeConnectFunc
+	pool   *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
+	refs   int           // under store.probeMu
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -95,9 +97,10 @@ type waiter struct {
 }
 
 // Prober returns the prober of the store's processors on cfg's database (on the store's shared pool when
-// it has one, and cfg is then ignored), starting it if this is its first user. Every Prober must be
-// matched by a Close.
-func (s *Store) Prober(cfg *pgx.ConnConfig) *Prober {
+// it has one, and cfg and before are then ignored), starting it if this is its first user. Its
+// connections are given to before first when it is set (see dial.Connect). Every Prober must be matched
+// by a Close.
+func (s *Store) Prober(cfg *pgx.ConnConfig, before dial.BeforeConnectFunc) *Prober {
 	var key string
 	if s.shared != nil {
 		key = fmt.Sprintf("pool %p", s.shared.Pool())
@@ -122,7 +125,7 @@ func (s *Store) Prober(cfg *pgx.ConnConfig) *Prober {
 		}
 		// Only application_name: a pooler refuses start-up parameters it does not know.
 		c.RuntimeParams["application_name"] = ProbeApplicationName
-		p.cfg = c
+		p.cfg, p.before = c, before
 	}
 	if s.probers == nil {
 		s.probers = map[string]*Prober{}
@@ -267,7 +270,7 @@ func (p *Prober) probeOn(conn *pgx.Conn, failedAt time.Time, batch []*waiter) (*
 		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 		cc := p.cfg.Copy()
 		dial.Configure(cc, probeTimeout)
-		c, err := pgx.ConnectConfig(ctx, cc)
+		c, err := dial.Connect(ctx, cc, p.before)
 		cancel()
 		if err != nil {
 			p.answer(batch, nil, nil, fmt.Errorf("probe: connect: %w", err))
@@ -311,7 +314,7 @@ func (p *Prober) rotate(conn *pgx.Conn) *pgx.Conn {
 	if conn == nil {
 		cc := p.cfg.Copy()
 		dial.Configure(cc, probeTimeout)
-		c, err := pgx.ConnectConfig(ctx, cc)
+		c, err := dial.Connect(ctx, cc, p.before)
 		if err != nil {
 			return nil
 		}

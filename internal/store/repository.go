@@ -32,6 +32,9 @@ type Config struct {
 	// ConnConfig is the database connection configuration. The repository copies it and names its
 	// session; it opens one dedicated connection from it. Required.
 	ConnConfig *pgx.ConnConfig
+	// BeforeConnect, when set, is given a copy of ConnConfig before each connection (see
+	// dial.BeforeConnectFunc). With Shared, the Shared's is used.
+	BeforeConnect dial.BeforeConnectFunc
 
 	// IdleInTransactionTimeout is set (SET LOCAL) as idle_in_transaction_session_timeout in every cursor
 	// transaction. When an instance freezes while it holds the cursor row, Postgres ends its session after

@@ -26,6 +26,9 @@ type SharedConfig struct {
 	Instance string
 	// Timeout bounds each exchange on the session and each connection start-up, as Config.Timeout does.
 	Timeout time.Duration
+	// BeforeConnect, when set, is given a copy of ConnConfig before each connection of the pool and the
+	// session (see dial.BeforeConnectFunc).
+	BeforeConnect dial.BeforeConnectFunc
 }
 
 // Shared owns the connections that the repositories of one instance share, however many processes it runs
@@ -82,6 +85,7 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 		return nil, err
 	}
 	pc.ConnConfig = s.connConfig("inorder:@" + s.instance)
+	pc.BeforeConnect = dial.ForPool(cfg.BeforeConnect)
 	pc.MaxConns = int32(cfg.MaxConns - 1)
 	pc.MinConns = 0
 	// A pool connection holds nothing between transactions, so it may come and go; the defaults (an hour's
@@ -216,7 +220,7 @@ func (s *Shared) Pooled(ctx context.Context) (pooled, transactions bool, err err
 		return false, false, nil
 	}
 	s.transactions.once.Do(func() {
-		s.transactions.moves, s.transactions.err = pooler.PoolsTransactions(ctx, s.connConfig("inorder-check:@"+s.instance))
+		s.transactions.moves, s.transactions.err = pooler.PoolsTransactions(ctx, s.connConfig("inorder-check:@"+s.instance), s.cfg.BeforeConnect)
 	})
 	return true, s.transactions.moves, s.transactions.err
 }
@@ -271,7 +275,7 @@ func (s *Shared) connectSession(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeoutCause(ctx, s.timeout(), &UnansweredError{Timeout: s.timeout()})
 	defer cancel()
-	conn, err := pgx.ConnectConfig(ctx, s.connConfig("inorder-session:@"+s.instance))
+	conn, err := dial.Connect(ctx, s.connConfig("inorder-session:@"+s.instance), s.cfg.BeforeConnect)
 	if err != nil {
 		return fmt.Errorf("connect the session of the instance: %w", pooler.Explain(err))
 	}
