@@ -23,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
+	"github.com/inorder-dev/inorder/migrations"
 )
 
 // tlsServer is a server of its own that takes connections over TLS only (hostssl, scram-sha-256, or a
@@ -156,6 +157,7 @@ func TestTLSAsDeployed(t *testing.T) {
 		CREATE INDEX ON bookings (created_at, id);
 		INSERT INTO bookings (aggregate_id) SELECT 'customer-' || g FROM generate_series(1, 5) g`)
 	require.NoError(t, err)
+	require.NoError(t, migrations.AddClock(ctx, appConn, "bookings", migrations.ClockOpts{}))
 
 	p := startBinary(t, app, "run", "--process", "booking_sms", "--table", "bookings", "--columns", "id",
 		"--start-from", "beginning", "--poll-interval", "20ms")
