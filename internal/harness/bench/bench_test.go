@@ -256,6 +256,7 @@ func tableLines() []line {
 	ls = append(ls, fleetLines()...)
 	ls = append(ls, networkLines()...)
 	ls = append(ls, bigLines()...)
+	ls = append(ls, clockLines()...)
 	return append(ls, snapshotLines()...)
 }
 
@@ -745,4 +746,5 @@ func TestMeasures(t *testing.T) {
 	}
 	testNetworkMeasures(t)
 	testSnapshotMeasures(t)
+	testClockMeasures(t)
 }
