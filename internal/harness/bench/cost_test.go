@@ -65,6 +65,7 @@ func measureAppWrites(tb testing.TB, mode string, writers int, d time.Duration) 
 	tb.Helper()
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	ctx := context.Background()
 	if mode == "notify" {
 		conn := connect(tb, db)
@@ -75,6 +76,13 @@ func measureAppWrites(tb testing.TB, mode string, writers int, d time.Duration) 
 	if mode != "none" {
 		runProcessor(tb, db, "bench_app_"+mode, mode)
 	}
+	return pgbenchInserts(tb, db, writers, d)
+}
+
+// pgbenchInserts is the rate of single-row inserts into db's events table from writers pgbench clients,
+// each in transactions of its own, over d.
+func pgbenchInserts(tb testing.TB, db *pgtest.DB, writers int, d time.Duration) result {
+	tb.Helper()
 	pgbench, err := osexec.LookPath("pgbench")
 	if err != nil {
 		if bin, ferr := pgcluster.FindBinDir(); ferr == nil {
@@ -106,6 +114,7 @@ func measureIdle(tb testing.TB, n int, settle, window time.Duration) figure {
 	tb.Helper()
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	db.Exec(tb, "INSERT INTO events (aggregate_id, seq) VALUES ('k', 1)")
 	for i := range n {
 		runProcessor(tb, db, fmt.Sprintf("bench_idle_%d", i), "default")
