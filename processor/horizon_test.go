@@ -21,18 +21,22 @@ import (
 // adversary runs writers against the events table the way real applications do, at their worst: each
 // transaction locks an aggregate row, inserts 1 to 3 events with the aggregate's next sequence numbers
 // (sometimes in one statement with a shared created_at), sometimes writes another table first, sometimes
-// commits hundreds of milliseconds to over a second late, sometimes rolls back.
+// commits hundreds of milliseconds to over a second late, sometimes rolls back. With stamp set it writes
+// created_at itself, as an ORM does: from a clock 2 s or 20 s behind or 2 s ahead of the database's, or the
+// database's at the transaction's start and inserting up to 300 ms later, or the database's at the insert;
+// and some of its transactions call themselves pg_dump.
 type adversary struct {
+	stamp      bool
 	mu         sync.Mutex
 	committed  map[int64]int // id -> aggregate index
 	rolledBack map[int64]bool
 	late       int
 }
 
-func runAdversary(t *testing.T, pool *pgxpool.Pool, writers, aggregates int, d time.Duration) *adversary {
+func runAdversary(t *testing.T, pool *pgxpool.Pool, writers, aggregates int, d time.Duration, stamp bool) *adversary {
 	t.Helper()
 	ctx := context.Background()
-	adv := &adversary{committed: map[int64]int{}, rolledBack: map[int64]bool{}}
+	adv := &adversary{stamp: stamp, committed: map[int64]int{}, rolledBack: map[int64]bool{}}
 	deadline := time.Now().Add(d)
 	var wg sync.WaitGroup
 	for w := 0; w < writers; w++ {
@@ -55,7 +59,33 @@ func (adv *adversary) transaction(ctx context.Context, pool *pgxpool.Pool, rng *
 		return err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck
-	if rng.IntN(4) == 0 {  // another table first: this transaction's xid is older than its events
+	// stamp is the created_at the application writes, "" for the column's default.
+	stamp := ""
+	if adv.stamp {
+		if rng.IntN(8) == 0 {
+			if _, err := tx.Exec(ctx, "SET LOCAL application_name = 'pg_dump'"); err != nil {
+				return err
+			}
+		}
+		switch rng.IntN(5) {
+		case 0:
+			stamp = "clock_timestamp() - interval '2 seconds'"
+		case 1:
+			stamp = "clock_timestamp() - interval '20 seconds'"
+		case 2:
+			stamp = "clock_timestamp() + interval '2 seconds'"
+		case 3:
+			// Stamped as the event is built, inserted after the transaction's other work.
+			if err := tx.QueryRow(ctx, "SELECT clock_timestamp()::text").Scan(&stamp); err != nil {
+				return err
+			}
+			stamp = "'" + stamp + "'::timestamptz"
+			time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		default:
+			stamp = "clock_timestamp()"
+		}
+	}
+	if rng.IntN(4) == 0 { // another table first: this transaction's xid is older than its events
 		if _, err := tx.Exec(ctx, "INSERT INTO other (note) VALUES ('first')"); err != nil {
 			return err
 		}
@@ -69,9 +99,13 @@ func (adv *adversary) transaction(ctx context.Context, pool *pgxpool.Pool, rng *
 	var ids []int64
 	if n > 1 && rng.IntN(2) == 0 {
 		// One statement, one shared created_at: ties that only the id orders.
+		ts := "clock_timestamp()"
+		if stamp != "" {
+			ts = stamp
+		}
 		rows, err := tx.Query(ctx, `
 			INSERT INTO events (aggregate_id, seq, created_at)
-			SELECT $1, $2 + g, ts FROM generate_series(1, $3) g, (SELECT clock_timestamp() AS ts) t
+			SELECT $1, $2 + g, ts FROM generate_series(1, $3) g, (SELECT `+ts+` AS ts) t
 			RETURNING id`, fmt.Sprint(agg), seq, n)
 		if err != nil {
 			return err
@@ -80,10 +114,13 @@ func (adv *adversary) transaction(ctx context.Context, pool *pgxpool.Pool, rng *
 			return err
 		}
 	} else {
+		insert := "INSERT INTO events (aggregate_id, seq) VALUES ($1, $2) RETURNING id"
+		if stamp != "" {
+			insert = "INSERT INTO events (aggregate_id, seq, created_at) VALUES ($1, $2, " + stamp + ") RETURNING id"
+		}
 		for i := 1; i <= n; i++ {
 			var id int64
-			if err := tx.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ($1, $2) RETURNING id",
-				fmt.Sprint(agg), seq+i).Scan(&id); err != nil {
+			if err := tx.QueryRow(ctx, insert, fmt.Sprint(agg), seq+i).Scan(&id); err != nil {
 				return err
 			}
 			ids = append(ids, id)
@@ -196,7 +233,8 @@ func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Hor
 		guardOnlyReader(ctx, t, b.db.URL, func(id int64) { controlMu.Lock(); control[id]++; controlMu.Unlock() })
 	}()
 
-	adv := runAdversary(t, pool, 8, aggregates, 6*time.Second)
+	// On the insert clock the application writes created_at itself, with every clock an application has.
+	adv := runAdversary(t, pool, 8, aggregates, 6*time.Second, horizon == inordertype.HorizonAuto)
 	require.Greater(t, adv.late, 3, "the workload must include late commits")
 	require.NotEmpty(t, adv.rolledBack)
 

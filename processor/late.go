@@ -69,7 +69,9 @@ func (w *lateWatch) add(from, to inordertype.Position, n int, at time.Time) {
 	}
 }
 
-func samePosition(a, b inordertype.Position) bool { return a.ID == b.ID && a.CreatedAt.Equal(b.CreatedAt) }
+func samePosition(a, b inordertype.Position) bool {
+	return a.ID == b.ID && a.CreatedAt.Equal(b.CreatedAt)
+}
 
 // due takes the spans delivered lateAfter or longer before now, within the budget of one count.
 func (w *lateWatch) due(now time.Time) []lateSpan {
