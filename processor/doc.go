@@ -1,4 +1,4 @@
-// Package processor moves the rows of a Postgres table to a handler, strictly in (created_at, id) order,
+// Package processor moves the rows of a Postgres table to a handler, strictly in the order of their inserts,
 // one record at a time, never skipping one.
 //
 // # Running processes in a program
@@ -51,17 +51,23 @@
 //
 // # The horizon
 //
-// A row becomes visible when its transaction commits, but its created_at is set earlier, so a reader that
-// trusts created_at alone skips the rows of slow transactions. The processor reads only below a horizon
+// A row becomes visible when its transaction commits, but its time is set earlier, so a reader that
+// trusts the time alone skips the rows of slow transactions. The processor reads only below a horizon
 // under which every row that will ever commit is already visible. It finds it by watching transactions in
 // pg_locks (readable by any role): a transaction absent at some poll can only create rows dated after that
-// poll. Which transactions it watches depends on what created_at holds (Source.Horizon): for
-// clock_timestamp(), the time of the insert, the writers of the source table (HorizonWriters); for now()
-// and the other transaction-time functions, every transaction of the database that could still insert
-// (HorizonTransactions). HorizonAuto, the default, decides from the column's default at start-up and
-// switches to HorizonTransactions for good when the default changes while running. A transaction that
-// stays open stalls the stream until it ends; the processor records it in the cursor row (status shows
-// it) and logs it, warning after HoldWarnAfter.
+// poll.
+//
+// The time it reads by is the table's insert clock (HorizonClock, what HorizonAuto requires): a column
+// that a trigger sets to the database's clock at every insert, whatever the insert says, added online by
+// migrations.AddClock (inorder migrate --table). Neither an application that writes created_at itself
+// nor a long transaction elsewhere can then skip a row or hold the stream: only the table's writers are
+// watched. A table without it is refused at start-up, unless an opt-in says what created_at holds:
+// HorizonWriters for clock_timestamp(), watching the writers, or HorizonTransactions for now() and the
+// other transaction-time functions, watching every transaction of the database that could still insert
+// (switched to for good when a writers table's default changes while running). A transaction that stays
+// open stalls the stream until it ends; the processor records it in the cursor row (status shows it) and
+// logs it, warning after HoldWarnAfter. Rows that commit behind the position anyway are counted 30 s after
+// their stretch was delivered (cursor.Info.LateRows) and logged, never passed in silence.
 //
 // # Checkpoints
 //
