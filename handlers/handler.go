@@ -15,7 +15,9 @@ type Record[T any] struct {
 	// ID is the record's id column as text. Together with Process it identifies a delivery for
 	// idempotency keys: a redelivered record carries the same ID.
 	ID string
-	// CreatedAt is the record's created_at column, the first half of its position.
+	// CreatedAt is the record's created_at column, as the application or the database wrote it. On a table
+	// with the insert clock, which orders the stream, it is not the first half of the record's position;
+	// without it (the writers or transactions opt-in) it is.
 	CreatedAt time.Time
 	// Key is the key column's value as text (for example an aggregate id), or "" when the process has no
 	// key column. Sinks with per-key ordering (Pub/Sub ordering keys) use it.

@@ -6,9 +6,10 @@
 //
 // # Positions
 //
-// A Position is the (created_at, id) pair of the last record a process handled: the zero Position is the
-// beginning, a time alone is "after every row created at or before it", and a time with an id is "after
-// exactly that row". String formats it for logs and status; MarshalJSON and UnmarshalJSON are the form the
+// A Position is the (time, id) pair of the last record a process handled, its time the table's insert
+// clock (created_at for rows older than the clock, and on a table read by created_at as opted in): the
+// zero Position is the beginning, a time alone is "after every row at or before it", and a time with an id
+// is "after exactly that row". String formats it for logs and status; MarshalJSON and UnmarshalJSON are the form the
 // audit table stores and `inorder audit --json` prints.
 //
 // # Cursor rows
