@@ -321,6 +321,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			ev = ev.Str("from", pos.String()).Str("to", back.String())
 		}
 		p.kind = inordertype.HorizonTransactions
+		p.tenure.sourceSaved = false // the cursor row says the tracking it reads by now, at the next batch
 		ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
 			"delivering again from the earliest start of the transactions open across the change")
 		if len(unknown) > 0 {
