@@ -15,7 +15,6 @@ import (
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -336,7 +335,7 @@ func TestCredentialsTheHookCannotGiveAreWaitedOut(t *testing.T) {
 func TestAPartitionedProcessWaitsOutRefusedCredentials(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	b.db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 4))
+	b.partitionIndex(t, 4)
 	creds, cc := newCredentials(t, b.db, "first")
 	obs := &refusalObserver{}
 	cfg := b.cfg

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgbouncer"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/pooler"
@@ -163,6 +164,8 @@ func owner(t *testing.T, b *bundle) string {
 func TestTransactionTimeHorizonThroughATransactionPooler(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	b.dropClock(t) // the transactions horizon is the opt-in of a table without the clock
+	b.cfg.Source.Horizon = inordertype.HorizonTransactions
 	ctx := context.Background()
 	b.db.Exec(t, "ALTER TABLE events ALTER COLUMN created_at SET DEFAULT now()")
 	bouncer := pgtest.Bouncer(t, b.db, pgbouncer.Transaction, nil)
