@@ -59,7 +59,7 @@ func HoldPgDump(t testing.TB, db *DB) *Dump {
 		})
 	}}
 	t.Cleanup(d.End)
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(30 * time.Second) // a dump of a few tables blocks in well under a second
 	for {
 		err := db.Pool.QueryRow(ctx, `SELECT a.pid FROM pg_stat_activity a
 			WHERE a.application_name = $1 AND a.datname = current_database() AND a.wait_event = 'ClientWrite'`, app).Scan(&d.PID)
@@ -75,7 +75,10 @@ func HoldPgDump(t testing.TB, db *DB) *Dump {
 		case <-time.After(10 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("pg_dump did not block writing within 30s: %s", stderr.String())
+			var state string
+			_ = db.Pool.QueryRow(ctx, `SELECT coalesce(string_agg(format('pid %s: %s, %s/%s, %s', pid, state, wait_event_type,
+				wait_event, left(query, 120)), '; '), 'no backend') FROM pg_stat_activity WHERE application_name = $1`, app).Scan(&state)
+			t.Fatalf("pg_dump did not block writing within 30s (%s): %s", state, stderr.String())
 		}
 	}
 }
