@@ -85,6 +85,8 @@ type Processor[T any] struct {
 	budget byteBudget
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals refusals
+	// shape is what the processor knows of the source's columns across migrations (see shape.go).
+	shape shapeWatch
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -356,6 +358,8 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
 			wait = 2*p.cfg.InsertLatency + time.Millisecond
+		case p.shape.wait != nil:
+			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():
 			// The probe watches for what a batch would look for; a batch still comes now and then to
 			// keep the session and the holds up to date.
@@ -398,11 +402,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.table, p.kind = t, t.Horizon
-	sql, args := t.LocksQuery()
-	p.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
-		p.polled, err = source.ScanLocks(rows)
-		return err
-	}})
+	p.rideLocks(t)
 	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
 	p.prepareScan(t)
 	if err := p.checkColumns(t); err != nil {
@@ -596,6 +596,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	items, ok := p.takeAhead(st.Position)
 	if !ok {
 		if items, err = p.read(work, st.Position, h.at); err != nil {
+			if p.readRefused(work, err) {
+				return 0, 0, nil
+			}
 			return 0, 0, err
 		}
 	}

@@ -74,6 +74,7 @@ const horizonSQL = `
 	)
 	SELECT statement_timestamp(), transaction_timestamp(),
 	       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef AS d WHERE d.adrelid = $1::oid AND d.adnum = $2::int2),
+	       ` + shapeExpr + `,
 	       x.writer, x.vxid, x.pid
 	FROM (SELECT 1) AS one
 	LEFT JOIN (
@@ -95,13 +96,14 @@ const horizonSQL = `
 		  AND l.pid NOT IN (SELECT p.pid FROM pg_stat_progress_vacuum AS p WHERE p.pid IS NOT NULL)
 	) AS x ON true`
 
-// Observation is one poll of pg_locks: when it was taken, the created_at column's default at that moment,
-// and the transactions in flight by virtual transaction id: the writers of the source and every
+// Observation is one poll of pg_locks: when it was taken, the created_at column's default and the
+// fingerprint of the table's columns at that moment, and the transactions in flight by virtual transaction id: the writers of the source and every
 // transaction watched for transaction time, each with its backend pid (0 for a prepared transaction).
 type Observation struct {
 	Now          time.Time
 	TxStart      time.Time // the start of the polling transaction
 	Default      string
+	Shape        string // the fingerprint of the source's columns (see Table.Shape)
 	Writers, Txs map[string]int
 }
 
@@ -127,14 +129,17 @@ func (t *Table) LocksQuery() (string, []any) {
 func ScanLocks(rows pgx.Rows) (Observation, error) {
 	o := Observation{Writers: map[string]int{}, Txs: map[string]int{}}
 	for rows.Next() {
-		var def, vxid *string
+		var def, shape, vxid *string
 		var writer *bool
 		var pid *int32
-		if err := rows.Scan(&o.Now, &o.TxStart, &def, &writer, &vxid, &pid); err != nil {
+		if err := rows.Scan(&o.Now, &o.TxStart, &def, &shape, &writer, &vxid, &pid); err != nil {
 			return Observation{}, fmt.Errorf("read transactions in flight: %w", err)
 		}
 		if def != nil {
 			o.Default = *def
+		}
+		if shape != nil {
+			o.Shape = *shape
 		}
 		if vxid == nil {
 			continue

@@ -1,0 +1,239 @@
+package processor_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/processor"
+)
+
+const outboxDDL = `
+	CREATE TABLE outbox (
+		id           bigserial PRIMARY KEY,
+		aggregate_id text NOT NULL,
+		n            integer NOT NULL,
+		payload      json,
+		note         text,
+		created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
+	);
+	CREATE INDEX outbox_created_at_id_idx ON outbox (created_at, id);`
+
+// rowSink records the generic records it is handed.
+type rowSink struct {
+	mu   sync.Mutex
+	got  map[int64]handlers.Row
+	ids  []int64
+	seen map[int64]int
+}
+
+func (s *rowSink) Handle(_ context.Context, rec *handlers.Record[handlers.Row]) error {
+	id, err := strconv.ParseInt(rec.ID, 10, 64)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got[id] = rec.Value
+	s.ids = append(s.ids, id)
+	s.seen[id]++
+	return nil
+}
+
+// has reports whether the record id was delivered.
+func (s *rowSink) has(id int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.seen[id] > 0
+}
+
+// delivered returns the ids delivered, in order, and the records by id.
+func (s *rowSink) delivered() ([]int64, map[int64]handlers.Row) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	got := make(map[int64]handlers.Row, len(s.got))
+	for id, r := range s.got {
+		got[id] = r
+	}
+	return append([]int64(nil), s.ids...), got
+}
+
+// outboxBundle is a database with an outbox table, writers inserting into it, and a processor
+// configuration of generic records delivering to a rowSink.
+type outboxBundle struct {
+	db   *pgtest.DB
+	cfg  processor.Config[handlers.Row]
+	sink *rowSink
+}
+
+func setupOutbox(t *testing.T) *outboxBundle {
+	t.Helper()
+	db := pgtest.New(t)
+	db.Exec(t, outboxDDL)
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	sink := &rowSink{got: map[int64]handlers.Row{}, seen: map[int64]int{}}
+	return &outboxBundle{db: db, sink: sink, cfg: processor.Config[handlers.Row]{
+		StartFrom:    inordertype.StartFromBeginning,
+		Process:      "outbox_process",
+		ConnConfig:   cc,
+		Source:       inordertype.Source{Table: "outbox"},
+		Handler:      sink,
+		BatchSize:    20,
+		PollInterval: 20 * time.Millisecond,
+		RetryMin:     20 * time.Millisecond,
+		RetryMax:     100 * time.Millisecond,
+		Logger:       zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel),
+	}}
+}
+
+// write inserts rows into the outbox, one statement each, until the test stops it; stop waits for the
+// writer to end.
+func (b *outboxBundle) write(t *testing.T) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (aggregate_id, n, payload) VALUES ($1, $2, '{"n":1}')`,
+				fmt.Sprint("a", i%4), i)
+			if err != nil && ctx.Err() == nil {
+				t.Errorf("writer: %v", err)
+				return
+			}
+			time.Sleep(2 * time.Millisecond) // a steady trickle, not a flood
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// migrate runs a migration the careful way, with lock_timeout 2s, and returns the id of a row inserted
+// right after it: every row from that id on was inserted after the migration committed.
+func (b *outboxBundle) migrate(t *testing.T, ddl string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "SET lock_timeout = '2s'")
+	require.NoError(t, err)
+	_, err = conn.Exec(ctx, ddl)
+	require.NoError(t, err)
+	return b.mark(t)
+}
+
+// mark inserts a row and returns its id.
+func (b *outboxBundle) mark(t *testing.T) int64 {
+	t.Helper()
+	var id int64
+	require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+		`INSERT INTO outbox (aggregate_id, n) VALUES ('mark', 0) RETURNING id`).Scan(&id))
+	return id
+}
+
+// allDelivered waits for the row id, then requires every row of the outbox to have been delivered exactly
+// once, in (created_at, id) order.
+func (b *outboxBundle) allDelivered(t *testing.T, id int64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("row %d", id), func() bool { return b.sink.has(id) })
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM outbox WHERE id <= $1 ORDER BY created_at, id", id)
+	require.NoError(t, err)
+	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	require.NoError(t, err)
+	got, _ := b.sink.delivered()
+	require.Equal(t, want, got[:len(want)], "every row once, in order")
+}
+
+// TestTheStreamLivesThroughMigrationsOfItsOutbox migrates the outbox of a process that delivers all its
+// columns while writers insert: a column added reaches the sink within a batch, a column dropped leaves
+// the records without a record lost, a change of type is read as the column now is, and VACUUM FULL
+// changes nothing. The process never stops.
+func TestTheStreamLivesThroughMigrationsOfItsOutbox(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	stop := start(t, b.cfg)
+	stopWriting := b.write(t)
+	defer stopWriting()
+	b.allDelivered(t, b.mark(t))
+
+	from := b.migrate(t, "ALTER TABLE outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme'")
+	b.allDelivered(t, from)
+	after := func(from int64, check func(handlers.Row)) {
+		b.allDelivered(t, b.mark(t))
+		ids, got := b.sink.delivered()
+		n := 0
+		for _, id := range ids {
+			if id >= from {
+				check(got[id])
+				n++
+			}
+		}
+		require.Positive(t, n)
+	}
+	after(from, func(r handlers.Row) {
+		tenant, ok := r.Get("tenant")
+		require.True(t, ok, "a record inserted after ADD COLUMN carries it: %v", r.Columns)
+		require.Equal(t, "acme", tenant)
+	})
+
+	from = b.migrate(t, "ALTER TABLE outbox DROP COLUMN note")
+	after(from, func(r handlers.Row) {
+		_, ok := r.Get("note")
+		require.False(t, ok, "a record inserted after DROP COLUMN lacks it: %v", r.Columns)
+	})
+
+	from = b.migrate(t, "ALTER TABLE outbox ALTER COLUMN n TYPE bigint, ALTER COLUMN payload TYPE jsonb")
+	after(from, func(r handlers.Row) {
+		n, _ := r.Get("n")
+		require.IsType(t, int64(0), n, "n is a bigint now")
+		if p, _ := r.Get("payload"); p != nil {
+			require.Equal(t, json.RawMessage(`{"n": 1}`), p, "payload is jsonb now (as jsonb prints it)")
+		}
+	})
+
+	b.migrate(t, "VACUUM FULL outbox")
+	stopWriting()
+	b.allDelivered(t, b.mark(t))
+	require.NoError(t, stop())
+}
+
+// TestPgRepackOfTheOutbox rebuilds the outbox with pg_repack while writers insert and the stream runs.
+func TestPgRepackOfTheOutbox(t *testing.T) {
+	t.Parallel()
+	repack, err := exec.LookPath("pg_repack")
+	if err != nil {
+		t.Skip("pg_repack is not installed (Debian: postgresql-15-repack)")
+	}
+	b := setupOutbox(t)
+	if _, err := b.db.Pool.Exec(context.Background(), "CREATE EXTENSION pg_repack"); err != nil {
+		t.Skipf("the server has no pg_repack extension: %v", err)
+	}
+	stop := start(t, b.cfg)
+	stopWriting := b.write(t)
+	defer stopWriting()
+	b.allDelivered(t, b.mark(t))
+	cc := b.cfg.ConnConfig
+	cmd := exec.Command(repack, "--wait-timeout=2", "--host="+cc.Host, "--port="+strconv.Itoa(int(cc.Port)),
+		"--username="+cc.User, "--dbname="+cc.Database, "--table=outbox")
+	cmd.Env = append(os.Environ(), "PGPASSWORD="+cc.Password)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	b.allDelivered(t, b.mark(t))
+	stopWriting()
+	b.allDelivered(t, b.mark(t))
+	require.NoError(t, stop())
+}
