@@ -26,7 +26,7 @@ const outboxDDL = `
 		id           bigserial PRIMARY KEY,
 		aggregate_id text NOT NULL,
 		n            integer NOT NULL,
-		payload      json,
+		payload      json DEFAULT '{"n":1}',
 		note         text,
 		created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 	);
@@ -109,7 +109,7 @@ func (b *outboxBundle) write(t *testing.T) (stop func()) {
 	go func() {
 		defer close(done)
 		for i := 0; ctx.Err() == nil; i++ {
-			_, err := b.db.Pool.Exec(ctx, `INSERT INTO outbox (aggregate_id, n, payload) VALUES ($1, $2, '{"n":1}')`,
+			_, err := b.db.Pool.Exec(ctx, "INSERT INTO outbox (aggregate_id, n) VALUES ($1, $2)",
 				fmt.Sprint("a", i%4), i)
 			if err != nil && ctx.Err() == nil {
 				t.Errorf("writer: %v", err)
@@ -233,6 +233,80 @@ func TestPgRepackOfTheOutbox(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, "%s", out)
 	b.allDelivered(t, b.mark(t))
+	stopWriting()
+	b.allDelivered(t, b.mark(t))
+	require.NoError(t, stop())
+}
+
+// sourceObserver records what the processor says of its source's fit.
+type sourceObserver struct {
+	nopObserver
+	mu      sync.Mutex
+	column  string
+	waiting bool
+}
+
+func (o *sourceObserver) SourceWaiting(_ string, column string, waiting bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.column, o.waiting = column, waiting
+}
+
+func (o *sourceObserver) now() (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.column, o.waiting
+}
+
+// TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack renames, then drops, a column the process selects,
+// while writers insert: the stream waits without halting, skipping or exiting, the observer and the cursor
+// row name the column and what to do, and it reads on by itself once the column is back.
+func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	b.cfg.Source.Columns = []string{"id", "aggregate_id", "payload", "created_at"}
+	obs := &sourceObserver{}
+	b.cfg.Observer = obs
+	stop := start(t, b.cfg)
+	stopWriting := b.write(t)
+	defer stopWriting()
+	b.allDelivered(t, b.mark(t))
+
+	said := func() string {
+		var msg *string
+		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
+			"SELECT halted_error FROM inorder.cursor WHERE process_name = $1 AND halted_record_id IS NULL", b.cfg.Process).Scan(&msg))
+		if msg == nil {
+			return ""
+		}
+		return *msg
+	}
+	waits := func(fix string) int64 {
+		waitFor(t, "the stream to wait for payload", func() bool { c, w := obs.now(); return w && c == "payload" })
+		require.Contains(t, said(), "column public.outbox.payload, a column the process selects (Source.Columns, --columns), is gone")
+		require.Contains(t, said(), fix)
+		held := b.mark(t)
+		time.Sleep(100 * time.Millisecond) // five poll intervals: nothing may be delivered while it waits
+		require.False(t, b.sink.has(held), "nothing is read while the column is gone")
+		return held
+	}
+	reads := func(held int64) {
+		b.allDelivered(t, held)
+		_, w := obs.now()
+		require.False(t, w)
+		require.Empty(t, said())
+	}
+
+	b.migrate(t, "ALTER TABLE outbox RENAME COLUMN payload TO body")
+	held := waits(`it was renamed to "body": rename it back (ALTER TABLE "public"."outbox" RENAME COLUMN "body" TO "payload")`)
+	b.migrate(t, "ALTER TABLE outbox RENAME COLUMN body TO payload")
+	reads(held)
+
+	b.migrate(t, "ALTER TABLE outbox DROP COLUMN payload")
+	held = waits(`add it back (ALTER TABLE "public"."outbox" ADD COLUMN "payload" ...)`)
+	b.migrate(t, "ALTER TABLE outbox ADD COLUMN payload json")
+	reads(held)
+
 	stopWriting()
 	b.allDelivered(t, b.mark(t))
 	require.NoError(t, stop())
