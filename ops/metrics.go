@@ -51,6 +51,9 @@ type Metrics struct {
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
 	resent                                      *prometheus.CounterVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
+	// sourceWaiting is labelled by process and column: one series per process, whose column label names
+	// what the stream waits for (see SourceWaiting).
+	sourceWaiting *prometheus.GaugeVec
 
 	// The database's xmin horizon, looked at with the lag: the longest hold past the threshold, one
 	// series per holder past it, and the looks that failed. The series are the database's, not a
@@ -79,8 +82,10 @@ type procMetrics struct {
 	inFlight, inFlightOldest         prometheus.Gauge
 	resent                           prometheus.Counter
 
-	// state is guarded by Metrics.mu.
-	state connState
+	// state and sourceColumn (the column label of the process's inorder_source_waiting series) are
+	// guarded by Metrics.mu.
+	state        connState
+	sourceColumn string
 }
 
 type connState int
@@ -96,6 +101,7 @@ var (
 	_ processor.InFlightObserver = (*Metrics)(nil)
 	_ processor.RetryObserver    = (*Metrics)(nil)
 	_ processor.ResentObserver   = (*Metrics)(nil)
+	_ processor.SourceObserver   = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -129,6 +135,12 @@ func NewMetrics() *Metrics {
 		parkedKeys:     perProcessGauge("inorder_parked_keys", "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag."),
 		parkedRecords:  perProcessGauge("inorder_parked_records", "Records parked behind their keys, the first failed ones included; measured with the lag."),
 		parkedOldest:   perProcessGauge("inorder_parked_oldest_seconds", "How long the key parked longest has been parked; 0 when none."),
+		sourceWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_source_waiting",
+			Help: "1 while the stream waits for its source table to fit again after a migration, labelled with the column it needs that was dropped or renamed " +
+				"(empty when the table fails another check of start-up): add the column back, or rename it back; 0, with no column, while it reads. " +
+				"Nothing is halted, skipped or parked for it, and it reads on by itself once the table fits.",
+		}, []string{"process", "column"}),
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
@@ -153,7 +165,7 @@ func NewMetrics() *Metrics {
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.xminHeld, m.xminHolder, m.xminErrors,
+		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.sourceWaiting, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -246,6 +258,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		resent:         m.resent.WithLabelValues(process),
 	}
 	m.lagErrors.WithLabelValues(process) // at zero, like the others
+	m.sourceWaiting.WithLabelValues(process, "").Set(0)
 	m.procs[process] = p
 	return p
 }
@@ -291,6 +304,20 @@ func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.S
 // SinkUnavailable implements processor.UnavailableObserver.
 func (m *Metrics) SinkUnavailable(process string, unavailable bool) {
 	m.proc(process).unavailable.Set(b2f(unavailable))
+}
+
+// SourceWaiting implements processor.SourceObserver: the process's one inorder_source_waiting series
+// names the column the stream waits for while it waits, and no column once it reads.
+func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
+	p := m.proc(process)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !waiting {
+		column = ""
+	}
+	m.sourceWaiting.DeleteLabelValues(process, p.sourceColumn)
+	p.sourceColumn = column
+	m.sourceWaiting.WithLabelValues(process, column).Set(b2f(waiting))
 }
 
 // Retrying implements processor.RetryObserver.

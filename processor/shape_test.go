@@ -15,6 +15,7 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
@@ -272,19 +273,18 @@ func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
 	defer stopWriting()
 	b.allDelivered(t, b.mark(t))
 
-	said := func() string {
-		var msg *string
-		require.NoError(t, b.db.Pool.QueryRow(context.Background(),
-			"SELECT halted_error FROM inorder.cursor WHERE process_name = $1 AND halted_record_id IS NULL", b.cfg.Process).Scan(&msg))
-		if msg == nil {
-			return ""
-		}
-		return *msg
+	status := func() cursor.Info {
+		infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+		require.NoError(t, err)
+		require.Len(t, infos, 1)
+		return infos[0]
 	}
+	said := func() string { return status().SourceWait }
 	waits := func(fix string) int64 {
 		waitFor(t, "the stream to wait for payload", func() bool { c, w := obs.now(); return w && c == "payload" })
 		require.Contains(t, said(), "column public.outbox.payload, a column the process selects (Source.Columns, --columns), is gone")
 		require.Contains(t, said(), fix)
+		require.Equal(t, cursor.StatusSourceChanged, status().Status)
 		held := b.mark(t)
 		time.Sleep(100 * time.Millisecond) // five poll intervals: nothing may be delivered while it waits
 		require.False(t, b.sink.has(held), "nothing is read while the column is gone")
@@ -295,6 +295,7 @@ func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
 		_, w := obs.now()
 		require.False(t, w)
 		require.Empty(t, said())
+		require.NotEqual(t, cursor.StatusSourceChanged, status().Status)
 	}
 
 	b.migrate(t, "ALTER TABLE outbox RENAME COLUMN payload TO body")

@@ -19,7 +19,10 @@ type CursorRow struct {
 	// HeldByPID and HeldSince say which backend holds the horizon back, and since when (zero when none).
 	HeldByPID int
 	HeldSince time.Time
-	UpdatedAt time.Time
+	// SourceWait, when not empty, says that the stream waits for its source to fit again after a
+	// migration, what it waits for and what to do (see Repository.SetSourceWait).
+	SourceWait string
+	UpdatedAt  time.Time
 	// RecordsHandled counts the records the process advanced past; Throughput is records per second
 	// over roughly the last minute.
 	RecordsHandled int64
@@ -55,7 +58,8 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
 		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session,
-		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id
+		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id,
+		       CASE WHEN cursor.halted_record_id IS NULL THEN cursor.halted_error END
 		FROM inorder.cursor LEFT JOIN LATERAL (
 			SELECT count(DISTINCT key)::int AS keys, count(*)::int AS records, min(parked_at) AS since,
 			       (array_agg(record_created_at ORDER BY seq))[1] AS oldest_at,
@@ -80,14 +84,15 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 			pkSince     pgtype.Timestamptz
 			oldestAt    pgtype.Timestamptz
 			oldestID    pgtype.Text
+			sourceWait  pgtype.Text
 		)
 		st, _, err := scanState(r, &c.Name,
 			&c.Source.Table, &c.Source.IDColumn, &c.Source.CreatedAtColumn, &c.Source.KeyColumn,
 			&part, &parts, &c.Partitions, &heldPID, &hsin, &c.UpdatedAt,
 			&c.RecordsHandled, &flying, &fsin, &c.Throughput,
 			&c.Epoch, &c.Owner, &since, &exp, &c.LeaseRuns, &c.OwnerSession,
-			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID)
-		c.State = st
+			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID, &sourceWait)
+		c.State, c.SourceWait = st, sourceWait.String
 		c.InFlight, c.InFlightSince = int(flying), fsin.Time
 		c.OwnerSince, c.LeaseExpiresAt = since.Time, exp.Time
 		if part.Valid && parts.Valid {
