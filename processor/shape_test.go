@@ -312,3 +312,83 @@ func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
 	b.allDelivered(t, b.mark(t))
 	require.NoError(t, stop())
 }
+
+// TestATimePartitionedOutboxWithPartitionsCreatedAndDropped runs a stream over an outbox partitioned by
+// time, a partition a second, while writers insert and a maintainer creates partitions ahead and detaches
+// and drops the ones delivered, with lock_timeout 2s as a careful migration would: every row arrives
+// once, in order.
+func TestATimePartitionedOutboxWithPartitionsCreatedAndDropped(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	b.db.Exec(t, `CREATE TABLE tpoutbox (
+			id           bigserial,
+			aggregate_id text NOT NULL,
+			n            integer NOT NULL,
+			created_at   timestamptz NOT NULL DEFAULT clock_timestamp(),
+			PRIMARY KEY (id, created_at)
+		) PARTITION BY RANGE (created_at);
+		CREATE INDEX ON tpoutbox (created_at, id)`)
+	b.cfg.Source.Table = "tpoutbox"
+	ctx := context.Background()
+	maint, err := pgx.Connect(ctx, b.db.URL)
+	require.NoError(t, err)
+	defer maint.Close(ctx)
+	_, err = maint.Exec(ctx, "SET lock_timeout = '2s'")
+	require.NoError(t, err)
+	partitions := map[int64]bool{}
+	var created, dropped, refused int
+	maintain := func() {
+		now := time.Now().Unix()
+		for s := now - 1; s <= now+3; s++ {
+			if partitions[s] {
+				continue
+			}
+			_, err := maint.Exec(ctx, fmt.Sprintf("CREATE TABLE tp_%d PARTITION OF tpoutbox FOR VALUES FROM (to_timestamp(%d)) TO (to_timestamp(%d))", s, s, s+1))
+			if err != nil {
+				refused++
+				t.Logf("create partition: %v", err)
+				continue
+			}
+			partitions[s], created = true, created+1
+		}
+		at, _ := (&bundle{db: b.db}).position(t, b.cfg.Process)
+		for s := range partitions {
+			if s+1 > at.Unix() || s+1 > now-1 {
+				continue // not delivered yet, or still written to
+			}
+			if _, err := maint.Exec(ctx, fmt.Sprintf("ALTER TABLE tpoutbox DETACH PARTITION tp_%d", s)); err != nil {
+				refused++
+				t.Logf("detach partition: %v", err)
+				continue
+			}
+			_, err := maint.Exec(ctx, fmt.Sprintf("DROP TABLE tp_%d", s))
+			require.NoError(t, err)
+			delete(partitions, s)
+			dropped++
+		}
+	}
+	maintain()
+	stop := start(t, b.cfg)
+
+	var wrote []int64
+	deadline := time.Now().Add(5 * time.Second)
+	lastMaintained := time.Time{}
+	for i := 0; time.Now().Before(deadline); i++ {
+		if time.Since(lastMaintained) >= 100*time.Millisecond {
+			maintain()
+			lastMaintained = time.Now()
+		}
+		var id int64
+		require.NoError(t, b.db.Pool.QueryRow(ctx, "INSERT INTO tpoutbox (aggregate_id, n) VALUES ($1, $2) RETURNING id",
+			fmt.Sprint("a", i%4), i).Scan(&id))
+		wrote = append(wrote, id)
+		time.Sleep(2 * time.Millisecond)
+	}
+	last := wrote[len(wrote)-1]
+	waitFor(t, "the last row", func() bool { return b.sink.has(last) })
+	got, _ := b.sink.delivered()
+	require.Equal(t, wrote, got, "every row once, in order")
+	require.Positive(t, dropped, "partitions were dropped while the stream ran")
+	t.Logf("%d rows; %d partitions created, %d detached and dropped, %d statements refused their lock", len(wrote), created, dropped, refused)
+	require.NoError(t, stop())
+}
