@@ -87,6 +87,9 @@ type Processor[T any] struct {
 	refusals refusals
 	// shape is what the processor knows of the source's columns across migrations (see shape.go).
 	shape shapeWatch
+	// listened is the table as the listener's goroutine names it: p.table when it started, which a
+	// migration of the source replaces while it runs (the name and the relation stay).
+	listened *source.Table
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -256,6 +259,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	if p.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})
+		p.listened = p.table
 		go func() { defer close(listening); p.listen(listenCtx) }()
 		p.stopListening = stopListening
 		defer func() { stopListening(); <-listening }()
@@ -569,6 +573,12 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}()
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
+	}
+	if p.shape.stale {
+		// A read was refused for its columns: inspect them before anything reads the source again.
+		if wait, err := p.followShape(work, p.shape.known); err != nil || wait {
+			return 0, 0, err
+		}
 	}
 	if goOn, err := p.followRedrive(ctx, work); err != nil || !goOn {
 		return 0, 0, err

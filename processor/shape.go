@@ -177,6 +177,22 @@ func (p *Processor[T]) readRefused(work context.Context, err error) bool {
 	return true
 }
 
+// shapeRefusal is a read of the source that the server refused for columns the table no longer has,
+// hidden from isFatal: the batch is rolled back, and retried once the columns were inspected again.
+type shapeRefusal struct{ err error }
+
+func (e shapeRefusal) Error() string { return e.err.Error() }
+
+// refusedRead marks the columns to be inspected again when err is the server's refusal of a read for
+// them, and returns it as a shapeRefusal then; any other error as it is.
+func (p *Processor[T]) refusedRead(err error) error {
+	if !source.ShapeChanged(err) {
+		return err
+	}
+	p.shape.stale = true
+	return shapeRefusal{err}
+}
+
 // rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
 func (p *Processor[T]) rideLocks(t *source.Table) {
 	sql, args := t.LocksQuery()
