@@ -71,6 +71,16 @@ const horizonSQL = `
 		       AND classid = $3::bigint::oid AND objid = $4::bigint::oid)
 	), db AS (
 		SELECT oid FROM pg_database WHERE datname = current_database()
+	), tree AS (
+		-- The source's partitions and the tables it is a partition of, from pg_inherits, which takes no
+		-- lock: pg_partition_tree locks every partition, child before parent, and so deadlocks with a
+		-- DETACH PARTITION, which locks the parent first.
+		WITH RECURSIVE down(relid) AS (
+			SELECT $1::oid UNION ALL SELECT i.inhrelid FROM pg_inherits AS i JOIN down ON i.inhparent = down.relid
+		), up(relid) AS (
+			SELECT $1::oid UNION ALL SELECT i.inhparent FROM pg_inherits AS i JOIN up ON i.inhrelid = up.relid
+		)
+		SELECT relid FROM down UNION ALL SELECT relid FROM up
 	)
 	SELECT statement_timestamp(), transaction_timestamp(),
 	       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef AS d WHERE d.adrelid = $1::oid AND d.adnum = $2::int2),
@@ -83,8 +93,7 @@ const horizonSQL = `
 		WHERE l.locktype = 'relation'
 		  AND l.database = (SELECT oid FROM db)
 		  AND (l.relation = $1::oid
-		       OR l.relation IN (SELECT relid FROM pg_partition_tree($1::oid::regclass)
-		                         UNION ALL SELECT relid FROM pg_partition_ancestors($1::oid::regclass)))
+		       OR l.relation IN (SELECT relid FROM tree))
 		  AND l.pid IS DISTINCT FROM pg_backend_pid()
 		UNION ALL
 		SELECT false, l.virtualtransaction, l.pid
