@@ -432,3 +432,32 @@ func TestATimePartitionedOutboxWithPartitionsCreatedAndDropped(t *testing.T) {
 	t.Logf("%d rows; %d partitions created, %d detached and dropped", len(wrote), created, dropped)
 	require.NoError(t, stop())
 }
+
+// TestAStructStreamWaitsForAFieldsColumn: a process scanning into a struct reads its fields' columns, so
+// a column added or dropped elsewhere changes nothing, and a field's column renamed makes it wait until
+// it is renamed back.
+func TestAStructStreamWaitsForAFieldsColumn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.cfg.Source.Columns = nil // the struct's fields
+	obs := &sourceObserver{}
+	b.cfg.Observer = obs
+	stop := start(t, b.cfg)
+	ids := b.insert(t, 3)
+	waitFor(t, "the first rows", func() bool { return b.h.count() == 3 })
+
+	b.db.Exec(t, "SET lock_timeout = '2s'; ALTER TABLE events ADD COLUMN tenant text, DROP COLUMN payload")
+	ids = append(ids, b.insert(t, 2)...)
+	waitFor(t, "the rows after ADD and DROP", func() bool { return b.h.count() == 5 })
+
+	b.db.Exec(t, "SET lock_timeout = '2s'; ALTER TABLE events RENAME COLUMN seq TO position")
+	waitFor(t, "the stream to wait for seq", func() bool { c, w := obs.now(); return w && c == "seq" })
+	b.db.Exec(t, "INSERT INTO events (aggregate_id, position) VALUES ('a', 9)")
+	b.db.Exec(t, "SET lock_timeout = '2s'; ALTER TABLE events RENAME COLUMN position TO seq")
+	waitFor(t, "the row inserted while it waited", func() bool { return b.h.count() == 6 })
+	_, w := obs.now()
+	require.False(t, w)
+	require.Equal(t, ids, b.h.ids()[:5])
+	require.Equal(t, 9, b.h.got[5].Value.Seq)
+	require.NoError(t, stop())
+}
