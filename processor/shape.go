@@ -29,11 +29,14 @@ import (
 
 // shapeWatch is what the processor knows of its source's columns across batches.
 type shapeWatch struct {
-	known string          // the fingerprint the read was built for; "" until the first batch
-	stale bool            // a read was refused for its columns: inspect them again, whatever the fingerprint
-	cols  []source.Column // every column of the table at the last inspection that fitted, to name a renamed one
-	wait  *source.Wait    // what the stream waits for; nil while it reads
-	said  time.Time       // when the wait was last logged
+	known string // the fingerprint the read was built for; "" until the first batch
+	stale bool   // a read was refused for its columns: inspect them again, whatever the fingerprint
+	// unsure says a batch was rolled back after a read refused for its columns: the cursor row may still
+	// say a wait that is over.
+	unsure bool
+	cols   []source.Column // every column of the table at the last inspection that fitted, to name a renamed one
+	wait   *source.Wait    // what the stream waits for; nil while it reads
+	said   time.Time       // when the wait was last logged
 }
 
 // SourceObserver is an Observer that is also told when a stream waits for its source table to fit again
@@ -154,8 +157,9 @@ func (p *Processor[T]) adopt(work context.Context, t *source.Table, all []source
 		sw.wait = nil
 		return p.cur.SetSourceWait(work, "")
 	}
-	if first {
-		return p.cur.SetSourceWait(work, "") // what a run before this one may have left
+	if first || sw.unsure {
+		sw.unsure = false
+		return p.cur.SetSourceWait(work, "") // what a run before this one, or a batch rolled back, left
 	}
 	if !slices.Equal(old.Columns, t.Columns) {
 		p.log.Info().Str("table", t.Qualified).Str("columns", columnList(t.Columns)).
@@ -171,7 +175,7 @@ func (p *Processor[T]) readRefused(work context.Context, err error) bool {
 	if !source.ShapeChanged(err) {
 		return false
 	}
-	p.shape.stale = true
+	p.shape.stale, p.shape.unsure = true, true
 	p.log.Info().Err(err).Str("table", p.table.Qualified).Msg("the source changed under the read; inspecting its columns again")
 	p.abort(work)
 	return true
@@ -189,7 +193,7 @@ func (p *Processor[T]) refusedRead(err error) error {
 	if !source.ShapeChanged(err) {
 		return err
 	}
-	p.shape.stale = true
+	p.shape.stale, p.shape.unsure = true, true
 	return shapeRefusal{err}
 }
 

@@ -284,6 +284,7 @@ func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
 	said := func() string { return status().SourceWait }
 	waits := func(fix string) int64 {
 		waitFor(t, "the stream to wait for payload", func() bool { c, w := obs.now(); return w && c == "payload" })
+		waitFor(t, "status to say so", func() bool { return said() != "" })
 		require.Contains(t, said(), "column public.outbox.payload, a column the process selects (Source.Columns, --columns), is gone")
 		require.Contains(t, said(), fix)
 		require.Equal(t, cursor.StatusSourceChanged, status().Status)
@@ -296,7 +297,7 @@ func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
 		b.allDelivered(t, held)
 		_, w := obs.now()
 		require.False(t, w)
-		require.Empty(t, said())
+		waitFor(t, "status to say it reads again", func() bool { return said() == "" })
 		require.NotEqual(t, cursor.StatusSourceChanged, status().Status)
 	}
 

@@ -106,8 +106,9 @@ const horizonSQL = `
 	) AS x ON true`
 
 // Observation is one poll of pg_locks: when it was taken, the created_at column's default and the
-// fingerprint of the table's columns at that moment, and the transactions in flight by virtual transaction id: the writers of the source and every
-// transaction watched for transaction time, each with its backend pid (0 for a prepared transaction).
+// fingerprint of the table's columns at that moment, and the transactions in flight by virtual
+// transaction id: the writers of the source and every transaction watched for transaction time, each with
+// its backend pid (0 for a prepared transaction).
 type Observation struct {
 	Now          time.Time
 	TxStart      time.Time // the start of the polling transaction
