@@ -139,6 +139,32 @@ func (b *outboxBundle) migrate(t *testing.T, ddl string) int64 {
 	return b.mark(t)
 }
 
+// migrateUnderRead runs a migration in a transaction that locks the outbox first and commits only once a
+// read of the stream waits for that lock: the read was built, and its poll made, before the migration,
+// which it then meets. It returns the id of a row inserted right after.
+func (b *outboxBundle) migrateUnderRead(t *testing.T, ddl string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, b.db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	for _, sql := range []string{"SET LOCAL lock_timeout = '2s'", "LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE", ddl} {
+		_, err := tx.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	waitFor(t, "a read to wait for the migration", func() bool {
+		var waiting bool
+		// The processor's cursor connection, on which it reads (the probe has one of its own).
+		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND application_name LIKE 'inorder:' || $1 || '@%')`, b.cfg.Process).Scan(&waiting))
+		return waiting
+	})
+	require.NoError(t, tx.Commit(ctx))
+	return b.mark(t)
+}
+
 // mark inserts a row and returns its id.
 func (b *outboxBundle) mark(t *testing.T) int64 {
 	t.Helper()
@@ -170,7 +196,7 @@ func TestTheStreamLivesThroughMigrationsOfItsOutbox(t *testing.T) {
 	b := setupOutbox(t)
 	stop := start(t, b.cfg)
 	stopWriting := b.write(t)
-	defer stopWriting()
+	defer func() { stopWriting() }()
 	b.allDelivered(t, b.mark(t))
 
 	from := b.migrate(t, "ALTER TABLE outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme'")
@@ -193,7 +219,10 @@ func TestTheStreamLivesThroughMigrationsOfItsOutbox(t *testing.T) {
 		require.Equal(t, "acme", tenant)
 	})
 
-	from = b.migrate(t, "ALTER TABLE outbox DROP COLUMN note")
+	// A writer waiting for the migration's lock would hold the horizon, and no read would come to meet it.
+	stopWriting()
+	from = b.migrateUnderRead(t, "ALTER TABLE outbox DROP COLUMN note") // the read meets it: refused, read again
+	stopWriting = b.write(t)
 	after(from, func(r handlers.Row) {
 		_, ok := r.Get("note")
 		require.False(t, ok, "a record inserted after DROP COLUMN lacks it: %v", r.Columns)
