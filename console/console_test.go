@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -352,4 +353,40 @@ func TestConsoleShowsASinkOutageWithoutASkip(t *testing.T) {
 	require.NotContains(t, page, "Skip record", "no skip for the sink's outage")
 	_, overview := get(t, http.DefaultClient, srv.URL+"/")
 	require.Contains(t, overview, "sink unavailable")
+}
+
+// A stream waiting for a column that a migration renamed shows what it waits for and what to do.
+func TestConsoleShowsAStreamWaitingForItsSource(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cc, err := pgx.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	p, err := processor.New(processor.Config[payment]{
+		Process: "shaped", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source:       inordertype.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
+		Handler:      handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error { return nil }),
+		PollInterval: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
+		Logger: zerolog.Nop(),
+	})
+	require.NoError(t, err)
+	testrun.Start(t, p.Run)
+	require.Eventually(t, func() bool {
+		infos, err := cursor.List(context.Background(), b.db.Pool, "shaped")
+		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusIdle
+	}, 20*time.Second, 10*time.Millisecond, "the stream delivered the rows before the migration")
+	b.db.Exec(t, "ALTER TABLE payments RENAME COLUMN customer TO client")
+	require.Eventually(t, func() bool {
+		infos, err := cursor.List(context.Background(), b.db.Pool, "shaped")
+		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusSourceChanged
+	}, 20*time.Second, 10*time.Millisecond)
+
+	srv := b.serve(t, console.Config{AllowActions: true})
+	code, page := get(t, http.DefaultClient, srv.URL+"/process/shaped")
+	require.Equal(t, http.StatusOK, code)
+	page = html.UnescapeString(page)
+	require.Contains(t, page, "Waiting for the source table")
+	require.Contains(t, page, `column public.payments.customer, the key column, is gone`)
+	require.Contains(t, page, `ALTER TABLE "public"."payments" RENAME COLUMN "client" TO "customer"`)
+	_, overview := get(t, http.DefaultClient, srv.URL+"/")
+	require.Contains(t, overview, "source changed")
 }

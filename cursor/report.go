@@ -26,6 +26,10 @@ const (
 	// missing topic, a sink down): the stream waits and retries, and flows again by itself once the sink
 	// accepts. Nothing is halted or parked for it, and skipping the record would not help.
 	StatusSinkUnavailable StreamStatus = "sink unavailable"
+	// StatusSourceChanged: a migration of the source took a column the process needs (dropped or renamed),
+	// or left the table failing a check of start-up: the stream waits, skipping nothing, and reads on by
+	// itself once the table fits again. Info.SourceWait says which column and what to do.
+	StatusSourceChanged StreamStatus = "source changed"
 	// StatusNotRunning: no instance runs the process.
 	StatusNotRunning StreamStatus = "not running"
 	// StatusHeld: records are behind, and an open transaction holds the horizon before them.
@@ -51,6 +55,8 @@ func StatusOf(in Info, lag *Lag) StreamStatus {
 		return StatusPartitioned
 	case in.Paused:
 		return StatusPaused
+	case in.SourceWait != "" && in.Halt == nil && running:
+		return StatusSourceChanged
 	case in.Halt != nil && in.Halt.SinkUnavailable() && running:
 		return StatusSinkUnavailable
 	case in.Halt != nil && in.Halt.Retrying() && running:
@@ -116,6 +122,7 @@ type infoJSON struct {
 	InFlight       *inFlightJSON        `json:"in_flight"`
 	Parked         *parkedJSON          `json:"parked"`
 	Late           *lateJSON            `json:"late"`
+	SourceWait     *string              `json:"source_wait"`
 	Error          string               `json:"error,omitempty"`
 	UpdatedAt      time.Time            `json:"updated_at"`
 }
@@ -203,6 +210,10 @@ func (in Info) report() infoJSON {
 			code := h.Status
 			r.Halt.Status = &code
 		}
+	}
+	if in.SourceWait != "" && in.Halt == nil {
+		wait := in.SourceWait
+		r.SourceWait = &wait
 	}
 	if !in.HeldSince.IsZero() {
 		r.Hold = &holdJSON{WriterPID: in.HeldByPID, Since: in.HeldSince.UTC()}

@@ -34,6 +34,10 @@ func TestStatusOf(t *testing.T) {
 		{"sink unavailable when its only instance exited", cursor.Info{State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7", Unavailable: "the URL"}}}, behind, cursor.StatusNotRunning},
 		{"retrying when its only instance exited", cursor.Info{State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7"}}}, nil, cursor.StatusNotRunning},
 		{"paused while retrying", cursor.Info{Connected: 1, State: inordertype.State{Paused: true, Halt: &inordertype.Halt{}}}, behind, cursor.StatusPaused},
+		{"source changed", cursor.Info{Connected: 1, SourceWait: "column public.outbox.payload ... is gone"}, behind, cursor.StatusSourceChanged},
+		{"source changed, a record failing says more", cursor.Info{Connected: 1, SourceWait: "column ...", State: inordertype.State{Halt: &inordertype.Halt{RecordID: "7"}}}, behind, cursor.StatusRetrying},
+		{"source changed when its only instance exited", cursor.Info{SourceWait: "column ..."}, behind, cursor.StatusNotRunning},
+		{"paused while the source changed", cursor.Info{Connected: 1, SourceWait: "column ...", State: inordertype.State{Paused: true}}, behind, cursor.StatusPaused},
 		{"partitioned", cursor.Info{Partitions: 4}, nil, cursor.StatusPartitioned},
 		{"not running", cursor.Info{}, behind, cursor.StatusNotRunning},
 		{"running", cursor.Info{Connected: 1}, behind, cursor.StatusRunning},
@@ -72,6 +76,7 @@ func TestInfoEncodesAsStatusDoes(t *testing.T) {
 	require.EqualValues(t, 3, got["owner_epoch"])
 	require.Nil(t, got["lease_expires_at"], "an unset time is null")
 	require.Nil(t, got["hold"])
+	require.Nil(t, got["source_wait"])
 	require.Equal(t, map[string]any{"created_at": nil, "id": nil}, got["position"], "the beginning")
 	halt := got["halt"].(map[string]any)
 	require.Equal(t, "7", halt["record_id"])

@@ -54,7 +54,11 @@ type Info struct {
 	// HeldByPID its backend (0 for a prepared transaction).
 	HeldByPID int
 	HeldSince time.Time
-	UpdatedAt time.Time
+	// SourceWait, when not empty, says that the stream waits for its source table to fit again after a
+	// migration (a column it needs dropped or renamed): which column, and what to do. The stream reads on
+	// by itself once the table fits.
+	SourceWait string
+	UpdatedAt  time.Time
 	// InFlight counts the records a keyed window had in flight at the process's last checkpoint, and
 	// InFlightSince is since when the oldest of them had been (see processor.Config.MaxInFlight).
 	InFlight      int
@@ -129,7 +133,7 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 // rows behind.
 func infoOf(c store.CursorRow) Info {
 	in := Info{Process: c.Name, State: c.State, Partitions: c.Partitions, Source: c.Source,
-		Locked: c.LeaseRuns, HeldByPID: c.HeldByPID, HeldSince: c.HeldSince, UpdatedAt: c.UpdatedAt,
+		Locked: c.LeaseRuns, HeldByPID: c.HeldByPID, HeldSince: c.HeldSince, SourceWait: c.SourceWait, UpdatedAt: c.UpdatedAt,
 		Epoch: c.Epoch, OwnerSince: c.OwnerSince, LeaseExpiresAt: c.LeaseExpiresAt,
 		InFlight: c.InFlight, InFlightSince: c.InFlightSince, RecordsHandled: c.RecordsHandled, Throughput: c.Throughput,
 		ParkedKeys: c.ParkedKeys, ParkedRecords: c.ParkedRecords, ParkedSince: c.ParkedSince, OldestParked: c.OldestParked,

@@ -25,3 +25,7 @@ ALTER TABLE inorder.cursor ADD COLUMN source_horizon text;
 -- silence. late_at is when the last was found.
 ALTER TABLE inorder.cursor ADD COLUMN late_rows bigint NOT NULL DEFAULT 0;
 ALTER TABLE inorder.cursor ADD COLUMN late_at timestamptz;
+
+-- What a stream waits for while its source table does not fit it after a migration (a column it needs
+-- dropped or renamed), and what to do; NULL while it reads.
+ALTER TABLE inorder.cursor ADD COLUMN source_wait text;

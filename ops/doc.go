@@ -36,6 +36,9 @@
 //	                                                 after a failure are counted again)
 //	inorder_sink_unavailable             gauge      1 while the stream waits for a sink that refuses what every
 //	                                                record would meet; nothing is halted or parked for it
+//	inorder_source_waiting               gauge      1 while the stream waits for its source table to fit
+//	                                                 again after a migration, labelled column: the column it
+//	                                                 needs that was dropped or renamed; 0, no column, else
 //	inorder_retrying                     gauge      1 while the stream retries a failing record with backoff,
 //	                                                 before it counts as halted (processor.Config.HaltAfter)
 //	inorder_halted                       gauge      1 while the stream is halted on a failing record: refused

@@ -55,6 +55,9 @@ type Metrics struct {
 	resent                                      *prometheus.CounterVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
 	tracking, late                              *prometheus.GaugeVec
+	// sourceWaiting is labelled by process and column: one series per process, whose column label names
+	// what the stream waits for (see SourceWaiting).
+	sourceWaiting *prometheus.GaugeVec
 
 	// The database's xmin horizon, looked at with the lag: the longest hold past the threshold, one
 	// series per holder past it, and the looks that failed. The series are the database's, not a
@@ -88,6 +91,9 @@ type procMetrics struct {
 	state connState
 	// refusal is the refusal of the credentials the processor waits out, "" when none; guarded by Metrics.mu.
 	refusal string
+	// sourceColumn is the column label of the process's inorder_source_waiting series; guarded by
+	// Metrics.mu.
+	sourceColumn string
 }
 
 type connState int
@@ -104,6 +110,7 @@ var (
 	_ processor.RetryObserver       = (*Metrics)(nil)
 	_ processor.ResentObserver      = (*Metrics)(nil)
 	_ processor.CredentialsObserver = (*Metrics)(nil)
+	_ processor.SourceObserver      = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -145,6 +152,12 @@ func NewMetrics() *Metrics {
 		}, []string{"process", "tracking"}),
 		late: perProcessGauge("inorder_late_rows", "Rows found committed behind the position after the process passed them, "+
 			"not delivered, since it was registered (none with the insert clock); measured with the lag."),
+		sourceWaiting: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_source_waiting",
+			Help: "1 while the stream waits for its source table to fit again after a migration, labelled with the column it needs that was dropped or renamed " +
+				"(empty when the table fails another check of start-up): add the column back, or rename it back; 0, with no column, while it reads. " +
+				"Nothing is halted, skipped or parked for it, and it reads on by itself once the table fits.",
+		}, []string{"process", "column"}),
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
@@ -169,7 +182,7 @@ func NewMetrics() *Metrics {
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.refused, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.late, m.xminHeld, m.xminHolder, m.xminErrors,
+		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.late, m.sourceWaiting, m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -263,6 +276,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		resent:         m.resent.WithLabelValues(process),
 	}
 	m.lagErrors.WithLabelValues(process) // at zero, like the others
+	m.sourceWaiting.WithLabelValues(process, "").Set(0)
 	m.procs[process] = p
 	return p
 }
@@ -308,6 +322,20 @@ func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.S
 // SinkUnavailable implements processor.UnavailableObserver.
 func (m *Metrics) SinkUnavailable(process string, unavailable bool) {
 	m.proc(process).unavailable.Set(b2f(unavailable))
+}
+
+// SourceWaiting implements processor.SourceObserver: the process's one inorder_source_waiting series
+// names the column the stream waits for while it waits, and no column once it reads.
+func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
+	p := m.proc(process)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !waiting {
+		column = ""
+	}
+	m.sourceWaiting.DeleteLabelValues(process, p.sourceColumn)
+	p.sourceColumn = column
+	m.sourceWaiting.WithLabelValues(process, column).Set(b2f(waiting))
 }
 
 // Retrying implements processor.RetryObserver.

@@ -311,3 +311,29 @@ func TestBuildInfoIsOneSeries(t *testing.T) {
 		`inorder_build_info{goversion="` + runtime.Version() + `",revision="",version="v0.1.0"}`: 1,
 	}, buildInfo())
 }
+
+// TestSourceWaitingNamesTheColumn: the process's one inorder_source_waiting series names the column its
+// stream waits for while it waits, and none once it reads again.
+func TestSourceWaitingNamesTheColumn(t *testing.T) {
+	t.Parallel()
+	m := ops.NewMetrics()
+	srv := httptest.NewServer(m.Handler())
+	t.Cleanup(srv.Close)
+	waiting := func() map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range scrape(t, srv.URL) {
+			if strings.HasPrefix(k, "inorder_source_waiting{") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	m.Batch("jobs", 0)
+	require.Equal(t, map[string]float64{`inorder_source_waiting{column="",process="jobs"}`: 0}, waiting())
+	m.SourceWaiting("jobs", "payload", true)
+	require.Equal(t, map[string]float64{`inorder_source_waiting{column="payload",process="jobs"}`: 1}, waiting())
+	m.SourceWaiting("jobs", "created_at", true)
+	require.Equal(t, map[string]float64{`inorder_source_waiting{column="created_at",process="jobs"}`: 1}, waiting())
+	m.SourceWaiting("jobs", "", false)
+	require.Equal(t, map[string]float64{`inorder_source_waiting{column="",process="jobs"}`: 0}, waiting())
+}

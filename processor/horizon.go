@@ -304,6 +304,9 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			return horizon{}, err
 		}
 	}
+	if wait, err := p.followShape(work, o.Shape); err != nil || wait {
+		return horizon{now: o.Now}, err // no read while the source does not fit (see shape.go)
+	}
 	if p.kind == inordertype.HorizonWriters && !p.table.WritersSafe(o.Default) {
 		at, unknown := p.tracker.earliestStart()
 		pos := p.cur.State().Position

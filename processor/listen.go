@@ -21,7 +21,7 @@ func (p *Processor[T]) listen(ctx context.Context) {
 	if p.cfg.Client != nil {
 		var checked atomic.Bool
 		// One listener for the client's processors: a connection per instance, not per process.
-		p.cfg.Client.listen(ctx, &subscription{table: p.table.Qualified, wake: p.wakeUp,
+		p.cfg.Client.listen(ctx, &subscription{table: p.listened.Qualified, wake: p.wakeUp,
 			connected: func() {
 				if !checked.Load() && p.checkNotifyTrigger(ctx) == nil {
 					checked.Store(true)
@@ -90,7 +90,7 @@ func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected f
 		if err != nil {
 			return err
 		}
-		if n.Payload == p.table.Qualified {
+		if n.Payload == p.listened.Qualified {
 			p.log.Debug().Msg("woken by a notification")
 			p.wakeUp()
 		}
@@ -103,13 +103,13 @@ func (p *Processor[T]) warnNoTrigger(ctx context.Context, q interface {
 }) error {
 	var exists bool
 	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
-		p.table.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
+		p.listened.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
 		return fmt.Errorf("look for the notify trigger: %w", err)
 	}
 	if !exists {
-		p.log.Warn().Str("table", p.table.Qualified).Msgf("no insert-notification trigger on the table, so "+
+		p.log.Warn().Str("table", p.listened.Qualified).Msgf("no insert-notification trigger on the table, so "+
 			"nothing will wake this processor before its poll interval; create it with: inorder migrate --notify %s",
-			p.table.Qualified)
+			p.listened.Qualified)
 	}
 	return nil
 }

@@ -239,11 +239,11 @@ func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[
 	defer cancel()
 	rows, err := p.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
-		return nil, fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err)
+		return nil, p.refusedRead(fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err))
 	}
 	r, err := p.scanItems(rows, 1, math.MaxInt64, false)
 	if err != nil {
-		return nil, err
+		return nil, p.refusedRead(err)
 	}
 	if len(r.items) == 0 {
 		return nil, pgx.ErrNoRows

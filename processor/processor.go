@@ -96,6 +96,11 @@ type Processor[T any] struct {
 	budget byteBudget
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals refusals
+	// shape is what the processor knows of the source's columns across migrations (see shape.go).
+	shape shapeWatch
+	// listened is the table as the listener's goroutine names it: p.table when it started, which a
+	// migration of the source replaces while it runs (the name and the relation stay).
+	listened *source.Table
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -265,6 +270,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	if p.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})
+		p.listened = p.table
 		go func() { defer close(listening); p.listen(listenCtx) }()
 		p.stopListening = stopListening
 		defer func() { stopListening(); <-listening }()
@@ -369,6 +375,8 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
 			wait = 2*p.cfg.InsertLatency + time.Millisecond
+		case p.shape.wait != nil:
+			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():
 			// The probe watches for what a batch would look for; a batch still comes now and then to
 			// keep the session and the holds up to date.
@@ -414,11 +422,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.table, p.kind = t, t.Horizon
-	sql, args := t.LocksQuery()
-	p.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
-		p.polled, err = source.ScanLocks(rows)
-		return err
-	}})
+	p.rideLocks(t)
 	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
 	p.prepareScan(t)
 	if err := p.checkColumns(t); err != nil {
@@ -641,6 +645,12 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
 	}
+	if p.shape.stale {
+		// A read was refused for its columns: inspect them before anything reads the source again.
+		if wait, err := p.followShape(work, p.shape.known); err != nil || wait {
+			return 0, 0, err
+		}
+	}
 	if goOn, err := p.followRedrive(ctx, work); err != nil || !goOn {
 		return 0, 0, err
 	}
@@ -670,6 +680,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	items, ok := p.takeAhead(st.Position)
 	if !ok {
 		if items, err = p.read(work, st.Position, h.at); err != nil {
+			if p.readRefused(work, err) {
+				return 0, 0, nil
+			}
 			return 0, 0, err
 		}
 	}

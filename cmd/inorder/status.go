@@ -128,6 +128,12 @@ func printProcesses(w io.Writer, rep statusReport) {
 	}
 	tw.Flush()
 	for _, ps := range rep.Processes {
+		if ps.SourceWait != "" && ps.Halt == nil && ps.Status != cursor.StatusNotRunning {
+			// A migration took a column the stream needs: nothing to retry or skip, the table to fix.
+			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s waits for its source table to fit again; nothing is "+
+				"halted, skipped or parked, and it reads on by itself once the table fits.", ps.Process), "", 100),
+				wrap("fix: "+ps.SourceWait, "  ", 100))
+		}
 		if h := ps.Halt; h != nil && ps.Status == cursor.StatusNotRunning && h.Retrying() {
 			// Nobody waits for the sink now: say what the last run met, for whoever starts it again.
 			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s is not running. When it last ran, record %s was failing (%s so far): %s",

@@ -102,6 +102,7 @@ type processDoc struct {
 		AgeSeconds     float64   `json:"age_seconds"`
 		OldestRecordID string    `json:"oldest_record_id"`
 	} `json:"parked"`
-	Error     string    `json:"error"`
-	UpdatedAt time.Time `json:"updated_at"`
+	SourceWait *string   `json:"source_wait"`
+	Error      string    `json:"error"`
+	UpdatedAt  time.Time `json:"updated_at"`
 }

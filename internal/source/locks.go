@@ -71,10 +71,21 @@ const horizonSQL = `
 		       AND classid = $3::bigint::oid AND objid = $4::bigint::oid)
 	), db AS (
 		SELECT oid FROM pg_database WHERE datname = current_database()
+	), tree AS (
+		-- The source's partitions and the tables it is a partition of, from pg_inherits, which takes no
+		-- lock: pg_partition_tree locks every partition, child before parent, and so deadlocks with a
+		-- DETACH PARTITION, which locks the parent first.
+		WITH RECURSIVE down(relid) AS (
+			SELECT $1::oid UNION ALL SELECT i.inhrelid FROM pg_inherits AS i JOIN down ON i.inhparent = down.relid
+		), up(relid) AS (
+			SELECT $1::oid UNION ALL SELECT i.inhparent FROM pg_inherits AS i JOIN up ON i.inhrelid = up.relid
+		)
+		SELECT relid FROM down UNION ALL SELECT relid FROM up
 	)
 	SELECT statement_timestamp(), transaction_timestamp(),
 	       (SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef AS d WHERE d.adrelid = $1::oid AND d.adnum = $2::int2),
 	       (SELECT g.tgenabled IN ('O', 'A') FROM pg_trigger AS g WHERE g.tgrelid = $1::oid AND g.tgname = $5),
+	       ` + shapeExpr + `,
 	       x.writer, x.vxid, x.pid
 	FROM (SELECT 1) AS one
 	LEFT JOIN (
@@ -83,8 +94,7 @@ const horizonSQL = `
 		WHERE l.locktype = 'relation'
 		  AND l.database = (SELECT oid FROM db)
 		  AND (l.relation = $1::oid
-		       OR l.relation IN (SELECT relid FROM pg_partition_tree($1::oid::regclass)
-		                         UNION ALL SELECT relid FROM pg_partition_ancestors($1::oid::regclass)))
+		       OR l.relation IN (SELECT relid FROM tree))
 		  AND l.pid IS DISTINCT FROM pg_backend_pid()
 		UNION ALL
 		SELECT false, l.virtualtransaction, l.pid
@@ -96,16 +106,17 @@ const horizonSQL = `
 		  AND l.pid NOT IN (SELECT p.pid FROM pg_stat_progress_vacuum AS p WHERE p.pid IS NOT NULL)
 	) AS x ON true`
 
-// Observation is one poll of pg_locks: when it was taken, the created_at column's default and the state
-// of the insert clock's trigger at that moment, and the transactions in flight by virtual transaction id:
-// the writers of the source and every transaction watched for transaction time, each with its backend pid
-// (0 for a prepared transaction).
+// Observation is one poll of pg_locks: when it was taken, the created_at column's default, the state of
+// the insert clock's trigger and the fingerprint of the table's columns at that moment, and the
+// transactions in flight by virtual transaction id: the writers of the source and every transaction
+// watched for transaction time, each with its backend pid (0 for a prepared transaction).
 type Observation struct {
 	Now     time.Time
 	TxStart time.Time // the start of the polling transaction
 	Default string
 	// Clock is whether the insert clock's trigger is there (Clock.There) and fires for ordinary inserts.
 	Clock        ClockState
+	Shape        string // the fingerprint of the source's columns (see Table.Shape)
 	Writers, Txs map[string]int
 }
 
@@ -139,10 +150,10 @@ func (t *Table) LocksQuery() (string, []any) {
 func ScanLocks(rows pgx.Rows) (Observation, error) {
 	o := Observation{Writers: map[string]int{}, Txs: map[string]int{}}
 	for rows.Next() {
-		var def, vxid *string
+		var def, shape, vxid *string
 		var clock, writer *bool
 		var pid *int32
-		if err := rows.Scan(&o.Now, &o.TxStart, &def, &clock, &writer, &vxid, &pid); err != nil {
+		if err := rows.Scan(&o.Now, &o.TxStart, &def, &clock, &shape, &writer, &vxid, &pid); err != nil {
 			return Observation{}, fmt.Errorf("read transactions in flight: %w", err)
 		}
 		if def != nil {
@@ -150,6 +161,9 @@ func ScanLocks(rows pgx.Rows) (Observation, error) {
 		}
 		if clock != nil {
 			o.Clock = ClockState{There: true, Enabled: *clock}
+		}
+		if shape != nil {
+			o.Shape = *shape
 		}
 		if vxid == nil {
 			continue

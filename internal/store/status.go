@@ -19,7 +19,10 @@ type CursorRow struct {
 	// HeldByPID and HeldSince say which backend holds the horizon back, and since when (zero when none).
 	HeldByPID int
 	HeldSince time.Time
-	UpdatedAt time.Time
+	// SourceWait, when not empty, says that the stream waits for its source to fit again after a
+	// migration, what it waits for and what to do (see Repository.SetSourceWait).
+	SourceWait string
+	UpdatedAt  time.Time
 	// RecordsHandled counts the records the process advanced past; Throughput is records per second
 	// over roughly the last minute.
 	RecordsHandled int64
@@ -59,7 +62,7 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
 		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session,
-		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id, late_rows, late_at
+		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id, late_rows, late_at, source_wait
 		FROM inorder.cursor LEFT JOIN LATERAL (
 			SELECT count(DISTINCT key)::int AS keys, count(*)::int AS records, min(parked_at) AS since,
 			       (array_agg(record_created_at ORDER BY seq))[1] AS oldest_at,
@@ -85,15 +88,16 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 			oldestAt    pgtype.Timestamptz
 			oldestID    pgtype.Text
 			lateAt      pgtype.Timestamptz
+			sourceWait  pgtype.Text
 		)
 		st, _, err := scanState(r, &c.Name,
 			&c.Source.Table, &c.Source.IDColumn, &c.Source.CreatedAtColumn, &c.Source.KeyColumn, &c.Source.Horizon,
 			&part, &parts, &c.Partitions, &heldPID, &hsin, &c.UpdatedAt,
 			&c.RecordsHandled, &flying, &fsin, &c.Throughput,
 			&c.Epoch, &c.Owner, &since, &exp, &c.LeaseRuns, &c.OwnerSession,
-			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID, &c.LateRows, &lateAt)
+			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID, &c.LateRows, &lateAt, &sourceWait)
 		c.LateAt = lateAt.Time
-		c.State = st
+		c.State, c.SourceWait = st, sourceWait.String
 		c.InFlight, c.InFlightSince = int(flying), fsin.Time
 		c.OwnerSince, c.LeaseExpiresAt = since.Time, exp.Time
 		if part.Valid && parts.Valid {

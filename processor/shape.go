@@ -1,0 +1,219 @@
+package processor
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/handlers"
+	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
+)
+
+// The application migrates its outbox while the stream runs. Every batch's poll of the transactions in
+// flight reads the fingerprint of the source's columns too (see source.Table.Shape); when it differs from
+// the one the read was built for, or a read was refused for columns the table no longer has, the columns
+// are inspected again before the next read:
+//   - a column added is read from then on, when the process reads all columns (no Source.Columns, and a
+//     generic record such as handlers.Row; a struct's columns are its fields);
+//   - a column dropped or renamed that the process does not need leaves the records, and the stream goes on;
+//   - a change of type is read as the column now is;
+//   - a column the process needs (the order column, the id, the key, a selected column, a column the
+//     handler reads) dropped or renamed, or a table that no longer passes the checks of start-up: the
+//     stream waits, without halting or skipping anything, says what it waits for (the log, status, the
+//     SourceObserver), and reads on by itself once the table fits again.
+
+// shapeWatch is what the processor knows of its source's columns across batches.
+type shapeWatch struct {
+	known string // the fingerprint the read was built for; "" until the first batch
+	stale bool   // a read was refused for its columns: inspect them again, whatever the fingerprint
+	// unsure says a batch was rolled back after a read refused for its columns: the cursor row may still
+	// say a wait that is over.
+	unsure bool
+	cols   []source.Column // every column of the table at the last inspection that fitted, to name a renamed one
+	wait   *source.Wait    // what the stream waits for; nil while it reads
+	said   time.Time       // when the wait was last logged
+}
+
+// SourceObserver is an Observer that is also told when a stream waits for its source table to fit again
+// after a migration (a column it needs dropped or renamed), and when it reads on.
+type SourceObserver interface {
+	Observer
+	// SourceWaiting reports that the stream waits for column of its source, or for the table when column is
+	// empty (waiting true), or that it reads again (waiting false, column empty).
+	SourceWaiting(process, column string, waiting bool)
+}
+
+// followShape inspects the source again when the last poll found its columns changed (shape), a read was
+// refused for them, or the stream waits for them, and reports whether the stream must wait.
+func (p *Processor[T]) followShape(work context.Context, shape string) (bool, error) {
+	sw := &p.shape
+	if shape == sw.known && !sw.stale && sw.wait == nil {
+		return false, nil
+	}
+	ctx, cancel := p.bounded(work)
+	defer cancel()
+	t, all, w, err := source.Reinspect(ctx, p.cur.Tx(), p.reinspectSpec(), p.needs(), sw.cols)
+	if err != nil {
+		return false, err
+	}
+	if w == nil {
+		if err := p.checkColumns(t); err != nil {
+			w = &source.Wait{Message: err.Error() + "; the stream waits for the table to fit again, skipping nothing"}
+		}
+	}
+	if w != nil {
+		return true, p.waitForShape(work, w)
+	}
+	return false, p.adopt(work, t, all, shape)
+}
+
+// reinspectSpec is the source to inspect again: as the processor resolved it at start (the key column
+// found then stays the key), with a trace column it found by itself left to be found again, and the
+// horizon that never refuses a default (the horizon in use stays; see adopt).
+func (p *Processor[T]) reinspectSpec() inordertype.Source {
+	spec := p.table.Spec
+	spec.Horizon = inordertype.HorizonTransactions
+	if p.cfg.Source.TraceColumn == "" {
+		spec.TraceColumn, spec.TraceStateColumn = "", p.cfg.Source.TraceStateColumn
+	}
+	return spec
+}
+
+// needs lists the columns the process cannot read its records without.
+func (p *Processor[T]) needs() []source.Need {
+	s := p.table.Spec
+	needs := []source.Need{{Column: s.CreatedAtColumn, Role: "the order column"}, {Column: s.IDColumn, Role: "the id column"}}
+	if s.KeyColumn != "" {
+		needs = append(needs, source.Need{Column: s.KeyColumn, Role: "the key column"})
+	}
+	if c := p.cfg.Source.TraceColumn; c != "" {
+		needs = append(needs, source.Need{Column: c, Role: "the trace column"})
+	}
+	if c := p.cfg.Source.TraceStateColumn; c != "" {
+		needs = append(needs, source.Need{Column: c, Role: "the trace state column"})
+	}
+	role := "a column the process selects (Source.Columns, --columns)"
+	if len(p.cfg.Source.Columns) == 0 && p.structCols != nil {
+		var zero T
+		role = fmt.Sprintf("the column of a field of %T", zero)
+	}
+	for _, c := range s.Columns {
+		needs = append(needs, source.Need{Column: c, Role: role})
+	}
+	h := any(p.cfg.Handler)
+	if h == nil {
+		h = p.cfg.TxHandler
+	}
+	if r, ok := h.(handlers.ColumnReader); ok {
+		for _, c := range r.ReadsColumns() {
+			needs = append(needs, source.Need{Column: c, Role: "a column the handler reads (a payload, type or header column)"})
+		}
+	}
+	return needs
+}
+
+// waitForShape makes the stream wait for w: said in the log (again when it changes, and every
+// HoldWarnAfter), to the observer, and in the cursor row for status.
+func (p *Processor[T]) waitForShape(work context.Context, w *source.Wait) error {
+	sw := &p.shape
+	changed := sw.wait == nil || *sw.wait != *w
+	if changed || time.Since(sw.said) >= p.cfg.HoldWarnAfter {
+		p.log.Warn().Str("table", p.table.Qualified).Str("column", w.Column).Msg(w.Message)
+		sw.said = time.Now()
+	}
+	if changed {
+		if o, ok := p.obs.(SourceObserver); ok {
+			o.SourceWaiting(p.cfg.Process, w.Column, true)
+		}
+	}
+	sw.wait = w
+	return p.cur.SetSourceWait(work, w.Message)
+}
+
+// adopt makes t, inspected at shape, the table the stream reads from the next read on. The horizon in use
+// and the created_at default it was chosen for stay those of start-up: a changed default is followed by the
+// horizon's own watch, which never lets a change skip a row (see horizon).
+func (p *Processor[T]) adopt(work context.Context, t *source.Table, all []source.Column, shape string) error {
+	sw, old := &p.shape, p.table
+	first := sw.known == ""
+	p.takeAhead(inordertype.Position{}) // a batch read ahead for the old columns is read again
+	t.Spec.Horizon, t.Horizon, t.Default, t.Warnings = old.Spec.Horizon, old.Horizon, old.Default, nil
+	p.table = t
+	if t.OID != old.OID || t.CreatedAtNum != old.CreatedAtNum {
+		p.rideLocks(t)
+	}
+	p.prepareScan(t)
+	sw.known, sw.stale, sw.cols = shape, false, all
+	if sw.wait != nil {
+		p.log.Info().Str("table", t.Qualified).Msg("the source fits the process again; the stream reads on")
+		if o, ok := p.obs.(SourceObserver); ok {
+			o.SourceWaiting(p.cfg.Process, "", false)
+		}
+		sw.wait = nil
+		return p.cur.SetSourceWait(work, "")
+	}
+	if first || sw.unsure {
+		sw.unsure = false
+		return p.cur.SetSourceWait(work, "") // what a run before this one, or a batch rolled back, left
+	}
+	if !slices.Equal(old.Columns, t.Columns) {
+		p.log.Info().Str("table", t.Qualified).Str("columns", columnList(t.Columns)).
+			Msg("the columns of the source changed; records are read with its columns as they are now")
+	}
+	return nil
+}
+
+// readRefused takes in a read's error: when the server refused the read for columns the table no longer
+// has (a migration committed between the poll and the read), the columns are inspected again before the
+// next read, the batch is rolled back, and the stream goes on (true). Anything else is the caller's.
+func (p *Processor[T]) readRefused(work context.Context, err error) bool {
+	if !source.ShapeChanged(err) {
+		return false
+	}
+	p.shape.stale, p.shape.unsure = true, true
+	p.log.Info().Err(err).Str("table", p.table.Qualified).Msg("the source changed under the read; inspecting its columns again")
+	p.abort(work)
+	return true
+}
+
+// shapeRefusal is a read of the source that the server refused for columns the table no longer has,
+// hidden from isFatal: the batch is rolled back, and retried once the columns were inspected again.
+type shapeRefusal struct{ err error }
+
+func (e shapeRefusal) Error() string { return e.err.Error() }
+
+// refusedRead marks the columns to be inspected again when err is the server's refusal of a read for
+// them, and returns it as a shapeRefusal then; any other error as it is.
+func (p *Processor[T]) refusedRead(err error) error {
+	if !source.ShapeChanged(err) {
+		return err
+	}
+	p.shape.stale, p.shape.unsure = true, true
+	return shapeRefusal{err}
+}
+
+// rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
+func (p *Processor[T]) rideLocks(t *source.Table) {
+	sql, args := t.LocksQuery()
+	p.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
+		p.polled, err = source.ScanLocks(rows)
+		return err
+	}})
+}
+
+// columnList is the names of cs, for the log.
+func columnList(cs []source.Column) string {
+	s := ""
+	for i, c := range cs {
+		if i > 0 {
+			s += ", "
+		}
+		s += c.Name
+	}
+	return s
+}
