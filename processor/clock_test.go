@@ -298,3 +298,37 @@ func TestALateRowIsCountedAndReported(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"late":{"rows":1,"last_at":`)
 }
+
+// TestAColumnAddedToATableReadByTheClockAlone: a table with the clock whose (created_at, id) index was
+// dropped, as the docs allow, goes on through a migration of its columns: inspected again by the clock, it
+// needs no index but the clock's.
+func TestAColumnAddedToATableReadByTheClockAlone(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	db.Exec(t, outboxDDL("DEFAULT clock_timestamp()"))
+	pgtest.AddClock(t, db, "outbox")
+	db.Exec(t, "DROP INDEX outbox_created_at_id_idx")
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	got := make(chan handlers.Row, 10)
+	start(t, processor.Config[handlers.Row]{
+		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source: inordertype.Source{Table: "outbox"}, PollInterval: 20 * time.Millisecond,
+		Handler: handlers.HandlerFunc[handlers.Row](func(_ context.Context, rec *handlers.Record[handlers.Row]) error {
+			got <- rec.Value
+			return nil
+		}),
+	})
+	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('a')")
+	require.NotContains(t, (<-got).Columns, "tenant")
+	db.Exec(t, "ALTER TABLE outbox ADD COLUMN tenant text NOT NULL DEFAULT 'acme'")
+	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('b')")
+	select {
+	case row := <-got:
+		v, ok := row.Get("tenant")
+		require.True(t, ok, "the column added is delivered")
+		require.Equal(t, "acme", v)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the row after the migration never came")
+	}
+}

@@ -74,10 +74,14 @@ func (p *Processor[T]) followShape(work context.Context, shape string) (bool, er
 
 // reinspectSpec is the source to inspect again: as the processor resolved it at start (the key column
 // found then stays the key), with a trace column it found by itself left to be found again, and the
-// horizon that never refuses a default (the horizon in use stays; see adopt).
+// horizon that never refuses a default (the horizon in use stays; see adopt), or the insert clock, which
+// the table must still have and which orders it.
 func (p *Processor[T]) reinspectSpec() inordertype.Source {
 	spec := p.table.Spec
 	spec.Horizon = inordertype.HorizonTransactions
+	if p.kind == inordertype.HorizonClock {
+		spec.Horizon = inordertype.HorizonClock
+	}
 	if p.cfg.Source.TraceColumn == "" {
 		spec.TraceColumn, spec.TraceStateColumn = "", p.cfg.Source.TraceStateColumn
 	}
@@ -88,6 +92,9 @@ func (p *Processor[T]) reinspectSpec() inordertype.Source {
 func (p *Processor[T]) needs() []source.Need {
 	s := p.table.Spec
 	needs := []source.Need{{Column: s.CreatedAtColumn, Role: "the order column"}, {Column: s.IDColumn, Role: "the id column"}}
+	if p.kind == inordertype.HorizonClock {
+		needs = append(needs, source.Need{Column: source.ClockColumn, Role: "the insert clock, which orders the table"})
+	}
 	if s.KeyColumn != "" {
 		needs = append(needs, source.Need{Column: s.KeyColumn, Role: "the key column"})
 	}
