@@ -103,6 +103,7 @@ func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 	))
 	require.Contains(t, halted, "Halted on record 3")
 	require.Contains(t, halted, "payments API answered 422: card_declined")
+	require.Contains(t, halted, "inorder skip --process payments --record 3 --reason '...'", "the command to copy, beside the form")
 
 	var audit string
 	require.NoError(t, chromedp.Run(ctx, chromedp.Text(`#audit`, &audit, chromedp.ByID)))

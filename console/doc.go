@@ -7,9 +7,12 @@
 //
 // The overview lists every process with its state (running, idle, retrying, halted, paused, held,
 // parked keys), the instances running it, its position, the rows and time behind, and a chart of its lag
-// over the last hour as this console sampled it (at each page view and refresh). A process page adds the
-// failing record with its error and the sink's answer, the records in flight, the transaction holding
-// the horizon back (pid, age, application name), the parked keys, the partitions and the audit trail.
+// over the last hour, with its axes in rows and minutes, as this console measured it: every
+// Config.SampleInterval while Console.Run runs, and at each page view. A process page adds the failing
+// record with its key, the start of its content, its error and the sink's answer, and the commands that
+// retry or skip it (as `inorder status` prints them, read-only pages included); the records in flight, the
+// transaction holding the horizon back (pid, age, application name), the parked keys, the partitions and
+// the audit trail.
 // Both pages name, in a box over the figures, what has held the database's xmin horizon past
 // Config.XminHoldAfter (a session, a prepared transaction, a replication slot, a standby's feedback), and
 // what it costs: vacuum cannot clean the outbox that prune empties. The console times a holder whose start
