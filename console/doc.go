@@ -37,5 +37,7 @@
 // page elsewhere whose name is pointed at 127.0.0.1 reads nothing). Actions are POSTs protected from
 // cross-site requests twice: net/http's CrossOriginProtection, and a CSRF token each form carries that must
 // match the visitor's cookie. Pages show no database password, no header value and no token; a record's
-// error is shown as the processor stored it, which the sinks redact before storing.
+// error is shown as the processor stored it, which the sinks redact before storing. The one row a page
+// reads from a source table is the record a stream is halted on or retrying: its key and the first 300
+// characters of the row as JSON, escaped.
 package console
