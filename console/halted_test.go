@@ -79,7 +79,7 @@ func TestTheLagChartComesFromTheConsolesHistory(t *testing.T) {
 	points := regexp.MustCompile(`points="([^"]*)"`).FindStringSubmatch(svg)
 	require.NotNil(t, points, "a line, at the first view: %s", svg)
 	require.GreaterOrEqual(t, len(strings.Fields(points[1])), 5)
-	for _, label := range []string{">rows<", ">now<", ">−30m<", ">−60m<", ">0<"} {
+	for _, label := range []string{">rows behind<", ">now<", ">−30m<", ">−60m<", ">0<"} {
 		require.Contains(t, svg, label, "the axes and their units")
 	}
 	_, overview := get(t, http.DefaultClient, srv.URL+"/")

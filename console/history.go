@@ -72,7 +72,7 @@ func drawChart(ss []sample, width, height int, now time.Time) string {
 	// The plot's box within the picture: room on the left for the rows, below for the minutes.
 	left, right, top, bottom := 46.0, float64(width)-6, 12.0, float64(height)-16
 	if small {
-		left, right, top, bottom = 34, float64(width)-2, 2, float64(height)-11
+		left, right, top, bottom = 34, float64(width)-2, 6, float64(height)-11
 	}
 	var most int64
 	for _, s := range ss {
@@ -102,9 +102,11 @@ func drawChart(ss []sample, width, height int, now time.Time) string {
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#d0d7de"/>`, left, y(v), right, y(v))
 		fmt.Fprintf(&b, label, left-3, y(v)+3, font, "end", count(v))
 	}
-	if !small {
-		fmt.Fprintf(&b, label, left-3, top-3, font, "end", "rows")
+	unit := "rows behind"
+	if small {
+		unit = "rows"
 	}
+	fmt.Fprintf(&b, label, left+4, top+float64(font)+1, font, "start", unit)
 	// The x axis: minutes before now.
 	minutes := []int{60, 45, 30, 15, 0}
 	if small {
@@ -124,17 +126,19 @@ func drawChart(ss []sample, width, height int, now time.Time) string {
 	}
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#8c959f"/>`, left, top, left, bottom)
 	fmt.Fprintf(&b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#8c959f"/>`, left, bottom, right, bottom)
-	switch {
-	case len(ss) == 0:
+	if len(ss) == 0 {
 		fmt.Fprintf(&b, label, (left+right)/2, (top+bottom)/2+3, font, "middle", "no sample yet")
-	case len(ss) == 1:
-		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2" fill="#0969da"/>`, x(ss[0].At), y(ss[0].Rows))
-	default:
+	}
+	if len(ss) > 1 {
 		b.WriteString(`<polyline fill="none" stroke="#0969da" stroke-width="1.5" points="`)
 		for _, s := range ss {
 			fmt.Fprintf(&b, "%.1f,%.1f ", x(s.At), y(s.Rows))
 		}
 		b.WriteString(`"/>`)
+	}
+	if len(ss) > 0 { // the latest, which a line an hour wide would leave a sliver at the edge
+		last := ss[len(ss)-1]
+		fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="2.5" fill="#0969da"/>`, x(last.At), y(last.Rows))
 	}
 	b.WriteString(`</svg>`)
 	return b.String()
