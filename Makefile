@@ -44,7 +44,7 @@ test: ## Vet, check formatting and run every test with the race detector against
 	@# The tests run with a temporary directory of their own, which must be empty afterwards: a test that
 	@# leaves a file there (a binary, a cluster) leaves it on every run of every engineer. Run as root, the
 	@# harness starts Postgres as the postgres user, who must be able to reach its directory in it.
-	@tmp=$$(mktemp -d -t inorder-make-test.XXXXXX); chmod 755 $$tmp; rc=0; \
+	@tmp=$$(mktemp -d -t inorder-test.XXXXXX); chmod 755 $$tmp; rc=0; \
 	  TMPDIR=$$tmp $(GO) test -race -count=1 -timeout 8m $(PKGS) || rc=$$?; \
 	  if [ $$rc = 0 ]; then \
 	    echo "deploy module: compile, vet and test (Helm and the Kubernetes types: minutes the first time)"; \
