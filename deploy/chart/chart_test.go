@@ -297,7 +297,7 @@ func everything() map[string]any {
 		"metrics": map[string]any{"port": 9300},
 		"prune": on(map[string]any{"schedule": "0 4 * * *", "olderThan": "90d", "actor": "retention",
 			"existingSecret": "app-db-pruner", "key": "pruner-url",
-			"tables": []any{map[string]any{"table": "payment_events"}, map[string]any{"table": "ledger.Events", "olderThan": "720h"}}}),
+			"tables": []any{map[string]any{"table": "payment_events"}, map[string]any{"table": `sales."Ledger Events"`, "olderThan": "720h"}}}),
 		"podDisruptionBudget":       map[string]any{"enabled": true, "maxUnavailable": 2},
 		"nodeSelector":              map[string]any{"kubernetes.io/arch": "arm64"},
 		"tolerations":               []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "outbox", "effect": "NoSchedule"}},
@@ -357,7 +357,7 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 	require.Len(t, o.CronJobs, 2)
 	for i, want := range []struct{ name, table, age string }{
 		{"inorder-prune-payment-events", "payment_events", "90d"},
-		{"inorder-prune-ledger-events", "ledger.Events", "720h"},
+		{"inorder-prune-sales-ledger-events", `sales."Ledger Events"`, "720h"},
 	} {
 		cron := o.CronJobs[i]
 		require.Equal(t, want.name, cron.Name)
