@@ -95,7 +95,7 @@ func drawChart(ss []sample, width, height int, now time.Time) string {
 	}
 	// The y axis: 0 and the ceiling (and half of it on a large chart), in rows.
 	ticks := []int64{0, ceiling}
-	if !small {
+	if !small && ceiling >= 2 {
 		ticks = []int64{0, ceiling / 2, ceiling}
 	}
 	for _, v := range ticks {
