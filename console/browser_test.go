@@ -23,12 +23,24 @@ func browser(t *testing.T) context.Context {
 	}
 	_, err := os.Stat(path)
 	require.NoError(t, err, "the browser tests drive Chromium: apt-get install chromium (.ci/run does)")
-	// A profile directory of its own, removed after the browser has gone (t.TempDir would fail the test
-	// when a helper process of Chromium writes into it during the removal).
-	profile, err := os.MkdirTemp("", "inorder-console-chromium-")
+	// A directory of its own for the profile and for Chromium's temporary files (which it would otherwise
+	// leave in the temporary directory), removed once the browser has gone: again until it is gone, since
+	// a helper process of Chromium may still write into it during the first removal (which is why it is
+	// not t.TempDir, which fails the test then).
+	// Short names: Chromium's socket path in it must stay within the 108 bytes of a Unix socket's.
+	dir, err := os.MkdirTemp("", "inorder-chromium-")
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = os.RemoveAll(profile) })
+	t.Cleanup(func() {
+		require.Eventually(t, func() bool {
+			_ = os.RemoveAll(dir)
+			_, err := os.Lstat(dir)
+			return os.IsNotExist(err)
+		}, 10*time.Second, 50*time.Millisecond, "Chromium's directory %s is removed", dir)
+	})
+	profile, tmp := filepath.Join(dir, "profile"), filepath.Join(dir, "t")
+	require.NoError(t, os.Mkdir(tmp, 0o700))
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.Env("TMPDIR="+tmp),
 		chromedp.ExecPath(path),
 		chromedp.NoSandbox, // as root in CI
 		chromedp.DisableGPU,
@@ -103,6 +115,7 @@ func TestOperatorSkipsAHaltedRecordInTheBrowser(t *testing.T) {
 	))
 	require.Contains(t, halted, "Halted on record 3")
 	require.Contains(t, halted, "payments API answered 422: card_declined")
+	require.Contains(t, halted, "inorder skip --process payments --record 3 --reason '...'", "the command to copy, beside the form")
 
 	var audit string
 	require.NoError(t, chromedp.Run(ctx, chromedp.Text(`#audit`, &audit, chromedp.ByID)))

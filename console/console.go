@@ -45,6 +45,9 @@ type Config struct {
 	// feedback may hold the database's xmin horizon (vacuum's) before the pages name it. Zero means
 	// cursor.DefaultXminHoldAfter (a minute).
 	XminHoldAfter time.Duration
+	// SampleInterval is how often Run measures every process's lag for the pages' charts, which show
+	// the last hour of it. Zero means 15s, as often as a processor measures it for its metrics.
+	SampleInterval time.Duration
 }
 
 // Console serves the pages and the actions. It is an http.Handler, safe for concurrent use; mount it at
@@ -67,16 +70,47 @@ func New(cfg Config) (*Console, error) {
 	if cfg.RefreshInterval <= 0 {
 		cfg.RefreshInterval = 5 * time.Second
 	}
+	if cfg.SampleInterval <= 0 {
+		cfg.SampleInterval = 15 * time.Second
+	}
 	pages, err := template.New("").Funcs(funcs).ParseFS(templates, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour), xmin: cursor.NewXminWatch(cfg.XminHoldAfter),
+	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour, min(2*time.Second, cfg.SampleInterval/2)), xmin: cursor.NewXminWatch(cfg.XminHoldAfter),
 		mux: http.NewServeMux(), guard: http.NewCrossOriginProtection()}
 	c.mux.HandleFunc("GET /{$}", c.overview)
 	c.mux.HandleFunc("GET /process/{name}", c.process)
 	c.mux.HandleFunc("POST /process/{name}/action/{action}", c.act)
 	return c, nil
+}
+
+// Run measures every process's lag each Config.SampleInterval until ctx ends, then returns nil: the
+// charts then show the last hour as the console saw it (since it started), where without Run they hold
+// only what the pages' own views measured. A round that cannot read the database is skipped; the pages
+// say why. Run once per console, beside serving it.
+func (c *Console) Run(ctx context.Context) error {
+	t := time.NewTicker(c.cfg.SampleInterval)
+	defer t.Stop()
+	for {
+		c.sample(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// sample measures every process's lag once, keeping a sample of each.
+func (c *Console) sample(ctx context.Context) {
+	procs, err := cursor.Read(ctx, c.cfg.Pool, cursor.ReadOpts{})
+	if err != nil {
+		return
+	}
+	for _, p := range procs {
+		c.measure(ctx, p)
+	}
 }
 
 // ServeHTTP checks who asks (the token, or a loopback client), then serves the page or the action.
@@ -249,6 +283,8 @@ type detail struct {
 	Parked  []cursor.ParkedKey
 	Audit   []cursor.AuditEntry
 	Holders map[int]holder
+	// Halted are the records the streams are halted on or retrying, by stream.
+	Halted map[string]halted
 }
 
 // holder is the transaction holding a stream's horizon back, as pg_stat_activity shows it.
@@ -271,7 +307,7 @@ func (c *Console) process(w http.ResponseWriter, r *http.Request) {
 		c.render(w, "missing", map[string]any{"View": c.view(w, r, "../"), "Name": name})
 		return
 	}
-	d := detail{row: c.measure(ctx, procs[0]), Holders: map[int]holder{}}
+	d := detail{row: c.measure(ctx, procs[0]), Holders: map[int]holder{}, Halted: map[string]halted{}}
 	// A role that may not read parked records sees none listed; the counts of the cursor row still show.
 	d.Parked, _ = cursor.Parked(ctx, c.cfg.Pool, name)
 	if d.Audit, err = cursor.Audit(ctx, c.cfg.Pool, cursor.AuditOpts{Process: name, Limit: 50}); err != nil {
@@ -279,6 +315,9 @@ func (c *Console) process(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	for _, s := range d.Streams {
+		if s.Halt != nil && !s.Halt.SinkUnavailable() {
+			d.Halted[s.Process] = readHalted(ctx, c.cfg.Pool, s)
+		}
 		if s.HeldByPID != 0 {
 			var h holder
 			var since *time.Time

@@ -7,9 +7,12 @@
 //
 // The overview lists every process with its state (running, idle, retrying, halted, paused, held,
 // parked keys), the instances running it, its position, the rows and time behind, and a chart of its lag
-// over the last hour as this console sampled it (at each page view and refresh). A process page adds the
-// failing record with its error and the sink's answer, the records in flight, the transaction holding
-// the horizon back (pid, age, application name), the parked keys, the partitions and the audit trail.
+// over the last hour, with its axes in rows and minutes, as this console measured it: every
+// Config.SampleInterval while Console.Run runs, and at each page view. A process page adds the failing
+// record with its key, the start of its content, its error and the sink's answer, and the commands that
+// retry or skip it (as `inorder status` prints them, read-only pages included); the records in flight, the
+// transaction holding the horizon back (pid, age, application name), the parked keys, the partitions and
+// the audit trail.
 // Both pages name, in a box over the figures, what has held the database's xmin horizon past
 // Config.XminHoldAfter (a session, a prepared transaction, a replication slot, a standby's feedback), and
 // what it costs: vacuum cannot clean the outbox that prune empties. The console times a holder whose start
@@ -34,5 +37,7 @@
 // page elsewhere whose name is pointed at 127.0.0.1 reads nothing). Actions are POSTs protected from
 // cross-site requests twice: net/http's CrossOriginProtection, and a CSRF token each form carries that must
 // match the visitor's cookie. Pages show no database password, no header value and no token; a record's
-// error is shown as the processor stored it, which the sinks redact before storing.
+// error is shown as the processor stored it, which the sinks redact before storing. The one row a page
+// reads from a source table is the record a stream is halted on or retrying: its key and the first 300
+// characters of the row as JSON, escaped.
 package console

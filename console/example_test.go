@@ -12,13 +12,15 @@ import (
 	"github.com/inorder-dev/inorder/console"
 )
 
-// mount serves the console under /inorder/ on a service's own admin mux.
-func mount(mux *http.ServeMux, pool *pgxpool.Pool) error {
+// mount serves the console under /inorder/ on a service's own admin mux, and measures the lag for its
+// charts until ctx ends.
+func mount(ctx context.Context, mux *http.ServeMux, pool *pgxpool.Pool) error {
 	con, err := console.New(console.Config{Pool: pool, Token: os.Getenv("INORDER_CONSOLE_TOKEN")})
 	if err != nil {
 		return err
 	}
 	mux.Handle("/inorder/", http.StripPrefix("/inorder", con))
+	go con.Run(ctx) // until ctx ends
 	return nil
 }
 
@@ -30,8 +32,10 @@ func Example_mount() {
 		panic(err)
 	}
 	defer pool.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
 	mux := http.NewServeMux()
-	if err := mount(mux, pool); err != nil {
+	if err := mount(ctx, mux, pool); err != nil {
 		panic(err)
 	}
 	req := httptest.NewRequest(http.MethodGet, "/inorder/", nil)

@@ -56,6 +56,7 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	g := lifecycle.New(lifecycle.Config{Logger: log, Stopping: "closing the console"})
 	g.AddSignals(sigs)
+	g.Add("lag samples", con.Run) // the charts' hour, measured whether or not a page is open
 	a, err := g.AddHTTPServer("console", *addr, con, 5*time.Second)
 	if err != nil {
 		return usageErr("--addr: %v", err)

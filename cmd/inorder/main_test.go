@@ -42,10 +42,14 @@ func TestMain(m *testing.M) {
 	}
 	binary = filepath.Join(dir, "inorder")
 	if out, err := exec.Command("go", "build", "-ldflags", "-X main.version="+testVersion, "-o", binary, ".").CombinedOutput(); err != nil {
+		_ = os.RemoveAll(dir)
 		panic(fmt.Sprintf("build inorder: %v\n%s", err, out))
 	}
-	defer os.RemoveAll(dir)
-	pgtest.Main(m)
+	// Not a defer: os.Exit runs none, and the binary is tens of megabytes left in the temporary
+	// directory by every run.
+	code := pgtest.Run(m)
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
 
 // proc is a running inorder binary.

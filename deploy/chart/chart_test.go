@@ -5,7 +5,6 @@ package chart_test
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path"
 	"regexp"
@@ -30,13 +29,6 @@ import (
 	"github.com/inorder-dev/inorder/deploy/internal/strict"
 )
 
-// TestMain quiets the Helm SDK's loader, which logs each symbolic link it follows: the chart's files/
-// link to deploy/prometheus/rules.yaml and deploy/grafana/inorder.json, so that there is one copy of each.
-func TestMain(m *testing.M) {
-	slog.SetDefault(slog.New(slog.DiscardHandler))
-	os.Exit(m.Run())
-}
-
 // shutdownTimeout is inorder run's default --shutdown-timeout: the grace period must be longer.
 const shutdownTimeout = 15
 
@@ -46,6 +38,7 @@ type objects struct {
 	Services        []*corev1.Service
 	Deployments     []*appsv1.Deployment
 	Jobs            []*batchv1.Job
+	CronJobs        []*batchv1.CronJob
 	PDBs            []*policyv1.PodDisruptionBudget
 	PodMonitors     []*monitoringv1.PodMonitor
 	ServiceMonitors []*monitoringv1.ServiceMonitor
@@ -118,6 +111,8 @@ func decode(t *testing.T, files map[string]string) *objects {
 				into = appendNew(&o.Deployments)
 			case "batch/v1 Job":
 				into = appendNew(&o.Jobs)
+			case "batch/v1 CronJob":
+				into = appendNew(&o.CronJobs)
 			case "policy/v1 PodDisruptionBudget":
 				into = appendNew(&o.PDBs)
 			case "monitoring.coreos.com/v1 PodMonitor":
@@ -207,6 +202,7 @@ func TestChartWithDefaultValues(t *testing.T) {
 
 	dep := o.Deployments[0]
 	require.Equal(t, int32(2), *dep.Spec.Replicas)
+	require.Equal(t, appVersion, dep.Labels["app.kubernetes.io/version"], "the version the pods run")
 	pod := dep.Spec.Template.Spec
 	checkPodSecurity(t, pod)
 	require.Greater(t, *pod.TerminationGracePeriodSeconds, int64(shutdownTimeout))
@@ -298,7 +294,10 @@ func everything() map[string]any {
 					"kafka-brokers": "kafka:9092", "kafka-topic": "ledger", "kafka-password": "${KAFKA_PASSWORD}"},
 			},
 		},
-		"metrics":                   map[string]any{"port": 9300},
+		"metrics": map[string]any{"port": 9300},
+		"prune": on(map[string]any{"schedule": "0 4 * * *", "olderThan": "90d", "actor": "retention",
+			"existingSecret": "app-db-pruner", "key": "pruner-url",
+			"tables": []any{map[string]any{"table": "payment_events"}, map[string]any{"table": `sales."Ledger Events"`, "olderThan": "720h"}}}),
 		"podDisruptionBudget":       map[string]any{"enabled": true, "maxUnavailable": 2},
 		"nodeSelector":              map[string]any{"kubernetes.io/arch": "arm64"},
 		"tolerations":               []any{map[string]any{"key": "dedicated", "operator": "Equal", "value": "outbox", "effect": "NoSchedule"}},
@@ -322,7 +321,7 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 	t.Parallel()
 	o := mustRender(t, everything())
 	slices.Sort(o.kinds)
-	require.Equal(t, []string{"ConfigMap", "ConfigMap", "Deployment", "Job", "PodDisruptionBudget", "PodMonitor",
+	require.Equal(t, []string{"ConfigMap", "ConfigMap", "CronJob", "CronJob", "Deployment", "Job", "PodDisruptionBudget", "PodMonitor",
 		"PrometheusRule", "Service", "ServiceMonitor"}, o.kinds)
 
 	dep := o.Deployments[0]
@@ -331,6 +330,8 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 	checkPodSecurity(t, pod)
 	c := pod.Containers[0]
 	require.Equal(t, "ghcr.example/acme/inorder:v0.2.0", c.Image)
+	require.Equal(t, "v0.2.0", dep.Labels["app.kubernetes.io/version"], "the version label follows image.tag")
+	require.Equal(t, "v0.2.0", o.Jobs[0].Labels["app.kubernetes.io/version"])
 	require.Equal(t, corev1.PullAlways, c.ImagePullPolicy)
 	require.Equal(t, int32(9300), c.Ports[0].ContainerPort)
 	secret, key := envFrom(t, c, "DATABASE_URL")
@@ -352,11 +353,41 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 	}
 	require.Equal(t, 2, o.PDBs[0].Spec.MaxUnavailable.IntValue())
 
+	// A prune CronJob per table, as deploy/kubernetes has one.
+	require.Len(t, o.CronJobs, 2)
+	for i, want := range []struct{ name, table, age string }{
+		{"inorder-prune-payment-events", "payment_events", "90d"},
+		{"inorder-prune-sales-ledger-events", `sales."Ledger Events"`, "720h"},
+	} {
+		cron := o.CronJobs[i]
+		require.Equal(t, want.name, cron.Name)
+		require.Equal(t, "0 4 * * *", cron.Spec.Schedule)
+		require.Equal(t, batchv1.ForbidConcurrent, cron.Spec.ConcurrencyPolicy)
+		require.Equal(t, "v0.2.0", cron.Labels["app.kubernetes.io/version"])
+		jpod := cron.Spec.JobTemplate.Spec.Template.Spec
+		checkPodSecurity(t, jpod)
+		require.Equal(t, corev1.RestartPolicyNever, jpod.RestartPolicy)
+		require.NotEqual(t, dep.Spec.Selector.MatchLabels, cron.Spec.JobTemplate.Spec.Template.Labels, "the Deployment's selector and the PDB do not count the prune")
+		pc := jpod.Containers[0]
+		require.Equal(t, "ghcr.example/acme/inorder:v0.2.0", pc.Image)
+		require.Equal(t, []string{"prune", "--table", want.table, "--older-than", want.age, "--actor", "retention"}, pc.Args)
+		secret, key := envFrom(t, pc, "DATABASE_URL")
+		require.Equal(t, []string{"app-db-pruner", "pruner-url"}, []string{secret, key})
+	}
+
 	selector := dep.Spec.Selector.MatchLabels
 	pm := o.PodMonitors[0]
 	require.Equal(t, selector, pm.Spec.Selector.MatchLabels)
 	require.Equal(t, "prom", pm.Labels["release"])
 	require.Equal(t, "metrics", *pm.Spec.PodMetricsEndpoints[0].Port)
+	jobOf := func(relabelings []monitoringv1.RelabelConfig) string {
+		t.Helper()
+		require.Len(t, relabelings, 1)
+		require.Equal(t, "job", relabelings[0].TargetLabel)
+		require.Empty(t, relabelings[0].SourceLabels)
+		return *relabelings[0].Replacement
+	}
+	require.Equal(t, "inorder", jobOf(pm.Spec.PodMetricsEndpoints[0].RelabelConfigs), "the job the alerts read")
 	require.Equal(t, monitoringv1.Duration("15s"), pm.Spec.PodMetricsEndpoints[0].Interval)
 	svc := o.Services[0]
 	require.Equal(t, selector, svc.Spec.Selector)
@@ -367,14 +398,18 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 		require.Equal(t, v, svc.Labels[k], "the ServiceMonitor selects the Service")
 	}
 	require.Equal(t, "metrics", sm.Spec.Endpoints[0].Port)
+	require.Equal(t, "inorder", jobOf(sm.Spec.Endpoints[0].RelabelConfigs), "the same job whichever monitor scrapes")
 
-	// The rules and the dashboard, as they are in deploy/prometheus and deploy/grafana.
+	// The rules of deploy/prometheus, each reading the release's namespace and job rather than the job
+	// named inorder, and the dashboard as it is in deploy/grafana.
 	rule := o.PrometheusRules[0]
 	require.Equal(t, "prom", rule.Labels["release"])
 	var want monitoringv1.PrometheusRuleSpec
 	rules, err := os.ReadFile("../prometheus/rules.yaml")
 	require.NoError(t, err)
-	require.NoError(t, strict.Decode(rules, &want))
+	require.Contains(t, string(rules), `{job="inorder"}`)
+	scoped := strings.ReplaceAll(string(rules), `job="inorder"`, `namespace="payments", job="inorder"`)
+	require.NoError(t, strict.Decode([]byte(scoped), &want))
 	require.NotEmpty(t, want.Groups)
 	require.Equal(t, want, rule.Spec)
 
@@ -386,6 +421,79 @@ func TestChartWithEverythingEnabled(t *testing.T) {
 	require.NoError(t, err)
 	require.JSONEq(t, string(file), dash.Data["inorder.json"])
 	require.True(t, json.Valid([]byte(dash.Data["inorder.json"])))
+}
+
+// TestChartMigrationReadsTheDatabaseKey renders the chart with the database URL under a key of the
+// operator's choosing and nothing set for the migration: the hook Job reads the same Secret and key as
+// the pods, or it could not start and the install would fail after activeDeadlineSeconds.
+func TestChartMigrationReadsTheDatabaseKey(t *testing.T) {
+	t.Parallel()
+	o := mustRender(t, map[string]any{"database": map[string]any{"existingSecret": "app-db", "key": "url"}})
+	secret, key := envFrom(t, o.Deployments[0].Spec.Template.Spec.Containers[0], "DATABASE_URL")
+	require.Equal(t, []string{"app-db", "url"}, []string{secret, key})
+	require.Len(t, o.Jobs, 1)
+	secret, key = envFrom(t, o.Jobs[0].Spec.Template.Spec.Containers[0], "DATABASE_URL")
+	require.Equal(t, []string{"app-db", "url"}, []string{secret, key}, "the migration reads the key the pods read")
+
+	o = mustRender(t, map[string]any{"database": map[string]any{"existingSecret": "app-db", "key": "url"},
+		"migrate": map[string]any{"existingSecret": "app-db-owner"}})
+	secret, key = envFrom(t, o.Jobs[0].Spec.Template.Spec.Containers[0], "DATABASE_URL")
+	require.Equal(t, []string{"app-db-owner", "url"}, []string{secret, key}, "a Secret of its own, the same key unless migrate.key says")
+}
+
+// TestChartPruneDefaults renders the prune CronJob with only prune.enabled: the nightly prune of the
+// example table at 30 days, with the database URL the pods read. Off, there is none.
+func TestChartPruneDefaults(t *testing.T) {
+	t.Parallel()
+	require.Empty(t, mustRender(t, nil).CronJobs, "deleting rows is the operator's decision")
+	o := mustRender(t, map[string]any{"prune": map[string]any{"enabled": true},
+		"database": map[string]any{"existingSecret": "app-db", "key": "url"}})
+	require.Len(t, o.CronJobs, 1)
+	cron := o.CronJobs[0]
+	require.Equal(t, "15 3 * * *", cron.Spec.Schedule)
+	c := cron.Spec.JobTemplate.Spec.Template.Spec.Containers[0]
+	require.Equal(t, []string{"prune", "--table", "bookings", "--older-than", "30d", "--actor", "k8s-cronjob"}, c.Args)
+	secret, key := envFrom(t, c, "DATABASE_URL")
+	require.Equal(t, []string{"app-db", "url"}, []string{secret, key})
+}
+
+// TestChartRulesReadTheJobGiven renders the PrometheusRule with prometheusRule.job set, for pods scraped by
+// something other than the chart's monitors: every expression reads that job in the release's namespace.
+func TestChartRulesReadTheJobGiven(t *testing.T) {
+	t.Parallel()
+	o := mustRender(t, map[string]any{"prometheusRule": map[string]any{"enabled": true, "job": "payments/outbox"},
+		"podMonitor": map[string]any{"enabled": true}})
+	require.Equal(t, "payments/outbox", *o.PodMonitors[0].Spec.PodMetricsEndpoints[0].RelabelConfigs[0].Replacement)
+	n := 0
+	for _, g := range o.PrometheusRules[0].Spec.Groups {
+		for _, r := range g.Rules {
+			require.Contains(t, r.Expr.String(), `{namespace="payments", job="payments/outbox"}`, r.Alert)
+			require.NotContains(t, r.Expr.String(), `job="inorder"`, r.Alert)
+			n++
+		}
+	}
+	require.Positive(t, n)
+}
+
+// TestChartFilesAreTheirSources requires the chart's files/ to be copies of deploy/prometheus/rules.yaml
+// and deploy/grafana/inorder.json, byte for byte: real files rather than links, which helm lint and
+// template warn of for each, and which helm package would not follow on every system.
+func TestChartFilesAreTheirSources(t *testing.T) {
+	t.Parallel()
+	for file, source := range map[string]string{
+		"inorder/files/rules.yaml":   "../prometheus/rules.yaml",
+		"inorder/files/inorder.json": "../grafana/inorder.json",
+	} {
+		info, err := os.Lstat(file)
+		require.NoError(t, err)
+		require.True(t, info.Mode().IsRegular(), "%s: a file, not a link", file)
+		got, err := os.ReadFile(file)
+		require.NoError(t, err)
+		want, err := os.ReadFile(source)
+		require.NoError(t, err)
+		require.True(t, string(want) == string(got), "%s differs from %s: cp deploy/%s deploy/chart/%s", file, source,
+			strings.TrimPrefix(source, "../"), file)
+	}
 }
 
 // TestChartRefusesWhatWouldNotWork: values that would make a release that cannot work (or pins nothing),
@@ -406,6 +514,8 @@ func TestChartRefusesWhatWouldNotWork(t *testing.T) {
 		{"a misspelt value", map[string]any{"replicaCounts": 3}, "replicaCounts"},
 		{"a misspelt nested value", map[string]any{"podMonitor": map[string]any{"enable": true}}, "enable"},
 		{"a grace period within the shutdown timeout", map[string]any{"terminationGracePeriodSeconds": 10}, "terminationGracePeriodSeconds"},
+		{"a prune age prune cannot read", map[string]any{"prune": map[string]any{"enabled": true, "olderThan": "a month"}}, "olderThan"},
+		{"a prune table without its name", map[string]any{"prune": map[string]any{"enabled": true, "tables": []any{map[string]any{"olderThan": "30d"}}}}, "table"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

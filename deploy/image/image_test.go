@@ -27,14 +27,26 @@ var (
 	arm64 = v1.Platform{OS: "linux", Architecture: "arm64"}
 )
 
+// binDir is where binaries builds, a temporary directory TestMain removes after the tests.
+var binDir string
+
+// TestMain makes binDir and removes it after the tests, when os.Exit would run no defer.
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "inorder-image-test-")
+	if err != nil {
+		panic(err)
+	}
+	binDir = dir
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
 // binaries builds, once for every test, a small static Go program for linux/amd64 and linux/arm64 at once:
 // the image is the same whatever the binary, and inorder itself takes minutes to build for a platform
 // whose packages are not in the build cache (its roots are tested in cmd/inorder).
 var binaries = sync.OnceValues(func() (map[string]string, error) {
-	dir, err := os.MkdirTemp("", "inorder-image-test-")
-	if err != nil {
-		return nil, err
-	}
+	dir := binDir
 	out := map[string]string{}
 	errs := make([]error, 2)
 	var wg sync.WaitGroup

@@ -45,7 +45,7 @@ func operatorSecrets(t *testing.T) map[string][]string {
 // probes on /readyz and /healthz at the metrics address the file serves; a grace period longer than the
 // shutdown timeout; not root, with a seccomp profile; every secret from a Secret the operator made; an
 // image pinned to the chart's appVersion; and the prune CronJob.
-func checkManifests(t *testing.T, data string) {
+func checkManifests(t *testing.T, data string) *corev1.ConfigMap {
 	t.Helper()
 	var (
 		dep    appsv1.Deployment
@@ -118,6 +118,7 @@ func checkManifests(t *testing.T, data string) {
 	checkPod(t, job, image, secrets)
 	require.Equal(t, "prune", job.Containers[0].Args[0])
 	require.Equal(t, corev1.RestartPolicyNever, job.RestartPolicy)
+	return &config
 }
 
 // checkPod requires the securityContext (not root, the image's user, the runtime's seccomp profile,
@@ -150,16 +151,22 @@ func checkPod(t *testing.T, pod corev1.PodSpec, image string, secrets map[string
 	}
 }
 
-// TestTheManifestsAreWhatTheyClaim checks inorder.yaml as kubectl apply -f would take it.
+// TestTheManifestsAreWhatTheyClaim checks inorder.yaml as kubectl apply -f would take it, its ConfigMap
+// holding config/inorder.yaml, the kustomize base's file.
 func TestTheManifestsAreWhatTheyClaim(t *testing.T) {
 	t.Parallel()
 	data, err := os.ReadFile("inorder.yaml")
 	require.NoError(t, err)
-	checkManifests(t, string(data))
+	config := checkManifests(t, string(data))
+	require.Equal(t, "inorder-config", config.Name)
+	file, err := os.ReadFile("config/inorder.yaml")
+	require.NoError(t, err)
+	require.Equal(t, string(file), config.Data["inorder.yaml"], "the kustomize base's configuration file is the ConfigMap's")
 }
 
 // TestTheKustomizeBaseBuilds builds the kustomize base with kubectl kustomize, where the machine has
-// kubectl, and checks what it makes as it checks inorder.yaml.
+// kubectl, and checks what it makes as it checks inorder.yaml, with the ConfigMap made from
+// config/inorder.yaml and named after a hash of it, which the Deployment mounts.
 func TestTheKustomizeBaseBuilds(t *testing.T) {
 	t.Parallel()
 	kubectl, err := exec.LookPath("kubectl")
@@ -172,5 +179,9 @@ func TestTheKustomizeBaseBuilds(t *testing.T) {
 		stderr = ee.Stderr
 	}
 	require.NoError(t, err, "%s", stderr)
-	checkManifests(t, string(out))
+	config := checkManifests(t, string(out))
+	file, err := os.ReadFile("config/inorder.yaml")
+	require.NoError(t, err)
+	require.Equal(t, string(file), config.Data["inorder.yaml"])
+	require.Regexp(t, `^inorder-file-[a-z0-9]{10}$`, config.Name, "a hash of the content in the name: an edit rolls the pods")
 }

@@ -18,8 +18,9 @@ import (
 
 // TestRulesParseAndNameServedMetrics loads rules.yaml as Prometheus loads a rules file (unknown fields
 // refused, every expression and annotation template parsed) and requires every metric an expression
-// names to be one a running instance serves, every alert to say how urgent it is, and the operating guide
-// to point at this file rather than hold a copy.
+// names to be one a running instance serves (or up), every selector to read the scrape job inorder and
+// every aggregation to keep namespaces and jobs apart, every alert to say how urgent it is, and the
+// operating guide to point at this file rather than hold a copy.
 func TestRulesParseAndNameServedMetrics(t *testing.T) {
 	t.Parallel()
 	groups, errs := rulefmt.ParseFile("rules.yaml", false, model.UTF8Validation,
@@ -37,13 +38,21 @@ func TestRulesParseAndNameServedMetrics(t *testing.T) {
 			require.NoError(t, err, r.Alert)
 			require.NotEmpty(t, names, r.Alert)
 			for _, n := range names {
+				if n == "up" {
+					continue // Prometheus's own, one per target it scrapes
+				}
 				require.True(t, served[n], "%s names %s, which inorder does not serve (ops/testdata/metrics.txt)", r.Alert, n)
+			}
+			require.Equal(t, len(names), strings.Count(r.Expr, `{job="inorder"}`),
+				"%s: every selector reads the scrape job inorder, which the chart replaces with its release's", r.Alert)
+			if !strings.HasPrefix(r.Expr, "absent(") {
+				require.Contains(t, r.Expr, "by (namespace, job", "%s keeps deployments apart", r.Alert)
 			}
 			require.Contains(t, []string{"page", "ticket"}, r.Labels["severity"], r.Alert)
 			require.NotEmpty(t, r.Annotations["summary"], r.Alert)
 		}
 	}
-	require.GreaterOrEqual(t, alerts, 8)
+	require.GreaterOrEqual(t, alerts, 9)
 
 	guide, err := os.ReadFile("../../docs/operating.md")
 	require.NoError(t, err)

@@ -24,6 +24,10 @@ import (
 // Main runs the package's tests and stops the cluster afterwards. It does not return.
 func Main(m *testing.M) { testdb.Main(m) }
 
+// Run runs the package's tests, stops the cluster afterwards and returns the tests' status, for a
+// TestMain that has more to undo before os.Exit.
+func Run(m *testing.M) int { return testdb.Run(m) }
+
 // DB is one test's database: its Name, a URL that connects to it as a superuser, and a small Pool for the
 // test's own setup and assertions.
 type DB = testdb.DB

@@ -62,12 +62,19 @@ func randomHex(n int) string {
 }
 
 // Main runs the binary's tests, then stops the throwaway cluster (or drops the template from a shared
-// server) and exits with the tests' status. It does not return.
+// server) and exits with the tests' status. It does not return: a TestMain with more to undo afterwards
+// (a temporary directory) calls Run, undoes it, then exits.
 func Main(m *testing.M) {
+	os.Exit(Run(m))
+}
+
+// Run runs the binary's tests, then stops the throwaway cluster (or drops the template from a shared
+// server), and returns the tests' status for os.Exit.
+func Run(m *testing.M) int {
 	managed.Store(true)
 	code := m.Run()
 	Stop()
-	os.Exit(code)
+	return code
 }
 
 // Stop stops the throwaway cluster, or drops the template database from a shared server. Main calls it;

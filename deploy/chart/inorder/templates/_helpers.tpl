@@ -7,6 +7,12 @@
 {{- end -}}
 {{- end -}}
 
+{{/* The job label of the release's series: prometheusRule.job, else the release's objects' name, which
+the chart's PodMonitor and ServiceMonitor set. */}}
+{{- define "inorder.job" -}}
+{{- .Values.prometheusRule.job | default (include "inorder.fullname" .) -}}
+{{- end -}}
+
 {{/* The labels that select the release's pods. */}}
 {{- define "inorder.selectorLabels" -}}
 app.kubernetes.io/name: {{ .Chart.Name }}
@@ -16,9 +22,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{/* The labels of every object. */}}
 {{- define "inorder.labels" -}}
 {{ include "inorder.selectorLabels" . }}
-app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/version: {{ include "inorder.version" . | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{/* The version the pods run: image.tag, else the chart's appVersion (a label value: 63 characters). */}}
+{{- define "inorder.version" -}}
+{{- .Values.image.tag | default .Chart.AppVersion | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{/* The image, its tag the chart's appVersion unless image.tag is set; never latest. */}}
