@@ -60,12 +60,26 @@ func HoldPgDump(t testing.TB, db *DB) *Dump {
 	}}
 	t.Cleanup(d.End)
 	deadline := time.Now().Add(30 * time.Second) // a dump of a few tables blocks in well under a second
+	// Blocked: the server waits on pg_dump, sending it a table's rows (ClientWrite) or for its next
+	// command while pg_dump is stuck writing what it has (ClientRead, idle in transaction), its snapshot
+	// held; the same at two looks a moment apart, so that a dump merely between two statements is not
+	// taken for one that blocks.
+	var last string
 	for {
-		err := db.Pool.QueryRow(ctx, `SELECT a.pid FROM pg_stat_activity a
-			WHERE a.application_name = $1 AND a.datname = current_database() AND a.wait_event = 'ClientWrite'`, app).Scan(&d.PID)
-		if err == nil {
+		var query string
+		err := db.Pool.QueryRow(ctx, `SELECT a.pid, a.query FROM pg_stat_activity a
+			WHERE a.application_name = $1 AND a.datname = current_database() AND a.backend_xmin IS NOT NULL
+			  AND (a.wait_event = 'ClientWrite' OR (a.wait_event = 'ClientRead' AND a.state = 'idle in transaction'))`,
+			app).Scan(&d.PID, &query)
+		if err == nil && query == last {
 			return d
 		}
+		if err == nil {
+			last = query
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		last = ""
 		if !errors.Is(err, pgx.ErrNoRows) {
 			t.Fatalf("pg_dump: %v", err)
 		}
