@@ -390,3 +390,36 @@ func TestConsoleShowsAStreamWaitingForItsSource(t *testing.T) {
 	_, overview := get(t, http.DefaultClient, srv.URL+"/")
 	require.Contains(t, overview, "source changed")
 }
+
+// A process page says which tracking the stream reads by: the insert clock, or created_at as opted in,
+// with the command that adds the clock.
+func TestConsoleShowsTheTracking(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := b.serve(t, console.Config{})
+	code, page := get(t, http.DefaultClient, srv.URL+"/process/payments")
+	require.Equal(t, http.StatusOK, code)
+	require.Contains(t, page, "the table's insert clock")
+	require.NotContains(t, page, "inorder_at", "the halted record's excerpt leaves the clock out")
+
+	b.db.Exec(t, `CREATE TABLE refunds (id bigserial PRIMARY KEY, customer text NOT NULL,
+		created_at timestamptz NOT NULL DEFAULT clock_timestamp()); CREATE INDEX ON refunds (created_at, id);
+		INSERT INTO refunds (customer) VALUES ('a')`)
+	cc, err := pgx.ParseConfig(b.db.URL)
+	require.NoError(t, err)
+	p, err := processor.New(processor.Config[payment]{
+		Process: "refunds", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source: inordertype.Source{Table: "refunds", Columns: []string{"id", "customer"}, Horizon: inordertype.HorizonWriters},
+		Handler: handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error { return nil }),
+		PollInterval: 20 * time.Millisecond, Logger: zerolog.Nop(),
+	})
+	require.NoError(t, err)
+	testrun.Start(t, p.Run)
+	require.Eventually(t, func() bool {
+		infos, err := cursor.List(context.Background(), b.db.Pool, "refunds")
+		return err == nil && len(infos) == 1 && infos[0].Source.Horizon == inordertype.HorizonWriters
+	}, 20*time.Second, 10*time.Millisecond)
+	_, page = get(t, http.DefaultClient, srv.URL+"/process/refunds")
+	require.Contains(t, page, "<b>writers</b>, opted in")
+	require.Contains(t, page, "inorder migrate --table public.refunds")
+}

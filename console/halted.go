@@ -41,9 +41,10 @@ func readHalted(ctx context.Context, q source.Querier, s cursor.Info) halted {
 	}
 	// IDCast is one of a few type names the source chose (bigint, uuid, text...), never the operator's.
 	sql := fmt.Sprintf(`SELECT coalesce(%s, ''), left(j, $2), length(j) > $2
-		FROM %s AS src, LATERAL (SELECT to_jsonb(src)::text AS j) AS r
+		FROM %s AS src, LATERAL (SELECT (to_jsonb(src) - $3::text)::text AS j) AS r
 		WHERE src.%s = $1::%s LIMIT 1`, key, t.Ident, id, t.IDCast)
-	err = q.QueryRow(ctx, sql, s.Halt.RecordID, excerptRunes).Scan(&h.Key, &h.Excerpt, &h.Clipped)
+	// The insert clock is inorder's, not the record's: left out, as the records leave it out.
+	err = q.QueryRow(ctx, sql, s.Halt.RecordID, excerptRunes, source.ClockColumn).Scan(&h.Key, &h.Excerpt, &h.Clipped)
 	switch {
 	case err == pgx.ErrNoRows:
 		return halted{Err: "the record is no longer in the table"}
