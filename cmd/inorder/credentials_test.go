@@ -105,6 +105,10 @@ func TestARotatedPasswordIsReadAgainWithoutARestart(t *testing.T) {
 				code, body := get("/readyz")
 				return code == http.StatusServiceUnavailable && strings.Contains(body, "process booking_sms: reconnecting: "+refusal)
 			}, 20*time.Second, 5*time.Millisecond, p.logs())
+			// Alive all the same: the chart's liveness probe (/healthz) keeps the pod, only unready, and the
+			// process does not exit, so systemd has nothing to restart.
+			code, _ := get("/healthz")
+			require.Equal(t, http.StatusOK, code, "a refusal of the credentials is an outage, not a death")
 			_, metrics := get("/metrics")
 			require.Contains(t, metrics, `inorder_credentials_refused{process="booking_sms"} 1`)
 			require.Contains(t, p.logs(), refusal)
