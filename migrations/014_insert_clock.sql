@@ -15,17 +15,35 @@ BEGIN
 END
 $$;
 
--- What ordered the process's position when it was last recorded: clock, writers or transactions (NULL
--- before this version). A process that takes up the clock after reading by created_at moves its position
--- back to when the clock was added, since rows inserted since may be dated before it by created_at.
-ALTER TABLE inorder.cursor ADD COLUMN source_horizon text;
+-- What a process found of its source, beside its cursor row: what ordered its position when last recorded
+-- (clock, writers or transactions; none before this version), the rows it found committed behind its
+-- position after it had passed them (and when the last was found), and what it waits for while its
+-- source does not fit it after a migration (a column it needs dropped or renamed). A table of its own, not
+-- columns of inorder.cursor: adding a column to inorder.cursor needs its ACCESS EXCLUSIVE lock, which a
+-- pg_dump's ACCESS SHARE makes it wait for while every running processor queues behind it; a new table
+-- locks nothing that runs. A row is written per tenure or per event, never per record. A process registered
+-- anew under a forgotten one's name finds none: forgetting a process deletes it.
+CREATE TABLE inorder.source_state (
+    process_name text PRIMARY KEY,
+    horizon      text,
+    late_rows    bigint NOT NULL DEFAULT 0,
+    late_at      timestamptz,
+    wait         text
+);
 
--- Rows a processor found committed behind its position after it had passed them: with the insert clock
--- none should ever be, so each is counted here (and logged, with where it lies) rather than passed in
--- silence. late_at is when the last was found.
-ALTER TABLE inorder.cursor ADD COLUMN late_rows bigint NOT NULL DEFAULT 0;
-ALTER TABLE inorder.cursor ADD COLUMN late_at timestamptz;
-
--- What a stream waits for while its source table does not fit it after a migration (a column it needs
--- dropped or renamed), and what to do; NULL while it reads.
-ALTER TABLE inorder.cursor ADD COLUMN source_wait text;
+-- The roles that run processors (they may update cursor rows) write it; the roles that read cursor rows
+-- (status) read it.
+DO $$
+DECLARE
+    r record;
+BEGIN
+    FOR r IN SELECT DISTINCT a.grantee, a.privilege_type FROM pg_class AS c, aclexplode(c.relacl) AS a
+             WHERE c.oid = 'inorder.cursor'::regclass AND a.privilege_type IN ('SELECT', 'UPDATE')
+               AND a.grantee <> c.relowner
+    LOOP
+        EXECUTE format('GRANT %s ON inorder.source_state TO %s',
+                       CASE r.privilege_type WHEN 'UPDATE' THEN 'SELECT, INSERT, UPDATE, DELETE' ELSE 'SELECT' END,
+                       CASE r.grantee WHEN 0 THEN 'PUBLIC' ELSE r.grantee::regrole::text END);
+    END LOOP;
+END
+$$;

@@ -396,7 +396,8 @@ func restrictedRole(t *testing.T, b *bundle, table string) string {
 		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance TO %[1]s;
 		GRANT SELECT, INSERT, TRUNCATE ON inorder.checkpoint, inorder.checkpoint_0, inorder.checkpoint_1, inorder.checkpoint_2 TO %[1]s;
 		GRANT USAGE ON SEQUENCE inorder.checkpoint_seq TO %[1]s;
-		GRANT SELECT ON inorder.position TO %[1]s`,
+		GRANT SELECT ON inorder.position TO %[1]s;
+		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.source_state TO %[1]s`,
 		pgx.Identifier{role}.Sanitize(), pgx.Identifier{table}.Sanitize()))
 	return role
 }

@@ -516,7 +516,8 @@ func TestALeastPrivilegedRoleRunsTheProcessor(t *testing.T) {
 		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.instance, inorder.parked TO %[1]s;
 		GRANT SELECT, INSERT, TRUNCATE ON inorder.checkpoint, inorder.checkpoint_0, inorder.checkpoint_1, inorder.checkpoint_2 TO %[1]s;
 		GRANT USAGE ON SEQUENCE inorder.checkpoint_seq TO %[1]s;
-		GRANT SELECT ON inorder.position TO %[1]s`, role, b.db.Name))
+		GRANT SELECT ON inorder.position TO %[1]s;
+		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.source_state TO %[1]s`, role, b.db.Name))
 	env := []string{"DATABASE_URL=" + strings.Replace(b.db.URL, "postgres://postgres@", "postgres://"+role+"@", 1)}
 	b.book(t, 4, "1")
 	p := startBinary(t, env, runArgs()...)

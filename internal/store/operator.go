@@ -45,8 +45,9 @@ func LockForAction(ctx context.Context, tx pgx.Tx, name string) (ActionRow, bool
 	st, ok, err := scanState(tx.QueryRow(ctx, `
 		SELECT `+effectiveStateColumns+`,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), coalesce(source_horizon, ''), source_partition, source_partitions, partitions
-		FROM inorder.cursor `+joinPosition+` WHERE process_name = $1 FOR UPDATE OF cursor`, name),
+		       coalesce(source_key_column, ''), coalesce(ss.horizon, ''), source_partition, source_partitions, partitions
+		FROM inorder.cursor `+joinPosition+` LEFT JOIN inorder.source_state AS ss USING (process_name)
+		WHERE process_name = $1 FOR UPDATE OF cursor`, name),
 		&row.Source.Table, &row.Source.IDColumn, &row.Source.CreatedAtColumn, &row.Source.KeyColumn, &row.Source.Horizon, &part, &parts,
 		&partitions)
 	if err != nil || !ok {
@@ -224,6 +225,9 @@ func Resplit(ctx context.Context, tx pgx.Tx, name string, n int, at inordertype.
 	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+partitionRow, name); err != nil {
 		return err
 	}
+	if _, err := tx.Exec(ctx, dropOrphanSourceState); err != nil {
+		return err
+	}
 	args := positionArgs(at)
 	if _, err := tx.Exec(ctx, `
 		INSERT INTO inorder.cursor (process_name, position_created_at, position_id)
@@ -269,9 +273,17 @@ func LeasedOwner(ctx context.Context, tx pgx.Tx, name string, partitioned bool) 
 
 // DeleteCursors deletes process name's cursor row (its partitions' too when partitioned).
 func DeleteCursors(ctx context.Context, tx pgx.Tx, name string, partitioned bool) error {
-	_, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+withPartitions, name, partitioned)
+	if _, err := tx.Exec(ctx, `DELETE FROM inorder.cursor WHERE `+withPartitions, name, partitioned); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, dropOrphanSourceState)
 	return err
 }
+
+// dropOrphanSourceState deletes what inorder.source_state keeps of processes whose cursor rows are gone, so
+// that a process registered again under a forgotten one's name starts with nothing of it.
+const dropOrphanSourceState = `DELETE FROM inorder.source_state AS s
+	WHERE NOT EXISTS (SELECT 1 FROM inorder.cursor AS c WHERE c.process_name = s.process_name)`
 
 // LiveInstance names an instance that says it runs process name (or, when partitioned, one of its
 // partitions), as "<process> by <instance>"; false when none does.
@@ -299,6 +311,9 @@ func Purge(ctx context.Context, q Querier, process string) error {
 	_, err := q.Exec(ctx, `
 		WITH audit AS (DELETE FROM inorder.audit WHERE process_name = $1 OR `+partitionRow+`)
 		DELETE FROM inorder.cursor WHERE process_name = $1 OR `+partitionRow, process)
+	if err == nil {
+		_, err = q.Exec(ctx, dropOrphanSourceState)
+	}
 	return err
 }
 

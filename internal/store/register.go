@@ -140,21 +140,36 @@ func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (bef
 	if src.Partition != nil {
 		part, parts = src.Partition.Index, src.Partition.Count
 	}
+	// One statement: what the rows said before (the snapshot both writes start from), the cursor row's
+	// source, and the horizon in inorder.source_state (migration 14), each written only when it changes.
+	var n int
 	err = r.tx.QueryRow(ctx, `
-		WITH prev AS (SELECT source_table, source_horizon FROM inorder.cursor WHERE process_name = $1)
-		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
-		       source_key_column = $5, source_partition = $6, source_partitions = $7, source_horizon = $8
-		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column, source_key_column,
-		      source_partition, source_partitions, source_horizon)
-		      IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int, $8)
-		RETURNING (SELECT coalesce(source_table, '') FROM prev), (SELECT coalesce(source_horizon, '') FROM prev)`,
+		WITH prev AS (
+			SELECT coalesce(c.source_table, '') AS source_table, coalesce(s.horizon, '') AS horizon
+			FROM inorder.cursor c LEFT JOIN inorder.source_state s USING (process_name) WHERE c.process_name = $1),
+		src AS (
+			UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
+			       source_key_column = $5, source_partition = $6, source_partitions = $7
+			WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column, source_key_column,
+			      source_partition, source_partitions) IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int)
+			RETURNING 1),
+		hz AS (
+			INSERT INTO inorder.source_state AS s (process_name, horizon) VALUES ($1, $8)
+			ON CONFLICT (process_name) DO UPDATE SET horizon = excluded.horizon
+			WHERE s.horizon IS DISTINCT FROM excluded.horizon
+			RETURNING 1)
+		SELECT prev.source_table, prev.horizon, (SELECT count(*) FROM src) + (SELECT count(*) FROM hz)
+		FROM prev`,
 		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts, string(src.Horizon)).
-		Scan(&before.Table, &before.Horizon)
+		Scan(&before.Table, &before.Horizon, &n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return inordertype.Source{}, false, nil
 	}
 	if err != nil {
 		return before, false, fmt.Errorf("set source of cursor %q: %w", r.name, err)
+	}
+	if n == 0 {
+		return inordertype.Source{}, false, nil
 	}
 	r.dirty = true
 	return before, true, nil
@@ -167,8 +182,10 @@ func (r *Repository) AddLate(ctx context.Context, n int64) error {
 	if r.tx == nil {
 		return fmt.Errorf("count late rows of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	if _, err := r.tx.Exec(ctx, `UPDATE inorder.cursor SET late_rows = late_rows + $2, late_at = clock_timestamp()
-		WHERE process_name = $1`, r.name, n); err != nil {
+	if _, err := r.tx.Exec(ctx, `INSERT INTO inorder.source_state AS s (process_name, late_rows, late_at)
+		VALUES ($1, $2, clock_timestamp())
+		ON CONFLICT (process_name) DO UPDATE SET late_rows = s.late_rows + excluded.late_rows, late_at = excluded.late_at`,
+		r.name, n); err != nil {
 		return fmt.Errorf("count late rows of cursor %q: %w", r.name, err)
 	}
 	r.dirty = true

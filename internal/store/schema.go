@@ -63,7 +63,7 @@ func CheckSchema(ctx context.Context, q Querier) error {
 // to every role that could update cursor rows before it; a role granted by hand since may lack it).
 const checkpointGrants = "GRANT SELECT, INSERT, TRUNCATE ON inorder.checkpoint, inorder.checkpoint_0, " +
 	"inorder.checkpoint_1, inorder.checkpoint_2 TO %[1]s; GRANT USAGE ON SEQUENCE inorder.checkpoint_seq TO %[1]s; " +
-	"GRANT SELECT ON inorder.position TO %[1]s"
+	"GRANT SELECT ON inorder.position TO %[1]s; GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.source_state TO %[1]s"
 
 // checkPrivileges refuses, in one line naming the grants, a role that may not record positions.
 func checkPrivileges(ctx context.Context, q Querier) error {
@@ -75,7 +75,8 @@ func checkPrivileges(ctx context.Context, q Querier) error {
 		AND has_table_privilege('inorder.checkpoint_1', 'SELECT, INSERT, TRUNCATE')
 		AND has_table_privilege('inorder.checkpoint_2', 'SELECT, INSERT, TRUNCATE')
 		AND has_sequence_privilege('inorder.checkpoint_seq', 'USAGE')
-		AND has_table_privilege('inorder.position', 'SELECT')`).Scan(&role, &may); err != nil {
+		AND has_table_privilege('inorder.position', 'SELECT')
+		AND has_table_privilege('inorder.source_state', 'SELECT, INSERT, UPDATE, DELETE')`).Scan(&role, &may); err != nil {
 		return fmt.Errorf("check the privileges on inorder's checkpoint tables: %w", err)
 	}
 	if !may {

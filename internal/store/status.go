@@ -55,15 +55,15 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 	rows, err := q.Query(ctx, `
 		SELECT `+effectiveStateColumns+`, process_name,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), coalesce(source_horizon, ''), source_partition, source_partitions,
+		       coalesce(source_key_column, ''), coalesce(ss.horizon, ''), source_partition, source_partitions,
 		       coalesce(partitions, 0),
 		       held_by_pid, held_since, pos.updated_at, pos.records_handled, pos.in_flight, pos.in_flight_since,
 		       (pos.records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
 		       owner_epoch, coalesce(owner_instance, ''), owner_since, lease_expires_at,
 		       coalesce(lease_expires_at > clock_timestamp(), false), owner_session,
-		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id, late_rows, late_at, source_wait
-		FROM inorder.cursor LEFT JOIN LATERAL (
+		       pk.keys, pk.records, pk.since, pk.oldest_at, pk.oldest_id, coalesce(ss.late_rows, 0), ss.late_at, ss.wait
+		FROM inorder.cursor LEFT JOIN inorder.source_state AS ss USING (process_name) LEFT JOIN LATERAL (
 			SELECT count(DISTINCT key)::int AS keys, count(*)::int AS records, min(parked_at) AS since,
 			       (array_agg(record_created_at ORDER BY seq))[1] AS oldest_at,
 			       (array_agg(record_id ORDER BY seq))[1] AS oldest_id
