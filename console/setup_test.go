@@ -68,8 +68,9 @@ func setup(t *testing.T) *bundle {
 	db := pgtest.New(t)
 	db.Exec(t, `CREATE TABLE payments (id bigserial PRIMARY KEY, customer text NOT NULL,
 		created_at timestamptz NOT NULL DEFAULT clock_timestamp());
-		CREATE INDEX ON payments (created_at, id);
-		INSERT INTO payments (customer) SELECT 'customer-' || g FROM generate_series(1, 5) g`)
+		CREATE INDEX ON payments (created_at, id)`)
+	pgtest.AddClock(t, db, "payments")
+	db.Exec(t, "INSERT INTO payments (customer) SELECT 'customer-' || g FROM generate_series(1, 5) g")
 	b := &bundle{db: db, h: &refuser{refuse: map[int64]bool{3: true}}}
 	b.runProcess(t, "payments")
 	return b

@@ -82,6 +82,7 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	db, _ := setup(t)
 	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON bookings (created_at, id)`)
+	pgtest.AddClock(t, db, "bookings")
 	db.Exec(t, "INSERT INTO bookings SELECT FROM generate_series(1, $1)", n)
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)

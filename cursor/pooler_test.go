@@ -28,6 +28,7 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	db, _ := setup(t)
 	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON bookings (created_at, id)`)
+	pgtest.AddClock(t, db, "bookings")
 	db.Exec(t, "INSERT INTO bookings SELECT FROM generate_series(1, 5)")
 	bouncer := pgtest.Bouncer(t, db, pgbouncer.Transaction, nil)
 	url := bouncer.URL(db.Name, "default_query_exec_mode=exec")

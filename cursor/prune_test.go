@@ -22,11 +22,12 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
 
-// row is a row of the test table: its place in the stream.
+// row is a row of the test table: its place in the stream, by the insert clock.
 type row struct {
 	at time.Time
 	id int64
@@ -49,6 +50,7 @@ func newOutbox(t *testing.T) *outbox {
 			aggregate_id text NOT NULL DEFAULT 'k',
 			created_at   timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON bookings (created_at, id)`)
+	pgtest.AddClock(t, db, "bookings")
 	return &outbox{db: db, kit: &processortest.DB{Name: db.Name, URL: db.URL, Pool: db.Pool}}
 }
 
@@ -56,7 +58,7 @@ func newOutbox(t *testing.T) *outbox {
 func (o *outbox) write(ctx context.Context, n int, commitDelay time.Duration) error {
 	return pgx.BeginFunc(ctx, o.db.Pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `INSERT INTO bookings (aggregate_id) SELECT 'k' || (g % 10) FROM generate_series(1, $1) g
-			RETURNING created_at, id`, n)
+			RETURNING coalesce(inorder_at, created_at), id`, n)
 		if err != nil {
 			return err
 		}
@@ -97,7 +99,7 @@ func (o *outbox) ids(skip int) []string {
 // left returns the ids left in the table, in stream order.
 func (o *outbox) left(t *testing.T) []string {
 	t.Helper()
-	rows, err := o.db.Pool.Query(context.Background(), "SELECT id::text FROM bookings ORDER BY created_at, id")
+	rows, err := o.db.Pool.Query(context.Background(), "SELECT id::text FROM bookings ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
@@ -259,7 +261,7 @@ func TestPruneKeepsWhatAnyProcessNeeds(t *testing.T) {
 	o.db.Exec(t, "CREATE TABLE other (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp())")
 	atOf := func(id int) time.Time {
 		var at time.Time
-		require.NoError(t, o.db.Pool.QueryRow(ctx, "SELECT created_at FROM bookings WHERE id = $1", id).Scan(&at))
+		require.NoError(t, o.db.Pool.QueryRow(ctx, "SELECT coalesce(inorder_at, created_at) FROM bookings WHERE id = $1", id).Scan(&at))
 		return at
 	}
 	ops := cursor.ActionOpts{Actor: "ops"}
@@ -429,8 +431,20 @@ func ExamplePrune() {
 	defer pool.Close()
 	if _, err := pool.Exec(ctx, `CREATE TABLE outbox (id bigserial PRIMARY KEY,
 			created_at timestamptz NOT NULL DEFAULT clock_timestamp());
-		CREATE INDEX ON outbox (created_at, id);
-		INSERT INTO outbox SELECT FROM generate_series(1, 5)`); err != nil {
+		CREATE INDEX ON outbox (created_at, id)`); err != nil {
+		panic(err)
+	}
+	// The insert clock, which orders the outbox for the relay: what `inorder migrate --table outbox` adds.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		panic(err)
+	}
+	err = migrations.AddClock(ctx, conn.Conn(), "outbox", migrations.ClockOpts{})
+	conn.Release()
+	if err != nil {
+		panic(err)
+	}
+	if _, err := pool.Exec(ctx, "INSERT INTO outbox SELECT FROM generate_series(1, 5)"); err != nil {
 		panic(err)
 	}
 
@@ -484,7 +498,7 @@ func ExamplePrune() {
 // runSplit runs process as two partitions by aggregate_id.
 func (o *outbox) runSplit(t *testing.T, process string, h handlers.Handler[booking]) *processortest.Running {
 	t.Helper()
-	o.db.Exec(t, source.PartitionIndexSQL("bookings", "aggregate_id", "created_at", "id", 2))
+	o.db.Exec(t, source.PartitionIndexSQL("bookings", "aggregate_id", source.ClockAtExpr("created_at"), "id", 2))
 	p, err := processor.NewPartitioned(processor.Config[booking]{
 		StartFrom: inordertype.StartFromBeginning,
 		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},

@@ -13,6 +13,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -52,6 +53,7 @@ func TestListAndMeasureAgreeOnTheState(t *testing.T) {
 	db, _ := setup(t)
 	db.Exec(t, `CREATE TABLE bookings (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON bookings (created_at, id)`)
+	pgtest.AddClock(t, db, "bookings")
 	db.Exec(t, "INSERT INTO bookings SELECT FROM generate_series(1, 3)")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)

@@ -34,8 +34,9 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	t.Helper()
 	db := pgtest.New(t)
 	db.Exec(t, `CREATE TABLE jobs (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
-		CREATE INDEX ON jobs (created_at, id);
-		INSERT INTO jobs SELECT FROM generate_series(1, 5)`)
+		CREATE INDEX ON jobs (created_at, id)`)
+	pgtest.AddClock(t, db, "jobs")
+	db.Exec(t, "INSERT INTO jobs SELECT FROM generate_series(1, 5)")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	return db, processor.Config[row]{

@@ -24,7 +24,7 @@ func TestAPartitionedProcessIsTrackedAsAWhole(t *testing.T) {
 	db.Exec(t, `ALTER TABLE jobs ADD COLUMN k text NOT NULL DEFAULT 'a';
 		UPDATE jobs SET k = 'k' || id;
 		INSERT INTO jobs (k) SELECT 'k' || g FROM generate_series(1, 5) g`)
-	db.Exec(t, source.PartitionIndexSQL("jobs", "k", "created_at", "id", 2))
+	db.Exec(t, source.PartitionIndexSQL("jobs", "k", source.ClockAtExpr("created_at"), "id", 2))
 	cfg.Source.KeyColumn = "k"
 	cfg.Handler = handlers.HandlerFunc[row](func(context.Context, *handlers.Record[row]) error {
 		return errors.New("sink down") // nothing goes through: all ten rows stay behind

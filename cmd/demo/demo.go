@@ -82,6 +82,10 @@ func run(ctx context.Context, opts options) (summary, error) {
 	if _, err := conn.Exec(ctx, schema); err != nil {
 		return sum, fmt.Errorf("create bookings: %w", err)
 	}
+	// The insert clock, which orders the table for the relay: what `inorder migrate --table bookings` adds.
+	if err := migrations.AddClock(ctx, conn, "bookings", migrations.ClockOpts{}); err != nil {
+		return sum, fmt.Errorf("add the insert clock to bookings: %w", err)
+	}
 
 	// The client below and the inorder child both use the emulator. The fake's address goes to the child
 	// in its environment only: setting it in this process's would outlive the fake.

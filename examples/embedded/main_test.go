@@ -159,7 +159,7 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 
 	processortest.WaitCaughtUp(t, db, process, &processortest.WaitOpts{Timeout: 30 * time.Second})
 	var last, pos string
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM orders ORDER BY created_at DESC, id DESC LIMIT 1").Scan(&last))
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM orders ORDER BY coalesce(inorder_at, created_at) DESC, id DESC LIMIT 1").Scan(&last))
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.position WHERE process_name = $1", process).Scan(&pos))
 	require.Equal(t, last, pos, "the position is the last order")
 
@@ -175,7 +175,7 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 	require.Contains(t, logs, "cursor released", "the processor released its cursor before exiting")
 
 	// Every order was confirmed once, in the order the orders were stored.
-	rows, err := db.Pool.Query(ctx, "SELECT id FROM orders ORDER BY created_at, id")
+	rows, err := db.Pool.Query(ctx, "SELECT id FROM orders ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	stored, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)

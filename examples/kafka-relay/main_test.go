@@ -46,11 +46,11 @@ type outboxRow struct {
 	Payload     string
 }
 
-// outboxInOrder returns the outbox in (created_at, id) order.
+// outboxInOrder returns the outbox in the order the processor reads it: by the insert clock, then id.
 func outboxInOrder(t *testing.T, db *processortest.DB) []outboxRow {
 	t.Helper()
 	rows, err := db.Pool.Query(context.Background(),
-		"SELECT id, aggregate_id, type, payload::text FROM outbox ORDER BY created_at, id")
+		"SELECT id, aggregate_id, type, payload::text FROM outbox ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[outboxRow])
 	require.NoError(t, err)

@@ -88,7 +88,8 @@ const schema = `
 	);
 	CREATE INDEX IF NOT EXISTS billing_events_created_at_id_idx ON billing_events (created_at, id);`
 
-// setup applies inorder's migrations and creates the application's tables.
+// setup applies inorder's migrations and creates the application's tables, the billing events with
+// inorder's insert clock.
 func setup(ctx context.Context, databaseURL string) error {
 	conn, err := pgx.Connect(ctx, databaseURL)
 	if err != nil {
@@ -100,6 +101,11 @@ func setup(ctx context.Context, databaseURL string) error {
 	}
 	if _, err := conn.Exec(ctx, schema); err != nil {
 		return fmt.Errorf("create tables: %w", err)
+	}
+	// The insert clock, which orders the billing events for the processor: what `inorder migrate --table
+	// billing_events` adds, online, and keeps as it is when run again.
+	if err := migrations.AddClock(ctx, conn, "billing_events", migrations.ClockOpts{}); err != nil {
+		return fmt.Errorf("add the insert clock to billing_events: %w", err)
 	}
 	return nil
 }

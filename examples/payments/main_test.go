@@ -144,7 +144,7 @@ func TestChargesEveryEventOnceInOrder(t *testing.T) {
 		WHERE process_name = $1`, process).Scan(&posID, &halted))
 	require.Nil(t, halted)
 	var lastID string
-	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM billing_events ORDER BY created_at DESC, id DESC LIMIT 1").Scan(&lastID))
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT id::text FROM billing_events ORDER BY coalesce(inorder_at, created_at) DESC, id DESC LIMIT 1").Scan(&lastID))
 	require.Equal(t, lastID, posID)
 }
 

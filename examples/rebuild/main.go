@@ -69,8 +69,8 @@ const events = `
 	);
 	CREATE INDEX IF NOT EXISTS account_events_created_at_id_idx ON account_events (created_at, id);`
 
-// setup applies inorder's migrations and creates the events, version v's table and, on the first run, the
-// view the application reads, pointing at it.
+// setup applies inorder's migrations and creates the events, with inorder's insert clock, version v's table
+// and, on the first run, the view the application reads, pointing at it.
 func setup(ctx context.Context, pool *pgxpool.Pool, v int) error {
 	if _, err := migrations.Migrate(ctx, pool); err != nil {
 		return err
@@ -83,7 +83,20 @@ func setup(ctx context.Context, pool *pgxpool.Pool, v int) error {
 				EXECUTE 'CREATE VIEW balances AS SELECT account_id, balance, events FROM `+ident+`';
 			END IF;
 		END $$`)
-	return err
+	if err != nil {
+		return err
+	}
+	// The insert clock, which orders the events for the processor: what `inorder migrate --table
+	// account_events` adds, online, and keeps as it is when run again.
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if err := migrations.AddClock(ctx, conn.Conn(), "account_events", migrations.ClockOpts{}); err != nil {
+		return fmt.Errorf("add the insert clock to account_events: %w", err)
+	}
+	return nil
 }
 
 // projection is version v's projection: it upserts the balances of a whole batch with one statement.

@@ -47,6 +47,7 @@ func setup(t *testing.T, clientOpts []kgo.Opt, clusterOpts ...kfake.Opt) *bundle
 	t.Cleanup(c.Close)
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, outboxDDL)
+	sinktest.AddClock(t, db, "outbox")
 	return &bundle{cluster: c, client: newClient(t, c, clientOpts...), Outbox: sinktest.Outbox{DB: db}}
 }
 

@@ -35,7 +35,7 @@ func TestOrderPerKey(t *testing.T) {
 			t.Parallel()
 			f := newFake(t)
 			topic := f.topic(t, "bookings")
-			d := newDB(t, outboxDDL)
+			d := newDB(t, "outbox", outboxDDL)
 			h := newHandler(t, pubsub.Config{Client: f.client, Topic: "bookings", MaxInFlight: tc.maxInFlight})
 			require.Equal(t, tc.maxInFlight, h.MaxInFlight())
 
@@ -86,7 +86,7 @@ func TestPublishFailureHaltsAndResumes(t *testing.T) {
 			t.Parallel()
 			f := newFake(t)
 			topic := f.topic(t, "bookings")
-			d := newDB(t, outboxDDL)
+			d := newDB(t, "outbox", outboxDDL)
 			h := newHandler(t, pubsub.Config{Client: f.client, Topic: topic, MaxInFlight: tc.maxInFlight,
 				PublishSettings: tc.settings})
 
@@ -216,7 +216,7 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		t.Parallel()
 		f := newFake(t)
 		topic := f.topic(t, "bookings")
-		d := newDB(t, outboxDDL)
+		d := newDB(t, "outbox", outboxDDL)
 		h := newHandler(t, pubsub.Config{Client: f.client, Topic: "bookings"})
 		ids := d.insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
 			VALUES ('booking-7', 'booking.created', '{"seats": 2, "name": "Ada"}') RETURNING id`)
@@ -245,7 +245,7 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		t.Parallel()
 		f := newFake(t)
 		topic := f.topic(t, "audit")
-		d := newDB(t, `
+		d := newDB(t, "audit", `
 			CREATE TABLE audit (
 				id           bigserial PRIMARY KEY,
 				aggregate_id text NOT NULL,
@@ -274,7 +274,7 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		t.Parallel()
 		f := newFake(t)
 		topic := f.topic(t, "blobs")
-		d := newDB(t, `
+		d := newDB(t, "blobs", `
 			CREATE TABLE blobs (
 				id         bigserial PRIMARY KEY,
 				payload    bytea,
@@ -300,7 +300,7 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		t.Parallel()
 		f := newFake(t)
 		topic := f.topic(t, "bookings")
-		d := newDB(t, outboxDDL)
+		d := newDB(t, "outbox", outboxDDL)
 		h := newHandler(t, pubsub.Config{Client: f.client, Topic: "bookings", MaxMessageBytes: 500})
 		ids := d.insert(t, `INSERT INTO outbox (aggregate_id, type, payload)
 			VALUES ('k', 't', '{"small": true}'), ('k', 't', jsonb_build_object('big', repeat('x', 600))),
@@ -433,7 +433,7 @@ func TestARefusedKeyParks(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	topic := f.topic(t, "bookings")
-	d := newDB(t, outboxDDL)
+	d := newDB(t, "outbox", outboxDDL)
 	h := newHandler(t, pubsub.Config{Client: f.client, Topic: topic, MaxInFlight: 50,
 		PublishSettings: &gpubsub.PublishSettings{CountThreshold: 1}})
 	ids := d.insertOutbox(t, 0, 90, 3) // keys k1, k2, k0, k1, ...

@@ -132,10 +132,12 @@ func newHandler(t *testing.T, cfg pubsub.Config) *pubsub.Handler {
 // db is a test database with the outbox table.
 type db struct{ *pgtest.DB }
 
-func newDB(t *testing.T, ddl string) db {
+// newDB returns a database made by ddl, whose source table gets the insert clock.
+func newDB(t *testing.T, table, ddl string) db {
 	t.Helper()
 	d := pgtest.New(t)
 	d.Exec(t, ddl)
+	pgtest.AddClock(t, d, table)
 	return db{d}
 }
 

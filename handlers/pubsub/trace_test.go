@@ -20,7 +20,7 @@ func TestTraceContextTravelsInAttributes(t *testing.T) {
 	t.Parallel()
 	f := newFake(t)
 	topic := f.topic(t, "traced")
-	d := newDB(t, outboxDDL+`; ALTER TABLE outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text`)
+	d := newDB(t, "outbox", outboxDDL+`; ALTER TABLE outbox ADD COLUMN traceparent text, ADD COLUMN tracestate text`)
 	ctx, span := sdktrace.NewTracerProvider().Tracer("app").Start(context.Background(), "POST /bookings")
 	parent, state := traceparent.FromContext(ctx)
 	span.End()

@@ -52,6 +52,7 @@ func setup(t *testing.T) *bundle {
 	require.NoError(t, err)
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, outboxDDL)
+	sinktest.AddClock(t, db, "outbox")
 	return &bundle{node: node, ch: ch, name: unsafeName.ReplaceAllString(t.Name(), "_"), Outbox: sinktest.Outbox{DB: db}}
 }
 

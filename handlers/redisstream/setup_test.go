@@ -40,6 +40,7 @@ func setup(t *testing.T, args ...string) *bundle {
 	s := redistest.StartT(t, redistest.Config{Args: args})
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, outboxDDL)
+	sinktest.AddClock(t, db, "outbox")
 	return &bundle{server: s, client: newClient(t, s, ""), Outbox: sinktest.Outbox{DB: db}}
 }
 

@@ -104,6 +104,7 @@ func setupAttempts(t *testing.T, s *attemptSink, inFlight int) *attemptBench {
 	db.Exec(t, `CREATE TABLE events (
 			id bigserial PRIMARY KEY, customer text, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON events (created_at, id)`)
+	pgtest.AddClock(t, db, "events")
 	h, err := webhook.New[handlers.Row](webhook.Config{URL: s.srv.URL, Secret: secret})
 	require.NoError(t, err)
 	cc, err := pgx.ParseConfig(db.URL)

@@ -14,6 +14,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/billingtest"
+	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -33,6 +34,7 @@ func setupOutbox(t *testing.T) *outbox {
 			payload    jsonb NOT NULL,
 			created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON usage_outbox (created_at, id)`)
+	sinktest.AddClock(t, db, "usage_outbox")
 	return &outbox{db: db}
 }
 

@@ -633,6 +633,7 @@ func newE2E(t *testing.T) *e2e {
 	t.Helper()
 	db := pgtest.New(t)
 	db.Exec(t, bookingsDDL)
+	pgtest.AddClock(t, db, "bookings")
 	return &e2e{db: db, process: "booking_webhook"}
 }
 

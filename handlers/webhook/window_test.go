@@ -128,6 +128,7 @@ func setupWindow(t *testing.T, inFlight int, maxLatency time.Duration) *windowBe
 	db.Exec(t, `CREATE TABLE events (
 			id bigserial PRIMARY KEY, customer text, created_at timestamptz NOT NULL DEFAULT clock_timestamp());
 		CREATE INDEX ON events (created_at, id)`)
+	pgtest.AddClock(t, db, "events")
 	sink := newWindowSink(t, maxLatency)
 	h, err := webhook.New[handlers.Row](webhook.Config{URL: sink.srv.URL, Secret: secret})
 	require.NoError(t, err)

@@ -7,6 +7,11 @@
 //		t.Parallel()
 //		db := processortest.NewDB(t, nil)
 //		db.Exec(t, bookingsDDL)
+//		// The insert clock that orders the table, as `inorder migrate --table bookings` adds it.
+//		conn, err := pgx.Connect(context.Background(), db.URL)
+//		require.NoError(t, err)
+//		require.NoError(t, migrations.AddClock(context.Background(), conn, "bookings", migrations.ClockOpts{}))
+//		require.NoError(t, conn.Close(context.Background()))
 //		db.Exec(t, "INSERT INTO bookings (customer, seats) VALUES ('ada', 2), ('grace', 1)")
 //
 //		rec := &processortest.Recorder[Booking]{}

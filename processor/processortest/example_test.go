@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -35,8 +38,19 @@ func Example() {
 			seats      int NOT NULL,
 			created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 		);
-		CREATE INDEX ON bookings (created_at, id);
-		INSERT INTO bookings (customer, seats) VALUES ('ada', 2), ('grace', 1);`)
+		CREATE INDEX ON bookings (created_at, id);`)
+	// The insert clock, which orders the table for the processor: what `inorder migrate --table bookings`
+	// adds.
+	conn, err := pgx.Connect(context.Background(), db.URL)
+	if err != nil {
+		panic(err)
+	}
+	err = migrations.AddClock(context.Background(), conn, "bookings", migrations.ClockOpts{})
+	_ = conn.Close(context.Background())
+	if err != nil {
+		panic(err)
+	}
+	db.Exec(t, "INSERT INTO bookings (customer, seats) VALUES ('ada', 2), ('grace', 1)")
 
 	sms := &processortest.Recorder[Booking]{} // stands in for the handler that sends the texts
 	p, err := processor.New(processor.Config[Booking]{

@@ -13,6 +13,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
@@ -33,6 +34,12 @@ const bookingsDDL = `
 		created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 	);
 	CREATE INDEX ON bookings (created_at, id);`
+
+// addClock gives table inorder's insert clock, as `inorder migrate --table` does.
+func addClock(t *testing.T, db *processortest.DB, table string) {
+	t.Helper()
+	pgtest.AddClock(t, &pgtest.DB{Name: db.Name, URL: db.URL, Pool: db.Pool}, table)
+}
 
 // book inserts n bookings.
 func book(t *testing.T, db *processortest.DB, n int) {
@@ -126,6 +133,7 @@ func TestRunCatchUpHaltAndRecover(t *testing.T) {
 	t.Parallel()
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, bookingsDDL)
+	addClock(t, db, "bookings")
 	book(t, db, 3)
 	rec := &processortest.Recorder[booking]{}
 	run := processortest.Start(t, newProcessor(t, db, "sms", rec), nil)
@@ -165,7 +173,8 @@ func TestWaitCaughtUpPartitioned(t *testing.T) {
 			created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 		);
 		CREATE INDEX ON events (created_at, id);`)
-	db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", 3))
+	addClock(t, db, "events")
+	db.Exec(t, source.PartitionIndexSQL("events", "aggregate_id", source.ClockAtExpr("created_at"), "id", 3))
 	db.Exec(t, "INSERT INTO events (aggregate_id) SELECT 'agg-' || (g % 10) FROM generate_series(1, 200) g")
 	type event struct {
 		ID          int64  `db:"id"`
@@ -195,6 +204,7 @@ func TestWaitFailsNamingTheProcess(t *testing.T) {
 	t.Parallel()
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, bookingsDDL)
+	addClock(t, db, "bookings")
 	book(t, db, 2)
 	short := &processortest.WaitOpts{Timeout: 100 * time.Millisecond}
 
@@ -264,6 +274,7 @@ func TestForgetOnCleanup(t *testing.T) {
 	ctx := context.Background()
 	db := processortest.NewDB(t, nil)
 	db.Exec(t, bookingsDDL)
+	addClock(t, db, "bookings")
 	book(t, db, 2)
 	rows := func() []string {
 		infos, err := cursor.List(ctx, db.Pool, "")

@@ -2,6 +2,7 @@ package fault
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -36,7 +37,8 @@ var bigTimeouts = []string{"--idle-timeout", "60s", "--lease", "90s", "--handler
 // covered at the moment of the loss sent again.
 func bigRows(t *testing.T) {
 	w := sharedWorld(t, "big_rows")
-	_, err := w.pool.Exec(context.Background(), jsondoc.FunctionSQL+"; ALTER TABLE events ADD COLUMN payload jsonb")
+	_, err := w.pool.Exec(context.Background(), jsondoc.FunctionSQL+
+		"; ALTER TABLE events ADD COLUMN payload jsonb; ALTER TABLE events_created_at ADD COLUMN payload jsonb")
 	require.NoError(t, err)
 	sts := streamsFor("big_rows", "batch")
 	for i := range sts {
@@ -156,8 +158,12 @@ func (w *world) amidDocuments(sts []stream, ids []int64, hit func(stream)) {
 		waiting = slices.DeleteFunc(waiting, func(st stream) bool {
 			var pos int64
 			var passed bool
+			at := func(alias string) string { return alias + ".created_at" }
+			if w.clocked && st.table() == "events" { // the stream's order: the insert clock's
+				at = func(alias string) string { return fmt.Sprintf("coalesce(%[1]s.inorder_at, %[1]s.created_at)", alias) }
+			}
 			err := w.pool.QueryRow(context.Background(), `
-				SELECT p.position_id::bigint, (e.created_at, e.id) >= (l.created_at, l.id)
+				SELECT p.position_id::bigint, (`+at("e")+`, e.id) >= (`+at("l")+`, l.id)
 				FROM inorder.position AS p JOIN events AS e ON e.id = p.position_id::bigint, events AS l
 				WHERE p.process_name = $1 AND l.id = $2`, st.process, last).Scan(&pos, &passed)
 			switch {

@@ -19,12 +19,12 @@ type report struct {
 	phantoms    int // deliveries of rows that never committed
 	redelivered int // deliveries beyond the first of a record
 	reorders    int // first deliveries of an aggregate's record after one with a higher seq
-	orderBreaks int // first deliveries out of the global (created_at, id) order
+	orderBreaks int // first deliveries out of the stream's order (see orders)
 	crashes     int
 	rewinds     int           // polled positions taken back by a server crash (positions committed without a flush)
 	writesBack  []string      // writes allowed to set the position back (see checkWrites)
 	deliveries  map[int64]int // record id -> deliveries
-	rank        map[int64]int // record id -> place in (created_at, id) order
+	rank        map[int64]int // record id -> place in the stream's order
 	problems    []string
 }
 
@@ -42,7 +42,7 @@ func (r *report) line(scenario string) string {
 	return line
 }
 
-// analyze checks one stream: order is every committed row in (created_at, id) order; log is every
+// analyze checks one stream: order is every committed row in the stream's order (see orders); log is every
 // delivery the receiver recorded, in arrival order (all streams); obs are the polled positions (all
 // streams); audit is every committed write of the cursor rows, in commit order (all streams).
 func analyze(process string, order []row, log []delivery, obs []posObs, audit []auditRow) *report {
@@ -99,7 +99,7 @@ func analyzeWith(process string, takenBack bool, parked map[int64]bool, order []
 		}
 		if k < maxRank {
 			r.orderBreaks++
-			r.problem("record %d first delivered after record %d, which comes after it in (created_at, id) order",
+			r.problem("record %d first delivered after record %d, which comes after it in the stream's order",
 				row.id, order[maxRank].id)
 		}
 		maxRank = max(maxRank, k)
@@ -157,7 +157,7 @@ func analyzeWith(process string, takenBack bool, parked map[int64]bool, order []
 }
 
 // checkWrites checks every committed write of the cursor row and of the checkpoint log (audit, all
-// streams; order is every committed row in (created_at, id) order): the position never goes back; one
+// streams; order is every committed row in the stream's order): the position never goes back; one
 // owner at a time (the epoch never goes back, and every write is made by the instance the row names as
 // owner, so no instance whose lease was taken over wrote). The checkpoint tables' rotation copies entries
 // into the rows of processes nobody works at that moment, and an operator's redrive asks the owner for it
@@ -291,7 +291,8 @@ func mostRedelivered(r *report) string {
 func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report {
 	w.t.Helper()
 	w.writers.stop()
-	order := w.drain(sts)
+	orders := w.drain(sts)
+	order := orders.byClock
 	committed, aborted, stats := w.writers.snapshot()
 	w.t.Logf("writers: %+v; %d rows committed, %d inserted and not committed", stats, len(committed), len(aborted))
 	inTable := map[int64]bool{}
@@ -318,6 +319,7 @@ func (w *world) finish(sts []stream, crashes map[string]int) map[string]*report 
 		if w.mayGoBack != nil {
 			takeovers = 1
 		}
+		order := orders.of(st)
 		r := analyzeWith(st.process, st.slack > 0 || takeovers > 0, w.parkedRecords(st, order), order, log, obs, nil)
 		r.checkWrites(order, audit, w.mayGoBack)
 		if r.rewinds > crashes[st.process]+takeovers {

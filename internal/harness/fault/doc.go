@@ -91,7 +91,8 @@
 //
 // When the writers have stopped and the position has reached the last committed row, each stream is
 // checked: every committed row delivered at least once and no rolled-back one ever; first deliveries in
-// the global (created_at, id) order (but for a parked key's, which come after the redrive) and so, per
+// the stream's global order, by the insert clock or by created_at, then id (but for a parked key's, which
+// come after the redrive) and so, per
 // aggregate, in increasing sequence; redeliveries at most
 // one per injected crash with `--checkpoint record` and one batch per crash with `--checkpoint batch`;
 // the durable position (polled, and logged by a trigger on every committed write of the cursor row) never
@@ -101,12 +102,16 @@
 //
 //	faults: sigkill/sigkill_record writes=1534 delivered=1534 lost=0 redelivered=7 reorders=0 crashes=8
 //
-// Streams run with the writers horizon (the table's created_at defaults to clock_timestamp()) or with
-// `--horizon transactions`, which waits for every transaction of the database instead.
+// The events table has the insert clock (`inorder migrate --table events`), and the streams on the default
+// horizon read it in the clock's order. The streams on `--horizon transactions`, which waits for every
+// transaction of the database instead, read by created_at a copy of events without the clock, which a
+// trigger writes in each inserting transaction, since a table with the clock refuses that opt-in. In
+// upgrade, whose version before knows no clock, events has none and both versions read it by created_at
+// with `--horizon writers`.
 //
 // `make test` runs the short form (one stream per scenario, a few faults each; sigkill and
 // crowded_lock_table on the transactions horizon; upgrade with one stream of each checkpoint mode). `make
 // faults` sets INORDER_FAULTS=full: more faults, longer writers, both checkpoint modes and both horizons in
-// every scenario (held_snapshot: the writers horizon only), and the binary built with the race detector
+// every scenario (held_snapshot: the clock only), and the binary built with the race detector
 // (the version before, in upgrade, without).
 package fault

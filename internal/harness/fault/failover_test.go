@@ -95,9 +95,9 @@ func failover(t *testing.T) {
 	}
 	w.calm()
 	w.writers.stop()
-	order := w.drain(sts)
+	orders := w.drain(sts)
 	rows := map[int64]row{}
-	for _, r := range order {
+	for _, r := range orders.byClock {
 		rows[r.id] = r
 	}
 
@@ -139,7 +139,7 @@ func failover(t *testing.T) {
 				t.Errorf("%s: record %d was delivered and the failover took it back, but no instance named it", st.process, id)
 			}
 		}
-		r := analyze(st.process, order, kept, nil, nil)
+		r := analyze(st.process, orders.of(st), kept, nil, nil)
 		r.crashes = 1
 		line := fmt.Sprintf("%s taken_back=%d", r.line(w.name), len(vanished))
 		t.Log(line)

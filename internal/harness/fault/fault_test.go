@@ -551,7 +551,7 @@ func TestChecksSeeADroppedDelivery(t *testing.T) {
 	w.start(st)
 	w.await("40 deliveries", time.Minute, func() bool { return w.sink.count(st.process) >= 40 })
 	w.writers.stop()
-	order := w.drain([]stream{st})
+	order := w.drain([]stream{st}).of(st)
 	log, audit := w.sink.deliveries(), w.audit()
 	r := analyze(st.process, order, log, w.mon.observations(), audit)
 	t.Log(r.line(w.name))

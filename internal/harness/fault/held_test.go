@@ -31,7 +31,7 @@ const heldSchema = `
 	CREATE INDEX ON fault_committed (created_at, id);
 	CREATE FUNCTION fault_keep_committed() RETURNS trigger LANGUAGE plpgsql AS $$
 	BEGIN
-		INSERT INTO fault_committed VALUES (NEW.id, NEW.aggregate_id, NEW.seq, NEW.created_at);
+		INSERT INTO fault_committed SELECT NEW.*; -- the insert clock's time too, set before an AFTER trigger runs
 		RETURN NULL;
 	END
 	$$;

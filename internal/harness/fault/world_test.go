@@ -19,9 +19,12 @@ import (
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
-// schema is the source table, the aggregates the writers lock, and a trigger that logs every committed
-// write of the cursor row with the application_name of the session that made it and the owner (epoch and
-// instance) the row names after it. A world runs auditCheckpoints after it.
+// schema is the source table; its copy without the insert clock, kept by a trigger in the inserting
+// transaction, which the streams on the transactions horizon read by created_at (a table with the clock
+// refuses that opt-in); the aggregates the writers lock; and a trigger that logs every committed write of
+// the cursor row with the application_name of the session that made it and the owner (epoch and instance)
+// the row names after it. A world gives events the insert clock (inorder migrate --table events) and runs
+// auditCheckpoints after it.
 const schema = `
 	CREATE TABLE events (
 		id           bigserial PRIMARY KEY,
@@ -30,6 +33,17 @@ const schema = `
 		created_at   timestamptz NOT NULL DEFAULT clock_timestamp()
 	);
 	CREATE INDEX events_created_at_id_idx ON events (created_at, id);
+	CREATE TABLE events_created_at (LIKE events);
+	ALTER TABLE events_created_at ADD PRIMARY KEY (id);
+	CREATE INDEX ON events_created_at (created_at, id);
+	-- By name, so that the clock's column stays behind and a column added to both (big_rows' payload) goes.
+	CREATE FUNCTION fault_copy_event() RETURNS trigger LANGUAGE plpgsql AS $$
+	BEGIN
+		INSERT INTO events_created_at SELECT (jsonb_populate_record(NULL::events_created_at, to_jsonb(NEW))).*;
+		RETURN NULL;
+	END
+	$$;
+	CREATE TRIGGER fault_copy_event AFTER INSERT ON events FOR EACH ROW EXECUTE FUNCTION fault_copy_event();
 	CREATE TABLE aggregates (id text PRIMARY KEY, seq integer NOT NULL DEFAULT 0);
 	INSERT INTO aggregates (id) SELECT 'agg-' || g FROM generate_series(0, %d) g;
 
@@ -106,13 +120,22 @@ type stream struct {
 	process    string
 	checkpoint string // record or batch
 	batch      int    // --batch-size
-	horizon    string // --horizon: auto (writers, for the events table's clock_timestamp()) or transactions
+	horizon    string // --horizon: auto (the insert clock of events), writers or transactions (events_created_at)
 	// syncCommit runs the stream with --synchronous-commit. slack is how many more redeliveries than the
 	// checkpoint allows one crash may cause: only a crash of the server itself takes back positions
 	// committed without waiting for their WAL flush (the default), the last few hundred milliseconds of
 	// them.
 	syncCommit bool
 	slack      int
+}
+
+// table is the source table st reads: events, ordered by its insert clock, or for the opt-ins that read
+// created_at, events without its clock (the upgrade scenario's version before has none) or its copy.
+func (s stream) table() string {
+	if s.horizon == "transactions" {
+		return "events_created_at"
+	}
+	return "events"
 }
 
 // perCrash is how many redeliveries one injected crash may cause.
@@ -163,6 +186,9 @@ type world struct {
 	// committed is the table drain reads the committed rows from: events, or a copy of it that a trigger
 	// keeps when the scenario prunes events (held_snapshot's fault_committed).
 	committed string
+	// clocked says that events has the insert clock, which orders it for the streams on the auto horizon:
+	// every world's but the upgrade scenario's, whose version before knows no clock.
+	clocked bool
 	// parks are the keys the scenario parked, by process (see parkedRecords).
 	parks map[string]park
 
@@ -208,6 +234,12 @@ func newWorldMigratedBy(t *testing.T, name, url, via, bin string) *world {
 	w.pool = pool
 	if _, err := pool.Exec(ctx, fmt.Sprintf(schema, aggregates-1)+auditCheckpoints); err != nil {
 		t.Fatalf("schema: %v", err)
+	}
+	if bin == binary {
+		if code, out := w.runWith(bin, "migrate", "--table", "events"); code != 0 {
+			t.Fatalf("inorder migrate --table events: exit %d: %s", code, out)
+		}
+		w.clocked = true
 	}
 	w.sink = newSink(t)
 	w.mon = startMonitor(t, pool, w.sink)
@@ -346,7 +378,7 @@ func (w *world) startBin(bin string, st stream, db string, extra ...string) *chi
 	w.gen++
 	name := fmt.Sprintf("%s-%d", st.process, w.gen)
 	w.mu.Unlock()
-	args := []string{"run", "--process", st.process, "--table", "events", "--start-from", "beginning",
+	args := []string{"run", "--process", st.process, "--table", st.table(), "--start-from", "beginning",
 		"--handler", "webhook", "--webhook-url", w.sink.urlFor(name), "--webhook-secret-env", secretEnv,
 		"--checkpoint", st.checkpoint, "--batch-size", strconv.Itoa(st.batch), "--horizon", st.horizon,
 		"--poll-interval", "20ms", "--retry-min", "20ms", "--retry-max", "200ms", "--instance", name}
@@ -444,34 +476,57 @@ type row struct {
 	seq int
 }
 
-// drain waits, after the writers stopped, for every stream's position to reach the last committed row,
-// and returns the committed rows in (created_at, id) order.
-func (w *world) drain(sts []stream) []row {
+// orders are the committed rows in the order each stream reads them: by the insert clock of events, or by
+// created_at (the opt-ins' order, and the order of every row when events has no clock), then id.
+type orders struct {
+	byClock, byCreatedAt []row
+}
+
+// of returns the committed rows in st's order.
+func (o orders) of(st stream) []row {
+	if st.table() == "events" {
+		return o.byClock
+	}
+	return o.byCreatedAt
+}
+
+// drain waits, after the writers stopped, for every stream's position to reach the last committed row in
+// its order, and returns the committed rows in each order.
+func (w *world) drain(sts []stream) orders {
 	w.t.Helper()
 	ctx := context.Background()
-	var order []row
-	w.await("the committed rows", 30*time.Second, func() bool {
-		rows, err := w.pool.Query(ctx, "SELECT id, aggregate_id, seq FROM "+w.committed+" ORDER BY created_at, id")
-		if err != nil {
-			return false
-		}
-		defer rows.Close()
-		order = order[:0]
-		for rows.Next() {
-			var r row
-			if rows.Scan(&r.id, &r.agg, &r.seq) != nil {
+	read := func(by string) []row {
+		var order []row
+		w.await("the committed rows", 30*time.Second, func() bool {
+			rows, err := w.pool.Query(ctx, "SELECT id, aggregate_id, seq FROM "+w.committed+" ORDER BY "+by+", id")
+			if err != nil {
 				return false
 			}
-			order = append(order, r)
-		}
-		return rows.Err() == nil
-	})
-	if len(order) == 0 {
+			defer rows.Close()
+			order = order[:0]
+			for rows.Next() {
+				var r row
+				if rows.Scan(&r.id, &r.agg, &r.seq) != nil {
+					return false
+				}
+				order = append(order, r)
+			}
+			return rows.Err() == nil
+		})
+		return order
+	}
+	o := orders{byCreatedAt: read("created_at")}
+	o.byClock = o.byCreatedAt
+	if w.clocked {
+		o.byClock = read("coalesce(inorder_at, created_at)")
+	}
+	if len(o.byClock) == 0 {
 		w.t.Fatal("the writers committed nothing")
 	}
-	last := strconv.FormatInt(order[len(order)-1].id, 10)
 	timeout := pick(60*time.Second, 3*time.Minute)
 	for _, st := range sts {
+		order := o.of(st)
+		last := strconv.FormatInt(order[len(order)-1].id, 10)
 		deadline := time.Now().Add(timeout)
 		for w.position(st) != last {
 			if time.Now().After(deadline) {
@@ -483,7 +538,7 @@ func (w *world) drain(sts []stream) []row {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	return order
+	return o
 }
 
 func (w *world) distinct(st stream) int {

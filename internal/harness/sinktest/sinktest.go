@@ -21,9 +21,17 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
+
+// AddClock gives table inorder's insert clock, as `inorder migrate --table` does (see pgtest.AddClock):
+// what every source table has.
+func AddClock(t testing.TB, db *processortest.DB, table string) {
+	t.Helper()
+	pgtest.AddClock(t, &pgtest.DB{Name: db.Name, URL: db.URL, Pool: db.Pool}, table)
+}
 
 // Insert runs an INSERT ... RETURNING id on pool and returns the ids as text.
 func Insert(t testing.TB, pool *pgxpool.Pool, sql string, args ...any) []string {
