@@ -365,7 +365,7 @@ func TestATimePartitionedOutboxWithPartitionsCreatedAndDropped(t *testing.T) {
 		-- Inserts into the partition of the moment, as an application that names partitions does.
 		CREATE FUNCTION insert_into_partition(a text, n int, OUT id bigint, OUT created_at timestamptz) LANGUAGE plpgsql AS $$
 		BEGIN
-			EXECUTE format('INSERT INTO tp_%s (aggregate_id, n) VALUES ($1, $2) RETURNING id, created_at',
+			EXECUTE format('INSERT INTO tp_%s (aggregate_id, n) VALUES ($1, $2) RETURNING id, inorder_at',
 				floor(extract(epoch FROM clock_timestamp()))::bigint) INTO id, created_at USING a, n;
 		END $$`)
 	pgtest.AddClock(t, b.db, "tpoutbox")
@@ -437,7 +437,7 @@ func TestATimePartitionedOutboxWithPartitionsCreatedAndDropped(t *testing.T) {
 			lastMaintained = time.Now()
 		}
 		var r row
-		require.NoError(t, b.db.Pool.QueryRow(ctx, "INSERT INTO tpoutbox (aggregate_id, n) VALUES ($1, $2) RETURNING id, created_at",
+		require.NoError(t, b.db.Pool.QueryRow(ctx, "INSERT INTO tpoutbox (aggregate_id, n) VALUES ($1, $2) RETURNING id, inorder_at",
 			fmt.Sprint("a", i%4), i).Scan(&r.id, &r.at))
 		mu.Lock()
 		wrote = append(wrote, r)
@@ -445,6 +445,7 @@ func TestATimePartitionedOutboxWithPartitionsCreatedAndDropped(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 	}
 	<-direct
+	// In the order of the inserts by the table's clock, which each insert returned.
 	slices.SortFunc(wrote, func(a, b row) int {
 		if c := a.at.Compare(b.at); c != 0 {
 			return c
