@@ -409,6 +409,9 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	if err == nil && t.Refusal != nil {
 		err = t.Refusal
 	}
+	if err == nil {
+		err = p.checkFilter(checks, conn, t)
+	}
 	if err != nil {
 		p.abandon(work)
 		return err
@@ -433,7 +436,11 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	for _, w := range t.Warnings {
 		p.log.Warn().Str("table", t.Qualified).Msg(w)
 	}
-	p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon)).Msg("source checked")
+	ev := p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon))
+	if t.Filtered() {
+		ev = ev.Str("where", t.Spec.Where)
+	}
+	ev.Msg("source checked")
 	return nil
 }
 
@@ -675,7 +682,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	p.obs.Batch(p.cfg.Process, len(items))
 	if len(items) == 0 {
-		return 0, 0, nil
+		if !ok && !p.lastFull && p.table.Filtered() {
+			keep, err = p.passOver(work, st.Position, h.at)
+		}
+		return 0, 0, err
 	}
 	p.startBatch(began, horizonAt, readAt, len(items))
 	defer closeSpans(items)

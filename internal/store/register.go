@@ -126,8 +126,8 @@ func (r *Repository) Unregister(ctx context.Context) error {
 	return nil
 }
 
-// SetSource records which table and columns the process reads (Table qualified) and the horizon that
-// orders its position, so status can measure what is behind. It returns the source the row recorded before
+// SetSource records which table and columns the process reads (Table qualified), its filter (Where) and
+// the horizon that orders its position, so status can measure what is behind. It returns the source the row recorded before
 // when this changed it (the zero Source when it recorded none: a process that never ran), and changed
 // false when the row already said the same.
 func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (before inordertype.Source, changed bool, err error) {
@@ -141,15 +141,17 @@ func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (bef
 		part, parts = src.Partition.Index, src.Partition.Count
 	}
 	err = r.tx.QueryRow(ctx, `
-		WITH prev AS (SELECT source_table, source_horizon FROM inorder.cursor WHERE process_name = $1)
+		WITH prev AS (SELECT source_table, source_horizon, source_filter FROM inorder.cursor WHERE process_name = $1)
 		UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
-		       source_key_column = $5, source_partition = $6, source_partitions = $7, source_horizon = $8
+		       source_key_column = $5, source_partition = $6, source_partitions = $7, source_horizon = $8,
+		       source_filter = nullif($9, '')
 		WHERE process_name = $1 AND (source_table, source_id_column, source_created_at_column, source_key_column,
-		      source_partition, source_partitions, source_horizon)
-		      IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int, $8)
-		RETURNING (SELECT coalesce(source_table, '') FROM prev), (SELECT coalesce(source_horizon, '') FROM prev)`,
-		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts, string(src.Horizon)).
-		Scan(&before.Table, &before.Horizon)
+		      source_partition, source_partitions, source_horizon, source_filter)
+		      IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int, $8, nullif($9, ''))
+		RETURNING (SELECT coalesce(source_table, '') FROM prev), (SELECT coalesce(source_horizon, '') FROM prev),
+		          (SELECT coalesce(source_filter, '') FROM prev)`,
+		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts, string(src.Horizon), src.Where).
+		Scan(&before.Table, &before.Horizon, &before.Where)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return inordertype.Source{}, false, nil
 	}
