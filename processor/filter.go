@@ -77,6 +77,18 @@ func (p *Processor[T]) passOver(work context.Context, from inordertype.Position,
 	return keep && !p.cur.Contended(), err
 }
 
+// passedTo is where the position of a process with a filter moves after a batch that delivered every
+// row a read found below horizon (the read came back short of its bounds): past the rows the filter
+// passed over up to just below horizon, or last where that is not after it. With a checkpoint per record
+// the batch's records moved it already, and the next batch's empty read passes over what is left.
+func (p *Processor[T]) passedTo(last inordertype.Position, horizon time.Time) inordertype.Position {
+	to := inordertype.Position{CreatedAt: horizon.Add(-time.Microsecond).UTC()}
+	if p.cfg.Checkpoint == CheckpointRecord || !last.CreatedAt.Before(to.CreatedAt) {
+		return last
+	}
+	return to
+}
+
 // passedOver tells an observer that can count it that the position moved past rows the filter passed over.
 func (p *Processor[T]) passedOver() {
 	if o, ok := p.obs.(FilterObserver); ok {

@@ -96,17 +96,28 @@ func (b filterBundle) position(t *testing.T) (time.Time, string, bool) {
 	return ts, s, true
 }
 
-// TestAFilterDeliversExactlyTheRowsItKeeps: writers commit rows that match and rows that do not in the
-// same transactions, some holding their transaction open a while after inserting (committing late), all
+// TestAFilterDeliversExactlyTheRowsItKeeps: with a checkpoint per record and per batch, writers commit rows
+// that match and rows that do not in the same transactions, some holding their transaction open a while after inserting (committing late), all
 // taking the now() default of created_at: the process delivers exactly the matching rows, once each, in
 // order per key, and passes over a tail of rows that do not match without a handler call, its position
 // moving past them.
 func TestAFilterDeliversExactlyTheRowsItKeeps(t *testing.T) {
 	t.Parallel()
+	for _, cp := range []processor.Checkpoint{processor.CheckpointRecord, processor.CheckpointBatch} {
+		t.Run(string(cp), func(t *testing.T) {
+			t.Parallel()
+			testAFilterDeliversExactlyTheRowsItKeeps(t, cp)
+		})
+	}
+}
+
+func testAFilterDeliversExactlyTheRowsItKeeps(t *testing.T, cp processor.Checkpoint) {
 	ctx := context.Background()
 	b := filterSetup(t)
 	sink := &typedSink{}
-	stop := start(t, b.config(sink, "type LIKE 'payment.%'"))
+	cfg := b.config(sink, "type LIKE 'payment.%'")
+	cfg.Checkpoint = cp
+	stop := start(t, cfg)
 
 	type written struct {
 		id  int64

@@ -681,8 +681,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		}
 	}
 	p.obs.Batch(p.cfg.Process, len(items))
+	// whole says that the read found every row the process keeps below the horizon (see passOver).
+	whole := !ok && !p.lastFull && p.table.Filtered()
 	if len(items) == 0 {
-		if !ok && !p.lastFull && p.table.Filtered() {
+		if whole {
 			keep, err = p.passOver(work, st.Position, h.at)
 		}
 		return 0, 0, err
@@ -699,6 +701,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	case o.failed != nil && o.fate.kind != fateCutOff:
 		wait = p.fail(work, st, o.last, o.failed, o.fate)
 	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
+		if whole && o.n == len(items) {
+			o.last = p.passedTo(o.last, h.at)
+		}
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
 		// the next batch waits its turn.

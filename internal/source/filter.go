@@ -135,8 +135,11 @@ func (t *Table) AnyBelowSQL(pos inordertype.Position, horizon time.Time) (string
 	if t.Part != nil {
 		part = fmt.Sprintf(" AND %s = %d", t.PartExpr("src."), t.Part.Index)
 	}
-	sql := fmt.Sprintf("SELECT EXISTS (SELECT 1 FROM %s AS src WHERE %s%s AND %s < $%d::timestamptz)",
-		t.Ident, after, part, t.AtExpr("src."), len(args)+1)
+	// The first row in the index's order, so that the planner takes the index's first entry in the range:
+	// for an EXISTS, which drops the order, it may scan the table from its start for one instead.
+	at := t.AtExpr("src.")
+	sql := fmt.Sprintf("SELECT (SELECT true FROM %s AS src WHERE %s%s AND %s < $%d::timestamptz ORDER BY %s, src.%s LIMIT 1) IS NOT NULL",
+		t.Ident, after, part, at, len(args)+1, at, quote(t.Spec.IDColumn))
 	return sql, append(args, horizon)
 }
 
