@@ -256,3 +256,32 @@ func TestABadFilterRefusesToStart(t *testing.T) {
 		require.Equal(t, id, id2, "the position never moves")
 	}
 }
+
+// TestAFilterUnderAHeldDump: a real pg_dump held open does not hold a process with a filter: rows that
+// match, inserted during the dump beside rows that do not, are delivered while it still runs, and the
+// position moves past the rows that do not.
+func TestAFilterUnderAHeldDump(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := filterSetup(t)
+	sink := &typedSink{}
+	stop := start(t, b.config(sink, "type LIKE 'payment.%'"))
+	dump := pgtest.HoldPgDump(t, b.db)
+	var last time.Time
+	for i := range 5 {
+		b.db.Exec(t, "INSERT INTO outbox (aggregate_id, type) VALUES ($1, 'payment.captured')", fmt.Sprint("k", i))
+		require.NoError(t, b.db.Pool.QueryRow(ctx, "INSERT INTO outbox (aggregate_id, type) VALUES ($1, 'order.placed') RETURNING inorder_at",
+			fmt.Sprint("k", i)).Scan(&last))
+	}
+	waitFor(t, "the matching rows inserted during the dump", func() bool { return len(sink.delivered()) == 5 })
+	waitFor(t, "the position past the rows passed over", func() bool {
+		at, _, _ := b.position(t)
+		return !at.Before(last)
+	})
+	require.True(t, dump.Running(t, b.db), "the dump still holds its snapshot: the rows did not wait for it")
+	dump.End()
+	require.NoError(t, stop())
+	for _, r := range sink.delivered() {
+		require.Equal(t, "payment.captured", r.Type)
+	}
+}
