@@ -285,3 +285,56 @@ func TestAFilterUnderAHeldDump(t *testing.T) {
 		require.Equal(t, "payment.captured", r.Type)
 	}
 }
+
+// TestAFilterUnderTheAdversarialWriters: the writers that stamp created_at themselves (a host 2s behind,
+// an event stamped then inserted 0.3s later, one calling itself pg_dump) write into a table with the insert
+// clock, and a process keeps the rows of all keys but one: it delivers exactly those, once each, in order
+// per key.
+func TestAFilterUnderTheAdversarialWriters(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := pgtest.New(t)
+	db.Exec(t, outboxDDL("DEFAULT now()"))
+	pgtest.AddClock(t, db, "outbox")
+	cc, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	sink := &stampedSink{}
+	stop := start(t, processor.Config[stamped]{
+		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Source:  inordertype.Source{Table: "outbox", Where: "aggregate_id <> 'passed-over'"},
+		Handler: sink, PollInterval: 20 * time.Millisecond,
+	})
+	writers := []*writer{
+		{key: "db-clock", stamp: "clock_timestamp()"},
+		{key: "passed-over", stamp: "clock_timestamp()"},
+		{key: "skewed", stamp: "clock_timestamp() - interval '2 seconds'"},
+		{key: "stamp-then-insert", stamp: "clock_timestamp()", delay: 300 * time.Millisecond},
+		{key: "calls-itself-pg_dump", begin: "SET LOCAL application_name = 'pg_dump'; SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
+			stamp: "now()", delay: 200 * time.Millisecond},
+	}
+	until := time.Now().Add(2 * time.Second)
+	var wg sync.WaitGroup
+	for _, w := range writers {
+		wg.Go(func() { w.run(ctx, t, db.Pool, until) })
+	}
+	wg.Wait()
+	var want []int64
+	for _, w := range writers {
+		if w.key != "passed-over" {
+			want = append(want, w.committed...)
+		}
+	}
+	slices.Sort(want)
+	waitFor(t, "every kept row", func() bool { return len(sink.delivered()) >= len(want) })
+	require.NoError(t, stop())
+	got := sink.delivered()
+	ids := make([]int64, len(got))
+	last := map[string]int64{}
+	for i, r := range got {
+		ids[i] = r.ID
+		require.Greater(t, r.ID, last[r.Key], "key %s out of order", r.Key)
+		last[r.Key] = r.ID
+	}
+	slices.Sort(ids)
+	require.Equal(t, want, ids, "the kept rows, once each, none skipped")
+}
