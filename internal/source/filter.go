@@ -95,8 +95,8 @@ func (t *Table) filterReads(ctx context.Context, conn Beginner, where string) er
 	return nil
 }
 
-// filterError is the one line that refuses a filter Postgres would not take, or nil for an error that
-// says nothing about the filter (a lost connection).
+// filterError is the one line that refuses a filter Postgres would not take, or the error as it is when it
+// says nothing about the filter (a lost connection, a cancelled statement).
 func (t *Table) filterError(where string, err error) error {
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {
@@ -108,7 +108,9 @@ func (t *Table) filterError(where string, err error) error {
 		msg = "it calls a function or operator that is not IMMUTABLE (one that can write, or whose result depends on when it runs, such as now() or a subquery's table); a filter must decide by the row alone"
 	case strings.Contains(msg, "cannot use subquery in index predicate"):
 		msg = "it has a subquery; a filter must decide by the row alone"
-	case strings.HasPrefix(pgErr.Code, "08") || strings.HasPrefix(pgErr.Code, "57") || pgErr.Code == "25006" && !strings.Contains(msg, "read-only"):
+	}
+	switch pgErr.Code[:2] {
+	case "08", "40", "53", "57", "58": // the connection, a conflict, the server's resources, a cancel: not the filter's
 		return fmt.Errorf("check the filter on %s: %w", t.Qualified, err)
 	}
 	return invalid("filter %q on %s: %s", where, t.Qualified, msg)
