@@ -140,7 +140,7 @@ func NewMetrics() *Metrics {
 			"the filter passes over, up to the horizon, without a handler call (inorder_records_handled_total counts the records delivered)."),
 		filter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_filter",
-			Help: "1 for the filter (--where) a process's position was last recorded under; no series for a process without one; measured with the lag.",
+			Help: "1 for the filter (--where) a process's position was last recorded under, labelled where; 0, with where empty, for a process without one; measured with the lag.",
 		}, []string{"process", "where"}),
 		parkedKeys:    perProcessGauge("inorder_parked_keys", "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag."),
 		parkedRecords: perProcessGauge("inorder_parked_records", "Records parked behind their keys, the first failed ones included; measured with the lag."),
@@ -528,9 +528,8 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 			m.tracking.WithLabelValues(name, string(k)).Set(b2f(k == h))
 		}
 	}
-	if w := p.Streams[0].Source.Where; w != "" {
-		m.filter.WithLabelValues(name, w).Set(1)
-	}
+	w := p.Streams[0].Source.Where
+	m.filter.WithLabelValues(name, w).Set(b2f(w != ""))
 	return true, nil
 }
 
