@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers"
@@ -337,4 +338,29 @@ func TestAFilterUnderTheAdversarialWriters(t *testing.T) {
 	}
 	slices.Sort(ids)
 	require.Equal(t, want, ids, "the kept rows, once each, none skipped")
+}
+
+// TestAFilterWithoutItsIndexIsNamed: a process whose filter no partial index serves says, once at start,
+// the statement that creates the one that does; with that index it says nothing of it.
+func TestAFilterWithoutItsIndexIsNamed(t *testing.T) {
+	t.Parallel()
+	b := filterSetup(t)
+	where := "type LIKE 'payment.%'"
+	for _, indexed := range []bool{false, true} {
+		var logs logBuffer
+		cfg := b.config(&typedSink{}, where)
+		cfg.Logger = zerolog.New(&logs)
+		stop := start(t, cfg)
+		waitFor(t, "the source checked", func() bool { return logs.count("source checked") == 1 })
+		require.NoError(t, stop())
+		want := 1
+		if indexed {
+			want = 0
+		}
+		require.Equal(t, want, logs.count(`WHERE type LIKE 'payment.%'`), logs.buf.String())
+		if !indexed {
+			require.Equal(t, 1, logs.count(`CREATE INDEX CONCURRENTLY \"outbox_filter_idx\" ON \"public\".\"outbox\" ((coalesce(`), logs.buf.String())
+			b.db.Exec(t, "CREATE INDEX outbox_filter_idx ON outbox ((coalesce(inorder_at, created_at)), id) WHERE "+where)
+		}
+	}
 }

@@ -65,7 +65,56 @@ func (t *Table) filterImmutable(ctx context.Context, conn Beginner, where string
 	if err != nil {
 		return t.filterError(where, err)
 	}
+	return t.noteFilterIndex(ctx, tx, copyName, where)
+}
+
+// noteFilterIndex warns, when the table has the insert clock and no valid partial index in its order with
+// the filter as its predicate (as Postgres prints the predicate of the temporary copy's index, in tx),
+// that a selective filter wants one, naming it. Without it the read walks the table's ordering index and
+// looks at every row the filter passes over once.
+func (t *Table) noteFilterIndex(ctx context.Context, tx pgx.Tx, copyName, where string) error {
+	if t.Horizon != inordertype.HorizonClock || t.Part != nil {
+		return nil
+	}
+	var want string
+	if err := tx.QueryRow(ctx, `SELECT pg_get_expr(indpred, indrelid) FROM pg_index WHERE indrelid = $1::regclass`,
+		copyName).Scan(&want); err != nil {
+		return fmt.Errorf("check the filter on %s: %w", t.Qualified, err)
+	}
+	rows, err := tx.Query(ctx, `
+		SELECT pg_get_indexdef(i.indexrelid, 1, true), pg_get_expr(i.indpred, i.indrelid)
+		FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+		WHERE i.indrelid = $1 AND am.amname = 'btree' AND i.indpred IS NOT NULL AND i.indnkeyatts >= 2 AND i.indisvalid
+		  AND i.indkey[0] = 0 AND i.indkey[1] = (SELECT attnum FROM pg_attribute WHERE attrelid = $1 AND attname = $2)`,
+		t.OID, t.Spec.IDColumn)
+	if err != nil {
+		return fmt.Errorf("check the filter on %s: %w", t.Qualified, err)
+	}
+	type partial struct{ first, pred string }
+	found, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (partial, error) {
+		var p partial
+		return p, r.Scan(&p.first, &p.pred)
+	})
+	if err != nil {
+		return fmt.Errorf("check the filter on %s: %w", t.Qualified, err)
+	}
+	for _, p := range found {
+		if sameExpr(p.first, t.AtExpr("")) && p.pred == want {
+			return nil
+		}
+	}
+	t.Warnings = append(t.Warnings, fmt.Sprintf("no partial index on %s has the filter %q as its predicate: the read "+
+		"looks at every row the filter passes over once; for a selective filter create one (online): %s", t.Qualified,
+		where, t.FilterIndexSQL()))
 	return nil
+}
+
+// FilterIndexSQL is the statement that creates the partial index serving the source's filter: the
+// table's order (the insert clock, then the id) over the rows the filter keeps.
+func (t *Table) FilterIndexSQL() string {
+	name := strings.SplitN(t.Qualified, ".", 2)[1] + "_filter_idx"
+	return fmt.Sprintf("CREATE INDEX CONCURRENTLY %s ON %s ((%s), %s) WHERE %s", quote(name), t.Ident, t.AtExpr(""),
+		quote(t.Spec.IDColumn), t.Spec.Where)
 }
 
 // filterReads plans and runs the read's condition with the filter, returning no row, in a READ ONLY
