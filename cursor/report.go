@@ -136,6 +136,9 @@ type sourceJSON struct {
 	// Tracking is what orders the position and what the read waits for (inordertype.Horizon): clock,
 	// writers or transactions; absent for a position recorded before migration 14.
 	Tracking string `json:"tracking,omitempty"`
+	// Where is the process's filter (inordertype.Source.Where): only the rows it keeps are delivered, and the
+	// position moves past the others without a handler call. Absent for a process without one.
+	Where string `json:"where,omitempty"`
 }
 
 type partitionJSON struct {
@@ -231,7 +234,7 @@ func (in Info) report() infoJSON {
 	}
 	if s := in.Source; s.Table != "" {
 		r.Source = &sourceJSON{Table: s.Table, IDColumn: s.IDColumn, CreatedAtColumn: s.CreatedAtColumn,
-			KeyColumn: s.KeyColumn, Tracking: string(s.Horizon)}
+			KeyColumn: s.KeyColumn, Tracking: string(s.Horizon), Where: s.Where}
 		if pt := s.Partition; pt != nil {
 			r.Source.Partition = &partitionJSON{Index: pt.Index, Count: pt.Count}
 		}

@@ -53,6 +53,15 @@ type Source struct {
 	// TraceStateColumn is the column holding each row's W3C tracestate, read with TraceColumn. Empty means
 	// "tracestate" when the table has such a column, else none. Not recorded in the cursor row.
 	TraceStateColumn string
+	// Where, when set, is a filter: a SQL boolean expression over the table's columns, named unqualified
+	// ("type LIKE 'payment.%'"), and the process reads only the rows it keeps. The rows it passes over
+	// cost no handler call and are not read again: the position moves past them up to the horizon.
+	// Order per key and the no-skip promise hold for the rows it keeps. It must be an expression a partial
+	// index could have as its predicate: IMMUTABLE functions and operators only, no subquery, no `;`,
+	// comment or dollar sign; a partial index on the table's order with it as its predicate serves a
+	// selective filter. It is checked at start-up, and a process refuses to start with a filter other than
+	// the one its cursor row recorded: it is part of what the position means. Empty means every row.
+	Where string
 }
 
 // Partition is one of Count streams a partitioned process is split into (processor.NewPartitioned): the

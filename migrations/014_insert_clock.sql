@@ -16,7 +16,10 @@ END
 $$;
 
 -- What a process found of its source, beside its cursor row: what ordered its position when last recorded
--- (clock, writers or transactions; none before this version), the rows it found committed behind its
+-- (clock, writers or transactions; none before this version), its filter (Source.Where, --where: a
+-- boolean expression over the source's columns; NULL for none), which is part of what its position means
+-- ("every row up to here that the filter keeps has been handled", so a processor refuses to start with
+-- another one), the rows it found committed behind its
 -- position after it had passed them (and when the last was found), and what it waits for while its
 -- source does not fit it after a migration (a column it needs dropped or renamed). A table of its own, not
 -- columns of inorder.cursor: adding a column to inorder.cursor needs its ACCESS EXCLUSIVE lock, which a
@@ -26,6 +29,7 @@ $$;
 CREATE TABLE inorder.source_state (
     process_name text PRIMARY KEY,
     horizon      text,
+    filter       text,
     late_rows    bigint NOT NULL DEFAULT 0,
     late_at      timestamptz,
     wait         text

@@ -52,9 +52,9 @@ type Metrics struct {
 	connected, unavailable, refused             *prometheus.GaugeVec
 	lagRows, lagSeconds                         *prometheus.GaugeVec
 	inFlight, inFlightOldest                    *prometheus.GaugeVec
-	resent                                      *prometheus.CounterVec
+	resent, passOvers                           *prometheus.CounterVec
 	parkedKeys, parkedRecords, parkedOldest     *prometheus.GaugeVec
-	tracking, late                              *prometheus.GaugeVec
+	tracking, late, filter                      *prometheus.GaugeVec
 	// sourceWaiting is labelled by process and column: one series per process, whose column label names
 	// what the stream waits for (see SourceWaiting).
 	sourceWaiting *prometheus.GaugeVec
@@ -85,7 +85,7 @@ type procMetrics struct {
 	position, connected, unavailable prometheus.Gauge
 	refused                          prometheus.Gauge
 	inFlight, inFlightOldest         prometheus.Gauge
-	resent                           prometheus.Counter
+	resent, passOvers                prometheus.Counter
 
 	// state is guarded by Metrics.mu.
 	state connState
@@ -111,6 +111,7 @@ var (
 	_ processor.ResentObserver      = (*Metrics)(nil)
 	_ processor.CredentialsObserver = (*Metrics)(nil)
 	_ processor.SourceObserver      = (*Metrics)(nil)
+	_ processor.FilterObserver      = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -142,9 +143,15 @@ func NewMetrics() *Metrics {
 		inFlight:       perProcessGauge("inorder_in_flight", "Records a keyed window has handed to the handler and not yet settled."),
 		inFlightOldest: perProcessGauge("inorder_in_flight_oldest_seconds", "How long the oldest record in flight has been; the position waits on it. 0 when none."),
 		resent:         perProcessCounter("inorder_sink_resent_total", "Records this instance sent to the sink again after the sink had accepted them."),
-		parkedKeys:     perProcessGauge("inorder_parked_keys", "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag."),
-		parkedRecords:  perProcessGauge("inorder_parked_records", "Records parked behind their keys, the first failed ones included; measured with the lag."),
-		parkedOldest:   perProcessGauge("inorder_parked_oldest_seconds", "How long the key parked longest has been parked; 0 when none."),
+		passOvers: perProcessCounter("inorder_filter_pass_overs_total", "Times a process with a filter moved its position past rows "+
+			"the filter passes over, up to the horizon, without a handler call (inorder_records_handled_total counts the records delivered)."),
+		filter: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "inorder_filter",
+			Help: "1 for the filter (--where) a process's position was last recorded under, labelled where; 0, with where empty, for a process without one; measured with the lag.",
+		}, []string{"process", "where"}),
+		parkedKeys:    perProcessGauge("inorder_parked_keys", "Keys parked (--on-halt park): their records wait for a redrive; measured with the lag."),
+		parkedRecords: perProcessGauge("inorder_parked_records", "Records parked behind their keys, the first failed ones included; measured with the lag."),
+		parkedOldest:  perProcessGauge("inorder_parked_oldest_seconds", "How long the key parked longest has been parked; 0 when none."),
 		tracking: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_tracking",
 			Help: "1 for the tracking a process's position was last recorded under (clock: inorder's insert clock; " +
@@ -182,7 +189,8 @@ func NewMetrics() *Metrics {
 	m.buildInfo.WithLabelValues(version, runtime.Version(), revision).Set(1)
 	m.reg.MustRegister(m.buildInfo, m.handled, m.failures, m.duration, m.batches, m.read, m.halted, m.retrying, m.hold, m.locked,
 		m.unavailable, m.position, m.connected, m.refused, m.lagRows, m.lagSeconds, m.lagErrors, m.inFlight, m.inFlightOldest,
-		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.late, m.sourceWaiting, m.xminHeld, m.xminHolder, m.xminErrors,
+		m.resent, m.parkedKeys, m.parkedRecords, m.parkedOldest, m.tracking, m.late, m.sourceWaiting, m.filter, m.passOvers,
+		m.xminHeld, m.xminHolder, m.xminErrors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -274,6 +282,7 @@ func (m *Metrics) proc(process string) *procMetrics {
 		inFlight:       m.inFlight.WithLabelValues(process),
 		inFlightOldest: m.inFlightOldest.WithLabelValues(process),
 		resent:         m.resent.WithLabelValues(process),
+		passOvers:      m.passOvers.WithLabelValues(process),
 	}
 	m.lagErrors.WithLabelValues(process) // at zero, like the others
 	m.sourceWaiting.WithLabelValues(process, "").Set(0)
@@ -548,8 +557,13 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 			m.tracking.WithLabelValues(name, string(k)).Set(b2f(k == h))
 		}
 	}
+	w := p.Streams[0].Source.Where
+	m.filter.WithLabelValues(name, w).Set(b2f(w != ""))
 	return true, nil
 }
+
+// PassedOver counts a move of process's position past rows its filter passes over (processor.FilterObserver).
+func (m *Metrics) PassedOver(process string) { m.proc(process).passOvers.Inc() }
 
 // lookXmin looks at who holds the database's xmin horizon, on a connection of pool, and sets the xmin
 // series: each holder past the threshold, and the longest hold. A failed look counts as an error unless the

@@ -417,6 +417,9 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	if err == nil && t.Refusal != nil {
 		err = t.Refusal
 	}
+	if err == nil {
+		err = p.checkFilter(checks, conn, t)
+	}
 	if err != nil {
 		p.abandon(work)
 		return err
@@ -437,7 +440,11 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	for _, w := range t.Warnings {
 		p.log.Warn().Str("table", t.Qualified).Msg(w)
 	}
-	p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon)).Msg("source checked")
+	ev := p.log.Info().Str("table", t.Qualified).Str("horizon", string(t.Horizon))
+	if t.Filtered() {
+		ev = ev.Str("where", t.Spec.Where)
+	}
+	ev.Msg("source checked")
 	return nil
 }
 
@@ -687,8 +694,13 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		}
 	}
 	p.obs.Batch(p.cfg.Process, len(items))
+	// whole says that the read found every row the process keeps below the horizon (see passOver).
+	whole := !ok && !p.lastFull && p.table.Filtered()
 	if len(items) == 0 {
-		return 0, 0, nil
+		if whole {
+			keep, err = p.passOver(work, st.Position, h.at)
+		}
+		return 0, 0, err
 	}
 	p.startBatch(began, horizonAt, readAt, len(items))
 	defer closeSpans(items)
@@ -702,6 +714,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	case o.failed != nil && o.fate.kind != fateCutOff:
 		wait = p.fail(work, st, o.last, o.failed, o.fate)
 	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
+		if whole && o.n == len(items) {
+			o.last = p.passedTo(o.last, h.at)
+		}
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
 		// the next batch waits its turn.

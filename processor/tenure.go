@@ -62,6 +62,9 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	if err != nil {
 		return err
 	}
+	if changed && before.Table != "" && before.Where != src.Where {
+		return filterChanged(p.cfg.Process, before.Where, src.Where)
+	}
 	if changed && before.Table != "" && before.Horizon != inordertype.HorizonClock && p.kind == inordertype.HorizonClock {
 		if err := p.takeUpClock(work, before.Horizon); err != nil {
 			return err

@@ -35,6 +35,7 @@ type runFlags struct {
 	createdAtColumn  string
 	horizon          string
 	keyColumn        string
+	where            string
 	traceColumn      string
 	traceStateColumn string
 	columns          string
@@ -108,6 +109,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"for a table without it, the opt-ins that trust created_at: writers (only ever set by the database at insert, clock_timestamp()), "+
 		"transactions (only ever a transaction's start, now())")
 	fs.StringVar(&f.keyColumn, "key-column", "", "column passed to handlers as the record key (default aggregate_id if present)")
+	fs.StringVar(&f.where, "where", "", "filter: a SQL boolean expression over the table's columns, e.g. \"type LIKE 'payment.%'\"; "+
+		"only the rows it keeps are delivered, the position moves past the others without a handler call (IMMUTABLE "+
+		"functions only; part of the process: changing it is refused)")
 	fs.StringVar(&f.traceColumn, "trace-column", "", "column holding each row's W3C traceparent: deliveries continue the application's trace (default traceparent if present)")
 	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
@@ -555,7 +559,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		BeforeConnectFunc: before,
 		Source: inordertype.Source{
 			Table: f.table, IDColumn: f.idColumn, CreatedAtColumn: f.createdAtColumn,
-			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon,
+			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon, Where: f.where,
 			TraceColumn: f.traceColumn, TraceStateColumn: f.traceStateColumn,
 		},
 		BatchSize:                f.batchSize,

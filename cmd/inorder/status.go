@@ -199,6 +199,10 @@ func printProcesses(w io.Writer, rep statusReport) {
 				"them, the last at %s, and not delivered; its log says where they lie and the rewind that delivers them",
 				ps.Process, plural(int(ps.LateRows), "row"), ps.LateAt.UTC().Format(time.RFC3339)), "", 100))
 		}
+		if ps.Source.Where != "" {
+			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("%s delivers only the rows of %s where %s; it moves past the "+
+				"others without a handler call (BEHIND counts them too)", ps.Process, ps.Source.Table, ps.Source.Where), "", 100))
+		}
 		if h := ps.Source.Horizon; h == inordertype.HorizonWriters || h == inordertype.HorizonTransactions {
 			fmt.Fprintf(w, "\n%s\n%s\n", wrap(fmt.Sprintf("%s reads %s by created_at (the %s horizon, opted in): a "+
 				"created_at the application writes earlier than rows already read is skipped; the insert clock cannot be:",

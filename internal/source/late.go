@@ -37,6 +37,7 @@ func (t *Table) CountSpans(ctx context.Context, q Querier, spans []Span) ([]int6
 	if t.Part != nil {
 		part = fmt.Sprintf(" AND %s = %d", t.PartExpr("s."), t.Part.Index)
 	}
+	part += t.FilterCond() // only the rows the process reads were delivered
 	// A span from the beginning has no From; from a time alone, every row at that time is before it.
 	sql := fmt.Sprintf(`SELECT (SELECT count(*) FROM %[1]s AS s
 			WHERE (r.fa IS NULL OR (r.fi IS NULL AND %[2]s > r.fa) OR (%[2]s, %[3]s) > (r.fa, r.fi::%[4]s))

@@ -623,8 +623,8 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 		fmt.Fprintf(&b, "%s = %d AND ", t.PartExpr("src."), t.Part.Index)
 	}
 	n := len(args) + 1
-	fmt.Fprintf(&b, "%s < $%d::timestamptz WINDOW w AS (ORDER BY %s, %s ROWS UNBOUNDED PRECEDING) ORDER BY %s, %s LIMIT $%d",
-		ca, n, ca, id, ca, id, n+1)
+	fmt.Fprintf(&b, "%s < $%d::timestamptz%s WINDOW w AS (ORDER BY %s, %s ROWS UNBOUNDED PRECEDING) ORDER BY %s, %s LIMIT $%d",
+		ca, n, t.FilterCond(), ca, id, ca, id, n+1)
 	// The first row passes whatever its size (nothing before it). Ordered by the subquery's own order, which
 	// the planner sees it already has: no sort.
 	fmt.Fprintf(&b, ") r WHERE r.inorder_upto = r.inorder_size OR r.inorder_upto <= $%d ORDER BY r.inorder_created_at, r.inorder_rid", n+2)
@@ -643,7 +643,7 @@ func (t *Table) plainReadSQL(generic bool, pos inordertype.Position, horizon tim
 	}
 	ca, id := t.AtExpr("src."), "src."+quote(t.Spec.IDColumn)
 	n := len(args) + 1
-	fmt.Fprintf(&b, "%s < $%d::timestamptz ORDER BY %s, %s LIMIT $%d", ca, n, ca, id, n+1)
+	fmt.Fprintf(&b, "%s < $%d::timestamptz%s ORDER BY %s, %s LIMIT $%d", ca, n, t.FilterCond(), ca, id, n+1)
 	return b.String(), append(args, horizon, limit)
 }
 

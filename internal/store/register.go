@@ -126,8 +126,8 @@ func (r *Repository) Unregister(ctx context.Context) error {
 	return nil
 }
 
-// SetSource records which table and columns the process reads (Table qualified) and the horizon that
-// orders its position, so status can measure what is behind. It returns the source the row recorded before
+// SetSource records which table and columns the process reads (Table qualified), its filter (Where) and
+// the horizon that orders its position, so status can measure what is behind. It returns the source the row recorded before
 // when this changed it (the zero Source when it recorded none: a process that never ran), and changed
 // false when the row already said the same.
 func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (before inordertype.Source, changed bool, err error) {
@@ -145,7 +145,8 @@ func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (bef
 	var n int
 	err = r.tx.QueryRow(ctx, `
 		WITH prev AS (
-			SELECT coalesce(c.source_table, '') AS source_table, coalesce(s.horizon, '') AS horizon
+			SELECT coalesce(c.source_table, '') AS source_table, coalesce(s.horizon, '') AS horizon,
+			       coalesce(s.filter, '') AS filter
 			FROM inorder.cursor c LEFT JOIN inorder.source_state s USING (process_name) WHERE c.process_name = $1),
 		src AS (
 			UPDATE inorder.cursor SET source_table = $2, source_id_column = $3, source_created_at_column = $4,
@@ -154,14 +155,14 @@ func (r *Repository) SetSource(ctx context.Context, src inordertype.Source) (bef
 			      source_partition, source_partitions) IS DISTINCT FROM ($2, $3, $4, $5, $6::int, $7::int)
 			RETURNING 1),
 		hz AS (
-			INSERT INTO inorder.source_state AS s (process_name, horizon) VALUES ($1, $8)
-			ON CONFLICT (process_name) DO UPDATE SET horizon = excluded.horizon
-			WHERE s.horizon IS DISTINCT FROM excluded.horizon
+			INSERT INTO inorder.source_state AS s (process_name, horizon, filter) VALUES ($1, $8, nullif($9, ''))
+			ON CONFLICT (process_name) DO UPDATE SET horizon = excluded.horizon, filter = excluded.filter
+			WHERE (s.horizon, s.filter) IS DISTINCT FROM (excluded.horizon, excluded.filter)
 			RETURNING 1)
-		SELECT prev.source_table, prev.horizon, (SELECT count(*) FROM src) + (SELECT count(*) FROM hz)
+		SELECT prev.source_table, prev.horizon, prev.filter, (SELECT count(*) FROM src) + (SELECT count(*) FROM hz)
 		FROM prev`,
-		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts, string(src.Horizon)).
-		Scan(&before.Table, &before.Horizon, &n)
+		r.name, src.Table, src.IDColumn, src.CreatedAtColumn, src.KeyColumn, part, parts, string(src.Horizon), src.Where).
+		Scan(&before.Table, &before.Horizon, &before.Where, &n)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return inordertype.Source{}, false, nil
 	}

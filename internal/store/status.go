@@ -55,8 +55,8 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 	rows, err := q.Query(ctx, `
 		SELECT `+effectiveStateColumns+`, process_name,
 		       coalesce(source_table, ''), coalesce(source_id_column, ''), coalesce(source_created_at_column, ''),
-		       coalesce(source_key_column, ''), coalesce(ss.horizon, ''), source_partition, source_partitions,
-		       coalesce(partitions, 0),
+		       coalesce(source_key_column, ''), coalesce(ss.horizon, ''), coalesce(ss.filter, ''),
+		       source_partition, source_partitions, coalesce(partitions, 0),
 		       held_by_pid, held_since, pos.updated_at, pos.records_handled, pos.in_flight, pos.in_flight_since,
 		       (pos.records_handled - window_records)
 		         / greatest(extract(epoch FROM clock_timestamp() - window_started_at), 1)::float8,
@@ -92,7 +92,7 @@ func ListCursors(ctx context.Context, q Querier, name string, partitions bool) (
 		)
 		st, _, err := scanState(r, &c.Name,
 			&c.Source.Table, &c.Source.IDColumn, &c.Source.CreatedAtColumn, &c.Source.KeyColumn, &c.Source.Horizon,
-			&part, &parts, &c.Partitions, &heldPID, &hsin, &c.UpdatedAt,
+			&c.Source.Where, &part, &parts, &c.Partitions, &heldPID, &hsin, &c.UpdatedAt,
 			&c.RecordsHandled, &flying, &fsin, &c.Throughput,
 			&c.Epoch, &c.Owner, &since, &exp, &c.LeaseRuns, &c.OwnerSession,
 			&pkKeys, &pkRecords, &pkSince, &oldestAt, &oldestID, &c.LateRows, &lateAt, &sourceWait)

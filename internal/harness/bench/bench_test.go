@@ -257,6 +257,7 @@ func tableLines() []line {
 	ls = append(ls, networkLines()...)
 	ls = append(ls, bigLines()...)
 	ls = append(ls, clockLines()...)
+	ls = append(ls, filterLines()...)
 	return append(ls, snapshotLines()...)
 }
 
@@ -747,4 +748,5 @@ func TestMeasures(t *testing.T) {
 	testNetworkMeasures(t)
 	testSnapshotMeasures(t)
 	testClockMeasures(t)
+	testFilterMeasures(t)
 }
