@@ -130,7 +130,7 @@ func bigLines() []line {
 type bigTable struct {
 	db   *pgtest.DB
 	spec bigSpec
-	ids  []int64 // every row, in (created_at, id) order
+	ids  []int64 // every row, in the order the processor reads them (the insert clock, then id)
 	// text and stored are a document's bytes as jsonb prints it and as the table stores it (compressed),
 	// on average over the documents built; pool is how many were built.
 	text, stored float64
@@ -149,6 +149,7 @@ func loadBig(tb testing.TB, spec bigSpec) *bigTable {
 	noteServer(tb, t.db.Pool)
 	start := time.Now()
 	t.db.Exec(tb, outboxDDL)
+	pgtest.AddClock(tb, t.db, "outbox")
 	t.db.Exec(tb, jsondoc.FunctionSQL)
 	small := func(n int) {
 		t.db.Exec(tb, `INSERT INTO outbox (aggregate_id, type, payload)
@@ -170,7 +171,7 @@ func loadBig(tb testing.TB, spec bigSpec) *bigTable {
 	t.db.Exec(tb, "VACUUM ANALYZE outbox")
 	t.loaded = time.Since(start)
 	ctx := context.Background()
-	rows, err := t.db.Pool.Query(ctx, "SELECT id FROM outbox ORDER BY created_at, id")
+	rows, err := t.db.Pool.Query(ctx, "SELECT id FROM outbox ORDER BY coalesce(inorder_at, created_at), id")
 	if err == nil {
 		t.ids, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 	}
@@ -340,7 +341,7 @@ func cutOffLines(logs []byte) int {
 
 // lineCheck reads the stdout handler's lines and checks each against the table's order.
 type lineCheck struct {
-	rank map[int64]int // record id -> place in (created_at, id) order
+	rank map[int64]int // record id -> place in the order the processor reads them
 
 	mu     sync.Mutex
 	next   int // records delivered so far: the next new one must be the one at this place

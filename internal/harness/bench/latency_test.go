@@ -125,6 +125,7 @@ func measureLatency(tb testing.TB, mode string, rate int, d time.Duration) laten
 	tb.Helper()
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	conn := connect(tb, db) // the writer's
 	ctx := context.Background()
 	if listen {

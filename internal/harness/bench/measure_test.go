@@ -184,6 +184,7 @@ func measureUpdateInTx(tb testing.TB, n int) result {
 func insertEvents(tb testing.TB, db *pgtest.DB, n int) {
 	tb.Helper()
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'a' || (g % $2), g FROM generate_series(1, $1) g`,
 		n, orderingKeys)
 	db.Exec(tb, "VACUUM ANALYZE events")
@@ -194,6 +195,7 @@ func insertEvents(tb testing.TB, db *pgtest.DB, n int) {
 func insertOutbox(tb testing.TB, db *pgtest.DB, n, keys int) {
 	tb.Helper()
 	db.Exec(tb, outboxDDL)
+	pgtest.AddClock(tb, db, "outbox")
 	db.Exec(tb, `
 		INSERT INTO outbox (aggregate_id, type, payload)
 		SELECT 'k' || (g % $2), 'booking.created', jsonb_build_object('booking', g, 'seats', 2, 'status', 'created')
@@ -266,20 +268,21 @@ func measureKeysetVia(tb testing.TB, proxy *tcpproxy.Proxy, n, passes int) resul
 	return result{n: got, elapsed: time.Since(start)}
 }
 
-// lastRow returns the id (as text) and created_at of the last row of table in (created_at, id) order.
+// lastRow returns the id (as text) and the time in its position (the insert clock's) of the last row of
+// table in the order the processor reads it.
 func lastRow(tb testing.TB, db *pgtest.DB, table string) (string, time.Time) {
 	tb.Helper()
 	var id string
 	var at time.Time
-	err := db.Pool.QueryRow(context.Background(), "SELECT id::text, created_at FROM "+table+
-		" ORDER BY created_at DESC, id DESC LIMIT 1").Scan(&id, &at)
+	err := db.Pool.QueryRow(context.Background(), "SELECT id::text, coalesce(inorder_at, created_at) FROM "+table+
+		" ORDER BY coalesce(inorder_at, created_at) DESC, id DESC LIMIT 1").Scan(&id, &at)
 	if err != nil {
 		tb.Fatalf("last row of %s: %v", table, err)
 	}
 	return id, at
 }
 
-// endObserver signals when the processor's position reaches the last row's created_at. With a checkpoint
+// endObserver signals when the processor's position reaches the last row's time (see lastRow). With a checkpoint
 // per batch it is told before the commit; the caller then waits for the position. It counts the reads
 // that brought records, and notes the round trips a proxy had counted at the first of them.
 type endObserver struct {

@@ -72,18 +72,20 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	tb.Helper()
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'k' || (g % $2), g FROM generate_series(1, $1) g`,
 		n, keys)
-	db.Exec(tb, source.PartitionIndexSQL("events", "aggregate_id", "created_at", "id", partitions))
+	db.Exec(tb, source.PartitionIndexSQL("events", "aggregate_id", source.ClockAtExpr("created_at"), "id", partitions))
 	db.Exec(tb, "VACUUM ANALYZE events")
 	noteServer(tb, db.Pool)
 	ctx := context.Background()
 
 	process := fmt.Sprintf("bench_part_%d_%d", partitions, instances)
 	rows, err := db.Pool.Query(ctx, `
-		SELECT DISTINCT ON (p) p, id::text, created_at, count(*) OVER (PARTITION BY p)
-		FROM (SELECT `+source.PartitionExpr("aggregate_id", partitions)+` AS p, id, created_at FROM events) s
-		ORDER BY p, created_at DESC, id DESC`)
+		SELECT DISTINCT ON (p) p, id::text, at, count(*) OVER (PARTITION BY p)
+		FROM (SELECT `+source.PartitionExpr("aggregate_id", partitions)+` AS p, id, coalesce(inorder_at, created_at) AS at
+		      FROM events) s
+		ORDER BY p, at DESC, id DESC`)
 	if err != nil {
 		tb.Fatalf("last rows of the partitions: %v", err)
 	}

@@ -570,6 +570,7 @@ func measureHeld(tb testing.TB, o heldOpts) []heldRun {
 				handled: map[int64]time.Time{}, lastByKey: map[string]int64{}}
 			s.streams = append(s.streams, st)
 			s.db.Exec(tb, strings.ReplaceAll(eventsDDL, "events", st.table))
+			pgtest.AddClock(tb, s.db, st.table)
 			p, err := processor.New(processor.Config[event]{
 				StartFrom:  inordertype.StartFromBeginning,
 				Process:    st.process,

@@ -68,6 +68,7 @@ func measureWebhook(tb testing.TB, inFlight, keys, n int, latency time.Duration)
 func measureWebhookVia(tb testing.TB, proxy *tcpproxy.Proxy, inFlight, keys, n int, latency time.Duration) result {
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'k' || (g % $2), g FROM generate_series(1, $1) g`, n, keys)
 	db.Exec(tb, "VACUUM ANALYZE events")
 	lastID, lastAt := lastRow(tb, db, "events")
@@ -92,6 +93,7 @@ func measureWebhookVia(tb testing.TB, proxy *tcpproxy.Proxy, inFlight, keys, n i
 func measureWebhookParking(tb testing.TB, refusing bool, inFlight, keys, n int, latency time.Duration) result {
 	db := pgtest.New(tb)
 	db.Exec(tb, eventsDDL)
+	pgtest.AddClock(tb, db, "events")
 	db.Exec(tb, `INSERT INTO events (aggregate_id, seq) SELECT 'k' || (g % $2), g FROM generate_series(1, $1) g`, n, keys)
 	db.Exec(tb, "VACUUM ANALYZE events")
 	lastID, lastAt := lastRow(tb, db, "events")
