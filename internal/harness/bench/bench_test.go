@@ -257,6 +257,7 @@ func tableLines() []line {
 	ls = append(ls, networkLines()...)
 	ls = append(ls, bigLines()...)
 	ls = append(ls, clockLines()...)
+	ls = append(ls, pgqLines()...)
 	return append(ls, snapshotLines()...)
 }
 
@@ -461,6 +462,7 @@ func printNotes(w io.Writer) {
 	fleetNote(note)
 	networkNote(note)
 	bigNoteText(note)
+	pgqNote(note)
 	snapshotNote(note)
 }
 
@@ -747,4 +749,5 @@ func TestMeasures(t *testing.T) {
 	testNetworkMeasures(t)
 	testSnapshotMeasures(t)
 	testClockMeasures(t)
+	testPgQMeasures(t)
 }
