@@ -1226,12 +1226,26 @@ func measurePrune(tb testing.TB, forms []holdForm, backlog, rate int, quiet time
 			})
 		}
 	}
+	// The quiet time, and longer until a row has gone into every side: the writers connect after the
+	// start, which on a busy machine can take the whole of a short quiet time.
 	quietEnd := flowStart.Add(quiet)
-	for time.Now().Before(quietEnd) { // a timer: the quiet time
+	for {
+		flowed := true
 		for _, s := range sides {
 			if err := s.alive(); err != nil {
 				tb.Fatal(err)
 			}
+			s.mu.Lock()
+			flowed = flowed && len(s.commits) > 0
+			err := s.flowErr
+			s.mu.Unlock()
+			if err != nil {
+				tb.Fatalf("insert: %v", err)
+			}
+		}
+		if now := time.Now(); flowed && !now.Before(quietEnd) {
+			quietEnd = now
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
