@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -56,19 +57,10 @@ func pgqNote(note func(format string, args ...any)) {
 
 // serverMajor is the major version of the server the figures come from, "NN" when unknown.
 func serverMajor() string {
-	if major, _, ok := cutVersion(serverInfo.version); ok {
+	if major, _, _ := strings.Cut(serverInfo.version, "."); major != "" {
 		return major
 	}
 	return "NN"
-}
-
-func cutVersion(v string) (major, rest string, ok bool) {
-	for i := range len(v) {
-		if v[i] < '0' || v[i] > '9' {
-			return v[:i], v[i:], i > 0
-		}
-	}
-	return v, "", v != ""
 }
 
 // pgqMissing says why PgQ cannot run on db's server: "" when its extension is available, else which
