@@ -49,11 +49,11 @@ func appendJSONValue(b []byte, v any) ([]byte, error) {
 	case bool:
 		return strconv.AppendBool(b, x), nil
 	case time.Time:
-		t, err := x.MarshalJSON()
-		if err != nil {
-			break // json.Marshal words the error
+		// The bytes of MarshalJSON, written straight onto b rather than into a buffer of their own.
+		if out, err := x.AppendText(append(b, '"')); err == nil {
+			return append(out, '"'), nil
 		}
-		return append(b, t...), nil
+		// A year outside 0..9999: json.Marshal words the error.
 	case json.RawMessage:
 		if x == nil {
 			return append(b, "null"...), nil

@@ -258,6 +258,7 @@ func tableLines() []line {
 	ls = append(ls, bigLines()...)
 	ls = append(ls, clockLines()...)
 	ls = append(ls, filterLines()...)
+	ls = append(ls, pgqLines()...)
 	return append(ls, snapshotLines()...)
 }
 
@@ -462,6 +463,7 @@ func printNotes(w io.Writer) {
 	fleetNote(note)
 	networkNote(note)
 	bigNoteText(note)
+	pgqNote(note)
 	snapshotNote(note)
 }
 
@@ -698,55 +700,84 @@ func perRow(v float64) string {
 func msText(d time.Duration) string { return strconv.FormatFloat(ms(d), 'f', 1, 64) }
 
 // TestMeasures runs every measure on a few rows, so that the benchmarks keep working. It records no
-// figures.
+// figures. The measures run as parallel subtests: most of their time is waiting (windows, poll intervals,
+// holds), and one after another they took most of the package's ten-minute timeout under -count=3 on a
+// busy machine.
 func TestMeasures(t *testing.T) {
-	partitioned, _ := measurePartitions(t, 2, 2, 40, partKeys)
-	catchUp := measureCatchUp(t, 2500)
-	for name, r := range map[string]result{
-		"commit":      measureCommit(t, 20, time.Minute),
-		"intx":        measureUpdateInTx(t, 20),
-		"keyset":      measureKeyset(t, 2500, 1),
-		"record":      measureNoop(t, processor.CheckpointRecord, 300),
-		"batch":       measureNoop(t, processor.CheckpointBatch, 2500),
-		"catchup":     catchUp.result,
-		"sleep":       measureSleep(5),
-		"partitioned": partitioned,
-		"pubsub1":     measurePubsub(t, 1, 20),
-		"pubsub100":   measurePubsub(t, 100, 300),
-		"webhook64":   measureWebhook(t, 64, 10, 200, time.Millisecond),
-		"park_one":    measureWebhookParking(t, true, 64, 10, 200, time.Millisecond),
-		"rm_batched":  measureReadModel(t, 2500, true),
-		"rm_one":      measureReadModel(t, 300, false),
-		"rm_insert":   measureInsertSelect(t, 2500),
-		"httpideal":   measureHTTPIdeal(t, 10, 200, time.Millisecond),
+	t.Parallel()
+	for name, measure := range map[string]func(*testing.T) result{
+		"commit":  func(t *testing.T) result { return measureCommit(t, 20, time.Minute) },
+		"intx":    func(t *testing.T) result { return measureUpdateInTx(t, 20) },
+		"keyset":  func(t *testing.T) result { return measureKeyset(t, 2500, 1) },
+		"record":  func(t *testing.T) result { return measureNoop(t, processor.CheckpointRecord, 300) },
+		"batch":   func(t *testing.T) result { return measureNoop(t, processor.CheckpointBatch, 2500) },
+		"sleep":   func(*testing.T) result { return measureSleep(5) },
+		"pubsub1": func(t *testing.T) result { return measurePubsub(t, 1, 20) },
+		"catchup": func(t *testing.T) result {
+			c := measureCatchUp(t, 2500)
+			if c.peak <= 0 {
+				t.Errorf("catch-up: no peak RSS")
+			}
+			return c.result
+		},
+		"partitioned": func(t *testing.T) result {
+			r, _ := measurePartitions(t, 2, 2, 40, partKeys)
+			return r
+		},
+		"pubsub100":  func(t *testing.T) result { return measurePubsub(t, 100, 300) },
+		"webhook64":  func(t *testing.T) result { return measureWebhook(t, 64, 10, 200, time.Millisecond) },
+		"park_one":   func(t *testing.T) result { return measureWebhookParking(t, true, 64, 10, 200, time.Millisecond) },
+		"rm_batched": func(t *testing.T) result { return measureReadModel(t, 2500, true) },
+		"rm_one":     func(t *testing.T) result { return measureReadModel(t, 300, false) },
+		"rm_insert":  func(t *testing.T) result { return measureInsertSelect(t, 2500) },
+		"httpideal":  func(t *testing.T) result { return measureHTTPIdeal(t, 10, 200, time.Millisecond) },
 	} {
-		if r.n == 0 || r.rate() <= 0 {
-			t.Errorf("%s: %d in %s", name, r.n, r.elapsed)
-		}
-		if r.resent != 0 {
-			t.Errorf("%s: %d records sent again after the sink had accepted them", name, r.resent)
-		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := measure(t)
+			if r.n == 0 || r.rate() <= 0 {
+				t.Errorf("%s: %d in %s", name, r.n, r.elapsed)
+			}
+			if r.resent != 0 {
+				t.Errorf("%s: %d records sent again after the sink had accepted them", name, r.resent)
+			}
+		})
 	}
-	if catchUp.peak <= 0 {
-		t.Errorf("catch-up: no peak RSS")
+	for name, check := range map[string]func(*testing.T){
+		"readcost": func(t *testing.T) {
+			if f := measureReadCost(t, []int{2000, 3000}, 5); f[0].n != 5 || f[0].value <= 0 || f[1].value <= 0 {
+				t.Errorf("read cost: %+v", f)
+			}
+		},
+		"latency_notify": func(t *testing.T) {
+			if l := measureLatency(t, "notify", 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 || l.pgRows == 0 {
+				t.Errorf("latency: %+v", l)
+			}
+		},
+		"latency_default": func(t *testing.T) {
+			if l := measureLatency(t, "default", 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 {
+				t.Errorf("latency: %+v", l)
+			}
+		},
+		"appwrites": func(t *testing.T) {
+			if r := measureAppWrites(t, "default", 2, 300*time.Millisecond); r.n == 0 {
+				t.Errorf("application writes: %+v", r)
+			}
+		},
+		"idle": func(t *testing.T) {
+			if f := measureIdle(t, 2, 300*time.Millisecond, time.Second); f.value < 0 {
+				t.Errorf("idle: %+v", f)
+			}
+		},
+		"network":  testNetworkMeasures,
+		"snapshot": testSnapshotMeasures,
+		"clock":    testClockMeasures,
+		"filter":   testFilterMeasures,
+		"pgq":      testPgQMeasures,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			check(t)
+		})
 	}
-	if f := measureReadCost(t, []int{2000, 3000}, 5); f[0].n != 5 || f[0].value <= 0 || f[1].value <= 0 {
-		t.Errorf("read cost: %+v", f)
-	}
-	if l := measureLatency(t, "notify", 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 || l.pgRows == 0 {
-		t.Errorf("latency: %+v", l)
-	}
-	if l := measureLatency(t, "default", 100, 300*time.Millisecond); l.rows == 0 || l.p99 < l.p50 {
-		t.Errorf("latency: %+v", l)
-	}
-	if r := measureAppWrites(t, "default", 2, 300*time.Millisecond); r.n == 0 {
-		t.Errorf("application writes: %+v", r)
-	}
-	if f := measureIdle(t, 2, 300*time.Millisecond, time.Second); f.value < 0 {
-		t.Errorf("idle: %+v", f)
-	}
-	testNetworkMeasures(t)
-	testSnapshotMeasures(t)
-	testClockMeasures(t)
-	testFilterMeasures(t)
 }

@@ -141,10 +141,14 @@ func (l *insertLoad) end() {
 	l.wg.Wait()
 }
 
-// rate counts the inserts over d.
+// rate counts the inserts over d, and longer until there is one: a short d on a busy machine can pass
+// before the writers' first insert.
 func (l *insertLoad) rate(d time.Duration) result {
 	n0, t0 := l.n.Load(), time.Now()
 	time.Sleep(d)
+	for deadline := time.Now().Add(time.Minute); l.n.Load() == n0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
 	return result{n: int(l.n.Load() - n0), elapsed: time.Since(t0)}
 }
 

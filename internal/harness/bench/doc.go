@@ -94,6 +94,13 @@
 //     the rows committed while it runs over that of the rows before it, and held over not; and, with the
 //     snapshot held, the processor's read from the stream's position after the prune over the same read
 //     before it (the notes give EXPLAIN (ANALYZE, BUFFERS) of both).
+//   - pgq: PgQ's consumer (the pgq extension, Debian's postgresql-NN-pgq3) over a queue of 100,000 events
+//     in ticks of 1,000: per batch one transaction of next_batch, get_batch_events (every column scanned
+//     into Go values, then dropped) and finish_batch, from one pgx connection. In turns with it, the noop
+//     processor's drain of the same backlog with a checkpoint per batch of 1000, and `inorder run
+//     --checkpoint batch --batch-size 1000` (the binary built by the benchmark) writing to /dev/null, the
+//     median of three each, each a ratio to PgQ (targets ≥ 1.0 and ≥ 0.8). Without the extension on the
+//     server the lines are left out, and the benchmark says which package provides it.
 //
 // The long scenarios run only with INORDER_BENCH_LONG=1 (`make bench-long`, about 22 minutes), each side on
 // a database of its own, all at once:

@@ -603,7 +603,6 @@ func measureHeld(tb testing.TB, o heldOpts) []heldRun {
 	}
 	flowStart := time.Now()
 	rate := flowAll(tb, sides, o.rate, o.flow, 0)
-	flowEnd := time.Now()
 	ticks := int(o.flow / (time.Second / time.Duration(o.rate)))
 
 	// Every stream catches up, then the bursts: stream by stream, the sides taking turns.
@@ -643,6 +642,15 @@ func measureHeld(tb testing.TB, o heldOpts) []heldRun {
 		for k, st := range s.streams {
 			sr := &s.run.streams[k]
 			st.mu.Lock()
+			// The window ends at this stream's last commit, not at the end of the whole flow: on a busy
+			// machine one side's writers can finish more than a window after another's, whose rows a window
+			// ending with the slowest would leave out altogether.
+			var flowEnd time.Time
+			for _, c := range s.commits[k] {
+				if c.at.After(flowEnd) {
+					flowEnd = c.at
+				}
+			}
 			var window []time.Duration
 			byMinute := map[int][]time.Duration{}
 			for _, c := range s.commits[k] {
@@ -654,6 +662,9 @@ func measureHeld(tb testing.TB, o heldOpts) []heldRun {
 				byMinute[m] = append(byMinute[m], lat)
 			}
 			st.mu.Unlock()
+			if len(window) == 0 {
+				tb.Fatalf("%s, %s: no row of the flow committed", s.form, st.process)
+			}
 			sr.windowRows = len(window)
 			sr.p50, sr.p99 = percentiles(window)
 			if o.minutes {
@@ -1226,12 +1237,26 @@ func measurePrune(tb testing.TB, forms []holdForm, backlog, rate int, quiet time
 			})
 		}
 	}
+	// The quiet time, and longer until a row has gone into every side: the writers connect after the
+	// start, which on a busy machine can take the whole of a short quiet time.
 	quietEnd := flowStart.Add(quiet)
-	for time.Now().Before(quietEnd) { // a timer: the quiet time
+	for {
+		flowed := true
 		for _, s := range sides {
 			if err := s.alive(); err != nil {
 				tb.Fatal(err)
 			}
+			s.mu.Lock()
+			flowed = flowed && len(s.commits) > 0
+			err := s.flowErr
+			s.mu.Unlock()
+			if err != nil {
+				tb.Fatalf("insert: %v", err)
+			}
+		}
+		if now := time.Now(); flowed && !now.Before(quietEnd) {
+			quietEnd = now
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
