@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"os"
-	osexec "os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -160,57 +159,22 @@ func startHold(tb testing.TB, db *pgtest.DB, form holdForm) *hold {
 	return h
 }
 
-// startPgDump runs pg_dump on db with its output going to a pipe nobody reads, after creating a filler
-// table whose data outgrows the pipe, so that pg_dump blocks writing it (wait event ClientWrite on the
-// server) holding its snapshot and its ACCESS SHARE lock on every table.
+// startPgDump runs a real pg_dump of db held open (pgtest.HoldPgDump: blocked writing its output, its
+// snapshot and its ACCESS SHARE lock on every table held) and notes its backend and how many tables it
+// holds.
 func startPgDump(tb testing.TB, db *pgtest.DB, h *hold) {
 	tb.Helper()
-	ctx := context.Background()
-	bin, err := pgcluster.FindBinDir()
-	if err != nil {
-		tb.Fatalf("pg_dump: %v", err)
+	d := pgtest.HoldPgDump(tb, db)
+	h.pid = d.PID
+	if err := db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_locks l
+		WHERE l.pid = $1 AND l.locktype = 'relation' AND l.mode = 'AccessShareLock' AND l.granted
+		  AND l.relation IN (SELECT c.oid FROM pg_class c WHERE c.relkind IN ('r', 'p')
+		                     AND c.relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace))`,
+		h.pid).Scan(&h.tables); err != nil {
+		tb.Fatalf("pg_dump's locks: %v", err)
 	}
-	db.Exec(tb, `CREATE TABLE zz_dump_filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 50000) g`)
-	r, w, err := os.Pipe()
-	if err != nil {
-		tb.Fatalf("pg_dump: pipe: %v", err)
-	}
-	const app = "bench_pg_dump"
-	cmd := osexec.Command(filepath.Join(bin, "pg_dump"), "--dbname", db.URL)
-	cmd.Stdout, cmd.Env = w, append(os.Environ(), "PGAPPNAME="+app)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		tb.Fatalf("pg_dump: %v", err)
-	}
-	_ = w.Close()
-	var once sync.Once
-	stop := func() {
-		once.Do(func() {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			_ = r.Close()
-		})
-	}
-	tb.Cleanup(stop)
-	await(tb, "pg_dump blocked writing, its locks held", 30*time.Second, func() (bool, error) {
-		err := db.Pool.QueryRow(ctx, `SELECT a.pid, (SELECT count(*) FROM pg_locks l WHERE l.pid = a.pid
-				AND l.locktype = 'relation' AND l.mode = 'AccessShareLock' AND l.granted
-				AND l.relation IN (SELECT c.oid FROM pg_class c WHERE c.relkind IN ('r', 'p')
-				                   AND c.relnamespace NOT IN ('pg_catalog'::regnamespace, 'information_schema'::regnamespace)))
-			FROM pg_stat_activity a
-			WHERE a.application_name = $1 AND a.datname = current_database() AND a.wait_event = 'ClientWrite'`,
-			app).Scan(&h.pid, &h.tables)
-		if errors.Is(err, pgx.ErrNoRows) {
-			if cmd.ProcessState != nil {
-				return false, fmt.Errorf("pg_dump ended: %s", stderr.String())
-			}
-			return false, nil
-		}
-		return err == nil && h.tables > 0, err
-	})
 	h.release = func() {
-		stop()
+		d.End()
 		awaitHoldGone(tb, db, h.pid, true)
 	}
 }
