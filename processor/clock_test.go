@@ -129,31 +129,45 @@ func TestTheInsertClockNeverSkipsARowTheApplicationDates(t *testing.T) {
 				{key: "calls-itself-pg_dump", begin: "SET LOCAL application_name = 'pg_dump'; SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
 					stamp: "now()", delay: 200 * time.Millisecond},
 			}
-			until := time.Now().Add(2 * time.Second)
-			var wg sync.WaitGroup
-			for _, w := range writers {
-				wg.Go(func() { w.run(ctx, t, db.Pool, until) })
-			}
-			wg.Wait()
-			var want []int64
-			for _, w := range writers {
-				want = append(want, w.committed...)
-			}
-			slices.Sort(want)
-			waitFor(t, "every committed row", func() bool { return len(sink.delivered()) >= len(want) })
-			require.NoError(t, stop())
-			got := sink.delivered()
-			ids := make([]int64, len(got))
-			last := map[string]int64{}
-			for i, r := range got {
-				ids[i] = r.ID
-				require.Greater(t, r.ID, last[r.Key], "key %s out of order", r.Key)
-				last[r.Key] = r.ID
-			}
-			slices.Sort(ids)
-			require.Equal(t, want, ids, "delivered once each, none skipped")
+			runWriters(ctx, t, db.Pool, writers, 2*time.Second)
+			requireDeliveredOnceInOrder(t, sink, stop, writers, func(*writer) bool { return true })
 		})
 	}
+}
+
+// runWriters runs the writers at once for d.
+func runWriters(ctx context.Context, t *testing.T, pool *pgxpool.Pool, writers []*writer, d time.Duration) {
+	until := time.Now().Add(d)
+	var wg sync.WaitGroup
+	for _, w := range writers {
+		wg.Go(func() { w.run(ctx, t, pool, until) })
+	}
+	wg.Wait()
+}
+
+// requireDeliveredOnceInOrder waits until sink has every row the writers kept (by keep) committed, stops
+// the processor, and requires them delivered once each, none else, in order per key.
+func requireDeliveredOnceInOrder(t *testing.T, sink *stampedSink, stop func() error, writers []*writer, keep func(*writer) bool) {
+	t.Helper()
+	var want []int64
+	for _, w := range writers {
+		if keep(w) {
+			want = append(want, w.committed...)
+		}
+	}
+	slices.Sort(want)
+	waitFor(t, "every committed row", func() bool { return len(sink.delivered()) >= len(want) })
+	require.NoError(t, stop())
+	got := sink.delivered()
+	ids := make([]int64, len(got))
+	last := map[string]int64{}
+	for i, r := range got {
+		ids[i] = r.ID
+		require.Greater(t, r.ID, last[r.Key], "key %s out of order", r.Key)
+		last[r.Key] = r.ID
+	}
+	slices.Sort(ids)
+	require.Equal(t, want, ids, "delivered once each, none skipped")
 }
 
 // TestATableWithoutTheInsertClockIsRefused: a processor with the default settings refuses a table without

@@ -313,31 +313,8 @@ func TestAFilterUnderTheAdversarialWriters(t *testing.T) {
 		{key: "calls-itself-pg_dump", begin: "SET LOCAL application_name = 'pg_dump'; SET TRANSACTION ISOLATION LEVEL REPEATABLE READ",
 			stamp: "now()", delay: 200 * time.Millisecond},
 	}
-	until := time.Now().Add(2 * time.Second)
-	var wg sync.WaitGroup
-	for _, w := range writers {
-		wg.Go(func() { w.run(ctx, t, db.Pool, until) })
-	}
-	wg.Wait()
-	var want []int64
-	for _, w := range writers {
-		if w.key != "passed-over" {
-			want = append(want, w.committed...)
-		}
-	}
-	slices.Sort(want)
-	waitFor(t, "every kept row", func() bool { return len(sink.delivered()) >= len(want) })
-	require.NoError(t, stop())
-	got := sink.delivered()
-	ids := make([]int64, len(got))
-	last := map[string]int64{}
-	for i, r := range got {
-		ids[i] = r.ID
-		require.Greater(t, r.ID, last[r.Key], "key %s out of order", r.Key)
-		last[r.Key] = r.ID
-	}
-	slices.Sort(ids)
-	require.Equal(t, want, ids, "the kept rows, once each, none skipped")
+	runWriters(ctx, t, db.Pool, writers, 2*time.Second)
+	requireDeliveredOnceInOrder(t, sink, stop, writers, func(w *writer) bool { return w.key != "passed-over" })
 }
 
 // TestAFilterWithoutItsIndexIsNamed: a process whose filter no partial index serves says, once at start,
