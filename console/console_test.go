@@ -409,8 +409,8 @@ func TestConsoleShowsTheTracking(t *testing.T) {
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
 		Process: "refunds", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
-		Source: inordertype.Source{Table: "refunds", Columns: []string{"id", "customer"}, Horizon: inordertype.HorizonWriters},
-		Handler: handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error { return nil }),
+		Source:       inordertype.Source{Table: "refunds", Columns: []string{"id", "customer"}, Horizon: inordertype.HorizonWriters},
+		Handler:      handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error { return nil }),
 		PollInterval: 20 * time.Millisecond, Logger: zerolog.Nop(),
 	})
 	require.NoError(t, err)
