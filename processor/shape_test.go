@@ -176,11 +176,11 @@ func (b *outboxBundle) mark(t *testing.T) int64 {
 }
 
 // allDelivered waits for the row id, then requires every row of the outbox to have been delivered exactly
-// once, in (created_at, id) order.
+// once, in the order of the table's insert clock.
 func (b *outboxBundle) allDelivered(t *testing.T, id int64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("row %d", id), func() bool { return b.sink.has(id) })
-	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM outbox WHERE id <= $1 ORDER BY created_at, id", id)
+	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM outbox WHERE id <= $1 ORDER BY coalesce(inorder_at, created_at), id", id)
 	require.NoError(t, err)
 	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)

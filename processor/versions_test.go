@@ -128,6 +128,7 @@ func TestUUIDv7IDsOn18(t *testing.T) {
 			created_at timestamptz NOT NULL DEFAULT clock_timestamp()
 		);
 		CREATE INDEX orders_created_at_id_idx ON orders (created_at, id);`)
+	pgtest.AddClock(t, db, "orders")
 	type order struct {
 		ID        string    `db:"id"`
 		Customer  string    `db:"customer"`
@@ -164,8 +165,8 @@ func TestUUIDv7IDsOn18(t *testing.T) {
 	for range 3 {
 		want = append(want, insert(5)...)
 	}
-	// The order inorder promises is (created_at, id), read back from the table.
-	rows, err := db.Pool.Query(context.Background(), "SELECT id::text FROM orders ORDER BY created_at, id")
+	// The order inorder promises is the insert clock's, then the id, read back from the table.
+	rows, err := db.Pool.Query(context.Background(), "SELECT id::text FROM orders ORDER BY coalesce(inorder_at, created_at), id")
 	require.NoError(t, err)
 	ordered, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
