@@ -180,7 +180,10 @@ func (b *outboxBundle) mark(t *testing.T) int64 {
 func (b *outboxBundle) allDelivered(t *testing.T, id int64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("row %d", id), func() bool { return b.sink.has(id) })
-	rows, err := b.db.Pool.Query(context.Background(), "SELECT id FROM outbox WHERE id <= $1 ORDER BY coalesce(inorder_at, created_at), id", id)
+	// Every row up to it by the clock, which the stream has delivered before it.
+	rows, err := b.db.Pool.Query(context.Background(), `SELECT id FROM outbox
+		WHERE (coalesce(inorder_at, created_at), id) <= (SELECT coalesce(inorder_at, created_at), id FROM outbox WHERE id = $1)
+		ORDER BY coalesce(inorder_at, created_at), id`, id)
 	require.NoError(t, err)
 	want, err := pgx.CollectRows(rows, pgx.RowTo[int64])
 	require.NoError(t, err)
