@@ -2,10 +2,9 @@ package processor
 
 import "time"
 
-// SetLateAfter sets how long after its delivery a span is counted for late rows, for a test that cannot
-// wait the default; the function returned puts it back.
+// SetLateAfter sets how long after its delivery a span is counted for late rows, for the processors made
+// until the function returned is called, for a test that cannot wait the default.
 func SetLateAfter(d time.Duration) (undo func()) {
-	was := lateAfter
-	lateAfter = d
-	return func() { lateAfter = was }
+	lateAfterForTests.Store(int64(d))
+	return func() { lateAfterForTests.Store(0) }
 }

@@ -2,6 +2,7 @@ package processor
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/inorder-dev/inorder/inordertype"
@@ -22,7 +23,11 @@ import (
 
 // lateAfter is how long after its delivery a span is counted: a row committing later than that, behind a
 // span already counted, is not seen.
-var lateAfter = 30 * time.Second
+const lateAfter = 30 * time.Second
+
+// lateAfterForTests, when not zero, is lateAfter for the processors made while it is set (nanoseconds):
+// a test that cannot wait lateAfter sets it (SetLateAfter in export_test.go).
+var lateAfterForTests atomic.Int64
 
 const (
 	// lateBudget is how many delivered rows the counts read a second, at most.
@@ -43,6 +48,8 @@ type lateSpan struct {
 // lateWatch remembers the spans delivered and not yet counted, oldest first. It belongs to one processor
 // and is used by its goroutine only.
 type lateWatch struct {
+	// after is lateAfter, as the processor was made with it (zero: lateAfter).
+	after     time.Duration
 	spans     []lateSpan
 	nextCount time.Time
 	// dropped counts the delivered rows whose spans were dropped unchecked, over the budget.
@@ -73,20 +80,32 @@ func samePosition(a, b inordertype.Position) bool {
 	return a.ID == b.ID && a.CreatedAt.Equal(b.CreatedAt)
 }
 
-// due takes the spans delivered lateAfter or longer before now, within the budget of one count.
+// due takes the spans delivered w.after or longer before now, within the budget of one count.
 func (w *lateWatch) due(now time.Time) []lateSpan {
+	if w.after == 0 {
+		w.after = lateAfter
+	}
 	var out []lateSpan
 	var rows int64
-	for len(w.spans) > 0 && now.Sub(w.spans[0].at) >= lateAfter && rows+w.spans[0].n <= lateBudget {
+	for len(w.spans) > 0 && now.Sub(w.spans[0].at) >= w.after && rows+w.spans[0].n <= lateBudget {
 		rows += w.spans[0].n
 		out = append(out, w.spans[0])
 		w.spans = w.spans[1:]
 	}
-	if len(out) == 0 && len(w.spans) > 0 && now.Sub(w.spans[0].at) >= lateAfter {
+	if len(out) == 0 && len(w.spans) > 0 && now.Sub(w.spans[0].at) >= w.after {
 		// One span alone over the budget (a batch of more records than it): counted all the same.
 		out, w.spans = w.spans[:1:1], w.spans[1:]
 	}
 	return out
+}
+
+// newLateWatch is the watch of a processor made now.
+func newLateWatch() lateWatch {
+	after := lateAfter
+	if d := time.Duration(lateAfterForTests.Load()); d > 0 {
+		after = d
+	}
+	return lateWatch{after: after}
 }
 
 // forget drops the spans: the position was moved back on purpose, and what lies after it is delivered

@@ -42,7 +42,7 @@ func TestLateWatch(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			var w lateWatch
+			w := lateWatch{after: lateAfter}
 			at, from := t0, inordertype.Position{}
 			for i, n := range tc.adds {
 				if tc.name == "past lateKept the oldest go unchecked" {

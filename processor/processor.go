@@ -158,6 +158,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		cfg:      cfg,
 		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
 		tracker:  newTracker(cfg.InsertLatency),
+		late:     newLateWatch(),
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
 		wake:     make(chan struct{}, 1),
 		obs:      cfg.Observer,
