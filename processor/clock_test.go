@@ -28,20 +28,20 @@ type stamped struct {
 	CreatedAt time.Time `db:"created_at"`
 }
 
-// stampedSink collects what a processor delivers.
-type stampedSink struct {
+// sliceSink collects what a processor delivers.
+type sliceSink[T any] struct {
 	mu  sync.Mutex
-	got []stamped
+	got []T
 }
 
-func (s *stampedSink) Handle(_ context.Context, rec *handlers.Record[stamped]) error {
+func (s *sliceSink[T]) Handle(_ context.Context, rec *handlers.Record[T]) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.got = append(s.got, rec.Value)
 	return nil
 }
 
-func (s *stampedSink) delivered() []stamped {
+func (s *sliceSink[T]) delivered() []T {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.got)
@@ -115,7 +115,7 @@ func TestTheInsertClockNeverSkipsARowTheApplicationDates(t *testing.T) {
 			pgtest.AddClock(t, db, "outbox")
 			cc, err := pgx.ParseConfig(db.URL)
 			require.NoError(t, err)
-			sink := &stampedSink{}
+			sink := &sliceSink[stamped]{}
 			stop := start(t, processor.Config[stamped]{
 				Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
 				Source:       inordertype.Source{Table: "outbox"},
@@ -147,7 +147,7 @@ func runWriters(ctx context.Context, t *testing.T, pool *pgxpool.Pool, writers [
 
 // requireDeliveredOnceInOrder waits until sink has every row the writers kept (by keep) committed, stops
 // the processor, and requires them delivered once each, none else, in order per key.
-func requireDeliveredOnceInOrder(t *testing.T, sink *stampedSink, stop func() error, writers []*writer, keep func(*writer) bool) {
+func requireDeliveredOnceInOrder(t *testing.T, sink *sliceSink[stamped], stop func() error, writers []*writer, keep func(*writer) bool) {
 	t.Helper()
 	var want []int64
 	for _, w := range writers {
@@ -180,7 +180,7 @@ func TestATableWithoutTheInsertClockIsRefused(t *testing.T) {
 	require.NoError(t, err)
 	cfg := processor.Config[stamped]{
 		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
-		Source: inordertype.Source{Table: "outbox"}, Handler: &stampedSink{}, PollInterval: 20 * time.Millisecond,
+		Source: inordertype.Source{Table: "outbox"}, Handler: &sliceSink[stamped]{}, PollInterval: 20 * time.Millisecond,
 	}
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
@@ -189,7 +189,7 @@ func TestATableWithoutTheInsertClockIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "inorder migrate --table public.outbox")
 
 	cfg.Source.Horizon = inordertype.HorizonWriters
-	sink := &stampedSink{}
+	sink := &sliceSink[stamped]{}
 	cfg.Handler = sink
 	stop := start(t, cfg)
 	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('a')")
@@ -207,7 +207,7 @@ func TestADumpDoesNotHoldTheInsertClock(t *testing.T) {
 	pgtest.AddClock(t, db, "outbox")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	sink := &stampedSink{}
+	sink := &sliceSink[stamped]{}
 	stop := start(t, processor.Config[stamped]{
 		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox"}, Handler: sink, PollInterval: 20 * time.Millisecond,
@@ -242,7 +242,7 @@ func TestTakingUpTheClockDeliversAgainWhatItCouldPass(t *testing.T) {
 	db.Exec(t, "DROP TRIGGER inorder_insert_clock ON outbox")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	sink := &stampedSink{}
+	sink := &sliceSink[stamped]{}
 	cfg := processor.Config[stamped]{
 		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox", Horizon: inordertype.HorizonWriters}, Handler: sink,
@@ -288,7 +288,7 @@ func TestALateRowIsCountedAndReported(t *testing.T) {
 	db.Exec(t, outboxDDL("DEFAULT clock_timestamp()"))
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	sink := &stampedSink{}
+	sink := &sliceSink[stamped]{}
 	start(t, processor.Config[stamped]{
 		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox", Horizon: inordertype.HorizonWriters}, Handler: sink,

@@ -13,7 +13,6 @@ import (
 	"github.com/rs/zerolog"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/processor"
@@ -24,25 +23,6 @@ type typed struct {
 	ID   int64  `db:"id"`
 	Key  string `db:"aggregate_id"`
 	Type string `db:"type"`
-}
-
-// typedSink collects what a processor delivers, and counts its calls.
-type typedSink struct {
-	mu  sync.Mutex
-	got []typed
-}
-
-func (s *typedSink) Handle(_ context.Context, rec *handlers.Record[typed]) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.got = append(s.got, rec.Value)
-	return nil
-}
-
-func (s *typedSink) delivered() []typed {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return slices.Clone(s.got)
 }
 
 // filterBundle is an outbox of typed events, with created_at defaulting to now() and the insert clock.
@@ -67,7 +47,7 @@ func filterSetup(t *testing.T) filterBundle {
 	return filterBundle{db: db, cc: cc}
 }
 
-func (b filterBundle) config(sink *typedSink, where string) processor.Config[typed] {
+func (b filterBundle) config(sink *sliceSink[typed], where string) processor.Config[typed] {
 	return processor.Config[typed]{
 		Process: "payments", ConnConfig: b.cc, StartFrom: inordertype.StartFromBeginning,
 		Source:  inordertype.Source{Table: "outbox", Where: where},
@@ -115,7 +95,7 @@ func TestAFilterDeliversExactlyTheRowsItKeeps(t *testing.T) {
 func testAFilterDeliversExactlyTheRowsItKeeps(t *testing.T, cp processor.Checkpoint) {
 	ctx := context.Background()
 	b := filterSetup(t)
-	sink := &typedSink{}
+	sink := &sliceSink[typed]{}
 	cfg := b.config(sink, "type LIKE 'payment.%'")
 	cfg.Checkpoint = cp
 	stop := start(t, cfg)
@@ -220,7 +200,7 @@ func TestABadFilterRefusesToStart(t *testing.T) {
 		{"writing subquery", "type IN (WITH d AS (DELETE FROM outbox RETURNING type) SELECT type FROM d)", "subquery"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := processor.New(b.config(&typedSink{}, tc.where))
+			p, err := processor.New(b.config(&sliceSink[typed]{}, tc.where))
 			require.NoError(t, err)
 			err = p.Run(ctx)
 			require.Error(t, err)
@@ -236,7 +216,7 @@ func TestABadFilterRefusesToStart(t *testing.T) {
 	require.Zero(t, audited, "the function that writes never ran")
 
 	// A function that claims to be IMMUTABLE is the filter its author vouches for.
-	sink := &typedSink{}
+	sink := &sliceSink[typed]{}
 	stop := start(t, b.config(sink, "lies(type)"))
 	waitFor(t, "the matching row", func() bool { return len(sink.delivered()) == 1 })
 	require.NoError(t, stop())
@@ -244,7 +224,7 @@ func TestABadFilterRefusesToStart(t *testing.T) {
 
 	// Ran: a bad filter, or another filter, leaves its position where it was.
 	for _, where := range []string{"tpye = 'x'", "type LIKE 'order.%'", ""} {
-		p, err := processor.New(b.config(&typedSink{}, where))
+		p, err := processor.New(b.config(&sliceSink[typed]{}, where))
 		require.NoError(t, err)
 		err = p.Run(ctx)
 		require.Error(t, err, where)
@@ -265,7 +245,7 @@ func TestAFilterUnderAHeldDump(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := filterSetup(t)
-	sink := &typedSink{}
+	sink := &sliceSink[typed]{}
 	stop := start(t, b.config(sink, "type LIKE 'payment.%'"))
 	dump := pgtest.HoldPgDump(t, b.db)
 	var last time.Time
@@ -299,7 +279,7 @@ func TestAFilterUnderTheAdversarialWriters(t *testing.T) {
 	pgtest.AddClock(t, db, "outbox")
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
-	sink := &stampedSink{}
+	sink := &sliceSink[stamped]{}
 	stop := start(t, processor.Config[stamped]{
 		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
 		Source:  inordertype.Source{Table: "outbox", Where: "aggregate_id <> 'passed-over'"},
@@ -325,7 +305,7 @@ func TestAFilterWithoutItsIndexIsNamed(t *testing.T) {
 	where := "type LIKE 'payment.%'"
 	for _, indexed := range []bool{false, true} {
 		var logs logBuffer
-		cfg := b.config(&typedSink{}, where)
+		cfg := b.config(&sliceSink[typed]{}, where)
 		cfg.Logger = zerolog.New(&logs)
 		stop := start(t, cfg)
 		waitFor(t, "the source checked", func() bool { return logs.count("source checked") == 1 })
