@@ -34,6 +34,11 @@ func HoldPgDump(t testing.TB, db *DB) *Dump {
 	if err != nil {
 		t.Fatalf("pg_dump: %v", err)
 	}
+	if _, err := os.Stat(filepath.Join(bin, "pg_dump")); err != nil {
+		// npm's server builds, which make test-matrix runs the other versions on, have no pg_dump; one of
+		// another version refuses a newer server. The dump is held where the server's own binaries have it.
+		t.Skipf("no pg_dump beside the server's binaries in %s: a held dump is tested where they have one", bin)
+	}
 	db.Exec(t, `CREATE TABLE zz_dump_filler AS SELECT g, repeat('x', 200) AS pad FROM generate_series(1, 50000) g`)
 	r, w, err := os.Pipe()
 	if err != nil {
