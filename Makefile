@@ -55,7 +55,7 @@ test: ## Vet, check formatting and run every test with the race detector against
 	  rm -rf $$tmp; exit $$rc
 
 .PHONY: test-matrix
-test-matrix: ## Run the suites that touch SQL on PostgreSQL 14, 16, 17 and 18 with -race (npm's server binaries, installed into .pg/ when missing): cursor, store, source and migrations on each, the processor on 14, 17 and 18, the CLI and the fault suite's short form on 18 (CI's time); PG_VERSIONS="17 18" picks some.
+test-matrix: ## Run the suites that touch SQL on PostgreSQL 14, 16, 17 and 18 with -race (npm's server binaries, installed into .pg/ when missing): cursor, store, source and migrations on each, the processor on 14 and 18, the CLI and the fault suite's short form on 18 (CI's time); PG_VERSIONS="17 18" picks some.
 	GO=$(GO) .ci/test-matrix
 
 .PHONY: flakes
