@@ -106,7 +106,7 @@ func (a *asyncWindow[T]) send() bool {
 			}
 			continue
 		}
-		v := p.fateOf(a.ctx, a.work, a.st, it, serr, false)
+		v := p.exec.fateOf(a.ctx, a.work, a.st, it, serr, false)
 		if v.kind == fatePark {
 			// Refused before it was sent, in a way that parks its key as things stand now: it waits for its
 			// turn, the records before it settling first, and the key's later records are not sent. Its
@@ -157,7 +157,7 @@ func (a *asyncWindow[T]) settle() bool {
 	// Parked behind its key: a record sent before the key was parked is delivered again after the key's
 	// first record, whatever the sink said of it.
 	var err error
-	switch v := p.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
+	switch v := p.exec.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
 	case fateParkedBehind:
 		err = p.park(a.work, a.st, f.it, verdict{})
 	case fatePark:

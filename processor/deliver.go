@@ -66,7 +66,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		if !behind {
 			err = deliver(i)
 		}
-		f := p.fateOf(ctx, work, st, it, err, behind)
+		f := p.exec.fateOf(ctx, work, st, it, err, behind)
 		switch {
 		case f.kind == fateAbort:
 			o.err = err
@@ -94,7 +94,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
+		p.failing.nextAt = time.Time{}
 		was := p.noteFailing(nil)
 		if was == failUnavailable {
 			return // said by noteFailing: the sink's outage is over
@@ -318,22 +318,20 @@ func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.Ca
 	return p.cur.Bounded(ctx)
 }
 
-// fail records a failing record's halt state, as its fate f decided it, with the position of the last
-// success before it, and returns how long to wait before trying it again.
+// fail writes the completion of it, the record the batch that began at st failed on, as the executor
+// builds it from its fate f (see executor.complete), with the position of the last success before it, and
+// returns how long to wait before trying it again.
 func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) time.Duration {
 	rec, cause, check := &it.rec, f.v.err, f.v.unavailable
+	c := p.exec.complete(st, it, f)
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
 		p.abort(work)
-		return p.retryDelay(1, verdict{})
+		return p.exec.retryDelay(1, verdict{})
 	}
-	h, err := p.cur.RecordFailure(work, last, store.Failure{RecordID: rec.ID, Err: cause,
-		Permanent: f.v.permanent, Status: f.v.status,
-		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, f.v) },
-		Halt:        f.kind == fateHalt,
-		Unavailable: check})
-	if err == nil && f.parkOnceHalted {
+	h, err := p.cur.RecordFailure(work, last, c.failure)
+	if err == nil && c.park {
 		// The cursor row counts it halted now, no longer the sink's outage: the key parks, and the stream
 		// goes on at once.
 		if err = p.parkFailed(work, st, it, f.v); err == nil {
@@ -345,13 +343,15 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		p.abort(work)
-		return p.retryDelay(rec.Attempt, f.v)
+		return p.exec.retryDelay(rec.Attempt, f.v)
 	}
 	if err := p.cur.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
-	wait := time.Until(h.NextAttemptAt)
-	p.failing.retryAt, p.failing.nextAt = time.Now().Add(wait), h.NextAttemptAt
+	// The wait runs from the failure to the next attempt, both stamped by the statement that wrote them:
+	// the database's clock alone (see store.Repository.RecordFailure), whatever this machine's says.
+	wait := h.NextAttemptAt.Sub(h.LastFailureAt)
+	p.failing.nextAt = h.NextAttemptAt
 	was := p.noteFailing(&h)
 	event := "retrying"
 	switch p.failing.told {
@@ -380,19 +380,6 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
 		Time("failing_since", h.FirstFailureAt).Err(cause).Str("retry_in", wait.Round(time.Millisecond).String()).Msg(msg)
 	return p.rowWatched(wait)
-}
-
-// retryDelay is how long to wait before the next attempt of a record failing as v says, after attempts
-// failed: a refusal for good waits RetryMax, anything else backs off, at least as long as the sink asked.
-func (p *Processor[T]) retryDelay(attempts int, v verdict) time.Duration {
-	if v.permanent && v.unavailable == "" {
-		return p.cfg.RetryMax
-	}
-	d := backoff(attempts, p.cfg.RetryMin, p.cfg.RetryMax)
-	if v.retryAfter > d {
-		d = min(v.retryAfter, p.cfg.RetryMax)
-	}
-	return d
 }
 
 // PanicError is the failure of a record whose handler panicked: the panic's value, which the cursor row

@@ -8,7 +8,7 @@ import (
 )
 
 // failing is what this instance knows of the records that fail in its stream: what it last told of the
-// failing record (told), when it is tried next (retryAt, nextAt), and the records it handed to the handler
+// failing record (told), when it is tried next (nextAt), and the records it handed to the handler
 // that the position has not moved past (sent), which go out again after the failure with the next attempt
 // number.
 //
@@ -20,10 +20,10 @@ import (
 // record (an instance that takes over after a crash knows only the cursor row's count).
 type failing struct {
 	told failState
-	// retryAt is the earliest next attempt at the failing record, from this instance's own backoff, and
-	// nextAt the next attempt the cursor row said last (an earlier one: an operator's retry).
-	retryAt, nextAt time.Time
-	sent            map[string]sentRecord // by record id
+	// nextAt is the next attempt at the failing record that the cursor row said last, on the database's
+	// clock, as the row keeps it: a next attempt earlier than it is an operator's retry.
+	nextAt time.Time
+	sent   map[string]sentRecord // by record id
 	// accepted are the records ahead of the position that the sink accepted (see acceptedRecord), by
 	// record id.
 	accepted map[string]acceptedRecord

@@ -150,23 +150,3 @@ func decideFate(in fateInput) fate {
 	}
 	return fate{kind: fateHalt, v: v}
 }
-
-// fateOf decides the fate of it, from a batch that began at st, whose handler returned err (behind: not
-// handed to the handler, its key parked). A key that parks is noted among the refusals now, not when its
-// row is stored: another key's refusal may show the sink's outage before then, and the key is to be
-// redriven when the outage ends (see outage.go).
-func (p *Processor[T]) fateOf(ctx, work context.Context, st inordertype.State, it *item[T], err error, behind bool) fate {
-	in := fateInput{err: err, behind: behind, id: it.rec.ID, key: it.rec.Key, halt: st.Halt,
-		parking: p.parking(), haltAfter: p.cfg.HaltAfter}
-	if err != nil && !behind {
-		// The clock only for a failure: a record that went through, or parks behind its key, has its fate
-		// without it (a read of the clock per record shows in the profile of a backlog).
-		in.now = p.cur.Now()
-		in.cutOff, in.sinkCheck = cutOff(ctx, work), p.sinkCheck(err)
-	}
-	f := decideFate(in)
-	if f.kind == fatePark {
-		p.refusals.parked(it.rec.Key)
-	}
-	return f
-}

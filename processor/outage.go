@@ -115,15 +115,6 @@ func (r *refusals) takeRedrive() []string {
 	return keys
 }
 
-// sinkCheck says what to check when cause is the sink's outage: by the sink's own word
-// (handlers.Unavailable), or because records of different keys met the same refusal.
-func (p *Processor[T]) sinkCheck(cause error) string {
-	if check := unavailable(cause); check != "" {
-		return check
-	}
-	return p.refusals.check(cause)
-}
-
 // redriveAfterOutage redrives the keys parked for a sink's refusals before they were recognised as the
 // sink's outage, now that the sink accepts again: their records go out in order, as an operator's redrive
 // would send them, and the audit trail says who asked. Called while the cursor row is not held.

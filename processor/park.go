@@ -72,7 +72,7 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 		return nil
 	}
 	p.markParked(pk.Key)
-	p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
+	p.failing.nextAt = time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
 		Int("status", pk.Status).Err(v.err).

@@ -96,6 +96,8 @@ type Processor[T any] struct {
 	budget byteBudget
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals refusals
+	// exec decides what becomes of a record once its handler answered (see executor.go).
+	exec executor[T]
 	// shape is what the processor knows of the source's columns across migrations (see shape.go).
 	shape shapeWatch
 	// listened is the table as the listener's goroutine names it: p.table when it started, which a
@@ -167,6 +169,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	p.exec = newExecutor(&p.cfg, func() time.Time { return p.cur.Now() }, &p.refusals)
 	var zero T
 	_, p.generic = any(zero).(handlers.Row)
 	switch {

@@ -184,7 +184,7 @@ func (w *window[T]) start() {
 		if w.p.keyParked(&it.rec) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)
-			w.parkAt(i, w.p.fateOf(w.ctx, w.work, w.st, it, nil, true))
+			w.parkAt(i, w.p.exec.fateOf(w.ctx, w.work, w.st, it, nil, true))
 			continue
 		}
 		busy[key] = true
@@ -208,7 +208,7 @@ func (w *window[T]) take(d done) {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
 		w.p.refusals.note(w.items[d.i].rec.Key, d.err)
-		switch f := w.p.fateOf(w.ctx, w.work, w.st, &w.items[d.i], d.err, false); f.kind {
+		switch f := w.p.exec.fateOf(w.ctx, w.work, w.st, &w.items[d.i], d.err, false); f.kind {
 		case fatePark:
 			w.parkAt(d.i, f)
 		case fateDelivered:

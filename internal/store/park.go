@@ -24,13 +24,13 @@ type Parked struct {
 	FirstFailureAt time.Time
 }
 
-// maxErrorLen bounds the error text stored with a failing or parked record.
-const maxErrorLen = 4000
+// MaxErrorLen bounds the error text stored with a failing or parked record.
+const MaxErrorLen = 4000
 
-// clip cuts an error text to maxErrorLen.
-func clip(msg string) string {
-	if len(msg) > maxErrorLen {
-		return msg[:maxErrorLen] + "…"
+// ClipError cuts an error text to MaxErrorLen, marking the cut.
+func ClipError(msg string) string {
+	if len(msg) > MaxErrorLen {
+		return msg[:MaxErrorLen] + "…"
 	}
 	return msg
 }
@@ -61,7 +61,7 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, CASE WHEN $5 <> '' THEN clock_timestamp() END),
 		        CASE WHEN $5 <> '' THEN clock_timestamp() END)
 		ON CONFLICT DO NOTHING`,
-		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, clip(p.Error), status, p.Permanent, p.Attempts, first)
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, ClipError(p.Error), status, p.Permanent, p.Attempts, first)
 	if err != nil {
 		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, err)
 	}
@@ -173,7 +173,7 @@ func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
 		                           THEN clock_timestamp() ELSE last_failure_at END,
 		    redrive_at = NULL
 		WHERE process_name = $1 AND key = $2`,
-		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, clip(p.Error), status, p.Permanent)
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, ClipError(p.Error), status, p.Permanent)
 	if err != nil {
 		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, err)
 	}
