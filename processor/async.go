@@ -17,15 +17,13 @@ import (
 // failing).
 //
 // A record of a parked key is not sent: it takes its turn in the window, and parks behind its key when
-// its turn comes. A record the sink refuses at once (Send fails) in a way that parks its key takes its
-// turn likewise, and the key's later records in the batch are not sent either.
-//
-// Such a refused record's fate is decided in its turn (settle), as a sent record's is: the decision made
-// when Send fails says only whether to hold the record for its turn, its key's later records held back,
-// or to end the sends at it. What decides the record's fate may change before its turn: its refusal is
-// noted among the refusals (see outage.go) only then, and may show with another key's refusal that the
-// sink is out (fateUnavailable: the key is not parked); an earlier record of its key may park the key
-// meanwhile (fateParkedBehind); the shutdown timeout may cut it off (fateCutOff).
+// its turn comes. A record the sink refuses at once (Send fails) takes its turn likewise, and nothing more
+// is sent until then: the records before it settle first, and its fate, decided once in its turn (settle)
+// as a sent record's is, says whether the sends go on (its key parked) or end at it (the batch fails on
+// it). What decides that fate may change between the refusal and the turn: the refusals of the records
+// before it may show with its own that the sink is out (fateUnavailable: the key is not parked); an
+// earlier record of its key may park the key meanwhile (fateParkedBehind); the shutdown timeout may cut it
+// off (fateCutOff).
 
 // asyncWindow is the async window over one batch.
 type asyncWindow[T any] struct {
@@ -37,11 +35,9 @@ type asyncWindow[T any] struct {
 	maxIn int
 	// flights are the records awaiting their turn to settle, oldest first.
 	flights []flight[T]
-	// called says which records were handed to the sink; refused are the keys whose record the sink
-	// refused at once, in this batch.
-	called  []bool
-	refused map[string]bool
-	o       outcome[T]
+	// called says which records were handed to the sink.
+	called []bool
+	o      outcome[T]
 }
 
 // flight is a record of the async window awaiting its turn.
@@ -60,7 +56,7 @@ func (p *Processor[T]) deliverAsync(ctx, work context.Context, st inordertype.St
 	maxIn := max(1, p.async.MaxInFlight())
 	p.failing.forgetPassed(st.Position)
 	a := &asyncWindow[T]{p: p, ctx: ctx, work: work, st: st, items: items, maxIn: maxIn,
-		called: make([]bool, len(items)), refused: map[string]bool{}, o: outcome[T]{last: st.Position}}
+		called: make([]bool, len(items)), o: outcome[T]{last: st.Position}}
 	defer func() { p.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
 	for goOn := a.send(); goOn && len(a.flights) > 0; {
 		goOn = a.settle()
@@ -83,7 +79,7 @@ func (a *asyncWindow[T]) send() bool {
 		}
 		it := &a.items[i]
 		it.rec.Attempt = p.attempt(a.st, it)
-		if p.keyParked(&it.rec) || a.refused[it.rec.Key] {
+		if p.keyParked(&it.rec) {
 			if !a.add(flight[T]{it: it, sent: time.Now()}) { // parked in its turn, without reaching the sink
 				return false
 			}
@@ -100,32 +96,20 @@ func (a *asyncWindow[T]) send() bool {
 		a.called[i] = true
 		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
 		cancel()
-		if serr == nil {
-			if !a.add(flight[T]{it: it, res: res, sent: sent}) {
-				return false
-			}
-			continue
+		if serr != nil {
+			// Refused before it was sent: it takes its turn, the records before it settling first, and
+			// nothing more is sent until its fate, decided then, says whether to go on (see the comment at
+			// the top of this file).
+			res = failedResult{serr}
 		}
-		v := p.exec.fateOf(a.ctx, a.work, a.st, it, serr, false)
-		if v.kind == fatePark {
-			// Refused before it was sent, in a way that parks its key as things stand now: it waits for its
-			// turn, the records before it settling first, and the key's later records are not sent. Its
-			// fate is decided in its turn (settle), not here (see the comment at the top of this file).
-			a.refused[it.rec.Key] = true
-			if !a.add(flight[T]{it: it, res: failedResult{serr}, sent: time.Now()}) {
-				return false
-			}
-			continue
+		if !a.add(flight[T]{it: it, res: res, sent: sent}) {
+			return false
 		}
-		endAttempt(it, serr)
-		// Earlier records settle first; this one is the failure only if they all succeed.
-		for len(a.flights) > 0 {
+		for serr != nil && len(a.flights) > 0 {
 			if !a.settle() {
 				return false
 			}
 		}
-		a.o.failed, a.o.fate = it, v
-		return false
 	}
 	return true
 }

@@ -18,8 +18,7 @@ import (
 // only one way: when the shutdown timeout has cut the batch off after its failing record's fate was decided
 // (the keyed window and the async window wait for what is in flight after it), nothing can be recorded any
 // more, and the record is cut off after all (atBatchEnd). A refusal an AsyncHandler's Send returns at once
-// is looked at when Send fails, to know whether to hold the record for its turn, and its fate is decided in
-// its turn (see async.go).
+// is no exception: the record takes its turn, and its fate is decided then (see async.go).
 //
 // Two paths ask decideFate about an error that is not a record's of the stream as it goes, under rules of
 // their own, and pass it only the error and whether the shutdown cut the handler off: a TxBatchHandler's
