@@ -54,10 +54,10 @@ type flight[T any] struct {
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
 func (p *Processor[T]) deliverAsync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	maxIn := max(1, p.async.MaxInFlight())
-	p.failing.forgetPassed(st.Position)
+	p.exec.attempts.forgetPassed(st.Position)
 	a := &asyncWindow[T]{p: p, ctx: ctx, work: work, st: st, items: items, maxIn: maxIn,
 		called: make([]bool, len(items)), o: outcome[T]{last: st.Position}}
-	defer func() { p.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
+	defer func() { p.exec.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
 	for goOn := a.send(); goOn && len(a.flights) > 0; {
 		goOn = a.settle()
 	}
@@ -78,14 +78,14 @@ func (a *asyncWindow[T]) send() bool {
 			return false
 		}
 		it := &a.items[i]
-		it.rec.Attempt = p.attempt(a.st, it)
+		it.rec.Attempt = p.exec.attempt(a.st, it)
 		if p.keyParked(&it.rec) {
 			if !a.add(flight[T]{it: it, sent: time.Now()}) { // parked in its turn, without reaching the sink
 				return false
 			}
 			continue
 		}
-		if p.acceptedBefore(it) { // accepted is accepted: it settles in its turn, not sent again
+		if p.exec.acceptedBefore(it, p.tenure.gen) { // accepted is accepted: it settles in its turn, not sent again
 			if !a.add(flight[T]{it: it, accepted: true, sent: time.Now()}) {
 				return false
 			}
@@ -200,10 +200,10 @@ func (a *asyncWindow[T]) drain() {
 	for _, f := range a.flights {
 		switch {
 		case f.accepted:
-			a.p.accept(f.it) // still accepted, for the next read
+			a.p.exec.accept(f.it, a.p.tenure.gen) // still accepted, for the next read
 		case f.res != nil && !a.p.keyParked(&f.it.rec):
 			if f.res.Wait(ctx) == nil {
-				a.p.accept(f.it)
+				a.p.exec.accept(f.it, a.p.tenure.gen)
 			}
 		case f.res != nil:
 			_ = f.res.Wait(ctx)

@@ -47,11 +47,11 @@ func cutOff(ctx, work context.Context) bool { return ctx.Err() != nil && work.Er
 
 // deliverSync hands records to a Handler or TxHandler one at a time.
 func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
-	p.failing.forgetPassed(st.Position)
+	p.exec.attempts.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
 	called := -1 // the last record handed to the handler
 	deliver := func(i int) error { called = i; return p.deliver(work, &items[i]) }
-	defer func() { p.settled(items, o.n, func(i int) bool { return i <= called }) }()
+	defer func() { p.exec.settled(items, o.n, func(i int) bool { return i <= called }) }()
 	for i := range items {
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
@@ -60,7 +60,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 			break
 		}
 		it := &items[i]
-		it.rec.Attempt = p.attempt(st, it)
+		it.rec.Attempt = p.exec.attempt(st, it)
 		behind := p.keyParked(&it.rec)
 		var err error
 		if !behind {

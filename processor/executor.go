@@ -23,13 +23,18 @@ type executor[T any] struct {
 	parking bool
 	// haltAfter is Config.HaltAfter; retryMin and retryMax are Config.RetryMin and RetryMax.
 	haltAfter, retryMin, retryMax time.Duration
+	// attempts is what it knows of the attempt numbers beyond the cursor row's (see attempts.go).
+	attempts attempts
+	// obs is told of records sent again (ResentObserver), as the process's.
+	obs     Observer
+	process string
 }
 
-// newExecutor returns the executor of a processor configured by cfg (its defaults set), whose cursor
-// repository's clock is now.
-func newExecutor[T any](cfg *Config[T], now func() time.Time, r *refusals) executor[T] {
+// newExecutor returns the executor of a processor configured by cfg (its defaults set), told to obs, whose
+// cursor repository's clock is now.
+func newExecutor[T any](cfg *Config[T], obs Observer, now func() time.Time, r *refusals) executor[T] {
 	return executor[T]{now: now, refusals: r, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
-		retryMin: cfg.RetryMin, retryMax: cfg.RetryMax}
+		retryMin: cfg.RetryMin, retryMax: cfg.RetryMax, obs: obs, process: cfg.Process}
 }
 
 // fateOf decides the fate of it, from a batch that began at st, whose handler returned err (behind: not

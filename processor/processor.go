@@ -169,7 +169,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
-	p.exec = newExecutor(&p.cfg, func() time.Time { return p.cur.Now() }, &p.refusals)
+	p.exec = newExecutor(&p.cfg, p.obs, func() time.Time { return p.cur.Now() }, &p.refusals)
 	var zero T
 	_, p.generic = any(zero).(handlers.Row)
 	switch {

@@ -93,7 +93,7 @@ func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon
 		return nil
 	}
 	p.tenure.delivered.forget() // delivered again on purpose
-	p.failing.forgetAccepted()
+	p.exec.attempts.forgetAccepted()
 	p.late.forget()
 	if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 		return err
@@ -124,7 +124,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			Msg("position moved by an operator (skip or rewind)")
 		p.traceOperator(p.tenure.lastPos, st.Position)
 		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
-		p.failing.forgetAccepted()
+		p.exec.attempts.forgetAccepted()
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {

@@ -79,7 +79,7 @@ type window[T any] struct {
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
 func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
-	p.failing.forgetPassed(st.Position)
+	p.exec.attempts.forgetPassed(st.Position)
 	w := &window[T]{p: p, ctx: ctx, work: work, st: st, items: items, slots: make([]slot, len(items)),
 		fates: make([]fate, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
 		failedAt: len(items), warned: -1, o: outcome[T]{last: st.Position}}
@@ -132,12 +132,12 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 	}
 	for i := w.head; i < len(items); i++ {
 		if w.slots[i] == succeeded {
-			p.accept(&items[i]) // accepted is accepted: not sent again while the position stays before it
+			p.exec.accept(&items[i], p.tenure.gen) // accepted is accepted: not sent again while the position stays before it
 		}
 	}
 	// The records of other keys that went out ahead of the head go out again after it, as their next
 	// attempt.
-	p.settled(items, w.o.n, func(i int) bool { return !w.began[i].IsZero() })
+	p.exec.settled(items, w.o.n, func(i int) bool { return !w.began[i].IsZero() })
 	return w.o
 }
 
@@ -163,7 +163,7 @@ func (w *window[T]) start() {
 		switch {
 		case w.slots[i] == succeeded || w.slots[i] == parked:
 			continue
-		case w.slots[i] == waiting && w.p.acceptedBefore(&w.items[i]):
+		case w.slots[i] == waiting && w.p.exec.acceptedBefore(&w.items[i], w.p.tenure.gen):
 			// The sink accepted it while a record before it failed: it is not sent again. (Every earlier
 			// record of its key had succeeded before it started.)
 			w.slots[i] = succeeded
@@ -180,7 +180,7 @@ func (w *window[T]) start() {
 			continue
 		}
 		it := &w.items[i]
-		it.rec.Attempt = w.p.attempt(w.st, it)
+		it.rec.Attempt = w.p.exec.attempt(w.st, it)
 		if w.p.keyParked(&it.rec) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)
@@ -188,7 +188,7 @@ func (w *window[T]) start() {
 			continue
 		}
 		busy[key] = true
-		w.p.sending(it)
+		w.p.exec.sending(it)
 		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		go func(i int, it *item[T]) {
 			t0 := time.Now()
