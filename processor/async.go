@@ -94,7 +94,7 @@ func (a *asyncWindow[T]) send() bool {
 		sent := time.Now()
 		sctx, cancel := context.WithDeadline(a.work, sent.Add(p.cfg.HandlerTimeout))
 		a.called[i] = true
-		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
+		res, serr := p.async.Send(startAttempt(&p.tracing, sctx, it), &it.rec)
 		cancel()
 		if serr != nil {
 			// Refused before it was sent: it takes its turn, the records before it settling first, and

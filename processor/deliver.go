@@ -50,7 +50,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 	p.exec.attempts.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
 	called := -1 // the last record handed to the handler
-	deliver := func(i int) error { called = i; return p.deliver(work, &items[i]) }
+	deliver := func(i int) error { called = i; return p.exec.deliver(work, &items[i]) }
 	defer func() { p.exec.settled(items, o.n, func(i int) bool { return i <= called }) }()
 	for i := range items {
 		if ctx.Err() != nil {
@@ -138,31 +138,31 @@ func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
 // back its own writes only. The handler's context carries the attempt's span.
-func (p *Processor[T]) deliver(work context.Context, it *item[T]) (err error) {
+func (e *executor[T]) deliver(work context.Context, it *item[T]) (err error) {
 	rec := &it.rec
-	call := p.deadline.start(work, p.callLimit())
-	hctx := p.startAttempt(call, it)
+	call := e.deadline.start(work, e.callLimit())
+	hctx := startAttempt(e.tracing, call, it)
 	start := time.Now()
 	defer func() {
 		call.end()
-		p.obs.Handled(p.cfg.Process, time.Since(start), err)
-		if p.cfg.Handler != nil {
-			p.refusals.note(rec.Key, err)
+		e.obs.Handled(e.process, time.Since(start), err)
+		if e.handler != nil {
+			e.refusals.note(rec.Key, err)
 		}
 		endAttempt(it, err)
 	}()
-	if p.cfg.Handler != nil {
-		return p.guarded(hctx, rec, func() error { return p.cfg.Handler.Handle(hctx, rec) })
+	if e.handler != nil {
+		return e.guarded(hctx, rec, func() error { return e.handler.Handle(hctx, rec) })
 	}
-	return p.inSavepoint(hctx, work, rec, func(tx pgx.Tx) error { return p.cfg.TxHandler.HandleTx(hctx, tx, rec) })
+	return e.inSavepoint(hctx, work, rec, func(tx pgx.Tx) error { return e.txHandler.HandleTx(hctx, tx, rec) })
 }
 
 // guarded calls a handler: a panic becomes rec's failure, and a failure caused by the handler timeout
 // says so.
-func (p *Processor[T]) guarded(hctx context.Context, rec *handlers.Record[T], call func() error) (err error) {
+func (e *executor[T]) guarded(hctx context.Context, rec *handlers.Record[T], call func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = p.panicked(rec, r)
+			err = e.panicked(rec, r)
 		}
 		err = explain(hctx, err)
 	}()
@@ -172,12 +172,12 @@ func (p *Processor[T]) guarded(hctx context.Context, rec *handlers.Record[T], ca
 // inSavepoint calls a transactional handler in a savepoint of the cursor transaction, guarded: released
 // when the call succeeds, rolled back when it fails or panics, so that nothing it wrote stays beside the
 // halt state or the records delivered after it.
-func (p *Processor[T]) inSavepoint(hctx, work context.Context, rec *handlers.Record[T], call func(pgx.Tx) error) error {
-	sp, err := p.cur.Tx().Begin(hctx)
+func (e *executor[T]) inSavepoint(hctx, work context.Context, rec *handlers.Record[T], call func(pgx.Tx) error) error {
+	sp, err := e.cur.Tx().Begin(hctx)
 	if err != nil {
 		return explain(hctx, fmt.Errorf("savepoint: %w", err))
 	}
-	return endSavepoint(work, sp, p.guarded(hctx, rec, func() error { return call(sp) }))
+	return endSavepoint(work, sp, e.guarded(hctx, rec, func() error { return call(sp) }))
 }
 
 // batchError is a failure of the cursor transaction itself, not of a record: what it holds cannot be
@@ -394,9 +394,9 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
 // panicked turns a recovered panic of rec's handler into its failure, and logs where it happened.
-func (p *Processor[T]) panicked(rec *handlers.Record[T], v any) error {
-	e := &PanicError{Value: v, Stack: debug.Stack()}
-	p.log.Error().Str("record", rec.ID).Str("panic", fmt.Sprint(v)).Str("stack", string(e.Stack)).
+func (e *executor[T]) panicked(rec *handlers.Record[T], v any) error {
+	pe := &PanicError{Value: v, Stack: debug.Stack()}
+	e.log.Error().Str("record", rec.ID).Str("panic", fmt.Sprint(v)).Str("stack", string(pe.Stack)).
 		Msg("the handler panicked; the record counts as failed")
-	return e
+	return pe
 }

@@ -4,19 +4,33 @@ import (
 	"context"
 	"time"
 
+	"github.com/rs/zerolog"
+
+	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
-// executor turns what a handler answered about a record into what becomes of it: the record's fate
+// executor runs the handler on a record and turns what it answered into what becomes of it: the record's fate
 // (decideFate), and, for the record a batch fails on, its completion, the one value the store writes
 // (store.Repository.RecordFailure) as it is. Whatever delivers the record (one at a time, the keyed
 // window, an AsyncHandler), the verdict, the attempts counted and the wait before the next attempt are
 // decided here, once; the store counts nothing again and judges nothing again.
 type executor[T any] struct {
-	// now is the database's clock (store.Repository.Now), by which a record's failures are timed: the
-	// cursor row's times are the database's.
-	now func() time.Time
+	// handler or txHandler is the handler it runs (Config.Handler or TxHandler, one of them), each call
+	// bounded by deadline, and by the lease and the idle-in-transaction timeout (lease, idle: Config.Lease
+	// and IdleInTransactionTimeout, see callLimit).
+	handler     handlers.Handler[T]
+	txHandler   handlers.TxHandler[T]
+	deadline    *handlerDeadline
+	lease, idle time.Duration
+	// cur is the processor's cursor repository, set when it opens: the cursor transaction a TxHandler
+	// writes in, the lease a call must end within, and the database's clock (Repository.Now), by which a
+	// record's failures are timed, since the cursor row's times are the database's.
+	cur *store.Repository
+	// tracing is the processor's, which gives each attempt its span.
+	tracing *tracing
+	log     zerolog.Logger
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals *refusals
 	// parking says that the stream parks keys (OnHaltPark).
@@ -30,10 +44,12 @@ type executor[T any] struct {
 	process string
 }
 
-// newExecutor returns the executor of a processor configured by cfg (its defaults set), told to obs, whose
-// cursor repository's clock is now.
-func newExecutor[T any](cfg *Config[T], obs Observer, now func() time.Time, r *refusals) executor[T] {
-	return executor[T]{now: now, refusals: r, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
+// newExecutor returns the executor of a processor configured by cfg (its defaults set), which logs to log,
+// tells obs, and traces with t; its cursor repository is set when it opens.
+func newExecutor[T any](cfg *Config[T], log zerolog.Logger, obs Observer, t *tracing, r *refusals) executor[T] {
+	return executor[T]{handler: cfg.Handler, txHandler: cfg.TxHandler,
+		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout}, lease: cfg.Lease, idle: cfg.IdleInTransactionTimeout,
+		tracing: t, log: log, refusals: r, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
 		retryMin: cfg.RetryMin, retryMax: cfg.RetryMax, obs: obs, process: cfg.Process}
 }
 
@@ -47,7 +63,7 @@ func (e *executor[T]) fateOf(ctx, work context.Context, st inordertype.State, it
 	if err != nil && !behind {
 		// The clock only for a failure: a record that went through, or parks behind its key, has its fate
 		// without it (a read of the clock per record shows in the profile of a backlog).
-		in.now = e.now()
+		in.now = e.cur.Now()
 		in.cutOff, in.sinkCheck = cutOff(ctx, work), e.sinkCheck(err)
 	}
 	f := decideFate(in)

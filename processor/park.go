@@ -192,7 +192,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 			return false, err
 		default:
 			it.rec.Attempt = pk.Attempts + 1
-			cause = p.deliver(work, it)
+			cause = p.exec.deliver(work, it)
 			if cause != nil {
 				p.endSpan(work, it, "still parked") // the key stays parked, with the new error
 			}

@@ -55,7 +55,6 @@ type Processor[T any] struct {
 	// stamps), and clockWarned when that was last said.
 	clockOff, clockWarned time.Time
 	cur                   *store.Repository
-	deadline              *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
@@ -157,19 +156,18 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{cursors: cursors,
-		cfg:      cfg,
-		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:  newTracker(cfg.InsertLatency),
-		late:     newLateWatch(),
-		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
-		wake:     make(chan struct{}, 1),
-		obs:      cfg.Observer,
-		budget:   byteBudget{bytes: int64(cfg.BatchBytes)},
+		cfg:     cfg,
+		log:     defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
+		tracker: newTracker(cfg.InsertLatency),
+		late:    newLateWatch(),
+		wake:    make(chan struct{}, 1),
+		obs:     cfg.Observer,
+		budget:  byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
-	p.exec = newExecutor(&p.cfg, p.obs, func() time.Time { return p.cur.Now() }, &p.refusals)
+	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing, &p.refusals)
 	var zero T
 	_, p.generic = any(zero).(handlers.Row)
 	switch {
@@ -472,7 +470,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
-			p.cur = cur
+			p.cur, p.exec.cur = cur, cur
 			p.accepted()
 			return nil
 		}

@@ -192,7 +192,7 @@ func (w *window[T]) start() {
 		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		go func(i int, it *item[T]) {
 			t0 := time.Now()
-			err := w.p.handleConcurrently(w.work, it)
+			err := w.p.exec.handleConcurrently(w.work, it)
 			w.results <- done{i: i, err: err, took: time.Since(t0)}
 		}(i, it)
 		if key == "" {
@@ -340,12 +340,12 @@ func (p *Processor[T]) noteInFlight(f store.InFlight) {
 }
 
 // handleConcurrently runs the Handler on one record of the window, under a timeout of its own (the
-// processor's reusable deadline serves one call at a time).
-func (p *Processor[T]) handleConcurrently(work context.Context, it *item[T]) (err error) {
-	hctx, cancel := context.WithTimeoutCause(work, p.cfg.HandlerTimeout, errHandlerTimeout{d: p.cfg.HandlerTimeout})
+// executor's reusable deadline serves one call at a time).
+func (e *executor[T]) handleConcurrently(work context.Context, it *item[T]) (err error) {
+	hctx, cancel := context.WithTimeoutCause(work, e.deadline.timeout, errHandlerTimeout{d: e.deadline.timeout})
 	defer cancel()
-	hctx = p.startAttempt(hctx, it)
-	err = p.guarded(hctx, &it.rec, func() error { return p.cfg.Handler.Handle(hctx, &it.rec) })
+	hctx = startAttempt(e.tracing, hctx, it)
+	err = e.guarded(hctx, &it.rec, func() error { return e.handler.Handle(hctx, &it.rec) })
 	endAttempt(it, err)
 	return err
 }
