@@ -136,7 +136,7 @@ func (a *asyncWindow[T]) settle() bool {
 	if f.res != nil {
 		werr = f.res.Wait(wctx)
 		p.obs.Handled(p.cfg.Process, time.Since(start), werr)
-		p.refusals.note(f.it.rec.Key, werr)
+		p.exec.refusals.note(f.it.rec.Key, werr)
 	}
 	// Parked behind its key: a record sent before the key was parked is delivered again after the key's
 	// first record, whatever the sink said of it.

@@ -31,8 +31,9 @@ type executor[T any] struct {
 	// tracing is the processor's, which gives each attempt its span.
 	tracing *tracing
 	log     zerolog.Logger
-	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
-	refusals *refusals
+	// refusals tells a sink's outage from records' refusals across keys (see outage.go): the handler's
+	// answers are noted there, and the keys to redrive once an outage ends are taken from there.
+	refusals refusals
 	// parking says that the stream parks keys (OnHaltPark).
 	parking bool
 	// haltAfter is Config.HaltAfter; retryMin and retryMax are Config.RetryMin and RetryMax.
@@ -46,10 +47,10 @@ type executor[T any] struct {
 
 // newExecutor returns the executor of a processor configured by cfg (its defaults set), which logs to log,
 // tells obs, and traces with t; its cursor repository is set when it opens.
-func newExecutor[T any](cfg *Config[T], log zerolog.Logger, obs Observer, t *tracing, r *refusals) executor[T] {
+func newExecutor[T any](cfg *Config[T], log zerolog.Logger, obs Observer, t *tracing) executor[T] {
 	return executor[T]{handler: cfg.Handler, txHandler: cfg.TxHandler,
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout}, lease: cfg.Lease, idle: cfg.IdleInTransactionTimeout,
-		tracing: t, log: log, refusals: r, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
+		tracing: t, log: log, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
 		retryMin: cfg.RetryMin, retryMax: cfg.RetryMax, obs: obs, process: cfg.Process}
 }
 

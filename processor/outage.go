@@ -119,15 +119,15 @@ func (r *refusals) takeRedrive() []string {
 // sink's outage, now that the sink accepts again: their records go out in order, as an operator's redrive
 // would send them, and the audit trail says who asked. Called while the cursor row is not held.
 func (p *Processor[T]) redriveAfterOutage(work context.Context) {
-	keys := p.refusals.takeRedrive()
+	keys := p.exec.refusals.takeRedrive()
 	if len(keys) == 0 {
 		return
 	}
 	conn, err := p.cur.Conn(work)
 	if err != nil {
-		p.refusals.mu.Lock()
-		p.refusals.redrive = append(p.refusals.redrive, keys...) // next time
-		p.refusals.mu.Unlock()
+		p.exec.refusals.mu.Lock()
+		p.exec.refusals.redrive = append(p.exec.refusals.redrive, keys...) // next time
+		p.exec.refusals.mu.Unlock()
 		return
 	}
 	defer p.cur.Detach()

@@ -93,8 +93,6 @@ type Processor[T any] struct {
 	lastFull bool
 	// budget is the byte budget of a read (Config.BatchBytes) and the size ratio learned.
 	budget byteBudget
-	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
-	refusals refusals
 	// exec decides what becomes of a record once its handler answered (see executor.go).
 	exec executor[T]
 	// shape is what the processor knows of the source's columns across migrations (see shape.go).
@@ -167,7 +165,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
-	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing, &p.refusals)
+	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing)
 	var zero T
 	_, p.generic = any(zero).(handlers.Row)
 	switch {

@@ -207,7 +207,7 @@ func (w *window[T]) take(d done) {
 	for {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
-		w.p.refusals.note(w.items[d.i].rec.Key, d.err)
+		w.p.exec.refusals.note(w.items[d.i].rec.Key, d.err)
 		switch f := w.p.exec.fateOf(w.ctx, w.work, w.st, &w.items[d.i], d.err, false); f.kind {
 		case fatePark:
 			w.parkAt(d.i, f)
