@@ -31,6 +31,9 @@ type refusals struct {
 type refusal struct {
 	key    string
 	status int
+	// at is when it was noted, by this machine's clock: refusals are compared with each other only, never
+	// with a time the database wrote, and they are this instance's own, so the machine's monotonic clock
+	// measures their refusalMemory, as the database's clock could not without a round trip.
 	at     time.Time
 	parked bool
 }
