@@ -114,3 +114,39 @@ func TestAFailureIsWrittenAsHanded(t *testing.T) {
 		require.Equal(t, tc.f.Halt, !h.HaltedAt.IsZero(), tc.name)
 	}
 }
+
+// TestAParkedRecordIsWrittenAsHanded: Park and RedriveFailed write a parked record's failure as the
+// processor counted it: the attempts handed in, not the store's count.
+func TestAParkedRecordIsWrittenAsHanded(t *testing.T) {
+	t.Parallel()
+	cursors := store.New(nil)
+	db, cfg := setup(t)
+	ctx := context.Background()
+	repo, err := cursors.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	require.NoError(t, repo.Claim())
+	defer repo.Release(ctx) //nolint:errcheck // the test's end
+	pk := store.Parked{Key: "k", Position: inordertype.Position{CreatedAt: time.Date(2026, 11, 29, 8, 0, 0, 0, time.UTC), ID: "7"},
+		Error: "422 from the sink", Status: 422, Permanent: true, Attempts: 4}
+	read := func() store.Parked {
+		t.Helper()
+		got := store.Parked{Key: "k", Position: pk.Position}
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT error, coalesce(status, 0), permanent, attempts FROM inorder.parked
+			WHERE process_name = 'orders' AND record_id = '7'`).Scan(&got.Error, &got.Status, &got.Permanent, &got.Attempts))
+		return got
+	}
+	for _, write := range []func() error{
+		func() error { return repo.Park(ctx, pk) },
+		func() error {
+			pk.Error, pk.Status, pk.Permanent, pk.Attempts = "503 from the sink", 503, false, 9
+			return repo.RedriveFailed(ctx, pk)
+		},
+	} {
+		ok, err := repo.TryLock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+		require.NoError(t, write())
+		require.NoError(t, repo.Unlock(ctx))
+		require.Equal(t, pk, read(), "the parked row holds the value handed in")
+	}
+}
