@@ -11,11 +11,11 @@ import (
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
-// executor runs the handler on a record and turns what it answered into what becomes of it: the record's fate
-// (decideFate), and, for the record a batch fails on, its completion, the one value the store writes
-// (store.Repository.RecordFailure) as it is. Whatever delivers the record (one at a time, the keyed
-// window, an AsyncHandler), the verdict, the attempts counted and the wait before the next attempt are
-// decided here, once; the store counts nothing again and judges nothing again.
+// executor runs the handler on a record and turns what it answered into what becomes of it: the
+// record's fate (decideFate), and, for the record a batch fails on, its completion, the one value the
+// store writes (store.Repository.RecordFailure) as it is. Whatever delivers the record (one at a time,
+// the keyed window, an AsyncHandler), the verdict, the attempts counted and the wait before the next
+// attempt are decided here, once; the store counts nothing again and judges nothing again.
 type executor[T any] struct {
 	// handler or txHandler is the handler it runs (Config.Handler or TxHandler, one of them), each call
 	// bounded by deadline, and by the lease and the idle-in-transaction timeout (lease, idle: Config.Lease
@@ -40,7 +40,8 @@ type executor[T any] struct {
 	haltAfter, retryMin, retryMax time.Duration
 	// attempts is what it knows of the attempt numbers beyond the cursor row's (see attempts.go).
 	attempts attempts
-	// obs is told of records sent again (ResentObserver), as the process's.
+	// obs is the processor's observer, told of every handler call and of records sent again
+	// (ResentObserver), and process the name it is told.
 	obs     Observer
 	process string
 }
