@@ -14,7 +14,7 @@ import (
 // record in order that fails ends the batch: nothing more is sent, the records before it settle, and what
 // was sent after it is waited out and not counted: what the sink accepted of it is not sent again by this
 // instance (it settles as delivered when its turn comes again), the rest is delivered again (see
-// failing).
+// attempts).
 //
 // A record of a parked key is not sent: it takes its turn in the window, and parks behind its key when
 // its turn comes. A record the sink refuses at once (Send fails) takes its turn likewise, and nothing more
@@ -45,7 +45,7 @@ type flight[T any] struct {
 	it  *item[T]
 	res handlers.Result // nil: not sent, it parks behind its key in its turn (or was accepted before)
 	// accepted says that the sink accepted it in this tenure while a record before it failed: it is not
-	// sent again, and settles as delivered in its turn (see failing.accepted).
+	// sent again, and settles as delivered in its turn (see attempts.accepted).
 	accepted bool
 	// sent is when it was sent: its wait ends HandlerTimeout after it, as the lease that covered the send does.
 	sent time.Time
@@ -191,7 +191,7 @@ func (a *asyncWindow[T]) covered() bool {
 }
 
 // drain waits out whatever is still in flight after a failure: the position does not pass it, and what
-// the sink accepted of it is remembered, not sent again (see failing.accepted); the rest is delivered
+// the sink accepted of it is remembered, not sent again (see attempts.accepted); the rest is delivered
 // again. One deadline for all of it, so that a sink that hangs cannot keep the cursor transaction idle
 // for longer than one handler call.
 func (a *asyncWindow[T]) drain() {

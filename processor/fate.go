@@ -102,7 +102,7 @@ type fateInput struct {
 	// cutOff says that the shutdown timeout cut the handler off (see cutOff).
 	cutOff bool
 	// sinkCheck is what to check when err is the sink's outage rather than the record's failure
-	// (Processor.sinkCheck), "" otherwise.
+	// (executor.sinkCheck), "" otherwise.
 	sinkCheck string
 	// id and key are the record's.
 	id, key string

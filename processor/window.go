@@ -29,7 +29,7 @@ import (
 // sink pauses (its outage, or a Retry-After), nothing starts at all, not even the records before it: stop
 // means stop, until the backoff ends. Records of other keys after it that the sink accepted are not sent
 // again by this instance: they count as succeeded when the batch is read again, until the position passes
-// them (see failing.accepted). Those that failed, or were still in flight, go out again with their next
+// them (see attempts.accepted). Those that failed, or were still in flight, go out again with their next
 // attempt number.
 
 // done is the outcome of one record's handler call in the window.
