@@ -343,7 +343,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		p.abort(work)
-		return p.exec.retryDelay(rec.Attempt, f.v)
+		return c.failure.RetryIn // the wait decided with the rest, though nothing of it could be written
 	}
 	if err := p.cur.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
