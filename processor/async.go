@@ -14,18 +14,16 @@ import (
 // record in order that fails ends the batch: nothing more is sent, the records before it settle, and what
 // was sent after it is waited out and not counted: what the sink accepted of it is not sent again by this
 // instance (it settles as delivered when its turn comes again), the rest is delivered again (see
-// failing).
+// attempts).
 //
 // A record of a parked key is not sent: it takes its turn in the window, and parks behind its key when
-// its turn comes. A record the sink refuses at once (Send fails) in a way that parks its key takes its
-// turn likewise, and the key's later records in the batch are not sent either.
-//
-// Such a refused record's fate is decided in its turn (settle), as a sent record's is: the decision made
-// when Send fails says only whether to hold the record for its turn, its key's later records held back,
-// or to end the sends at it. What decides the record's fate may change before its turn: its refusal is
-// noted among the refusals (see outage.go) only then, and may show with another key's refusal that the
-// sink is out (fateUnavailable: the key is not parked); an earlier record of its key may park the key
-// meanwhile (fateParkedBehind); the shutdown timeout may cut it off (fateCutOff).
+// its turn comes. A record the sink refuses at once (Send fails) takes its turn likewise, and nothing more
+// is sent until then: the records before it settle first, and its fate, decided once in its turn (settle)
+// as a sent record's is, says whether the sends go on (its key parked) or end at it (the batch fails on
+// it). What decides that fate may change between the refusal and the turn: the refusals of the records
+// before it may show with its own that the sink is out (fateUnavailable: the key is not parked); an
+// earlier record of its key may park the key meanwhile (fateParkedBehind); the shutdown timeout may cut it
+// off (fateCutOff).
 
 // asyncWindow is the async window over one batch.
 type asyncWindow[T any] struct {
@@ -37,11 +35,9 @@ type asyncWindow[T any] struct {
 	maxIn int
 	// flights are the records awaiting their turn to settle, oldest first.
 	flights []flight[T]
-	// called says which records were handed to the sink; refused are the keys whose record the sink
-	// refused at once, in this batch.
-	called  []bool
-	refused map[string]bool
-	o       outcome[T]
+	// called says which records were handed to the sink.
+	called []bool
+	o      outcome[T]
 }
 
 // flight is a record of the async window awaiting its turn.
@@ -49,7 +45,7 @@ type flight[T any] struct {
 	it  *item[T]
 	res handlers.Result // nil: not sent, it parks behind its key in its turn (or was accepted before)
 	// accepted says that the sink accepted it in this tenure while a record before it failed: it is not
-	// sent again, and settles as delivered in its turn (see failing.accepted).
+	// sent again, and settles as delivered in its turn (see attempts.accepted).
 	accepted bool
 	// sent is when it was sent: its wait ends HandlerTimeout after it, as the lease that covered the send does.
 	sent time.Time
@@ -58,10 +54,10 @@ type flight[T any] struct {
 // deliverAsync keeps up to MaxInFlight records in flight and advances as results settle in order.
 func (p *Processor[T]) deliverAsync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
 	maxIn := max(1, p.async.MaxInFlight())
-	p.failing.forgetPassed(st.Position)
+	p.exec.attempts.forgetPassed(st.Position)
 	a := &asyncWindow[T]{p: p, ctx: ctx, work: work, st: st, items: items, maxIn: maxIn,
-		called: make([]bool, len(items)), refused: map[string]bool{}, o: outcome[T]{last: st.Position}}
-	defer func() { p.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
+		called: make([]bool, len(items)), o: outcome[T]{last: st.Position}}
+	defer func() { p.exec.settled(items, a.o.n, func(i int) bool { return a.called[i] }) }()
 	for goOn := a.send(); goOn && len(a.flights) > 0; {
 		goOn = a.settle()
 	}
@@ -82,14 +78,14 @@ func (a *asyncWindow[T]) send() bool {
 			return false
 		}
 		it := &a.items[i]
-		it.rec.Attempt = p.attempt(a.st, it)
-		if p.keyParked(&it.rec) || a.refused[it.rec.Key] {
+		it.rec.Attempt = p.exec.attempt(a.st, it)
+		if p.keyParked(&it.rec) {
 			if !a.add(flight[T]{it: it, sent: time.Now()}) { // parked in its turn, without reaching the sink
 				return false
 			}
 			continue
 		}
-		if p.acceptedBefore(it) { // accepted is accepted: it settles in its turn, not sent again
+		if p.exec.acceptedBefore(it, p.tenure.gen) { // accepted is accepted: it settles in its turn, not sent again
 			if !a.add(flight[T]{it: it, accepted: true, sent: time.Now()}) {
 				return false
 			}
@@ -98,34 +94,22 @@ func (a *asyncWindow[T]) send() bool {
 		sent := time.Now()
 		sctx, cancel := context.WithDeadline(a.work, sent.Add(p.cfg.HandlerTimeout))
 		a.called[i] = true
-		res, serr := p.async.Send(p.startAttempt(sctx, it), &it.rec)
+		res, serr := p.async.Send(startAttempt(&p.tracing, sctx, it), &it.rec)
 		cancel()
-		if serr == nil {
-			if !a.add(flight[T]{it: it, res: res, sent: sent}) {
-				return false
-			}
-			continue
+		if serr != nil {
+			// Refused before it was sent: it takes its turn, the records before it settling first, and
+			// nothing more is sent until its fate, decided then, says whether to go on (see the comment at
+			// the top of this file).
+			res = failedResult{serr}
 		}
-		v := p.fateOf(a.ctx, a.work, a.st, it, serr, false)
-		if v.kind == fatePark {
-			// Refused before it was sent, in a way that parks its key as things stand now: it waits for its
-			// turn, the records before it settling first, and the key's later records are not sent. Its
-			// fate is decided in its turn (settle), not here (see the comment at the top of this file).
-			a.refused[it.rec.Key] = true
-			if !a.add(flight[T]{it: it, res: failedResult{serr}, sent: time.Now()}) {
-				return false
-			}
-			continue
+		if !a.add(flight[T]{it: it, res: res, sent: sent}) {
+			return false
 		}
-		endAttempt(it, serr)
-		// Earlier records settle first; this one is the failure only if they all succeed.
-		for len(a.flights) > 0 {
+		for serr != nil && len(a.flights) > 0 {
 			if !a.settle() {
 				return false
 			}
 		}
-		a.o.failed, a.o.fate = it, v
-		return false
 	}
 	return true
 }
@@ -152,12 +136,12 @@ func (a *asyncWindow[T]) settle() bool {
 	if f.res != nil {
 		werr = f.res.Wait(wctx)
 		p.obs.Handled(p.cfg.Process, time.Since(start), werr)
-		p.refusals.note(f.it.rec.Key, werr)
+		p.exec.refusals.note(f.it.rec.Key, werr)
 	}
 	// Parked behind its key: a record sent before the key was parked is delivered again after the key's
 	// first record, whatever the sink said of it.
 	var err error
-	switch v := p.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
+	switch v := p.exec.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
 	case fateParkedBehind:
 		err = p.park(a.work, a.st, f.it, verdict{})
 	case fatePark:
@@ -207,7 +191,7 @@ func (a *asyncWindow[T]) covered() bool {
 }
 
 // drain waits out whatever is still in flight after a failure: the position does not pass it, and what
-// the sink accepted of it is remembered, not sent again (see failing.accepted); the rest is delivered
+// the sink accepted of it is remembered, not sent again (see attempts.accepted); the rest is delivered
 // again. One deadline for all of it, so that a sink that hangs cannot keep the cursor transaction idle
 // for longer than one handler call.
 func (a *asyncWindow[T]) drain() {
@@ -216,10 +200,10 @@ func (a *asyncWindow[T]) drain() {
 	for _, f := range a.flights {
 		switch {
 		case f.accepted:
-			a.p.accept(f.it) // still accepted, for the next read
+			a.p.exec.accept(f.it, a.p.tenure.gen) // still accepted, for the next read
 		case f.res != nil && !a.p.keyParked(&f.it.rec):
 			if f.res.Wait(ctx) == nil {
-				a.p.accept(f.it)
+				a.p.exec.accept(f.it, a.p.tenure.gen)
 			}
 		case f.res != nil:
 			_ = f.res.Wait(ctx)

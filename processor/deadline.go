@@ -193,8 +193,8 @@ func (h *handlerDeadline) fire() {
 // would end the session and with it the row lock. The transaction sent nothing before the lease's last
 // renewal, so it has idled for no longer than since then. Zero when this instance holds no lease: a call
 // then gets its timeout and no more. It reads no clock.
-func (p *Processor[T]) callLimit() callLimit {
-	return limitUnder(p.cur.LeaseUntil(), p.cfg.Lease, p.cfg.IdleInTransactionTimeout)
+func (e *executor[T]) callLimit() callLimit {
+	return limitUnder(e.cur.LeaseUntil(), e.lease, e.idle)
 }
 
 // limitUnder is callLimit for a lease of the given length that runs until until (zero: none), and a

@@ -47,11 +47,11 @@ func cutOff(ctx, work context.Context) bool { return ctx.Err() != nil && work.Er
 
 // deliverSync hands records to a Handler or TxHandler one at a time.
 func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
-	p.failing.forgetPassed(st.Position)
+	p.exec.attempts.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
 	called := -1 // the last record handed to the handler
-	deliver := func(i int) error { called = i; return p.deliver(work, &items[i]) }
-	defer func() { p.settled(items, o.n, func(i int) bool { return i <= called }) }()
+	deliver := func(i int) error { called = i; return p.exec.deliver(work, &items[i]) }
+	defer func() { p.exec.settled(items, o.n, func(i int) bool { return i <= called }) }()
 	for i := range items {
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
@@ -60,13 +60,13 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 			break
 		}
 		it := &items[i]
-		it.rec.Attempt = p.attempt(st, it)
+		it.rec.Attempt = p.exec.attempt(st, it)
 		behind := p.keyParked(&it.rec)
 		var err error
 		if !behind {
 			err = deliver(i)
 		}
-		f := p.fateOf(ctx, work, st, it, err, behind)
+		f := p.exec.fateOf(ctx, work, st, it, err, behind)
 		switch {
 		case f.kind == fateAbort:
 			o.err = err
@@ -94,7 +94,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 // resumed notes that a record which had failed before went through.
 func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
 	if rec.Attempt > 1 {
-		p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
+		p.failing.nextAt = time.Time{}
 		was := p.noteFailing(nil)
 		if was == failUnavailable {
 			return // said by noteFailing: the sink's outage is over
@@ -138,31 +138,31 @@ func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
 // back its own writes only. The handler's context carries the attempt's span.
-func (p *Processor[T]) deliver(work context.Context, it *item[T]) (err error) {
+func (e *executor[T]) deliver(work context.Context, it *item[T]) (err error) {
 	rec := &it.rec
-	call := p.deadline.start(work, p.callLimit())
-	hctx := p.startAttempt(call, it)
+	call := e.deadline.start(work, e.callLimit())
+	hctx := startAttempt(e.tracing, call, it)
 	start := time.Now()
 	defer func() {
 		call.end()
-		p.obs.Handled(p.cfg.Process, time.Since(start), err)
-		if p.cfg.Handler != nil {
-			p.refusals.note(rec.Key, err)
+		e.obs.Handled(e.process, time.Since(start), err)
+		if e.handler != nil {
+			e.refusals.note(rec.Key, err)
 		}
 		endAttempt(it, err)
 	}()
-	if p.cfg.Handler != nil {
-		return p.guarded(hctx, rec, func() error { return p.cfg.Handler.Handle(hctx, rec) })
+	if e.handler != nil {
+		return e.guarded(hctx, rec, func() error { return e.handler.Handle(hctx, rec) })
 	}
-	return p.inSavepoint(hctx, work, rec, func(tx pgx.Tx) error { return p.cfg.TxHandler.HandleTx(hctx, tx, rec) })
+	return e.inSavepoint(hctx, work, rec, func(tx pgx.Tx) error { return e.txHandler.HandleTx(hctx, tx, rec) })
 }
 
 // guarded calls a handler: a panic becomes rec's failure, and a failure caused by the handler timeout
 // says so.
-func (p *Processor[T]) guarded(hctx context.Context, rec *handlers.Record[T], call func() error) (err error) {
+func (e *executor[T]) guarded(hctx context.Context, rec *handlers.Record[T], call func() error) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
-			err = p.panicked(rec, r)
+			err = e.panicked(rec, r)
 		}
 		err = explain(hctx, err)
 	}()
@@ -172,12 +172,12 @@ func (p *Processor[T]) guarded(hctx context.Context, rec *handlers.Record[T], ca
 // inSavepoint calls a transactional handler in a savepoint of the cursor transaction, guarded: released
 // when the call succeeds, rolled back when it fails or panics, so that nothing it wrote stays beside the
 // halt state or the records delivered after it.
-func (p *Processor[T]) inSavepoint(hctx, work context.Context, rec *handlers.Record[T], call func(pgx.Tx) error) error {
-	sp, err := p.cur.Tx().Begin(hctx)
+func (e *executor[T]) inSavepoint(hctx, work context.Context, rec *handlers.Record[T], call func(pgx.Tx) error) error {
+	sp, err := e.cur.Tx().Begin(hctx)
 	if err != nil {
 		return explain(hctx, fmt.Errorf("savepoint: %w", err))
 	}
-	return endSavepoint(work, sp, p.guarded(hctx, rec, func() error { return call(sp) }))
+	return endSavepoint(work, sp, e.guarded(hctx, rec, func() error { return call(sp) }))
 }
 
 // batchError is a failure of the cursor transaction itself, not of a record: what it holds cannot be
@@ -318,22 +318,20 @@ func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.Ca
 	return p.cur.Bounded(ctx)
 }
 
-// fail records a failing record's halt state, as its fate f decided it, with the position of the last
-// success before it, and returns how long to wait before trying it again.
+// fail writes the completion of it, the record the batch that began at st failed on, as the executor
+// builds it from its fate f (see executor.complete), with the position of the last success before it, and
+// returns how long to wait before trying it again.
 func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) time.Duration {
 	rec, cause, check := &it.rec, f.v.err, f.v.unavailable
+	c := p.exec.complete(st, it, f)
 	if err := p.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
 		p.abort(work)
-		return p.retryDelay(1, verdict{})
+		return p.exec.retryDelay(1, verdict{})
 	}
-	h, err := p.cur.RecordFailure(work, last, store.Failure{RecordID: rec.ID, Err: cause,
-		Permanent: f.v.permanent, Status: f.v.status,
-		RetryIn:     func(attempts int) time.Duration { return p.retryDelay(attempts, f.v) },
-		Halt:        f.kind == fateHalt,
-		Unavailable: check})
-	if err == nil && f.parkOnceHalted {
+	h, err := p.cur.RecordFailure(work, last, c.failure)
+	if err == nil && c.park {
 		// The cursor row counts it halted now, no longer the sink's outage: the key parks, and the stream
 		// goes on at once.
 		if err = p.parkFailed(work, st, it, f.v); err == nil {
@@ -345,13 +343,15 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		p.abort(work)
-		return p.retryDelay(rec.Attempt, f.v)
+		return c.failure.RetryIn // the wait decided with the rest, though nothing of it could be written
 	}
 	if err := p.cur.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
-	wait := time.Until(h.NextAttemptAt)
-	p.failing.retryAt, p.failing.nextAt = time.Now().Add(wait), h.NextAttemptAt
+	// The wait runs from the failure to the next attempt, both stamped by the statement that wrote them:
+	// the database's clock alone (see store.Repository.RecordFailure), whatever this machine's says.
+	wait := h.NextAttemptAt.Sub(h.LastFailureAt)
+	p.failing.nextAt = h.NextAttemptAt
 	was := p.noteFailing(&h)
 	event := "retrying"
 	switch p.failing.told {
@@ -382,19 +382,6 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	return p.rowWatched(wait)
 }
 
-// retryDelay is how long to wait before the next attempt of a record failing as v says, after attempts
-// failed: a refusal for good waits RetryMax, anything else backs off, at least as long as the sink asked.
-func (p *Processor[T]) retryDelay(attempts int, v verdict) time.Duration {
-	if v.permanent && v.unavailable == "" {
-		return p.cfg.RetryMax
-	}
-	d := backoff(attempts, p.cfg.RetryMin, p.cfg.RetryMax)
-	if v.retryAfter > d {
-		d = min(v.retryAfter, p.cfg.RetryMax)
-	}
-	return d
-}
-
 // PanicError is the failure of a record whose handler panicked: the panic's value, which the cursor row
 // keeps as the error, and the stack, which goes to the log (once per panic) for whoever debugs it.
 type PanicError struct {
@@ -407,9 +394,9 @@ type PanicError struct {
 func (e *PanicError) Error() string { return fmt.Sprintf("handler panicked: %v", e.Value) }
 
 // panicked turns a recovered panic of rec's handler into its failure, and logs where it happened.
-func (p *Processor[T]) panicked(rec *handlers.Record[T], v any) error {
-	e := &PanicError{Value: v, Stack: debug.Stack()}
-	p.log.Error().Str("record", rec.ID).Str("panic", fmt.Sprint(v)).Str("stack", string(e.Stack)).
+func (e *executor[T]) panicked(rec *handlers.Record[T], v any) error {
+	pe := &PanicError{Value: v, Stack: debug.Stack()}
+	e.log.Error().Str("record", rec.ID).Str("panic", fmt.Sprint(v)).Str("stack", string(pe.Stack)).
 		Msg("the handler panicked; the record counts as failed")
-	return e
+	return pe
 }

@@ -4,40 +4,16 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/inordertype"
 )
 
-// failing is what this instance knows of the records that fail in its stream: what it last told of the
-// failing record (told), when it is tried next (retryAt, nextAt), and the records it handed to the handler
-// that the position has not moved past (sent), which go out again after the failure with the next attempt
-// number.
-//
-// The cursor row counts the failed attempts of the record the stream halts on, across instances. The
-// records delivered ahead of it are the keyed window's and an AsyncHandler's: records of other keys
-// already sent, or refused, when the first record in order failed. The position stops before them, so
-// they are delivered again once the failing record goes through or is skipped; sent remembers how many
-// times this instance sent each of them, so that a receiver never sees one attempt number twice for a
-// record (an instance that takes over after a crash knows only the cursor row's count).
+// failing is what this instance knows of the record its stream fails on: what it last told of it (told),
+// and when it is tried next (nextAt). What it knows of the attempts at it, and at the records delivered
+// ahead of it, is the executor's (see attempts).
 type failing struct {
 	told failState
-	// retryAt is the earliest next attempt at the failing record, from this instance's own backoff, and
-	// nextAt the next attempt the cursor row said last (an earlier one: an operator's retry).
-	retryAt, nextAt time.Time
-	sent            map[string]sentRecord // by record id
-	// accepted are the records ahead of the position that the sink accepted (see acceptedRecord), by
-	// record id.
-	accepted map[string]acceptedRecord
-}
-
-// acceptedRecord is a record that the sink accepted while the position stopped before it (the keyed
-// window went on with other keys after a record failed): when it was created (to forget it once the
-// position is past), and the tenure in which it was accepted. In that tenure it is not sent again: it
-// counts as succeeded when its batch is read again. In a later tenure (after a lost connection, or
-// another instance in between) it is sent again, since an operator may have moved the position back
-// meanwhile, and counted as sent again (ResentObserver).
-type acceptedRecord struct {
-	createdAt time.Time
-	tenure    int64 // tenure.gen
+	// nextAt is the next attempt at the failing record that the cursor row said last, on the database's
+	// clock, as the row keeps it: a next attempt earlier than it is an operator's retry.
+	nextAt time.Time
 }
 
 // failState is what a stream is doing about a failing record.
@@ -50,75 +26,6 @@ const (
 	failUnavailable           // the sink refuses what every record would meet: waiting for it, never halting
 )
 
-// sentRecord is a record handed to the handler without the position moving past it: when it was created
-// (to forget it once the position is past), and the attempt number it last went out with.
-type sentRecord struct {
-	createdAt time.Time
-	attempt   int
-}
-
-// attemptOf is the attempt number of record id in a batch that starts from st: one more than the failed
-// attempts the cursor row counts when it is the failing record, else 1.
-func attemptOf(st inordertype.State, id string) int {
-	if st.Halt != nil && st.Halt.RecordID == id {
-		return st.Halt.Attempts + 1
-	}
-	return 1
-}
-
-// attempt is the attempt number it goes out with now: one more than the cursor row counts (attemptOf),
-// or than the last attempt at it this instance sent, whichever is more.
-func (p *Processor[T]) attempt(st inordertype.State, it *item[T]) int {
-	n := attemptOf(st, it.rec.ID)
-	if s, ok := p.failing.sent[it.rec.ID]; ok && s.attempt >= n {
-		n = s.attempt + 1
-	}
-	return n
-}
-
-// forgetPassed forgets the records sent before that the durable position pos is past (by this instance
-// or another, or an operator's skip), at the start of a batch.
-func (f *failing) forgetPassed(pos inordertype.Position) {
-	for id, s := range f.sent {
-		if s.createdAt.Before(pos.CreatedAt) {
-			delete(f.sent, id)
-		}
-	}
-	for id, a := range f.accepted {
-		if a.createdAt.Before(pos.CreatedAt) {
-			delete(f.accepted, id)
-		}
-	}
-}
-
-// accept notes that the sink accepted it while the position stays before it.
-func (p *Processor[T]) accept(it *item[T]) {
-	if p.failing.accepted == nil {
-		p.failing.accepted = map[string]acceptedRecord{}
-	}
-	p.failing.accepted[it.rec.ID] = acceptedRecord{createdAt: it.pos.CreatedAt, tenure: p.tenure.gen}
-}
-
-// acceptedBefore reports whether the sink accepted it already in this tenure, so that it is not sent
-// again.
-func (p *Processor[T]) acceptedBefore(it *item[T]) bool {
-	a, ok := p.failing.accepted[it.rec.ID]
-	return ok && a.tenure == p.tenure.gen
-}
-
-// sending notes that it is handed to the sink now: when the sink had accepted it before (in an earlier
-// tenure, or because what should have kept it from going again failed), it is counted as sent again.
-func (p *Processor[T]) sending(it *item[T]) {
-	if _, ok := p.failing.accepted[it.rec.ID]; ok {
-		delete(p.failing.accepted, it.rec.ID)
-		p.noteResent(1)
-	}
-}
-
-// forgetAccepted forgets the records accepted ahead of the position: an operator moved it, and what lies
-// after it is delivered again on purpose.
-func (f *failing) forgetAccepted() { clear(f.accepted) }
-
 // ResentObserver is an Observer that is also told of records this instance hands to the sink again after
 // the sink accepted them: what a lost connection (or another instance's tenure in between) makes it
 // deliver again. Records retried because they failed are not counted, nor what an operator's rewind
@@ -127,34 +34,6 @@ type ResentObserver interface {
 	Observer
 	// Resent reports records sent again although the sink had accepted them.
 	Resent(process string, records int)
-}
-
-func (p *Processor[T]) noteResent(n int) {
-	if o, ok := p.obs.(ResentObserver); ok {
-		o.Resent(p.cfg.Process, n)
-	}
-}
-
-// settled notes how the delivery of a batch ended: the position moved past its first n records, and the
-// records after them that sent says the handler was given (the failing record, and what the keyed window
-// or an AsyncHandler sent ahead of it) will go out again with their next attempt number.
-func (p *Processor[T]) settled(items []item[T], n int, sent func(i int) bool) {
-	f := &p.failing
-	if len(f.sent) > 0 || len(f.accepted) > 0 {
-		for i := range items[:n] {
-			delete(f.sent, items[i].rec.ID)
-			delete(f.accepted, items[i].rec.ID)
-		}
-	}
-	for i := n; i < len(items); i++ {
-		if !sent(i) {
-			continue
-		}
-		if f.sent == nil {
-			f.sent = map[string]sentRecord{}
-		}
-		f.sent[items[i].rec.ID] = sentRecord{createdAt: items[i].pos.CreatedAt, attempt: items[i].rec.Attempt}
-	}
 }
 
 // unavailable says what to check when err is the sink's outage rather than the record's failure

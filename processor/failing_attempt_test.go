@@ -171,3 +171,50 @@ func TestARecordAcceptedAheadIsSentAgainOnlyAfterALostConnection(t *testing.T) {
 	require.Len(t, s.sent(ids[2]), 2, "sent again in the new tenure")
 	require.Equal(t, 2, obs.count(), "each record sent again after the sink accepted it is counted")
 }
+
+// refusingAtSend is attemptSink as an AsyncHandler that refuses at Send what it refuses.
+type refusingAtSend struct{ *attemptSink }
+
+func (s refusingAtSend) Send(_ context.Context, rec *handlers.Record[event]) (handlers.Result, error) {
+	if err := s.take(rec); err != nil {
+		return nil, err
+	}
+	return answered{}, nil
+}
+
+func (s refusingAtSend) MaxInFlight() int { return 4 }
+
+// TestAnAsyncRefusalAtSendIsJudgedInItsTurn: a record an AsyncHandler refuses at Send takes its turn: the
+// records before it settle first, nothing is sent after it, and its fate, decided then, halts the stream
+// on it, as the cursor row says (its first attempt, refused for good). Once it goes through, the rest
+// follows in order.
+func TestAnAsyncRefusalAtSendIsJudgedInItsTurn(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ids := b.insert(t, 3)
+	s := newAttemptSink(ids[1])
+	b.cfg.Handler = refusingAtSend{s}
+	b.cfg.RetryMin, b.cfg.RetryMax = time.Minute, time.Minute // only the operator's retry sends it again
+	start(t, b.cfg)
+	waitFor(t, "the halt on the second record", func() bool {
+		h := b.halt(t)
+		return h != nil && h.RecordID == idText(ids[1])
+	})
+	h := b.halt(t)
+	require.Equal(t, 1, h.Attempts)
+	require.True(t, h.Permanent)
+	require.False(t, h.HaltedAt.IsZero(), "refused for good: halted")
+	_, id := b.position(t, b.cfg.Process)
+	require.Equal(t, idText(ids[0]), id, "the record before it settled")
+	require.Empty(t, s.sent(ids[2]), "nothing is sent after a refusal before its turn")
+
+	s.fix()
+	_, err := cursor.Retry(context.Background(), b.db.Pool, b.cfg.Process, cursor.ActionOpts{Actor: "ops", Reason: "fixed"})
+	require.NoError(t, err)
+	waitFor(t, "the position at the last record", func() bool {
+		_, id := b.position(t, b.cfg.Process)
+		return id == idText(ids[len(ids)-1])
+	})
+	require.Equal(t, []int{1, 2}, s.sent(ids[1]))
+	require.Equal(t, []int{1}, s.sent(ids[2]))
+}

@@ -135,3 +135,29 @@ func TestAFailureLongerThanHaltAfterHalts(t *testing.T) {
 	waitFor(t, "every record", func() bool { return b.h.count() == 2 })
 	waitFor(t, "the halt cleared", func() bool { _, halted, _, _ := obs.now(); return !halted && b.halt(t) == nil })
 }
+
+// TestTheNextAttemptIsWaitedForOnTheDatabasesClock: the wait before a failing record's next attempt is
+// measured on the clock that stamped it, the database's, whatever this machine's says. With the database's
+// clock an hour ahead of this machine's (as the processor's connections read it: clock_timestamp() found
+// first in a schema of the test's own), a record that failed is tried again after its backoff, not an hour
+// later.
+func TestTheNextAttemptIsWaitedForOnTheDatabasesClock(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `CREATE SCHEMA skew;
+		CREATE FUNCTION skew.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS
+		$$ SELECT pg_catalog.clock_timestamp() + interval '1 hour' $$`)
+	b.cfg.ConnConfig.RuntimeParams["search_path"] = "skew, pg_catalog, public"
+	b.cfg.RetryMin, b.cfg.RetryMax = 200*time.Millisecond, 200*time.Millisecond
+	ids := b.insert(t, 2)
+	b.h.setFail(ids[0], errors.New("503 Service Unavailable"))
+	start(t, b.cfg)
+
+	waitFor(t, "the first record failing", func() bool { h := b.halt(t); return h != nil && h.Attempts >= 1 })
+	h := b.halt(t)
+	require.InDelta(t, time.Hour.Seconds(), time.Until(h.LastFailureAt).Seconds(), 60,
+		"the cursor row is stamped by the database's clock, an hour ahead")
+	b.h.setFail(ids[0], nil)
+	waitFor(t, "both records, the failing one tried again after its backoff", func() bool { return b.h.count() == 2 })
+	require.Equal(t, ids, b.h.ids())
+}

@@ -18,8 +18,7 @@ import (
 // only one way: when the shutdown timeout has cut the batch off after its failing record's fate was decided
 // (the keyed window and the async window wait for what is in flight after it), nothing can be recorded any
 // more, and the record is cut off after all (atBatchEnd). A refusal an AsyncHandler's Send returns at once
-// is looked at when Send fails, to know whether to hold the record for its turn, and its fate is decided in
-// its turn (see async.go).
+// is no exception: the record takes its turn, and its fate is decided then (see async.go).
 //
 // Two paths ask decideFate about an error that is not a record's of the stream as it goes, under rules of
 // their own, and pass it only the error and whether the shutdown cut the handler off: a TxBatchHandler's
@@ -103,7 +102,7 @@ type fateInput struct {
 	// cutOff says that the shutdown timeout cut the handler off (see cutOff).
 	cutOff bool
 	// sinkCheck is what to check when err is the sink's outage rather than the record's failure
-	// (Processor.sinkCheck), "" otherwise.
+	// (executor.sinkCheck), "" otherwise.
 	sinkCheck string
 	// id and key are the record's.
 	id, key string
@@ -149,24 +148,4 @@ func decideFate(in fateInput) fate {
 		return fate{kind: fatePark, v: v}
 	}
 	return fate{kind: fateHalt, v: v}
-}
-
-// fateOf decides the fate of it, from a batch that began at st, whose handler returned err (behind: not
-// handed to the handler, its key parked). A key that parks is noted among the refusals now, not when its
-// row is stored: another key's refusal may show the sink's outage before then, and the key is to be
-// redriven when the outage ends (see outage.go).
-func (p *Processor[T]) fateOf(ctx, work context.Context, st inordertype.State, it *item[T], err error, behind bool) fate {
-	in := fateInput{err: err, behind: behind, id: it.rec.ID, key: it.rec.Key, halt: st.Halt,
-		parking: p.parking(), haltAfter: p.cfg.HaltAfter}
-	if err != nil && !behind {
-		// The clock only for a failure: a record that went through, or parks behind its key, has its fate
-		// without it (a read of the clock per record shows in the profile of a backlog).
-		in.now = p.cur.Now()
-		in.cutOff, in.sinkCheck = cutOff(ctx, work), p.sinkCheck(err)
-	}
-	f := decideFate(in)
-	if f.kind == fatePark {
-		p.refusals.parked(it.rec.Key)
-	}
-	return f
 }

@@ -316,7 +316,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			// the switch stays.
 			back := inordertype.Position{CreatedAt: at.UTC()}
 			p.tenure.delivered.forget() // delivered again on purpose
-			p.failing.forgetAccepted()
+			p.exec.attempts.forgetAccepted()
 			p.late.forget()
 			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 				return horizon{}, err

@@ -31,6 +31,9 @@ type refusals struct {
 type refusal struct {
 	key    string
 	status int
+	// at is when it was noted, by this machine's clock: refusals are compared with each other only, never
+	// with a time the database wrote, and they are this instance's own, so the machine's monotonic clock
+	// measures their refusalMemory, as the database's clock could not without a round trip.
 	at     time.Time
 	parked bool
 }
@@ -115,28 +118,19 @@ func (r *refusals) takeRedrive() []string {
 	return keys
 }
 
-// sinkCheck says what to check when cause is the sink's outage: by the sink's own word
-// (handlers.Unavailable), or because records of different keys met the same refusal.
-func (p *Processor[T]) sinkCheck(cause error) string {
-	if check := unavailable(cause); check != "" {
-		return check
-	}
-	return p.refusals.check(cause)
-}
-
 // redriveAfterOutage redrives the keys parked for a sink's refusals before they were recognised as the
 // sink's outage, now that the sink accepts again: their records go out in order, as an operator's redrive
 // would send them, and the audit trail says who asked. Called while the cursor row is not held.
 func (p *Processor[T]) redriveAfterOutage(work context.Context) {
-	keys := p.refusals.takeRedrive()
+	keys := p.exec.refusals.takeRedrive()
 	if len(keys) == 0 {
 		return
 	}
 	conn, err := p.cur.Conn(work)
 	if err != nil {
-		p.refusals.mu.Lock()
-		p.refusals.redrive = append(p.refusals.redrive, keys...) // next time
-		p.refusals.mu.Unlock()
+		p.exec.refusals.mu.Lock()
+		p.exec.refusals.redrive = append(p.exec.refusals.redrive, keys...) // next time
+		p.exec.refusals.mu.Unlock()
 		return
 	}
 	defer p.cur.Detach()

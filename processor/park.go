@@ -59,7 +59,7 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 	p.joinAhead()
 	pk := store.Parked{Key: it.rec.Key, Position: it.pos}
 	if v.err != nil {
-		pk.Error, pk.Permanent, pk.Attempts, pk.Status = v.err.Error(), v.permanent, it.rec.Attempt, v.status
+		pk.Error, pk.Permanent, pk.Attempts, pk.Status = store.ClipError(v.err.Error()), v.permanent, it.rec.Attempt, v.status
 		if h := st.Halt; h != nil && h.RecordID == it.rec.ID {
 			pk.FirstFailureAt = h.FirstFailureAt
 		}
@@ -72,7 +72,7 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 		return nil
 	}
 	p.markParked(pk.Key)
-	p.failing.retryAt, p.failing.nextAt = time.Time{}, time.Time{}
+	p.failing.nextAt = time.Time{}
 	p.noteFailing(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
 		Int("status", pk.Status).Err(v.err).
@@ -192,7 +192,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 			return false, err
 		default:
 			it.rec.Attempt = pk.Attempts + 1
-			cause = p.deliver(work, it)
+			cause = p.exec.deliver(work, it)
 			if cause != nil {
 				p.endSpan(work, it, "still parked") // the key stays parked, with the new error
 			}
@@ -207,7 +207,8 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		case fateCutOff:
 			return false, nil
 		default: // it failed again (fateRetry, fateHalt)
-			pk.Error, pk.Permanent, pk.Status = cause.Error(), f.v.permanent, f.v.status
+			pk.Error, pk.Permanent, pk.Status = store.ClipError(cause.Error()), f.v.permanent, f.v.status
+			pk.Attempts++ // this attempt, whether the record was handed to the handler or was gone from the table
 			if err := p.cur.RedriveFailed(work, pk); err != nil {
 				return false, err
 			}

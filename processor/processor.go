@@ -55,7 +55,6 @@ type Processor[T any] struct {
 	// stamps), and clockWarned when that was last said.
 	clockOff, clockWarned time.Time
 	cur                   *store.Repository
-	deadline              *handlerDeadline
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
@@ -94,8 +93,8 @@ type Processor[T any] struct {
 	lastFull bool
 	// budget is the byte budget of a read (Config.BatchBytes) and the size ratio learned.
 	budget byteBudget
-	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
-	refusals refusals
+	// exec decides what becomes of a record once its handler answered (see executor.go).
+	exec executor[T]
 	// shape is what the processor knows of the source's columns across migrations (see shape.go).
 	shape shapeWatch
 	// listened is the table as the listener's goroutine names it: p.table when it started, which a
@@ -155,18 +154,18 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{cursors: cursors,
-		cfg:      cfg,
-		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:  newTracker(cfg.InsertLatency),
-		late:     newLateWatch(),
-		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
-		wake:     make(chan struct{}, 1),
-		obs:      cfg.Observer,
-		budget:   byteBudget{bytes: int64(cfg.BatchBytes)},
+		cfg:     cfg,
+		log:     defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
+		tracker: newTracker(cfg.InsertLatency),
+		late:    newLateWatch(),
+		wake:    make(chan struct{}, 1),
+		obs:     cfg.Observer,
+		budget:  byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing)
 	var zero T
 	_, p.generic = any(zero).(handlers.Row)
 	switch {
@@ -469,7 +468,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
-			p.cur = cur
+			p.cur, p.exec.cur = cur, cur
 			p.accepted()
 			return nil
 		}

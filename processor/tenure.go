@@ -93,7 +93,7 @@ func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon
 		return nil
 	}
 	p.tenure.delivered.forget() // delivered again on purpose
-	p.failing.forgetAccepted()
+	p.exec.attempts.forgetAccepted()
 	p.late.forget()
 	if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
 		return err
@@ -124,7 +124,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			Msg("position moved by an operator (skip or rewind)")
 		p.traceOperator(p.tenure.lastPos, st.Position)
 		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
-		p.failing.forgetAccepted()
+		p.exec.attempts.forgetAccepted()
 	}
 	p.noteFailing(st.Halt)
 	if st.Halt == nil {
@@ -133,23 +133,22 @@ func (p *Processor[T]) followOperator() time.Duration {
 	}
 	due := st.Halt.NextAttemptAt
 	if due.IsZero() { // recorded before next attempts were
-		due = st.Halt.LastFailureAt.Add(p.retryDelay(st.Halt.Attempts, verdict{}))
+		due = st.Halt.LastFailureAt.Add(p.exec.retryDelay(st.Halt.Attempts, verdict{}))
 	}
 	if !p.tenure.tried {
 		// A new owner tries the record at once: the next attempt recorded is the backoff of the owner
 		// before (whose sink, its URL or its key, may have been what failed), not this one's.
 		p.tenure.tried = true
-		p.failing.nextAt, p.failing.retryAt = due, time.Time{}
+		p.failing.nextAt = due
 		return 0
 	}
 	if !p.failing.nextAt.IsZero() && due.Before(p.failing.nextAt) {
-		// An operator brought the next attempt forward (cursor.Retry): this instance's own backoff ends too.
+		// An operator brought the next attempt forward (cursor.Retry).
 		p.log.Info().Str("record", st.Halt.RecordID).Msg("retrying the record now, as an operator asked")
-		p.failing.retryAt = time.Time{}
 	}
 	p.failing.nextAt = due
-	if p.failing.retryAt.After(due) {
-		due = p.failing.retryAt
-	}
-	return p.rowWatched(max(0, time.Until(due)))
+	// One clock for a wait on a time the cursor row keeps: the database's (Repository.Now, this machine's
+	// clock carried on from the offset measured as the row was locked), never this machine's alone, which
+	// may be off from the database's by any amount, and from the other instances' that share the row.
+	return p.rowWatched(max(0, due.Sub(p.cur.Now())))
 }

@@ -125,10 +125,11 @@ func (p *Processor[T]) traceCommit(work context.Context, records int) func(error
 // carries it (sinks propagate it: webhook headers, Kafka headers, Pub/Sub attributes). The span is a child
 // of the application's span that wrote the row, read from its trace columns, and links to it as the
 // messaging conventions ask of a message's creation context; a row without one is delivered as a child
-// of the batch's span. The span stays open until endAttempt or a fate (halted, parked) closes it.
-func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Context {
+// of the batch's span, as t, the processor's tracing, has it. The span stays open until endAttempt or a
+// fate (halted, parked) closes it.
+func startAttempt[T any](t *tracing, ctx context.Context, it *item[T]) context.Context {
 	if it.tr == nil {
-		if !p.tracing.recording {
+		if !t.recording {
 			// No trace context and a batch not recorded (no provider, or a sampler that left the batch
 			// out, which a parent-based one would do to its children too): no span, no cost.
 			return ctx
@@ -147,7 +148,7 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 			parent = ctx // an unreadable traceparent: traced as a row without one
 		}
 	}
-	if b := p.tracing.batch; b != nil {
+	if b := t.batch; b != nil {
 		if len(links) == 0 {
 			parent = trace.ContextWithSpan(parent, b)
 		} else {
@@ -155,15 +156,15 @@ func (p *Processor[T]) startAttempt(ctx context.Context, it *item[T]) context.Co
 		}
 	}
 	// One slice of attributes, given at the start (samplers see them, and the SDK copies them once).
-	attrs := make([]attribute.KeyValue, len(p.tracing.attrs), len(p.tracing.attrs)+4)
-	copy(attrs, p.tracing.attrs)
+	attrs := make([]attribute.KeyValue, len(t.attrs), len(t.attrs)+4)
+	copy(attrs, t.attrs)
 	attrs = append(attrs, attribute.String("messaging.message.id", it.rec.ID),
 		attribute.Int("inorder.record.attempt", it.rec.Attempt),
 		attribute.String("inorder.record.created_at", it.rec.CreatedAt.Format(time.RFC3339Nano)))
 	if it.rec.Key != "" {
 		attrs = append(attrs, attribute.String("inorder.record.key", it.rec.Key))
 	}
-	hctx, span := p.tracing.tracer.Start(parent, p.tracing.deliverName,
+	hctx, span := t.tracer.Start(parent, t.deliverName,
 		trace.WithSpanKind(trace.SpanKindConsumer), trace.WithLinks(links...), trace.WithAttributes(attrs...))
 	it.tr.span = span
 	return hctx
@@ -198,7 +199,7 @@ func (it *item[T]) span() trace.Span {
 // its own for it, so that the application's trace shows where its record went.
 func (p *Processor[T]) endSpan(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
 	if it.span() == nil {
-		if p.startAttempt(ctx, it); it.span() == nil {
+		if startAttempt(&p.tracing, ctx, it); it.span() == nil {
 			return // nothing is recorded
 		}
 	}

@@ -35,13 +35,13 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 	}
 	start := time.Now()
 	for i := range items {
-		p.startAttempt(work, &items[i])
+		startAttempt(&p.tracing, work, &items[i])
 	}
 	hctx := work
 	if b := p.tracing.batch; b != nil {
 		hctx = trace.ContextWithSpan(work, b)
 	}
-	err := p.handleTxBatch(hctx, recs)
+	err := p.exec.handleTxBatch(hctx, p.txBatch, recs)
 	took := time.Since(start) / time.Duration(len(recs))
 	for i := range items {
 		endAttempt(&items[i], err) // a failed batch's spans are closed by its fate below, or by the tick
@@ -74,8 +74,8 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 
 // handleTxBatch runs HandleTxBatch in a savepoint, under one handler timeout, and rolls the savepoint back
 // when it fails or panics, so that nothing of the batch stays for the records delivered one at a time.
-func (p *Processor[T]) handleTxBatch(work context.Context, recs []*handlers.Record[T]) error {
-	call := p.deadline.start(work, p.callLimit())
+func (e *executor[T]) handleTxBatch(work context.Context, h handlers.TxBatchHandler[T], recs []*handlers.Record[T]) error {
+	call := e.deadline.start(work, e.callLimit())
 	defer call.end()
-	return p.inSavepoint(call, work, recs[0], func(tx pgx.Tx) error { return p.txBatch.HandleTxBatch(call, tx, recs) })
+	return e.inSavepoint(call, work, recs[0], func(tx pgx.Tx) error { return h.HandleTxBatch(call, tx, recs) })
 }

@@ -20,7 +20,7 @@ type verdict struct {
 }
 
 // judge builds the verdict on err; unavailable is what to check at the sink when err is the sink's outage
-// (Processor.sinkCheck), "" otherwise.
+// (executor.sinkCheck), "" otherwise.
 func judge(err error, unavailable string) verdict {
 	if err == nil {
 		return verdict{}

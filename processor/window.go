@@ -29,7 +29,7 @@ import (
 // sink pauses (its outage, or a Retry-After), nothing starts at all, not even the records before it: stop
 // means stop, until the backoff ends. Records of other keys after it that the sink accepted are not sent
 // again by this instance: they count as succeeded when the batch is read again, until the position passes
-// them (see failing.accepted). Those that failed, or were still in flight, go out again with their next
+// them (see attempts.accepted). Those that failed, or were still in flight, go out again with their next
 // attempt number.
 
 // done is the outcome of one record's handler call in the window.
@@ -79,7 +79,7 @@ type window[T any] struct {
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
 func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.State, items []item[T]) outcome[T] {
-	p.failing.forgetPassed(st.Position)
+	p.exec.attempts.forgetPassed(st.Position)
 	w := &window[T]{p: p, ctx: ctx, work: work, st: st, items: items, slots: make([]slot, len(items)),
 		fates: make([]fate, len(items)), began: make([]time.Time, len(items)), results: make(chan done, len(items)),
 		failedAt: len(items), warned: -1, o: outcome[T]{last: st.Position}}
@@ -132,12 +132,12 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 	}
 	for i := w.head; i < len(items); i++ {
 		if w.slots[i] == succeeded {
-			p.accept(&items[i]) // accepted is accepted: not sent again while the position stays before it
+			p.exec.accept(&items[i], p.tenure.gen) // accepted is accepted: not sent again while the position stays before it
 		}
 	}
 	// The records of other keys that went out ahead of the head go out again after it, as their next
 	// attempt.
-	p.settled(items, w.o.n, func(i int) bool { return !w.began[i].IsZero() })
+	p.exec.settled(items, w.o.n, func(i int) bool { return !w.began[i].IsZero() })
 	return w.o
 }
 
@@ -163,7 +163,7 @@ func (w *window[T]) start() {
 		switch {
 		case w.slots[i] == succeeded || w.slots[i] == parked:
 			continue
-		case w.slots[i] == waiting && w.p.acceptedBefore(&w.items[i]):
+		case w.slots[i] == waiting && w.p.exec.acceptedBefore(&w.items[i], w.p.tenure.gen):
 			// The sink accepted it while a record before it failed: it is not sent again. (Every earlier
 			// record of its key had succeeded before it started.)
 			w.slots[i] = succeeded
@@ -180,19 +180,19 @@ func (w *window[T]) start() {
 			continue
 		}
 		it := &w.items[i]
-		it.rec.Attempt = w.p.attempt(w.st, it)
+		it.rec.Attempt = w.p.exec.attempt(w.st, it)
 		if w.p.keyParked(&it.rec) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)
-			w.parkAt(i, w.p.fateOf(w.ctx, w.work, w.st, it, nil, true))
+			w.parkAt(i, w.p.exec.fateOf(w.ctx, w.work, w.st, it, nil, true))
 			continue
 		}
 		busy[key] = true
-		w.p.sending(it)
+		w.p.exec.sending(it)
 		w.slots[i], w.inFlight, w.began[i] = flying, w.inFlight+1, time.Now()
 		go func(i int, it *item[T]) {
 			t0 := time.Now()
-			err := w.p.handleConcurrently(w.work, it)
+			err := w.p.exec.handleConcurrently(w.work, it)
 			w.results <- done{i: i, err: err, took: time.Since(t0)}
 		}(i, it)
 		if key == "" {
@@ -207,8 +207,8 @@ func (w *window[T]) take(d done) {
 	for {
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
-		w.p.refusals.note(w.items[d.i].rec.Key, d.err)
-		switch f := w.p.fateOf(w.ctx, w.work, w.st, &w.items[d.i], d.err, false); f.kind {
+		w.p.exec.refusals.note(w.items[d.i].rec.Key, d.err)
+		switch f := w.p.exec.fateOf(w.ctx, w.work, w.st, &w.items[d.i], d.err, false); f.kind {
 		case fatePark:
 			w.parkAt(d.i, f)
 		case fateDelivered:
@@ -340,12 +340,12 @@ func (p *Processor[T]) noteInFlight(f store.InFlight) {
 }
 
 // handleConcurrently runs the Handler on one record of the window, under a timeout of its own (the
-// processor's reusable deadline serves one call at a time).
-func (p *Processor[T]) handleConcurrently(work context.Context, it *item[T]) (err error) {
-	hctx, cancel := context.WithTimeoutCause(work, p.cfg.HandlerTimeout, errHandlerTimeout{d: p.cfg.HandlerTimeout})
+// executor's reusable deadline serves one call at a time).
+func (e *executor[T]) handleConcurrently(work context.Context, it *item[T]) (err error) {
+	hctx, cancel := context.WithTimeoutCause(work, e.deadline.timeout, errHandlerTimeout{d: e.deadline.timeout})
 	defer cancel()
-	hctx = p.startAttempt(hctx, it)
-	err = p.guarded(hctx, &it.rec, func() error { return p.cfg.Handler.Handle(hctx, &it.rec) })
+	hctx = startAttempt(e.tracing, hctx, it)
+	err = e.guarded(hctx, &it.rec, func() error { return e.handler.Handle(hctx, &it.rec) })
 	endAttempt(it, err)
 	return err
 }

@@ -12,30 +12,35 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 )
 
-// Failure is a failed delivery, as RecordFailure stores it.
+// Failure is the completion of a failing record: everything the cursor row is to say of it, decided
+// by the processor (its verdict, the attempts counted, the wait before the next attempt). RecordFailure
+// writes it as it is: it counts nothing again, judges nothing again, and calls nothing back.
 type Failure struct {
 	// RecordID is the id of the record that failed.
 	RecordID string
-	// Err is what the handler returned.
-	Err error
+	// Error is what the handler returned, as stored: at most MaxErrorLen bytes (see ClipError).
+	Error string
+	// Attempts counts the record's failed attempts as the failing record, this one included.
+	Attempts int
 	// Permanent and Status are as in Halt.
 	Permanent bool
 	Status    int
-	// RetryIn says how long to wait before the next attempt, given the failed attempts so far (this one
-	// included).
-	RetryIn func(attempts int) time.Duration
-	// Halt says that the failure halts the stream, as the processor judged it (refused for good, or
-	// failing for longer than its HaltAfter by the database's clock, see Repository.Now). The store records
-	// the verdict; it does not judge again.
+	// RetryIn is how long after this failure, by the database's clock, the record is tried again: the
+	// next attempt is the failure's time, stamped by the statement that writes it, plus RetryIn.
+	RetryIn time.Duration
+	// Halt says that the failure halts the stream (refused for good, or failing for longer than HaltAfter
+	// by the database's clock, see Repository.Now).
 	Halt bool
-	// Unavailable, when not empty, records the failure as the sink's outage (see Halt.Unavailable), which
-	// never halts the stream.
+	// Unavailable, when not empty, records the failure as the sink's outage (see Halt.Unavailable).
 	Unavailable string
 }
 
-// RecordFailure stores the halt state of a failing record in the open transaction, together with the
-// position of the last record that succeeded. Attempts count on from the stored state when the same
-// record failed before. Unlock makes it durable.
+// RecordFailure stores f, the completion of a failing record, in the open transaction, together with the
+// position of the last record that succeeded. Unlock makes it durable.
+//
+// Every time the statement stamps is one reading of the database's clock: the failure's, from which the
+// next attempt is RetryIn on, so that the returned Halt's NextAttemptAt less its LastFailureAt is f.RetryIn
+// exactly, and a wait for the next attempt needs no other clock.
 func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position, f Failure) (inordertype.Halt, error) {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
@@ -45,16 +50,10 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	r.next.Position = pos
 	args := positionArgs(r.next.Position)
 	n, since := r.next.InFlight.args()
-	msg := clip(f.Err.Error())
-	attempts := 1 // the row is locked, so the state read with the lock is the stored one
-	if h := r.state.Halt; h != nil && h.RecordID == f.RecordID {
-		attempts = h.Attempts + 1
-	}
 	status := nullStatus(f.Status)
 	var unavailable *string
 	if f.Unavailable != "" {
 		unavailable = &f.Unavailable
-		f.Permanent, f.Halt = false, false // the sink's, not the record's
 	}
 	var h inordertype.Halt
 	var stored pgtype.Int4
@@ -69,9 +68,9 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 		    records_handled = $14, in_flight = $15, in_flight_since = $16,
 		    halted_attempts = $6,
 		    halted_first_failure_at = CASE WHEN halted_record_id = $4 THEN halted_first_failure_at
-		                                   ELSE clock_timestamp() END,
-		    halted_last_failure_at = clock_timestamp(),
-		    halted_next_attempt_at = clock_timestamp() + $7::interval,
+		                                   ELSE failed.at END,
+		    halted_last_failure_at = failed.at,
+		    halted_next_attempt_at = failed.at + $7::interval,
 		    halted_record_id = $4,
 		    halted_error = $5,
 		    halted_permanent = $8,
@@ -79,12 +78,13 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 		    halted_unavailable = $13::text,
 		    -- When the record halted the stream first, if it does (the verdict is $10).
 		    halted_at = CASE WHEN $10 THEN coalesce(CASE WHEN halted_record_id = $4 THEN halted_at END,
-		                                            clock_timestamp()) END,
+		                                            failed.at) END,
 		    lease_expires_at = clock_timestamp() + $11::interval
+		FROM (SELECT clock_timestamp() AS at) failed
 		WHERE process_name = $1 AND owner_token = $12
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at,
 		          position_seq`,
-		r.name, args[0], args[1], f.RecordID, msg, attempts, f.RetryIn(attempts), f.Permanent, status, f.Halt,
+		r.name, args[0], args[1], f.RecordID, f.Error, f.Attempts, f.RetryIn, f.Permanent, status, f.Halt,
 		r.cfg.lease(), r.token, unavailable, r.next.Handled, n, since).
 		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -93,7 +93,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	if err != nil {
 		return inordertype.Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, err)
 	}
-	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, msg, attempts, f.Permanent, int(stored.Int32)
+	h.RecordID, h.Error, h.Attempts, h.Permanent, h.Status = f.RecordID, f.Error, f.Attempts, f.Permanent, int(stored.Int32)
 	h.Unavailable = f.Unavailable
 	h.HaltedAt = haltedAt.Time
 	r.state = inordertype.State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}

@@ -12,7 +12,8 @@ import (
 )
 
 // Parked is a record parked in its stream (see migration 11): the key's first, which failed (Error set),
-// or one parked behind it.
+// or one parked behind it. Park and RedriveFailed write it as the processor built it: the error as stored
+// (ClipError), the attempts as counted.
 type Parked struct {
 	Key       string
 	Position  inordertype.Position
@@ -24,13 +25,13 @@ type Parked struct {
 	FirstFailureAt time.Time
 }
 
-// maxErrorLen bounds the error text stored with a failing or parked record.
-const maxErrorLen = 4000
+// MaxErrorLen bounds the error text stored with a failing or parked record.
+const MaxErrorLen = 4000
 
-// clip cuts an error text to maxErrorLen.
-func clip(msg string) string {
-	if len(msg) > maxErrorLen {
-		return msg[:maxErrorLen] + "…"
+// ClipError cuts an error text to MaxErrorLen, marking the cut.
+func ClipError(msg string) string {
+	if len(msg) > MaxErrorLen {
+		return msg[:MaxErrorLen] + "…"
 	}
 	return msg
 }
@@ -61,7 +62,7 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, CASE WHEN $5 <> '' THEN clock_timestamp() END),
 		        CASE WHEN $5 <> '' THEN clock_timestamp() END)
 		ON CONFLICT DO NOTHING`,
-		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, clip(p.Error), status, p.Permanent, p.Attempts, first)
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, p.Error, status, p.Permanent, p.Attempts, first)
 	if err != nil {
 		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, err)
 	}
@@ -153,7 +154,8 @@ func (r *Repository) Unpark(ctx context.Context, p Parked) error {
 }
 
 // RedriveFailed keeps a key parked whose first record failed again during its redrive: the record takes
-// the new error, and the key's redrive request ends, so that it waits for the next.
+// the new error and the attempts counted with it, and the key's redrive request ends, so that it waits
+// for the next.
 func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
@@ -166,14 +168,14 @@ func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
 		SET error = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $5 ELSE error END,
 		    status = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $6 ELSE status END,
 		    permanent = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $7 ELSE permanent END,
-		    attempts = CASE WHEN record_created_at = $3 AND record_id = $4 THEN attempts + 1 ELSE attempts END,
+		    attempts = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $8 ELSE attempts END,
 		    first_failure_at = CASE WHEN record_created_at = $3 AND record_id = $4
 		                            THEN coalesce(first_failure_at, clock_timestamp()) ELSE first_failure_at END,
 		    last_failure_at = CASE WHEN record_created_at = $3 AND record_id = $4
 		                           THEN clock_timestamp() ELSE last_failure_at END,
 		    redrive_at = NULL
 		WHERE process_name = $1 AND key = $2`,
-		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, clip(p.Error), status, p.Permanent)
+		r.name, p.Key, p.Position.CreatedAt, p.Position.ID, p.Error, status, p.Permanent, p.Attempts)
 	if err != nil {
 		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, err)
 	}

@@ -16,7 +16,7 @@ func (r *Repository) SetSourceWait(ctx context.Context, wait string) error {
 	}
 	var w any
 	if wait != "" {
-		w = clip(wait)
+		w = ClipError(wait)
 	}
 	tag, err := r.tx.Exec(ctx, `
 		INSERT INTO inorder.source_state AS s (process_name, wait) VALUES ($1, $2)
