@@ -46,6 +46,7 @@ type handlerDeadline struct {
 type handlerCall struct {
 	h      *handlerDeadline
 	parent context.Context
+	began  time.Time // when the call started: one read of the clock for the timeout and the observer
 
 	mu     sync.Mutex
 	ctx    context.Context // nil until needed (made)
@@ -169,9 +170,14 @@ func callDue(began, moved, limit time.Time, timeout time.Duration) (due time.Tim
 // its last report of progress, and never later than limit (unless limit comes before the timeout from the
 // start). The call must be ended (end). Calls must not overlap.
 func (h *handlerDeadline) start(parent context.Context, limit callLimit) *handlerCall {
-	c := &handlerCall{h: h, parent: parent}
+	return h.startAt(parent, limit, time.Now())
+}
+
+// startAt is start for a call that begins at now, the clock read by the caller for it.
+func (h *handlerDeadline) startAt(parent context.Context, limit callLimit, now time.Time) *handlerCall {
+	c := &handlerCall{h: h, parent: parent, began: now}
 	h.mu.Lock()
-	h.call, h.began, h.moved, h.limit = c, time.Now(), time.Time{}, limit
+	h.call, h.began, h.moved, h.limit = c, c.began, time.Time{}, limit
 	if !h.armed {
 		if h.timer == nil {
 			h.timer = time.AfterFunc(h.timeout, h.fire)
