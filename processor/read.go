@@ -232,7 +232,16 @@ type valueDecoders struct {
 	oids  []uint32
 	funcs []func(raw []byte) (any, error)
 	cols  []string // the column names, shared by the rows (handlers.Row.Columns is read-only)
+	slab  []any    // what is left of the values of the rows to come (see decode)
 }
+
+// slabRows is how many rows' values one allocation holds, and slabRowBytes the largest row (as received)
+// whose values go in one: a record a handler keeps keeps the values of the others in its slab, at most
+// slabRows times slabRowBytes of them.
+const (
+	slabRows     = 128
+	slabRowBytes = 4 << 10
+)
 
 // names returns the column names of fds, the same slice for every row with the same names.
 func (d *valueDecoders) names(fds []pgconn.FieldDescription) []string {
@@ -254,7 +263,18 @@ func (d *valueDecoders) decode(m *pgtype.Map, fds []pgconn.FieldDescription, raw
 	if len(d.oids) != len(fds) {
 		d.oids, d.funcs = make([]uint32, len(fds)), make([]func([]byte) (any, error), len(fds))
 	}
-	vals := make([]any, len(fds))
+	var vals []any
+	if rowBytes(raw) > slabRowBytes {
+		vals = make([]any, len(fds))
+	} else {
+		// A small row's values are cut from a slab shared with the rows after it: one allocation for
+		// many rows, each row's slice capped at its own values, so that appending to one never reaches
+		// the next.
+		if len(d.slab) < len(fds) {
+			d.slab = make([]any, len(fds)*slabRows)
+		}
+		vals, d.slab = d.slab[:len(fds):len(fds)], d.slab[len(fds):]
+	}
 	for i, fd := range fds {
 		if d.funcs[i] == nil || d.oids[i] != fd.DataTypeOID {
 			d.oids[i], d.funcs[i] = fd.DataTypeOID, valueDecoder(m, fd)
@@ -294,10 +314,10 @@ func valueDecoder(m *pgtype.Map, fd pgconn.FieldDescription) func([]byte) (any, 
 	case pgtype.TextOID, pgtype.VarcharOID:
 		return typedDecoder[string](m, oid, format)
 	case pgtype.TimestamptzOID:
-		plan := m.PlanScan(oid, format, &pgtype.Timestamptz{})
+		t := new(pgtype.Timestamptz) // reused: the value goes out as the time it holds
+		plan := m.PlanScan(oid, format, t)
 		return func(raw []byte) (any, error) {
-			var t pgtype.Timestamptz
-			if err := plan.Scan(raw, &t); err != nil {
+			if err := plan.Scan(raw, t); err != nil {
 				return nil, err
 			}
 			if t.InfinityModifier != pgtype.Finite {
@@ -322,15 +342,15 @@ func valueDecoder(m *pgtype.Map, fd pgconn.FieldDescription) func([]byte) (any, 
 // rawJSON decodes a json or jsonb column selected as text into raw JSON, a copy of the received bytes.
 func rawJSON(raw []byte) (any, error) { return json.RawMessage(bytes.Clone(raw)), nil }
 
-// typedDecoder decodes into a V with a plan made once.
+// typedDecoder decodes into a V with a plan made once, through one V reused from value to value (a V
+// of its own per value would be allocated besides the value's box).
 func typedDecoder[V any](m *pgtype.Map, oid uint32, format int16) func([]byte) (any, error) {
-	var zero V
-	plan := m.PlanScan(oid, format, &zero)
+	v := new(V)
+	plan := m.PlanScan(oid, format, v)
 	return func(raw []byte) (any, error) {
-		var v V
-		if err := plan.Scan(raw, &v); err != nil {
+		if err := plan.Scan(raw, v); err != nil {
 			return nil, err
 		}
-		return v, nil
+		return *v, nil
 	}
 }
