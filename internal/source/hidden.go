@@ -37,7 +37,36 @@ type Hidden struct {
 type HiddenScanner struct {
 	Layout
 	m           *pgtype.Map
-	at, stamped pgtype.ScanPlan
+	at, stamped timeColumn
+}
+
+// timeColumn decodes a column of times: a timestamptz straight into a pgtype.Timestamptz, any other type
+// (a timestamp created_at) as pgx scans it into a time.Time. The values are kept here, not allocated per
+// row: a plan's destination escapes.
+type timeColumn struct {
+	plan, tzPlan pgtype.ScanPlan
+	t            time.Time
+	tz           pgtype.Timestamptz
+}
+
+// decode decodes one value of the column described by fd.
+func (c *timeColumn) decode(m *pgtype.Map, fd pgconn.FieldDescription, raw []byte) (time.Time, error) {
+	if fd.DataTypeOID == pgtype.TimestamptzOID {
+		if c.tzPlan == nil {
+			c.tzPlan = m.PlanScan(fd.DataTypeOID, fd.Format, &c.tz)
+		}
+		if err := c.tzPlan.Scan(raw, &c.tz); err == nil && c.tz.Valid && c.tz.InfinityModifier == pgtype.Finite {
+			return c.tz.Time, nil
+		}
+		// NULL, an infinity or an error: pgx's own error for a time.Time, below.
+	}
+	if c.plan == nil {
+		c.plan = m.PlanScan(fd.DataTypeOID, fd.Format, &c.t)
+	}
+	if err := c.plan.Scan(raw, &c.t); err != nil {
+		return time.Time{}, fmt.Errorf("column %s: %w", fd.Name, err)
+	}
+	return c.t, nil
 }
 
 // HiddenScanner returns a decoder of the hidden columns of a read, sized or not, with m's codecs.
@@ -51,13 +80,9 @@ func (s *HiddenScanner) Scan(fds []pgconn.FieldDescription, raw [][]byte, h *Hid
 	if len(raw) < s.Hidden {
 		return fmt.Errorf("%d columns, want at least the %d hidden ones", len(raw), s.Hidden)
 	}
-	if s.at == nil {
-		var t time.Time
-		s.at = s.m.PlanScan(fds[0].DataTypeOID, fds[0].Format, &t)
-	}
-	var at time.Time
-	if err := s.at.Scan(raw[0], &at); err != nil {
-		return fmt.Errorf("column %s: %w", fds[0].Name, err)
+	at, err := s.at.decode(s.m, fds[0], raw[0])
+	if err != nil {
+		return err
 	}
 	if raw[1] == nil {
 		return fmt.Errorf("column %s: the id is NULL", fds[1].Name)
@@ -70,13 +95,9 @@ func (s *HiddenScanner) Scan(fds []pgconn.FieldDescription, raw [][]byte, h *Hid
 	if i := s.CreatedAt; i >= 0 {
 		h.CreatedAt = time.Time{}
 		if raw[i] != nil {
-			if s.stamped == nil {
-				var t time.Time
-				s.stamped = s.m.PlanScan(fds[i].DataTypeOID, fds[i].Format, &t)
-			}
-			var stamped time.Time
-			if err := s.stamped.Scan(raw[i], &stamped); err != nil {
-				return fmt.Errorf("column %s: %w", fds[i].Name, err)
+			stamped, err := s.stamped.decode(s.m, fds[i], raw[i])
+			if err != nil {
+				return err
 			}
 			h.CreatedAt = stamped.UTC()
 		}
