@@ -94,6 +94,8 @@ type Processor[T any] struct {
 	lastFull bool
 	// budget is the byte budget of a read (Config.BatchBytes) and the size ratio learned.
 	budget byteBudget
+	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin).
+	clockMargin time.Duration
 	// refusals tells a sink's outage from records' refusals across keys (see outage.go).
 	refusals refusals
 	// shape is what the processor knows of the source's columns across migrations (see shape.go).
@@ -144,6 +146,10 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		return nil, fmt.Errorf("processor %q: checkpoint %q is neither %q nor %q", cfg.Process, cfg.Checkpoint,
 			CheckpointRecord, CheckpointBatch)
 	}
+	clockMargin := cfg.InsertLatency
+	if clockMargin <= 0 {
+		clockMargin = clockInsertLatency
+	}
 	cfg.withDefaults()
 	if cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout {
 		return nil, fmt.Errorf("processor %q: handler timeout %s must be shorter than the idle-in-transaction "+
@@ -155,14 +161,15 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{cursors: cursors,
-		cfg:      cfg,
-		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:  newTracker(cfg.InsertLatency),
-		late:     newLateWatch(),
-		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
-		wake:     make(chan struct{}, 1),
-		obs:      cfg.Observer,
-		budget:   byteBudget{bytes: int64(cfg.BatchBytes)},
+		cfg:         cfg,
+		log:         defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
+		tracker:     newTracker(cfg.InsertLatency),
+		late:        newLateWatch(),
+		deadline:    &handlerDeadline{timeout: cfg.HandlerTimeout},
+		wake:        make(chan struct{}, 1),
+		obs:         cfg.Observer,
+		budget:      byteBudget{bytes: int64(cfg.BatchBytes)},
+		clockMargin: clockMargin,
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -375,7 +382,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// A notification came, or a writer had just begun, yet nothing was readable: the new rows
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
-			wait = 2*p.cfg.InsertLatency + time.Millisecond
+			wait = 2*p.margin() + time.Millisecond
 		case p.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():
