@@ -161,16 +161,16 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{cursors: cursors,
-		cfg:         cfg,
-		log:         defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:     newTracker(cfg.InsertLatency),
-		late:        newLateWatch(),
-		deadline:    &handlerDeadline{timeout: cfg.HandlerTimeout},
-		wake:        make(chan struct{}, 1),
-		obs:         cfg.Observer,
-		budget:      byteBudget{bytes: int64(cfg.BatchBytes)},
-		clockMargin: clockMargin,
+		cfg:      cfg,
+		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
+		tracker:  newTracker(cfg.InsertLatency),
+		late:     newLateWatch(),
+		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
+		wake:     make(chan struct{}, 1),
+		obs:      cfg.Observer,
+		budget:   byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
+	p.clockMargin = clockMargin
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
