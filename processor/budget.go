@@ -1,14 +1,5 @@
 package processor
 
-import (
-	"encoding/binary"
-	"fmt"
-	"strconv"
-
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgtype"
-)
-
 // The byte budget: a batch is bounded by bytes as well as by records, so that a backlog of big records
 // (documents of a megabyte, an export of two hundred) is read a few at a time, and what the processor holds
 // at once is sized by the budget rather than by the batch bound times the largest record.
@@ -91,21 +82,4 @@ func rowBytes(raw [][]byte) int64 {
 		n += int64(len(v))
 	}
 	return n
-}
-
-// boolOf decodes a boolean column, sent as text ("t") or binary (1).
-func boolOf(raw []byte) bool { return len(raw) == 1 && (raw[0] == 't' || raw[0] == 1) }
-
-// sizeOf decodes the size column (an integer), sent as text or binary depending on the protocol.
-func sizeOf(fd pgconn.FieldDescription, raw []byte) (int64, error) {
-	if fd.Format == pgtype.BinaryFormatCode {
-		switch len(raw) {
-		case 4:
-			return int64(int32(binary.BigEndian.Uint32(raw))), nil
-		case 8:
-			return int64(binary.BigEndian.Uint64(raw)), nil
-		}
-		return 0, fmt.Errorf("%d bytes for an integer", len(raw))
-	}
-	return strconv.ParseInt(string(raw), 10, 64)
 }

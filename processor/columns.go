@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/source"
@@ -42,19 +43,53 @@ func structColumns(t reflect.Type, prefix []int) []structField {
 }
 
 // positionalScanner scans rows whose columns are exactly a struct's fields in order (the selection made
-// from the struct itself), so it needs no matching of names per row, unlike pgx.RowToStructByName.
+// from the struct itself), so it needs no matching of names per row, unlike pgx.RowToStructByName. Each
+// field is decoded from the row's bytes with a plan made once for its column's type (again if the type
+// changes), as pgx's Rows.Scan does, without building the row's list of destinations each time.
 type positionalScanner[T any] struct {
 	fields []structField
-	args   []any
+	plans  []fieldPlan
+}
+
+// fieldPlan is how a field is decoded from its column: the plan, and the column's type it was made for.
+type fieldPlan struct {
+	plan   pgtype.ScanPlan
+	oid    uint32
+	format int16
 }
 
 func (s *positionalScanner[T]) scanInto(row pgx.CollectableRow, v *T) error {
-	rv := reflect.ValueOf(v).Elem()
-	s.args = s.args[:0]
-	for _, f := range s.fields {
-		s.args = append(s.args, rv.FieldByIndex(f.index).Addr().Interface())
+	fds, raw := row.FieldDescriptions(), row.RawValues()
+	c, ok := row.(interface{ Conn() *pgx.Conn })
+	if !ok || c.Conn() == nil || len(fds) != len(s.fields) || len(raw) != len(fds) {
+		return s.scanArgs(row, v) // pgx's own error for what does not match
 	}
-	return row.Scan(s.args...)
+	m := c.Conn().TypeMap()
+	if len(s.plans) != len(s.fields) {
+		s.plans = make([]fieldPlan, len(s.fields))
+	}
+	rv := reflect.ValueOf(v).Elem()
+	for i, f := range s.fields {
+		dst := rv.FieldByIndex(f.index).Addr().Interface()
+		fp := &s.plans[i]
+		if fp.plan == nil || fp.oid != fds[i].DataTypeOID || fp.format != fds[i].Format {
+			*fp = fieldPlan{plan: m.PlanScan(fds[i].DataTypeOID, fds[i].Format, dst), oid: fds[i].DataTypeOID, format: fds[i].Format}
+		}
+		if err := fp.plan.Scan(raw[i], dst); err != nil {
+			return pgx.ScanArgError{ColumnIndex: i, FieldName: fds[i].Name, Err: err}
+		}
+	}
+	return nil
+}
+
+// scanArgs scans row into v's fields through the row's own Scan.
+func (s *positionalScanner[T]) scanArgs(row pgx.CollectableRow, v *T) error {
+	rv := reflect.ValueOf(v).Elem()
+	args := make([]any, 0, len(s.fields))
+	for _, f := range s.fields {
+		args = append(args, rv.FieldByIndex(f.index).Addr().Interface())
+	}
+	return row.Scan(args...)
 }
 
 // matchFields orders a struct's fields as the selected columns are, matching names as pgx does (exactly,

@@ -97,7 +97,9 @@ type Config[T any] struct {
 	ProbeInterval time.Duration
 	// InsertLatency is a safety margin subtracted from the horizon for clock steps (and, for transaction
 	// time, the microseconds between a statement's arrival and its transaction's lock). It is not what keeps
-	// rows from being skipped (tracking transactions is); keep it small. Zero means DefaultInsertLatency (5ms).
+	// rows from being skipped (tracking transactions is); keep it small. Zero means DefaultInsertLatency (5ms),
+	// or 1ms on a table with the insert clock, which stamps a row only after its transaction's lock is
+	// there to be seen, so that the margin covers the clock stepping back alone (see docs/horizon.md).
 	InsertLatency time.Duration
 	// Checkpoint says when the position becomes durable. Empty means CheckpointRecord.
 	Checkpoint Checkpoint
@@ -249,6 +251,7 @@ const (
 	DefaultPollInterval             = 200 * time.Millisecond
 	DefaultProbeInterval            = 25 * time.Millisecond
 	DefaultInsertLatency            = 5 * time.Millisecond
+	clockInsertLatency              = time.Millisecond // InsertLatency's default on a table with the insert clock
 	DefaultRetryMin                 = time.Second
 	DefaultRetryMax                 = time.Minute
 	DefaultHaltAfter                = 5 * time.Minute

@@ -11,7 +11,9 @@ import (
 
 // handlerDeadline bounds one handler call at a time with a single reusable timer. A context.WithTimeout
 // per record costs a new runtime timer each time, which for a fast handler is a quarter of the work of a
-// record; this arms the same timer again instead.
+// record; this keeps one timer, armed once for many calls: it fires when the first call it was armed for
+// is due, finds the call in flight then (a later one, due later, or none) and is armed again for when that
+// one is due. A call shorter than the timeout touches no timer at all.
 //
 // The timeout bounds a silence rather than a length: a call that reports progress (handlers.Progress, a
 // webhook whose body is still going out) has its timeout counted again from its last report, up to the
@@ -23,6 +25,9 @@ type handlerDeadline struct {
 
 	mu    sync.Mutex
 	timer *time.Timer
+	// armed says that the timer will fire, and no later than the call in flight is due: it was armed for
+	// a call that began no later than this one, or for this one.
+	armed bool
 	// The call in flight (nil between calls): when it began, when it last reported progress (zero:
 	// never), and its limit. They are kept here rather than in the call, which is allocated per call.
 	call         *handlerCall
@@ -30,13 +35,63 @@ type handlerDeadline struct {
 	limit        callLimit
 }
 
-// handlerCall is the context of one handler call: cancelled when the call is cut off, with an
-// errHandlerTimeout as its cause. It answers handlers.Progress for as long as it is the call in flight.
+// handlerCall is the context of one handler call: cancelled when the call ends or is cut off, with an
+// errHandlerTimeout as its cause when cut off. It answers handlers.Progress for as long as it is the call
+// in flight.
+//
+// The context.WithCancelCause behind it is made only when the handler asks for something that needs it
+// (Done, Err, context.Cause, a context of its own derived from it): a handler that only returns, as most
+// fast ones do, costs neither that context nor its registration with the parent and removal again, which
+// were a tenth of the work of a record.
 type handlerCall struct {
-	context.Context
 	h      *handlerDeadline
+	parent context.Context
+	began  time.Time // when the call started: one read of the clock for the timeout and the observer
+
+	mu     sync.Mutex
+	ctx    context.Context // nil until needed (made)
 	cancel context.CancelCauseFunc
+	// over says that the call ended, or was cut off with cause, before ctx was made: it is made cancelled.
+	over  bool
+	cause error
 }
+
+// made returns the call's cancellable context, making it on first use.
+func (c *handlerCall) made() context.Context {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx == nil {
+		c.ctx, c.cancel = context.WithCancelCause(c.parent)
+		if c.over {
+			c.cancel(c.cause)
+		}
+	}
+	return c.ctx
+}
+
+// stop cancels the call with cause (nil: it ended); the first stop counts.
+func (c *handlerCall) stop(cause error) {
+	c.mu.Lock()
+	if c.ctx == nil {
+		if !c.over {
+			c.over, c.cause = true, cause
+		}
+		c.mu.Unlock()
+		return
+	}
+	cancel := c.cancel
+	c.mu.Unlock()
+	cancel(cause)
+}
+
+// Deadline is the parent's: the call's timeout is a cancellation, not a deadline.
+func (c *handlerCall) Deadline() (time.Time, bool) { return c.parent.Deadline() }
+
+// Done is closed when the call ends or is cut off, or its parent is done.
+func (c *handlerCall) Done() <-chan struct{} { return c.made().Done() }
+
+// Err says why Done is closed.
+func (c *handlerCall) Err() error { return c.made().Err() }
 
 // limitKind says what sets a call's limit, for the error of a call cut off at it.
 type limitKind uint8
@@ -115,37 +170,49 @@ func callDue(began, moved, limit time.Time, timeout time.Duration) (due time.Tim
 // its last report of progress, and never later than limit (unless limit comes before the timeout from the
 // start). The call must be ended (end). Calls must not overlap.
 func (h *handlerDeadline) start(parent context.Context, limit callLimit) *handlerCall {
-	ctx, cancel := context.WithCancelCause(parent)
-	c := &handlerCall{Context: ctx, h: h, cancel: cancel}
+	return h.startAt(parent, limit, time.Now())
+}
+
+// startAt is start for a call that begins at now, the clock read by the caller for it.
+func (h *handlerDeadline) startAt(parent context.Context, limit callLimit, now time.Time) *handlerCall {
+	c := &handlerCall{h: h, parent: parent, began: now}
 	h.mu.Lock()
-	h.call, h.began, h.moved, h.limit = c, time.Now(), time.Time{}, limit
-	if h.timer == nil {
-		h.timer = time.AfterFunc(h.timeout, h.fire)
-	} else {
-		h.timer.Reset(h.timeout)
+	h.call, h.began, h.moved, h.limit = c, c.began, time.Time{}, limit
+	if !h.armed {
+		if h.timer == nil {
+			h.timer = time.AfterFunc(h.timeout, h.fire)
+		} else {
+			h.timer.Reset(h.timeout)
+		}
+		h.armed = true
 	}
 	h.mu.Unlock()
 	return c
 }
 
-// end ends the call: its context is cancelled, and it reports progress no more.
+// end ends the call: its context is cancelled, and it reports progress no more. The timer stays armed,
+// for the calls after it.
 func (c *handlerCall) end() {
 	h := c.h
 	h.mu.Lock()
 	if h.call == c {
-		h.timer.Stop()
 		h.call = nil
 	}
 	h.mu.Unlock()
-	c.cancel(nil)
+	c.stop(nil)
 }
 
-// Value answers progress.Key with the call itself, so that handlers.Progress reaches it.
+// Value answers progress.Key with the call itself, so that handlers.Progress reaches it. Every other key
+// is the parent's, except the context package's own (a pointer to an int, which context.Cause and a
+// context derived from the call ask for): the call's cancellable context answers it.
 func (c *handlerCall) Value(key any) any {
-	if key == (any)(progress.Key{}) {
+	switch key.(type) {
+	case progress.Key:
 		return c
+	case *int:
+		return c.made().Value(key)
 	}
-	return c.Context.Value(key)
+	return c.parent.Value(key)
 }
 
 // Progress records that the call is still moving bytes (handlers.Progress). A report for a call that has
@@ -167,6 +234,7 @@ func (h *handlerDeadline) fire() {
 	h.mu.Lock()
 	c := h.call
 	if c == nil {
+		h.armed = false
 		h.mu.Unlock()
 		return
 	}
@@ -181,9 +249,9 @@ func (h *handlerDeadline) fire() {
 	if limited {
 		cause.still, cause.limit, cause.setting = true, h.limit.kind, h.limit.setting
 	}
-	h.call = nil // cut off: it reports progress no more
+	h.call, h.armed = nil, false // cut off: it reports progress no more
 	h.mu.Unlock()
-	c.cancel(cause)
+	c.stop(cause)
 }
 
 // callLimit is the latest time a handler call starting now may run, however much progress it reports:

@@ -170,3 +170,28 @@ func TestProgressReachesOnlyTheCallInFlight(t *testing.T) {
 	require.ErrorAs(t, context.Cause(second), &cause)
 	require.False(t, cause.moved)
 }
+
+// TestATimerArmedForAnEarlierCallCutsTheNextOffAtItsOwnTimeout: calls shorter than the timeout leave the one
+// timer armed for the first of them; when it fires it finds a later call, due later, and waits for that
+// one's timeout, neither cutting it off early nor forgetting it.
+func TestATimerArmedForAnEarlierCallCutsTheNextOffAtItsOwnTimeout(t *testing.T) {
+	t.Parallel()
+	const timeout = 200 * time.Millisecond
+	h := &handlerDeadline{timeout: timeout}
+	first := h.start(context.Background(), callLimit{})
+	first.end()
+	require.ErrorIs(t, first.Err(), context.Canceled, "an ended call's context is cancelled")
+	require.Equal(t, context.Canceled, context.Cause(first), "an ended call has no timeout as its cause")
+
+	time.Sleep(timeout / 2) // the next call begins half a timeout after the timer was armed
+	began := time.Now()
+	second := h.start(context.Background(), callLimit{})
+	defer second.end()
+	<-second.Done()
+	ran := time.Since(began)
+	require.GreaterOrEqual(t, ran, timeout, "cut off before its own timeout, when the timer armed for the first call fired")
+	require.Less(t, ran, 2*timeout)
+	var cause errHandlerTimeout
+	require.ErrorAs(t, context.Cause(second), &cause)
+	require.Equal(t, "handler did not finish within 200ms", cause.Error())
+}

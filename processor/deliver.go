@@ -50,21 +50,25 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 	p.exec.attempts.forgetPassed(st.Position)
 	o := outcome[T]{last: st.Position}
 	called := -1 // the last record handed to the handler
-	deliver := func(i int) error { called = i; return p.exec.deliver(work, &items[i]) }
+	deliver := func(i int, now time.Time) error { called = i; return p.exec.deliverAt(work, &items[i], now) }
 	defer func() { p.exec.settled(items, o.n, func(i int) bool { return i <= called }) }()
 	for i := range items {
 		if ctx.Err() != nil {
 			break // stopping: the records not yet started stay ahead of the position
 		}
-		if !p.covered(work, &o, store.InFlight{}) {
-			break
+		now := time.Now() // one read of the clock for the lease's cover and the call's start
+		if !p.leaseCovers(now) {
+			if !p.covered(work, &o, store.InFlight{}) {
+				break
+			}
+			now = time.Now()
 		}
 		it := &items[i]
 		it.rec.Attempt = p.exec.attempt(st, it)
 		behind := p.keyParked(&it.rec)
 		var err error
 		if !behind {
-			err = deliver(i)
+			err = deliver(i, now)
 		}
 		f := p.exec.fateOf(ctx, work, st, it, err, behind)
 		switch {
@@ -138,14 +142,18 @@ func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
 // back its own writes only. The handler's context carries the attempt's span.
-func (e *executor[T]) deliver(work context.Context, it *item[T]) (err error) {
+func (e *executor[T]) deliver(work context.Context, it *item[T]) error {
+	return e.deliverAt(work, it, time.Now())
+}
+
+// deliverAt is deliver at now, the clock read by the caller for it.
+func (e *executor[T]) deliverAt(work context.Context, it *item[T], now time.Time) (err error) {
 	rec := &it.rec
-	call := e.deadline.start(work, e.callLimit())
+	call := e.deadline.startAt(work, e.callLimit(), now)
 	hctx := startAttempt(e.tracing, call, it)
-	start := time.Now()
 	defer func() {
 		call.end()
-		e.obs.Handled(e.process, time.Since(start), err)
+		e.obs.Handled(e.process, time.Since(call.began), err)
 		if e.handler != nil {
 			e.refusals.note(rec.Key, err)
 		}
@@ -257,9 +265,7 @@ func leaseMargin(lease time.Duration) time.Duration { return min(time.Second, le
 // round trip). It reports false when the batch must end here: the renewal failed (o.err), the row went
 // to another instance (o.lost), or it is held for a moment (o.lost: the next batch looks again).
 func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store.InFlight) bool {
-	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
-	left := p.cur.LeaseLeft()
-	if left >= need && left >= p.cfg.Lease*2/3 {
+	if p.leaseCovers(time.Now()) {
 		return true
 	}
 	p.joinAhead()
@@ -277,7 +283,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store
 	if !o.checkpointed(ok, err) {
 		return false
 	}
-	if left = p.cur.LeaseLeft(); left < need {
+	if left := p.cur.LeaseLeft(); left < p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) {
 		// Renewed, and still short: the database answers too slowly for the lease. End the batch rather
 		// than start a record the lease may not cover.
 		o.err = fmt.Errorf("the lease (%s) would not cover the next handler call (%s) after renewing it: "+
@@ -285,6 +291,17 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store
 		return false
 	}
 	return true
+}
+
+// leaseCovers reports that at now the lease covers one more handler call without a renewal: less than a
+// third of it has passed, and what is left covers the call (see covered).
+func (p *Processor[T]) leaseCovers(now time.Time) bool {
+	until := p.cur.LeaseUntil()
+	if until.IsZero() {
+		return false
+	}
+	left := until.Sub(now)
+	return left >= p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) && left >= p.cfg.Lease*2/3
 }
 
 func (p *Processor[T]) flush(work context.Context) error {

@@ -336,6 +336,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 			return horizon{now: o.Now}, nil
 		}
 	}
+	p.tracker.guard = p.margin()
 	h := p.tracker.observe(o, p.kind)
 	if p.kind == inordertype.HorizonClock && !o.Clock.Stamps() {
 		p.clockStopped(o)
@@ -352,4 +353,17 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		}
 	}
 	return h, nil
+}
+
+// margin is the safety margin below the horizon for what this processor reads by now: Config.InsertLatency,
+// or on a table read by the insert clock, when InsertLatency was not set, clockInsertLatency. The clock
+// stamps a row in a BEFORE INSERT trigger, after its transaction took the lock on the table that the poll
+// of pg_locks sees, and the poll is stamped before it reads the locks: a transaction it did not see stamps
+// its rows later than the poll by the database's one clock, margin or not. What is left to cover is that
+// clock stepping back between the two (see docs/horizon.md).
+func (p *Processor[T]) margin() time.Duration {
+	if p.kind == inordertype.HorizonClock {
+		return p.clockMargin
+	}
+	return p.cfg.InsertLatency
 }

@@ -50,7 +50,7 @@ func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
 // goroutine, possibly while this processor runs its next batch, so it holds a copy of what it needs and
 // reads nothing of the processor's.
 func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, []any) {
-	t, margin := p.table, p.cfg.InsertLatency
+	t, margin := p.table, p.margin()
 	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
 	// run batch after batch that read nothing.
 	return func(n int) (string, []any) { return t.ExistsAfter(pos, &margin, n) }

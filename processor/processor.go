@@ -95,6 +95,8 @@ type Processor[T any] struct {
 	budget byteBudget
 	// exec decides what becomes of a record once its handler answered (see executor.go).
 	exec executor[T]
+	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin).
+	clockMargin time.Duration
 	// shape is what the processor knows of the source's columns across migrations (see shape.go).
 	shape shapeWatch
 	// listened is the table as the listener's goroutine names it: p.table when it started, which a
@@ -143,6 +145,10 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		return nil, fmt.Errorf("processor %q: checkpoint %q is neither %q nor %q", cfg.Process, cfg.Checkpoint,
 			CheckpointRecord, CheckpointBatch)
 	}
+	clockMargin := cfg.InsertLatency
+	if clockMargin <= 0 {
+		clockMargin = clockInsertLatency
+	}
 	cfg.withDefaults()
 	if cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout {
 		return nil, fmt.Errorf("processor %q: handler timeout %s must be shorter than the idle-in-transaction "+
@@ -162,6 +168,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		obs:     cfg.Observer,
 		budget:  byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
+	p.clockMargin = clockMargin
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
@@ -374,7 +381,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// A notification came, or a writer had just begun, yet nothing was readable: the new rows
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
-			wait = 2*p.cfg.InsertLatency + time.Millisecond
+			wait = 2*p.margin() + time.Millisecond
 		case p.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():

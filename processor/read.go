@@ -15,6 +15,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/source"
 )
 
 // item is one record read from the source, with its position.
@@ -119,67 +120,45 @@ func nextLimit(cur, got, limit int, full bool) int {
 	return min(max(2*got, 1), DefaultMaxBatchSize)
 }
 
-// scanItems scans the rows of a read (counted when it carries each row's size, see Table.Hidden), each
-// with its position, and keeps them until they reach budget
-// bytes as received: the read's bound by size (see budget.go) counts stored sizes, which a compressed
-// value's received size can pass before its ratio is known. The rows past that are received and dropped
-// (the protocol has no way to stop a result part way but to end the transaction) and read again next time.
-func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, budget int64, counted bool) (readResult[T], error) {
+// scanItems scans the rows of a read (counted when it carries each row's size, see Table.Layout), each
+// with its position, and keeps them until they reach keep bytes as received: the read's bound by size
+// (see budget.go) counts stored sizes, which a compressed value's received size can pass before its ratio
+// is known. The rows past that are received and dropped (the protocol has no way to stop a result part way
+// but to end the transaction) and read again next time.
+func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, keep int64, counted bool) (readResult[T], error) {
 	defer rows.Close()
 	var r readResult[T]
 	r.items = make([]item[T], 0, capacity)
-	var err error
-	lay := p.table.Layout(counted)
-	hr := &hiddenRow{Rows: rows, n: lay.Hidden}
-	var posScan positionScanner
+	hidden := p.table.HiddenScanner(counted, rows.Conn().TypeMap())
+	hr := &hiddenRow{Rows: rows, n: hidden.Hidden}
+	var h source.Hidden
 	for rows.Next() {
 		raw := rows.RawValues()
 		received := rowBytes(raw)
-		if len(r.items) > 0 && r.received+received > budget {
+		if len(r.items) > 0 && r.received+received > keep {
 			r.full = true
 			break
 		}
-		if lay.Size >= 0 {
-			n, serr := sizeOf(rows.FieldDescriptions()[lay.Size], raw[lay.Size])
-			if serr != nil {
-				return readResult[T]{}, fmt.Errorf("read %s: size column: %w", p.table.Qualified, serr)
-			}
-			r.sized += n
-			r.more = boolOf(raw[lay.Size+1])
+		if err := hidden.Scan(rows.FieldDescriptions(), raw, &h); err != nil {
+			return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
 		}
+		r.sized += h.Size
+		r.more = h.More
 		r.received, r.largest = r.received+received, max(r.largest, received)
-		it := item[T]{rec: handlers.Record[T]{Process: p.cfg.Process}}
-		var key *string
-		var at time.Time
-		if lay.CreatedAt < 0 {
-			err = posScan.scan(rows, &at, &it.rec.ID, &key)
-			it.rec.CreatedAt = at
-		} else {
-			var stamped *time.Time // the application's created_at, which may be NULL where the clock orders
-			if err = posScan.scan(rows, &at, &it.rec.ID, &key, &stamped); err == nil && stamped != nil {
-				it.rec.CreatedAt = *stamped
-			}
-		}
-		if err != nil {
-			return readResult[T]{}, fmt.Errorf("read %s: position columns: %w", p.table.Qualified, err)
-		}
-		if key != nil {
-			it.rec.Key = *key
-		}
-		if lay.Trace >= 0 && raw[lay.Trace] != nil { // text either way: no decoding plan needed
-			it.tr = &itemTrace{traceContext: traceContext{parent: string(raw[lay.Trace]), state: string(raw[lay.Trace+1])}}
-		}
-		it.rec.CreatedAt = it.rec.CreatedAt.UTC()
-		it.pos = inordertype.Position{CreatedAt: at.UTC(), ID: it.rec.ID}
-		r.items = append(r.items, it)
+		r.items = append(r.items, item[T]{pos: h.Position, rec: handlers.Record[T]{
+			Process: p.cfg.Process, ID: h.Position.ID, Key: h.Key, CreatedAt: h.CreatedAt}})
 		last := &r.items[len(r.items)-1]
+		if h.Traced {
+			last.tr = &itemTrace{traceContext: traceContext{parent: h.TraceParent, state: h.TraceState}}
+		}
+		var err error
 		if p.positional != nil {
 			err = p.positional.scanInto(hr, &last.rec.Value) // straight into the batch, no copy
 		} else {
 			last.rec.Value, err = p.scan(hr)
 		}
 		if err != nil {
-			return readResult[T]{}, fatalError{fmt.Errorf("scan record %s of %s: %w", it.rec.ID, p.table.Qualified, err)}
+			return readResult[T]{}, fatalError{fmt.Errorf("scan record %s of %s: %w", h.Position.ID, p.table.Qualified, err)}
 		}
 	}
 	rows.Close() // receives what the budget left, so that its error is this read's
@@ -219,26 +198,6 @@ func (r *hiddenRow) Values() ([]any, error) {
 
 func (r *hiddenRow) RawValues() [][]byte { return r.Rows.RawValues()[r.n:] }
 
-// positionScanner decodes the position and key columns in front of each row, leaving the rest to the scan
-// function. It plans each column's decoding once per read, not once per row.
-type positionScanner struct {
-	plans [4]pgtype.ScanPlan
-}
-
-func (s *positionScanner) scan(rows pgx.Rows, dest ...any) error {
-	fds := rows.FieldDescriptions()
-	raw := rows.RawValues()
-	for i, d := range dest {
-		if s.plans[i] == nil {
-			s.plans[i] = rows.Conn().TypeMap().PlanScan(fds[i].DataTypeOID, fds[i].Format, d)
-		}
-		if err := s.plans[i].Scan(raw[i], d); err != nil {
-			return fmt.Errorf("column %s: %w", fds[i].Name, err)
-		}
-	}
-	return nil
-}
-
 // rowScanner returns the scan function for handlers.Row: column names from the row, values as pgx
 // decodes them, and the json and jsonb columns (selected as text, at the indexes in raw) as raw JSON.
 func rowScanner(raw []int) func(pgx.CollectableRow) (handlers.Row, error) {
@@ -273,7 +232,16 @@ type valueDecoders struct {
 	oids  []uint32
 	funcs []func(raw []byte) (any, error)
 	cols  []string // the column names, shared by the rows (handlers.Row.Columns is read-only)
+	slab  []any    // what is left of the values of the rows to come (see decode)
 }
+
+// slabRows is how many rows' values one allocation holds, and slabRowBytes the largest row (as received)
+// whose values go in one: a record a handler keeps keeps the values of the others in its slab, at most
+// slabRows times slabRowBytes of them.
+const (
+	slabRows     = 128
+	slabRowBytes = 4 << 10
+)
 
 // names returns the column names of fds, the same slice for every row with the same names.
 func (d *valueDecoders) names(fds []pgconn.FieldDescription) []string {
@@ -295,7 +263,18 @@ func (d *valueDecoders) decode(m *pgtype.Map, fds []pgconn.FieldDescription, raw
 	if len(d.oids) != len(fds) {
 		d.oids, d.funcs = make([]uint32, len(fds)), make([]func([]byte) (any, error), len(fds))
 	}
-	vals := make([]any, len(fds))
+	var vals []any
+	if rowBytes(raw) > slabRowBytes {
+		vals = make([]any, len(fds))
+	} else {
+		// A small row's values are cut from a slab shared with the rows after it: one allocation for
+		// many rows, each row's slice capped at its own values, so that appending to one never reaches
+		// the next.
+		if len(d.slab) < len(fds) {
+			d.slab = make([]any, len(fds)*slabRows)
+		}
+		vals, d.slab = d.slab[:len(fds):len(fds)], d.slab[len(fds):]
+	}
 	for i, fd := range fds {
 		if d.funcs[i] == nil || d.oids[i] != fd.DataTypeOID {
 			d.oids[i], d.funcs[i] = fd.DataTypeOID, valueDecoder(m, fd)
@@ -335,10 +314,10 @@ func valueDecoder(m *pgtype.Map, fd pgconn.FieldDescription) func([]byte) (any, 
 	case pgtype.TextOID, pgtype.VarcharOID:
 		return typedDecoder[string](m, oid, format)
 	case pgtype.TimestamptzOID:
-		plan := m.PlanScan(oid, format, &pgtype.Timestamptz{})
+		t := new(pgtype.Timestamptz) // reused: the value goes out as the time it holds
+		plan := m.PlanScan(oid, format, t)
 		return func(raw []byte) (any, error) {
-			var t pgtype.Timestamptz
-			if err := plan.Scan(raw, &t); err != nil {
+			if err := plan.Scan(raw, t); err != nil {
 				return nil, err
 			}
 			if t.InfinityModifier != pgtype.Finite {
@@ -363,15 +342,15 @@ func valueDecoder(m *pgtype.Map, fd pgconn.FieldDescription) func([]byte) (any, 
 // rawJSON decodes a json or jsonb column selected as text into raw JSON, a copy of the received bytes.
 func rawJSON(raw []byte) (any, error) { return json.RawMessage(bytes.Clone(raw)), nil }
 
-// typedDecoder decodes into a V with a plan made once.
+// typedDecoder decodes into a V with a plan made once, through one V reused from value to value (a V
+// of its own per value would be allocated besides the value's box).
 func typedDecoder[V any](m *pgtype.Map, oid uint32, format int16) func([]byte) (any, error) {
-	var zero V
-	plan := m.PlanScan(oid, format, &zero)
+	v := new(V)
+	plan := m.PlanScan(oid, format, v)
 	return func(raw []byte) (any, error) {
-		var v V
-		if err := plan.Scan(raw, &v); err != nil {
+		if err := plan.Scan(raw, v); err != nil {
 			return nil, err
 		}
-		return v, nil
+		return *v, nil
 	}
 }

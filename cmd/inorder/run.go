@@ -121,7 +121,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"Memory is about three times this, or three times the largest record")
 	fs.DurationVar(&f.pollInterval, "poll-interval", processor.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
 	fs.DurationVar(&f.probeInterval, "probe-interval", processor.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
-	fs.DurationVar(&f.insertLatency, "insert-latency", processor.DefaultInsertLatency, "safety margin below the horizon for clock steps")
+	fs.DurationVar(&f.insertLatency, "insert-latency", 0, "safety margin below the horizon for clock steps (default 5ms, 1ms on a table with the insert clock)")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
 	fs.BoolVar(&f.syncCommit, "synchronous-commit", false, "make each position commit wait for its WAL flush "+
 		"(default off: a Postgres crash may deliver the last few hundred ms of records again, never skip one)")
