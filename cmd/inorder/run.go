@@ -172,7 +172,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubTopicTemplate, "pubsub-topic-template", "", "pubsub: topic per event type, e.g. events-{type}")
 	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", pubsub.DefaultMaxInFlight, "pubsub: publishes awaiting acknowledgement at once")
 	fs.IntVar(&f.pubsubMaxBytes, "pubsub-max-message-bytes", pubsub.DefaultMaxMessageBytes, "pubsub: a larger record halts the stream as a poison record")
-	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", pubsub.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
+	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", handlers.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
 
 	f.kafka.register(fs)
 	f.nats.register(fs)
@@ -410,7 +410,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		}
 		h, err := pubsub.New(pubsub.Config{
 			Client: client, Topic: f.pubsubTopic, TopicTemplate: f.pubsubTopicTemplate,
-			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: namedColumn(f.pubsubPayloadColumn, pubsub.DefaultPayloadColumn), MaxMessageBytes: f.pubsubMaxBytes,
+			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: namedColumn(f.pubsubPayloadColumn, handlers.DefaultPayloadColumn), MaxMessageBytes: f.pubsubMaxBytes,
 			Envelope: env,
 		})
 		if err != nil {
