@@ -93,7 +93,7 @@
 // pool's role may not read from when it first saw it), and comes round early when a holder it saw is about
 // to pass the threshold. They cost inorder nothing (its positions are appended), but vacuum cannot clean
 // the outbox that prune empties while they hold. The other series come from
-// the processor through the processor.Observer (and processor.InFlightObserver, processor.RetryObserver and processor.ResentObserver) that Metrics implements.
+// the processor through the processor.Observer that Metrics implements.
 //
 // # Health
 //

@@ -105,13 +105,7 @@ const (
 )
 
 var (
-	_ processor.Observer            = (*Metrics)(nil)
-	_ processor.InFlightObserver    = (*Metrics)(nil)
-	_ processor.RetryObserver       = (*Metrics)(nil)
-	_ processor.ResentObserver      = (*Metrics)(nil)
-	_ processor.CredentialsObserver = (*Metrics)(nil)
-	_ processor.SourceObserver      = (*Metrics)(nil)
-	_ processor.FilterObserver      = (*Metrics)(nil)
+	_ processor.Observer = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -328,12 +322,12 @@ func (m *Metrics) Position(process string, createdAt time.Time) {
 // Halted implements processor.Observer.
 func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
 
-// SinkUnavailable implements processor.UnavailableObserver.
+// SinkUnavailable implements processor.Observer.
 func (m *Metrics) SinkUnavailable(process string, unavailable bool) {
 	m.proc(process).unavailable.Set(b2f(unavailable))
 }
 
-// SourceWaiting implements processor.SourceObserver: the process's one inorder_source_waiting series
+// SourceWaiting implements processor.Observer: the process's one inorder_source_waiting series
 // names the column the stream waits for while it waits, and no column once it reads.
 func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
 	p := m.proc(process)
@@ -347,7 +341,7 @@ func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
 	m.sourceWaiting.WithLabelValues(process, column).Set(b2f(waiting))
 }
 
-// Retrying implements processor.RetryObserver.
+// Retrying implements processor.Observer.
 func (m *Metrics) Retrying(process string, retrying bool) {
 	m.proc(process).retrying.Set(b2f(retrying))
 }
@@ -358,10 +352,10 @@ func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.S
 // Hold implements processor.Observer.
 func (m *Metrics) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
 
-// Resent implements processor.ResentObserver.
+// Resent implements processor.Observer.
 func (m *Metrics) Resent(process string, records int) { m.proc(process).resent.Add(float64(records)) }
 
-// InFlight implements processor.InFlightObserver.
+// InFlight implements processor.Observer.
 func (m *Metrics) InFlight(process string, records int, oldest time.Duration) {
 	p := m.proc(process)
 	p.inFlight.Set(float64(records))
@@ -382,7 +376,7 @@ func (m *Metrics) Connected(process string, ok bool) {
 	m.mu.Unlock()
 }
 
-// CredentialsRefused implements processor.CredentialsObserver.
+// CredentialsRefused implements processor.Observer.
 func (m *Metrics) CredentialsRefused(process string, refusal string) {
 	p := m.proc(process)
 	m.mu.Lock()
@@ -562,7 +556,7 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 	return true, nil
 }
 
-// PassedOver counts a move of process's position past rows its filter passes over (processor.FilterObserver).
+// PassedOver counts a move of process's position past rows its filter passes over (processor.Observer).
 func (m *Metrics) PassedOver(process string) { m.proc(process).passOvers.Inc() }
 
 // lookXmin looks at who holds the database's xmin horizon, on a connection of pool, and sets the xmin

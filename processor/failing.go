@@ -34,7 +34,7 @@ type failing struct {
 // position is past), and the tenure in which it was accepted. In that tenure it is not sent again: it
 // counts as succeeded when its batch is read again. In a later tenure (after a lost connection, or
 // another instance in between) it is sent again, since an operator may have moved the position back
-// meanwhile, and counted as sent again (ResentObserver).
+// meanwhile, and counted as sent again (Observer.Resent).
 type acceptedRecord struct {
 	createdAt time.Time
 	tenure    int64 // tenure.gen
@@ -119,20 +119,8 @@ func (p *Processor[T]) sending(it *item[T]) {
 // after it is delivered again on purpose.
 func (f *failing) forgetAccepted() { clear(f.accepted) }
 
-// ResentObserver is an Observer that is also told of records this instance hands to the sink again after
-// the sink accepted them: what a lost connection (or another instance's tenure in between) makes it
-// deliver again. Records retried because they failed are not counted, nor what an operator's rewind
-// delivers again on purpose. Its method must not block.
-type ResentObserver interface {
-	Observer
-	// Resent reports records sent again although the sink had accepted them.
-	Resent(process string, records int)
-}
-
 func (p *Processor[T]) noteResent(n int) {
-	if o, ok := p.obs.(ResentObserver); ok {
-		o.Resent(p.cfg.Process, n)
-	}
+	p.obs.Resent(p.cfg.Process, n)
 }
 
 // settled notes how the delivery of a batch ended: the position moved past its first n records, and the

@@ -42,7 +42,7 @@ func (o *stateObserver) now() (retrying, halted, everRetry, everHalted bool) {
 	return o.retrying, o.halted, o.everRetry, o.everHalted
 }
 
-var _ processor.RetryObserver = (*stateObserver)(nil)
+var _ processor.Observer = (*stateObserver)(nil)
 
 // halt reads the failing record's state from the cursor row, as status and operators see it.
 func (b *bundle) halt(t *testing.T) *inordertype.Halt {

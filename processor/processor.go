@@ -598,9 +598,7 @@ func (p *Processor[T]) refused(err error) {
 	}
 	p.refusal = line
 	p.log.Error().Msg(line + "; reconnecting until they are accepted")
-	if o, ok := p.obs.(CredentialsObserver); ok {
-		o.CredentialsRefused(p.cfg.Process, line)
-	}
+	p.obs.CredentialsRefused(p.cfg.Process, line)
 }
 
 // accepted ends a refusal of the credentials: the processor connected again.
@@ -610,9 +608,7 @@ func (p *Processor[T]) accepted() {
 	}
 	p.refusal = ""
 	p.log.Info().Msg("the database accepts the credentials again")
-	if o, ok := p.obs.(CredentialsObserver); ok {
-		o.CredentialsRefused(p.cfg.Process, "")
-	}
+	p.obs.CredentialsRefused(p.cfg.Process, "")
 }
 
 // sleep waits d or until ctx is done, and reports whether the full wait passed.
