@@ -10,15 +10,6 @@
 // running from idle). Behind measures how many records lie after a position; Info.Measure reads them into
 // the Info.
 //
-// # The xmin horizon
-//
-// LookXminHold and XminWatch say who holds the database's xmin horizon, vacuum's, past a threshold: a
-// session (of this database, or of another by its transaction id), a prepared transaction, a replication
-// slot or a standby's feedback, with what the looking role may see of it. inorder's own bookkeeping does
-// not suffer from it, but vacuum cannot clean the outbox that Prune empties while it is held. A single
-// look times what has a start the role may read; a watch, which looks again and again, times the rest
-// from when it first saw them. Everything is read from catalog views any role may read.
-//
 // # Operator actions
 //
 // Skip, Rewind, Pause, Resume and Repartition change a cursor row on behalf of an operator, from the CLI

@@ -21,6 +21,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
+	"github.com/inorder-dev/inorder/internal/xmin"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -72,7 +73,7 @@ type Metrics struct {
 
 	mu    sync.Mutex
 	procs map[string]*procMetrics
-	xmin  *cursor.XminWatch // replaced by SetXminHoldAfter
+	xmin  *xmin.Watch // replaced by SetXminHoldAfter
 	// xminSeries are the label values of the inorder_xmin_holder series the last look set.
 	xminSeries map[[6]string]bool
 }
@@ -162,7 +163,7 @@ func NewMetrics() *Metrics {
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
-				cursor.XminHoldCost + ".",
+				xmin.HoldCost + ".",
 		}),
 		xminHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_xmin_holder",
@@ -176,7 +177,7 @@ func NewMetrics() *Metrics {
 			Name: "inorder_build_info",
 			Help: "Always 1, labelled with the version of inorder, the Go version and the commit the program was built from.",
 		}, []string{"version", "goversion", "revision"}),
-		xmin: cursor.NewXminWatch(0),
+		xmin: xmin.NewWatch(0),
 	}
 	version, revision := moduleVersion(debug.ReadBuildInfo())
 	m.revision = revision
@@ -190,11 +191,11 @@ func NewMetrics() *Metrics {
 }
 
 // SetXminHoldAfter sets how long a holder may hold the database's xmin horizon before the xmin series
-// name it (zero means cursor.DefaultXminHoldAfter, a minute). Set it before WatchLag starts: a change
+// name it (zero means xmin.DefaultHoldAfter, a minute). Set it before WatchLag starts: a change
 // starts the watch afresh, which then times the holders whose start it cannot read from zero again.
 func (m *Metrics) SetXminHoldAfter(d time.Duration) {
 	m.mu.Lock()
-	m.xmin = cursor.NewXminWatch(d)
+	m.xmin = xmin.NewWatch(d)
 	m.mu.Unlock()
 }
 
@@ -562,7 +563,7 @@ func (m *Metrics) PassedOver(process string) { m.proc(process).passOvers.Inc() }
 // lookXmin looks at who holds the database's xmin horizon, on a connection of pool, and sets the xmin
 // series: each holder past the threshold, and the longest hold. A failed look counts as an error unless the
 // program is stopping, and leaves the series as they were. It returns how soon a holder seen under the
-// threshold passes it (cursor.XminHold.Next), zero when none.
+// threshold passes it (xmin.Hold.Next), zero when none.
 func (m *Metrics) lookXmin(ctx context.Context, pool *pgxpool.Pool, stopping func() bool) time.Duration {
 	m.mu.Lock()
 	watch := m.xmin
@@ -578,7 +579,7 @@ func (m *Metrics) lookXmin(ctx context.Context, pool *pgxpool.Pool, stopping fun
 	holders := map[[6]string]bool{}
 	for _, x := range hold.Holders {
 		name := x.GID
-		if x.Kind == cursor.XminSlot {
+		if x.Kind == xmin.Slot {
 			name = x.Slot
 		}
 		labels := [6]string{string(x.Kind), strconv.Itoa(x.PID), x.Database, x.User, x.Application, name}

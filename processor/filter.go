@@ -93,4 +93,3 @@ func (p *Processor[T]) passedTo(last inordertype.Position, horizon time.Time) in
 func (p *Processor[T]) passedOver() {
 	p.obs.PassedOver(p.cfg.Process)
 }
-
