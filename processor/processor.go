@@ -193,11 +193,6 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 // Name returns the process name.
 func (p *Processor[T]) Name() string { return p.cfg.Process }
 
-// ErrPartitionsChanged is returned by a Partitioned runner when the process is already split another
-// way (or ran as one stream): changing the split is an explicit operation (drain, then
-// cursor.Repartition), since positions do not carry over between splits.
-var ErrPartitionsChanged = store.ErrPartitionsChanged
-
 // defaultLogger is l, or for the zero Logger one that writes JSON lines to standard error at info level:
 // a library user sees what the processor does without configuring anything.
 func defaultLogger(l zerolog.Logger) zerolog.Logger {
