@@ -4,11 +4,10 @@
 //
 // # Status
 //
-// List reads every process's cursor row without disturbing running processors: position, halt and hold
-// state, pause, the instance that owns it and how many are connected, and its Status, decided by StatusOf
-// as `inorder status` decides it (for a running stream, List looks whether a record is behind, which tells
-// running from idle). Behind measures how many records lie after a position; Info.Measure reads them into
-// the Info.
+// Read reads every process, with its streams' cursor rows, without disturbing running processors: position,
+// halt and hold state, pause, the instance that owns it and how many are connected, and its Status, decided
+// as `inorder status` decides it (for a running stream, Read looks whether a record is behind, which tells
+// running from idle). Info.Measure counts the records after the position into the Info.
 //
 // # Operator actions
 //

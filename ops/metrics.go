@@ -415,8 +415,8 @@ func b2f(b bool) float64 {
 
 // WatchLag returns an actor (for lifecycle.Group.Add) that measures the lag of every tracked process every interval
 // (zero means DefaultLagInterval) until its context is done, and then returns nil. Each measurement reads
-// the process's cursor row (cursor.List) and counts the source rows after its durable position
-// (cursor.Behind, bounded by cursor.LagCountCap) on one connection of pool. Rounds run one after the
+// the process's cursor row (cursor.Read) and counts the source rows after its durable position
+// (cursor.Info.Measure, bounded by cursor.LagCountCap) on one connection of pool. Rounds run one after the
 // other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
 // measurement counts in inorder_lag_errors_total and leaves the lag gauges at their last value. A process
 // without a cursor row yet, or whose processor has not yet recorded its source, is skipped and looked at
@@ -525,10 +525,10 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 		if pi.Source.Table == "" {
 			return false, nil // never locked: nothing to measure against yet
 		}
-		lag, err := cursor.Behind(ctx, conn, pi)
-		if err != nil {
+		if err := pi.Measure(ctx, conn); err != nil {
 			return false, err
 		}
+		lag := *pi.Lag
 		rows += lag.Rows
 		now = lag.Now
 		if !lag.Oldest.IsZero() && (oldest.IsZero() || lag.Oldest.Before(oldest)) {

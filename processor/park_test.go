@@ -130,11 +130,11 @@ func TestARefusedKeyParksAndTheOtherKeysGoOn(t *testing.T) {
 			require.Contains(t, k.Error, "account closed")
 			require.True(t, k.Permanent)
 			require.Equal(t, 1, k.Attempts)
-			infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+			procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 			require.NoError(t, err)
-			require.Nil(t, infos[0].Halt, "the stream is not halted")
-			require.Equal(t, 1, infos[0].ParkedKeys)
-			require.Equal(t, len(refused), infos[0].ParkedRecords)
+			require.Nil(t, procs[0].Info.Halt, "the stream is not halted")
+			require.Equal(t, 1, procs[0].Info.ParkedKeys)
+			require.Equal(t, len(refused), procs[0].Info.ParkedRecords)
 
 			for _, id := range refused {
 				b.h.setFail(id, nil)

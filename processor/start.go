@@ -116,13 +116,20 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 	if err != nil {
 		return nil
 	}
-	infos, err := cursor.List(ctx, conn, "")
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{})
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not list the processes that read the table")
 		return nil
 	}
+	var rows []cursor.Info // every cursor row: a process's own, and its partitions'
+	for _, pr := range procs {
+		rows = append(rows, pr.Info)
+		if pr.Partitioned() {
+			rows = append(rows, pr.Streams...)
+		}
+	}
 	byName := map[string]*reader{}
-	for _, in := range infos {
+	for _, in := range rows {
 		if in.Source.Table != p.table.Qualified || in.Process == p.cfg.Process {
 			continue
 		}
@@ -132,8 +139,8 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 			continue
 		}
 		r := &reader{name: in.Process, position: in.Position, behind: -1}
-		if lag, err := cursor.Behind(ctx, conn, in); err == nil {
-			r.behind = lag.Rows
+		if m := in; m.Measure(ctx, conn) == nil {
+			r.behind = m.Lag.Rows
 		}
 		byName[in.Process] = r
 	}

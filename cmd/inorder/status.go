@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -63,10 +64,20 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func buildStatus(ctx context.Context, conn *pgx.Conn, name string, holdAfter time.Duration) (statusReport, error) {
-	infos, err := cursor.List(ctx, conn, name)
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{Process: name})
 	if err != nil {
 		return statusReport{}, err
 	}
+	// Every cursor row, by name: a process's own and, when status is not asked of one process, its
+	// partitions'.
+	var infos []cursor.Info
+	for _, p := range procs {
+		infos = append(infos, p.Info)
+		if p.Partitioned() && name == "" {
+			infos = append(infos, p.Streams...)
+		}
+	}
+	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Process < infos[j].Process })
 	for i := range infos {
 		_ = infos[i].Measure(ctx, conn) // a failure is in LagError, printed beside the process
 	}

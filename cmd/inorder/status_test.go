@@ -54,14 +54,14 @@ func TestStatusAndTheLibraryAgreeOnAStream(t *testing.T) {
 		var rep statusDoc
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 		require.Len(t, rep.Processes, 1)
-		infos, err := cursor.List(context.Background(), b.db.Pool, "booking_sms")
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "booking_sms"})
 		require.NoError(t, err)
-		require.Len(t, infos, 1)
-		enc, err := json.Marshal(infos[0])
+		require.Len(t, procs, 1)
+		enc, err := json.Marshal(procs[0].Info)
 		require.NoError(t, err)
 		var served processDoc
 		require.NoError(t, json.Unmarshal(enc, &served))
-		require.Equal(t, string(infos[0].Status), served.State, "cursor.Info encodes its Status as the state")
+		require.Equal(t, string(procs[0].Info.Status), served.State, "cursor.Info encodes its Status as the state")
 		return rep.Processes[0].State, served.State
 	}
 
