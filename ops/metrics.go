@@ -25,11 +25,11 @@ import (
 	"github.com/inorder-dev/inorder/processor"
 )
 
-// DurationBuckets are the buckets of inorder_handler_duration_seconds, from 1ms to 30s.
-var DurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+// durationBuckets are the buckets of inorder_handler_duration_seconds, from 1ms to 30s.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-// DefaultLagInterval is how often WatchLag measures the lag when given no interval.
-const DefaultLagInterval = 15 * time.Second
+// defaultLagInterval is how often WatchLag measures the lag when given no interval.
+const defaultLagInterval = 15 * time.Second
 
 // A round of lag measurements is cut off after its interval, but never sooner than minLagTimeout nor later
 // than maxLagTimeout.
@@ -120,7 +120,7 @@ func NewMetrics() *Metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inorder_handler_duration_seconds",
 			Help:    "Time of each handler call, success or failure (for an async handler, the wait on its result).",
-			Buckets: DurationBuckets,
+			Buckets: durationBuckets,
 		}, []string{"process"}),
 		batches:        perProcessCounter("inorder_batches_total", "Reads of the source table, one per batch, empty ones included."),
 		read:           perProcessCounter("inorder_records_read_total", "Records returned by reads of the source table."),
@@ -414,7 +414,7 @@ func b2f(b bool) float64 {
 }
 
 // WatchLag returns an actor (for lifecycle.Group.Add) that measures the lag of every tracked process every interval
-// (zero means DefaultLagInterval) until its context is done, and then returns nil. Each measurement reads
+// (zero means 15 s) until its context is done, and then returns nil. Each measurement reads
 // the process's cursor row (cursor.Read) and counts the source rows after its durable position
 // (cursor.Info.Measure, bounded by cursor.LagCountCap) on one connection of pool. Rounds run one after the
 // other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
@@ -423,7 +423,7 @@ func b2f(b bool) float64 {
 // again after a second rather than a whole interval. Give it a small pool of its own (see NewPool).
 func (m *Metrics) WatchLag(pool *pgxpool.Pool, interval time.Duration) func(ctx context.Context) error {
 	if interval <= 0 {
-		interval = DefaultLagInterval
+		interval = defaultLagInterval
 	}
 	return func(ctx context.Context) error {
 		timeout := min(max(interval, minLagTimeout), maxLagTimeout)

@@ -14,7 +14,7 @@
 //
 // Every message carries these headers:
 //
-//	Nats-Msg-Id         the record's process and id, "process:id" (MsgID): the same for every delivery
+//	Nats-Msg-Id         the record's process and id, "process:id": the same for every delivery
 //	                    of the record, so that the stream drops a copy within its duplicate window
 //	inorder_id          the record's id column as text
 //	inorder_process     the name of the process that produced it

@@ -17,9 +17,9 @@ import (
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
-// MsgID returns the Nats-Msg-Id the handler gives rec: its process and id, "process:id". It is the same
+// msgID returns the Nats-Msg-Id the handler gives rec: its process and id, "process:id". It is the same
 // for every delivery of the record, by any instance.
-func MsgID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
+func msgID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
 
 // Config configures a Handler. JetStream and Subject are required; every other field has a documented
 // default.
@@ -162,7 +162,7 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		span.SetAttributes(attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "send"),
 			attribute.String("messaging.destination.name", subject),
-			attribute.String("messaging.message.id", MsgID(rec)))
+			attribute.String("messaging.message.id", msgID(rec)))
 	}
 	defer func() { tracecontext.End(span, err) }()
 	msg, err := h.message(rec, subject)
@@ -256,7 +256,7 @@ func (h *Handler) message(rec *handlers.Record[handlers.Row], subject string) (*
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = data
-	msg.Header.Set(njs.MsgIDHeader, MsgID(rec))
+	msg.Header.Set(njs.MsgIDHeader, msgID(rec))
 	msg.Header.Set(handlers.HeaderID, rec.ID)
 	msg.Header.Set(handlers.HeaderProcess, rec.Process)
 	msg.Header.Set(handlers.HeaderCreatedAt, rec.CreatedAt.UTC().Format(time.RFC3339Nano))

@@ -231,7 +231,7 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "publish"),
 			attribute.String("messaging.destination.name", destination),
 			attribute.String("messaging.rabbitmq.destination.routing_key", key),
-			attribute.String("messaging.message.id", MessageID(rec)))
+			attribute.String("messaging.message.id", messageID(rec)))
 	}
 	defer func() { tracecontext.End(span, err) }()
 	msg, err := h.message(rec)
@@ -329,9 +329,9 @@ func (h *Handler) unavailable(err error) error {
 	return handlers.Unavailable(err, "the URL: that the broker runs there and accepts connections")
 }
 
-// MessageID is the message_id of rec's message: the process and the record id, "process:id", the same
+// messageID is the message_id of rec's message: the process and the record id, "process:id", the same
 // for every delivery of the record, so that a consumer can drop the copies of a redelivery.
-func MessageID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
+func messageID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
 
 // message builds the message for rec.
 func (h *Handler) message(rec *handlers.Record[handlers.Row]) (amqp.Publishing, error) {
@@ -347,7 +347,7 @@ func (h *Handler) message(rec *handlers.Record[handlers.Row]) (amqp.Publishing, 
 	msg := amqp.Publishing{
 		Headers:      headers,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    MessageID(rec),
+		MessageId:    messageID(rec),
 		Timestamp:    rec.CreatedAt,
 		AppId:        appID,
 		Body:         body,
