@@ -44,7 +44,7 @@ type Config struct {
 	RefreshInterval time.Duration
 	// XminHoldAfter is how long a session, a prepared transaction, a replication slot or a standby's
 	// feedback may hold the database's xmin horizon (vacuum's) before the pages name it. Zero means
-	// xmin.DefaultHoldAfter (a minute).
+	// a minute.
 	XminHoldAfter time.Duration
 	// SampleInterval is how often Run measures every process's lag for the pages' charts, which show
 	// the last hour of it. Zero means 15s, as often as a processor measures it for its metrics.

@@ -518,8 +518,8 @@ func TestAMissingTopicParksItsKey(t *testing.T) {
 	processortest.WaitCaughtUp(t, b.DB, "topics", nil) // the position went past the parked key
 
 	require.NoError(t, b.cluster.CreateTopic("refunds", 1, nil))
-	_, err := cursor.Redrive(context.Background(), b.DB.Pool, "topics", cursor.RedriveOpts{Key: "k1"},
-		cursor.ActionOpts{Actor: "test", Reason: "the topic exists now"})
+	_, err := cursor.Redrive(context.Background(), b.DB.Pool, "topics", cursor.RedriveOpts{Key: "k1",
+		ActionOpts: cursor.ActionOpts{Actor: "test", Reason: "the topic exists now"}})
 	require.NoError(t, err)
 	recs := newConsumer(t, b.cluster, "bookings", "refunds").awaitIDs(t, append(others, parked...))
 	var k1 []string

@@ -461,8 +461,8 @@ func TestARefusedKeyParks(t *testing.T) {
 	}
 
 	f.inject.arm(target, false)
-	_, err = cursor.Redrive(context.Background(), d.Pool, "parking", cursor.RedriveOpts{All: true},
-		cursor.ActionOpts{Actor: "test", Reason: "the topic accepts it"})
+	_, err = cursor.Redrive(context.Background(), d.Pool, "parking", cursor.RedriveOpts{All: true,
+		ActionOpts: cursor.ActionOpts{Actor: "test", Reason: "the topic accepts it"}})
 	require.NoError(t, err)
 	eventually(t, "nothing parked", func() bool {
 		keys, err := cursor.Parked(context.Background(), d.Pool, "parking")
