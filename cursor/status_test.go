@@ -43,11 +43,11 @@ func (g *gated) Handle(ctx context.Context, rec *handlers.Record[booking]) error
 	return nil
 }
 
-// TestListAndMeasureAgreeOnTheState: the status List decides is the one Measure, and so `inorder status`,
+// TestReadAndMeasureAgreeOnTheState: the status Read decides is the one Measure, and so `inorder status`,
 // decides after counting the rows behind: running while records are behind, idle once the stream has
-// caught up (List said running there before it looked), not running once it stopped. A source List
+// caught up (Read said running there before it looked), not running once it stopped. A source Read
 // cannot read leaves the status as without the rows behind, with the reason.
-func TestListAndMeasureAgreeOnTheState(t *testing.T) {
+func TestReadAndMeasureAgreeOnTheState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := setup(t)

@@ -21,9 +21,9 @@ import (
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
-// TestStatusAndTheLibraryAgreeOnAStream: `inorder status` and cursor.List, as a service's admin endpoint
+// TestStatusAndTheLibraryAgreeOnAStream: `inorder status` and cursor.Read, as a service's admin endpoint
 // serves it, say the same state of one stream while a record is in flight (running), once it has caught
-// up (idle: List used to say running there), and once it stopped (not running).
+// up (idle: the listing used to say running there), and once it stopped (not running).
 func TestStatusAndTheLibraryAgreeOnAStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
