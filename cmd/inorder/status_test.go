@@ -206,3 +206,27 @@ func TestRunMetricsNameWhatHoldsTheXminHorizon(t *testing.T) {
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Zero(t, p.wait(t), p.logs())
 }
+
+// TestStatusListsEveryCursorRowByName: `inorder status --json` prints every cursor row, a partitioned
+// process's own and its partitions', by name (byte order, as the server's C collation sorts them); with
+// --process, the process's own row alone.
+func TestStatusListsEveryCursorRowByName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `INSERT INTO inorder.cursor (process_name, partitions) VALUES
+		('split', 12), ('split#10/12', NULL), ('split#2/12', NULL), ('single', NULL), ('split-v2', NULL)`)
+	names := func(args ...string) []string {
+		t.Helper()
+		code, stdout, stderr := runBinary(t, b.env, append([]string{"status", "--json"}, args...)...)
+		require.Zero(t, code, stderr)
+		var rep statusDoc
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		var out []string
+		for _, p := range rep.Processes {
+			out = append(out, p.Process)
+		}
+		return out
+	}
+	require.Equal(t, []string{"single", "split", "split#10/12", "split#2/12", "split-v2"}, names())
+	require.Equal(t, []string{"split"}, names("--process", "split"))
+}
