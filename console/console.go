@@ -18,6 +18,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/dial"
+	"github.com/inorder-dev/inorder/internal/xmin"
 )
 
 //go:embed templates/*.html
@@ -43,7 +44,7 @@ type Config struct {
 	RefreshInterval time.Duration
 	// XminHoldAfter is how long a session, a prepared transaction, a replication slot or a standby's
 	// feedback may hold the database's xmin horizon (vacuum's) before the pages name it. Zero means
-	// cursor.DefaultXminHoldAfter (a minute).
+	// a minute.
 	XminHoldAfter time.Duration
 	// SampleInterval is how often Run measures every process's lag for the pages' charts, which show
 	// the last hour of it. Zero means 15s, as often as a processor measures it for its metrics.
@@ -57,7 +58,7 @@ type Console struct {
 	pages   *template.Template
 	history *history
 	// xmin remembers since when each holder of the xmin horizon has been seen, across page views.
-	xmin  *cursor.XminWatch
+	xmin  *xmin.Watch
 	mux   *http.ServeMux
 	guard *http.CrossOriginProtection
 }
@@ -77,7 +78,7 @@ func New(cfg Config) (*Console, error) {
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
-	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour, min(2*time.Second, cfg.SampleInterval/2)), xmin: cursor.NewXminWatch(cfg.XminHoldAfter),
+	c := &Console{cfg: cfg, pages: pages, history: newHistory(time.Hour, min(2*time.Second, cfg.SampleInterval/2)), xmin: xmin.NewWatch(cfg.XminHoldAfter),
 		mux: http.NewServeMux(), guard: http.NewCrossOriginProtection()}
 	c.mux.HandleFunc("GET /{$}", c.overview)
 	c.mux.HandleFunc("GET /process/{name}", c.process)
@@ -232,7 +233,7 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 // xminView is who has held the database's xmin horizon past the threshold, for the pages; Err is why the
 // console could not look.
 type xminView struct {
-	cursor.XminHold
+	xmin.Hold
 	Err string
 }
 
@@ -242,7 +243,7 @@ func (c *Console) lookXmin(ctx context.Context) xminView {
 	if err != nil {
 		return xminView{Err: err.Error()}
 	}
-	return xminView{XminHold: h}
+	return xminView{Hold: h}
 }
 
 // measure reads how far behind a process is (each of its streams, summed) and keeps a sample of it.

@@ -286,9 +286,9 @@ func TestActionsWorkUnderAPrefixAndForAnyName(t *testing.T) {
 	back, err := target.Parse(resp.Header.Get("Location"))
 	require.NoError(t, err)
 	require.Equal(t, "/admin/inorder/process/orders:v2", back.Path, "back on the process page, under the prefix")
-	infos, err := cursor.List(context.Background(), b.db.Pool, "orders:v2")
+	procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "orders:v2"})
 	require.NoError(t, err)
-	require.True(t, infos[0].Paused)
+	require.True(t, procs[0].Info.Paused)
 }
 
 func TestActorFuncNamesWhoActs(t *testing.T) {
@@ -340,8 +340,8 @@ func TestConsoleShowsASinkOutageWithoutASkip(t *testing.T) {
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), b.db.Pool, "outage")
-		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusSinkUnavailable
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "outage"})
+		return err == nil && len(procs) == 1 && procs[0].Info.Status == cursor.StatusSinkUnavailable
 	}, 20*time.Second, 10*time.Millisecond)
 
 	srv := b.serve(t, console.Config{AllowActions: true})
@@ -371,13 +371,13 @@ func TestConsoleShowsAStreamWaitingForItsSource(t *testing.T) {
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), b.db.Pool, "shaped")
-		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusIdle
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "shaped"})
+		return err == nil && len(procs) == 1 && procs[0].Info.Status == cursor.StatusIdle
 	}, 20*time.Second, 10*time.Millisecond, "the stream delivered the rows before the migration")
 	b.db.Exec(t, "ALTER TABLE payments RENAME COLUMN customer TO client")
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), b.db.Pool, "shaped")
-		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusSourceChanged
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "shaped"})
+		return err == nil && len(procs) == 1 && procs[0].Info.Status == cursor.StatusSourceChanged
 	}, 20*time.Second, 10*time.Millisecond)
 
 	srv := b.serve(t, console.Config{AllowActions: true})
@@ -416,8 +416,8 @@ func TestConsoleShowsTheTracking(t *testing.T) {
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), b.db.Pool, "refunds")
-		return err == nil && len(infos) == 1 && infos[0].Source.Horizon == inordertype.HorizonWriters
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "refunds"})
+		return err == nil && len(procs) == 1 && procs[0].Info.Source.Horizon == inordertype.HorizonWriters
 	}, 20*time.Second, 10*time.Millisecond)
 	_, page = get(t, http.DefaultClient, srv.URL+"/process/refunds")
 	require.Contains(t, page, "<b>writers</b>, opted in")

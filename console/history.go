@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/xmin"
 )
 
 // sample is how far behind a process was at one time.
@@ -190,7 +191,7 @@ var funcs = template.FuncMap{
 	"path":     url.PathEscape,
 	"shell":    shellArg,
 	"held":     func(d time.Duration) string { return d.Round(time.Second).String() },
-	"xminCost": func() string { return cursor.XminHoldCost },
+	"xminCost": func() string { return xmin.HoldCost },
 	"transactions": func(n int64) string {
 		if n == 1 {
 			return "1 transaction"

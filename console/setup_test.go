@@ -92,8 +92,8 @@ func (b *bundle) runProcess(t *testing.T, name string) {
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), db.Pool, name)
-		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusHalted
+		procs, err := cursor.Read(context.Background(), db.Pool, cursor.ReadOpts{Process: name})
+		return err == nil && len(procs) == 1 && procs[0].Info.Status == cursor.StatusHalted
 	}, 20*time.Second, 10*time.Millisecond, "the stream halts on record 3")
 }
 

@@ -110,14 +110,14 @@ func TestActionsKeepTheirRulesThroughTheLibrary(t *testing.T) {
 	db, h, stop := startBilling(t, 5, 3, 10*time.Millisecond, 50*time.Millisecond, 10*time.Millisecond)
 	ctx := context.Background()
 	status := func() cursor.Info {
-		infos, err := cursor.List(ctx, db.Pool, "billing")
+		infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
 		require.NoError(t, err)
 		require.Len(t, infos, 1)
-		return infos[0]
+		return infos[0].Info
 	}
 	await(t, "the halt on record 3", func() bool {
-		infos, err := cursor.List(ctx, db.Pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == "3"
+		infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
+		return err == nil && len(infos) == 1 && infos[0].Info.Halt != nil && infos[0].Info.Halt.RecordID == "3"
 	})
 	opts := cursor.ActionOpts{Actor: "admin-endpoint", Reason: "test"}
 	halt := status().Halt
@@ -180,8 +180,8 @@ func TestActionsTakeEffectDuringALongBackoff(t *testing.T) {
 	const soon = 10 * time.Second // well within the backoff and the poll interval
 	halted := func(t *testing.T, db *pgtest.DB, id string) {
 		await(t, "the halt on record "+id, func() bool {
-			infos, err := cursor.List(ctx, db.Pool, "billing")
-			return err == nil && len(infos) == 1 && infos[0].Halt != nil && infos[0].Halt.RecordID == id
+			infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
+			return err == nil && len(infos) == 1 && infos[0].Info.Halt != nil && infos[0].Info.Halt.RecordID == id
 		})
 	}
 	ops := cursor.ActionOpts{Actor: "ops", Reason: "test"}
@@ -266,8 +266,8 @@ func TestASkipClearsEveryPartOfTheHalt(t *testing.T) {
 	// The halted record is the last: no advance of the processor's clears anything after the skip.
 	db, h, _ := startBilling(t, 2, 2, time.Minute, time.Minute, 30*time.Second)
 	await(t, "the halt on record 2", func() bool {
-		infos, err := cursor.List(ctx, db.Pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusHalted
+		infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
+		return err == nil && len(infos) == 1 && infos[0].Info.Status == cursor.StatusHalted
 	})
 	_, err := cursor.Skip(ctx, db.Pool, "billing", "2", cursor.ActionOpts{Actor: "ops", Reason: "closed account"})
 	require.NoError(t, err)

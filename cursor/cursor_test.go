@@ -43,8 +43,8 @@ func TestListCountsOnlyThisDatabasesInstances(t *testing.T) {
 	conn, err := here.Pool.Acquire(ctx)
 	require.NoError(t, err)
 	defer conn.Release()
-	infos, err := cursor.List(ctx, conn.Conn(), "same_name")
+	infos, err := cursor.Read(ctx, conn.Conn(), cursor.ReadOpts{Process: "same_name"})
 	require.NoError(t, err)
 	require.Len(t, infos, 1)
-	require.Equal(t, 1, infos[0].Connected, "only this database's instance")
+	require.Equal(t, 1, infos[0].Info.Connected, "only this database's instance")
 }

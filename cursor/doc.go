@@ -4,20 +4,10 @@
 //
 // # Status
 //
-// List reads every process's cursor row without disturbing running processors: position, halt and hold
-// state, pause, the instance that owns it and how many are connected, and its Status, decided by StatusOf
-// as `inorder status` decides it (for a running stream, List looks whether a record is behind, which tells
-// running from idle). Behind measures how many records lie after a position; Info.Measure reads them into
-// the Info.
-//
-// # The xmin horizon
-//
-// LookXminHold and XminWatch say who holds the database's xmin horizon, vacuum's, past a threshold: a
-// session (of this database, or of another by its transaction id), a prepared transaction, a replication
-// slot or a standby's feedback, with what the looking role may see of it. inorder's own bookkeeping does
-// not suffer from it, but vacuum cannot clean the outbox that Prune empties while it is held. A single
-// look times what has a start the role may read; a watch, which looks again and again, times the rest
-// from when it first saw them. Everything is read from catalog views any role may read.
+// Read reads every process, with its streams' cursor rows, without disturbing running processors: position,
+// halt and hold state, pause, the instance that owns it and how many are connected, and its Status, decided
+// as `inorder status` decides it (for a running stream, Read looks whether a record is behind, which tells
+// running from idle). Info.Measure counts the records after the position into the Info.
 //
 // # Operator actions
 //

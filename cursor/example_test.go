@@ -35,12 +35,12 @@ func Example_adminEndpoint() {
 		}
 	})
 	mux.HandleFunc("GET /admin/processes", func(w http.ResponseWriter, r *http.Request) {
-		infos, err := cursor.List(r.Context(), pool, "")
+		procs, err := cursor.Read(r.Context(), pool, cursor.ReadOpts{})
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
-		_ = json.NewEncoder(w).Encode(infos) // position, halt (permanent or retryable, status), hold, owner
+		_ = json.NewEncoder(w).Encode(procs) // each with its streams: position, halt (permanent or retryable, status), hold, owner
 	})
 }
 

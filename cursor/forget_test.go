@@ -43,7 +43,7 @@ func TestForgetRefusedWhileRunningThenStartsAfresh(t *testing.T) {
 	require.Equal(t, "5", e.PositionBefore.ID)
 	require.Equal(t, "public.bookings", e.Detail.Table)
 	require.Equal(t, []cursor.StreamPosition{{Process: "billing", Position: *e.PositionBefore}}, e.Detail.Streams)
-	infos, err := cursor.List(ctx, o.db.Pool, "billing")
+	infos, err := cursor.Read(ctx, o.db.Pool, cursor.ReadOpts{Process: "billing"})
 	require.NoError(t, err)
 	require.Empty(t, infos, "the cursor row is gone")
 	entries, err := cursor.Audit(ctx, o.db.Pool, cursor.AuditOpts{Process: "billing"})

@@ -101,13 +101,7 @@ type RedriveOpts struct {
 // parked key), in order, ahead of the key's new records, and then to unpark it; it acts within a probe
 // interval, between two batches. A key whose first record still fails stays parked, with the new error.
 // It refuses when nothing matching is parked (ErrNotParked). Audited, with the keys in the entry's detail.
-//
-// The trailing aopts is the former spelling, kept so that calls written for it compile; set
-// RedriveOpts.ActionOpts instead. When given, it takes the place of RedriveOpts.ActionOpts.
-func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts, aopts ...ActionOpts) (AuditEntry, error) {
-	if len(aopts) > 0 {
-		opts.ActionOpts = aopts[0]
-	}
+func Redrive(ctx context.Context, db DB, name string, opts RedriveOpts) (AuditEntry, error) {
 	if (opts.Key == "") == !opts.All {
 		return AuditEntry{}, fmt.Errorf("redrive %q: name a key, or ask for all of them", name)
 	}

@@ -49,11 +49,11 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	stop := testrun.Start(t, p.Run)
 	var in cursor.Info
 	await(t, "the stream to halt on record 3", func() bool {
-		infos, err := cursor.List(ctx, pool, "billing")
-		if err != nil || len(infos) != 1 || infos[0].Halt == nil {
+		infos, err := cursor.Read(ctx, pool, cursor.ReadOpts{Process: "billing"})
+		if err != nil || len(infos) != 1 || infos[0].Info.Halt == nil {
 			return false
 		}
-		in = infos[0]
+		in = infos[0].Info
 		return true
 	})
 	require.True(t, in.Locked)
@@ -77,8 +77,8 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	await(t, "the rewound records", func() bool { return h.Len() == 6 })
 	require.Equal(t, []string{"1", "2", "4", "5", "4", "5"}, h.IDs())
 	await(t, "the position to be durable at the last record", func() bool {
-		infos, err := cursor.List(ctx, pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].Position.ID == "5"
+		infos, err := cursor.Read(ctx, pool, cursor.ReadOpts{Process: "billing"})
+		return err == nil && len(infos) == 1 && infos[0].Info.Position.ID == "5"
 	})
 
 	res, err := cursor.Prune(ctx, pool, cursor.PruneOpts{ActionOpts: ops, Table: "bookings",
@@ -94,9 +94,10 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	require.NoError(t, stop())
 	_, err = cursor.Repartition(ctx, pool, "billing", 2, ops)
 	require.NoError(t, err, "drained and stopped")
-	infos, err := cursor.List(ctx, pool, "")
+	procs, err := cursor.Read(ctx, pool, cursor.ReadOpts{Process: "billing"})
 	require.NoError(t, err)
-	require.Len(t, infos, 3, "the process and its two partitions")
+	require.Len(t, procs, 1)
+	require.Len(t, procs[0].Streams, 2, "the process and its two partitions")
 	_, err = cursor.Forget(ctx, pool, "billing", ops)
 	require.NoError(t, err)
 	entries, err := cursor.Audit(ctx, pool, cursor.AuditOpts{Process: "billing"})

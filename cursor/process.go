@@ -41,8 +41,7 @@ type ReadOpts struct {
 // Read reads processes with their streams' cursor rows, in one read, ordered by name, and which instance
 // owns each, and decides each row's Status as `inorder status` does: for a stream an instance runs, not
 // paused nor failing, it looks whether any row is after the position (one index probe; Measure counts
-// them). It takes no lock and does not disturb running processors. An unknown Process gives none. List is
-// its flat form.
+// them). It takes no lock and does not disturb running processors. An unknown Process gives none.
 func Read(ctx context.Context, db DB, opts ReadOpts) ([]Process, error) {
 	infos, err := list(ctx, db, opts.Process, true)
 	if err != nil {
@@ -69,7 +68,7 @@ func readProcess(ctx context.Context, tx pgx.Tx, name string) (*Process, error) 
 	return &procs[0], nil
 }
 
-// group groups cursor rows, as List returns them, into processes, ordered by name. A row named as a
+// group groups cursor rows, as list returns them, into processes, ordered by name. A row named as a
 // partition whose parent is not among infos, is not partitioned or has another count is a process of its
 // own, so that nothing is left out.
 func group(infos []Info) []Process {

@@ -38,12 +38,4 @@ func TestReadIsTheOneListing(t *testing.T) {
 	none, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "nothing"})
 	require.NoError(t, err)
 	require.Empty(t, none)
-
-	rows, err := cursor.List(ctx, db.Pool, "")
-	require.NoError(t, err)
-	var names []string
-	for _, in := range rows {
-		names = append(names, in.Process)
-	}
-	require.Equal(t, []string{"single", "split", "split#1/2"}, names, "List reads the rows, in name order")
 }

@@ -127,10 +127,10 @@ func (o *outbox) catchUp(t *testing.T, process string) {
 
 func (o *outbox) position(t *testing.T, process string) inordertype.Position {
 	t.Helper()
-	infos, err := cursor.List(context.Background(), o.db.Pool, process)
+	infos, err := cursor.Read(context.Background(), o.db.Pool, cursor.ReadOpts{Process: process})
 	require.NoError(t, err)
 	require.Len(t, infos, 1)
-	return infos[0].Position
+	return infos[0].Info.Position
 }
 
 // gate delivers records until it reaches the one with id stopAt, then holds that one until opened.
@@ -466,8 +466,8 @@ func ExamplePrune() {
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(runCtx) }()
 	for {
-		infos, err := cursor.List(ctx, pool, "relay")
-		if err == nil && len(infos) == 1 && infos[0].Position.ID == "5" {
+		infos, err := cursor.Read(ctx, pool, cursor.ReadOpts{Process: "relay"})
+		if err == nil && len(infos) == 1 && infos[0].Info.Position.ID == "5" {
 			break
 		}
 		time.Sleep(10 * time.Millisecond)

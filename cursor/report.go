@@ -12,7 +12,7 @@ import (
 // an alert can branch on.
 type StreamStatus string
 
-// The statuses, in the order StatusOf decides them.
+// The statuses, in the order they are decided (see Info.Status).
 const (
 	// StatusPartitioned is the parent row of a partitioned process; each partition has a row of its own.
 	StatusPartitioned StreamStatus = "partitioned"
@@ -40,15 +40,15 @@ const (
 	StatusIdle StreamStatus = "idle"
 )
 
-// StatusOf decides the status of in, given how far behind it is. Without lag (nil), in.CaughtUp says
-// that nothing is behind (List looks for a row after the position): the stream is StatusIdle. Otherwise
+// statusOf decides the status of in, given how far behind it is. Without lag (nil), in.CaughtUp says
+// that nothing is behind (Read looks for a row after the position): the stream is StatusIdle. Otherwise
 // the rows behind are unknown, and a process an instance runs, not paused, failing or held, is
 // StatusRunning.
 //
 // A sink's outage and a retry are what a running instance does: when no instance runs the process, it is
 // StatusNotRunning, and the row's failure (in.Halt) says what happened when it last ran; the next owner
 // tries the record again at once. A halted stream stays StatusHalted, running or not: an operator acts.
-func StatusOf(in Info, lag *Lag) StreamStatus {
+func statusOf(in Info, lag *Lag) StreamStatus {
 	running := in.Connected > 0 || in.Locked
 	switch {
 	case in.Partitions > 0:
@@ -79,20 +79,20 @@ func StatusOf(in Info, lag *Lag) StreamStatus {
 	return StatusIdle
 }
 
-// Measure reads how far behind the process is (Behind) into in.Lag (and in.CaughtUp) and decides
-// in.Status with it, by the same rule as List. A process that has not run has no lag and keeps its status;
+// Measure reads how far behind the process is into in.Lag (and in.CaughtUp) and decides
+// in.Status with it, by the same rule as Read. A process that has not run has no lag and keeps its status;
 // a failed measurement is kept in in.LagError and returned.
 func (in *Info) Measure(ctx context.Context, db DB) error {
 	if in.Source.Table == "" {
 		return nil
 	}
-	lag, err := Behind(ctx, db, *in)
+	lag, err := behind(ctx, db, *in)
 	if err != nil {
 		in.LagError = err.Error()
 		return err
 	}
 	in.Lag, in.LagError, in.CaughtUp = &lag, "", lag.Rows == 0
-	in.Status = StatusOf(*in, in.Lag)
+	in.Status = statusOf(*in, in.Lag)
 	return nil
 }
 
@@ -199,7 +199,7 @@ func (in Info) report() infoJSON {
 		HolderPID: in.HolderPID, Epoch: in.Epoch, LeaseExpiresAt: timeOrNil(in.LeaseExpiresAt),
 		Connected: in.Connected, Position: in.Position, Error: in.LagError, UpdatedAt: in.UpdatedAt}
 	if r.State == "" {
-		r.State = StatusOf(in, in.Lag)
+		r.State = statusOf(in, in.Lag)
 	}
 	if h := in.Halt; h != nil {
 		r.Halt = &haltJSON{RecordID: h.RecordID, Error: h.Error, Permanent: h.Permanent, Attempts: h.Attempts,

@@ -17,16 +17,16 @@ import (
 type Info struct {
 	Process string
 	inordertype.State
-	// Status is what the process is doing (StatusOf), by the rules `inorder status` shows. For a stream an
+	// Status is what the process is doing, by the rules `inorder status` shows. For a stream an
 	// instance runs, not paused nor failing, whether any row is behind tells running (or held) from idle:
-	// List looks (CaughtUp), and Measure, which counts the rows, decides it again with the count.
+	// Read looks (CaughtUp), and Measure, which counts the rows, decides it again with the count.
 	Status StreamStatus
-	// CaughtUp reports that no committed row of the source was after the position when List or Measure
-	// last looked. List looks only where the status turns on it (a stream an instance runs, not paused
+	// CaughtUp reports that no committed row of the source was after the position when Read or Measure
+	// last looked. Read looks only where the status turns on it (a stream an instance runs, not paused
 	// nor failing, whose source is known); elsewhere it is false until Measure.
 	CaughtUp bool
 	// Lag is how far behind the process is, once Measure has read it; nil before. LagError is why Measure,
-	// or List's look for a row behind, could not read it.
+	// or Read's look for a row behind, could not read it.
 	Lag      *Lag
 	LagError string
 	// Source is what the process last ran against; its Table is empty until it first locked its cursor.
@@ -82,18 +82,8 @@ type Info struct {
 	Throughput float64
 }
 
-// List reads every process's cursor row, or only the named one when name is not empty, and which instance
-// owns each, and decides each one's Status as `inorder status` does: for a stream an instance runs, not
-// paused nor failing, it looks whether any row is after the position (one index probe; Measure counts
-// them). It takes no lock and does not disturb running processors.
-//
-// List is Read's flat form, the one `inorder status --json` prints: Read gives the same rows grouped into
-// processes (a process's Info, and its partitions' rows as its Streams), which is what most callers want.
-func List(ctx context.Context, db DB, name string) ([]Info, error) {
-	return list(ctx, db, name, false)
-}
-
-// list is List, with the rows of name's partitions too when partitions is set.
+// list reads every process's cursor row, or only the named one when name is not empty (with the rows of
+// its partitions too when partitions is set), for Read.
 func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -118,13 +108,13 @@ func list(ctx context.Context, db DB, name string, partitions bool) ([]Info, err
 			}
 		}
 		in.Connected = live[in.Process]
-		if st := StatusOf(*in, nil); (st == StatusRunning || st == StatusHeld) && in.Source.Table != "" {
+		if st := statusOf(*in, nil); (st == StatusRunning || st == StatusHeld) && in.Source.Table != "" {
 			// Running, held and idle differ only by the rows behind: look whether there is one.
 			if err := in.lookBehind(ctx, tx); err != nil {
 				in.LagError = err.Error() // the status stays as without the rows behind
 			}
 		}
-		in.Status = StatusOf(*in, nil)
+		in.Status = statusOf(*in, nil)
 	}
 	return infos, nil
 }
@@ -145,7 +135,7 @@ func infoOf(c store.CursorRow) Info {
 }
 
 // lookBehind looks whether any committed row of the source is after the position (horizon or not, as
-// Behind counts them) into in.CaughtUp, in a savepoint of tx, so that a failure (a source dropped or not
+// Measure counts them) into in.CaughtUp, in a savepoint of tx, so that a failure (a source dropped or not
 // readable) leaves tx usable.
 func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
 	sp, err := tx.Begin(ctx)
@@ -193,12 +183,12 @@ type Lag struct {
 	Now time.Time
 }
 
-// LagCountCap bounds the rows Behind counts, so that status stays cheap on a stream far behind.
+// LagCountCap bounds the rows Info.Measure counts, so that status stays cheap on a stream far behind.
 const LagCountCap = source.LagCountCap
 
-// Behind measures the rows of the process's source after its position (committed rows, horizon or not).
+// behind measures the rows of the process's source after its position (committed rows, horizon or not).
 // It fails with ErrNeverRan for a process that has not run yet.
-func Behind(ctx context.Context, db DB, in Info) (Lag, error) {
+func behind(ctx context.Context, db DB, in Info) (Lag, error) {
 	if in.Source.Table == "" {
 		return Lag{}, fmt.Errorf("measure lag of %q: %w, so its source is unknown", in.Process, ErrNeverRan)
 	}

@@ -43,11 +43,11 @@ func (g *gated) Handle(ctx context.Context, rec *handlers.Record[booking]) error
 	return nil
 }
 
-// TestListAndMeasureAgreeOnTheState: the status List decides is the one Measure, and so `inorder status`,
+// TestReadAndMeasureAgreeOnTheState: the status Read decides is the one Measure, and so `inorder status`,
 // decides after counting the rows behind: running while records are behind, idle once the stream has
-// caught up (List said running there before it looked), not running once it stopped. A source List
+// caught up (Read said running there before it looked), not running once it stopped. A source Read
 // cannot read leaves the status as without the rows behind, with the reason.
-func TestListAndMeasureAgreeOnTheState(t *testing.T) {
+func TestReadAndMeasureAgreeOnTheState(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	db, _ := setup(t)
@@ -68,10 +68,10 @@ func TestListAndMeasureAgreeOnTheState(t *testing.T) {
 
 	read := func() (listed, measured cursor.Info) {
 		t.Helper()
-		infos, err := cursor.List(ctx, db.Pool, "billing")
+		infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
 		require.NoError(t, err)
 		require.Len(t, infos, 1)
-		listed, measured = infos[0], infos[0]
+		listed, measured = infos[0].Info, infos[0].Info
 		require.NoError(t, measured.Measure(ctx, db.Pool))
 		return listed, measured
 	}
@@ -90,8 +90,8 @@ func TestListAndMeasureAgreeOnTheState(t *testing.T) {
 
 	close(h.release)
 	await(t, "the position past record 3", func() bool {
-		infos, err := cursor.List(ctx, db.Pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].Position.ID == "3"
+		infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
+		return err == nil && len(infos) == 1 && infos[0].Info.Position.ID == "3"
 	})
 	listed, measured = read()
 	require.Equal(t, cursor.StatusIdle, listed.Status, "caught up")
@@ -102,8 +102,8 @@ func TestListAndMeasureAgreeOnTheState(t *testing.T) {
 
 	db.Exec(t, "INSERT INTO bookings SELECT FROM generate_series(1, 2)")
 	await(t, "the new records", func() bool {
-		infos, err := cursor.List(ctx, db.Pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].Position.ID == "5" && infos[0].Status == cursor.StatusIdle
+		infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
+		return err == nil && len(infos) == 1 && infos[0].Info.Position.ID == "5" && infos[0].Info.Status == cursor.StatusIdle
 	})
 
 	require.NoError(t, stop())
@@ -114,10 +114,10 @@ func TestListAndMeasureAgreeOnTheState(t *testing.T) {
 	// A stream List cannot look into: running, as without the rows behind, and why.
 	db.Exec(t, "ALTER TABLE bookings RENAME TO bookings_gone")
 	db.Exec(t, "INSERT INTO inorder.instance (process_name, instance, seen_until) VALUES ('billing', 'elsewhere', clock_timestamp() + interval '1 hour')")
-	infos, err := cursor.List(ctx, db.Pool, "billing")
+	infos, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "billing"})
 	require.NoError(t, err, "a source List cannot read does not fail the listing")
 	require.Len(t, infos, 1)
-	require.Equal(t, cursor.StatusRunning, infos[0].Status)
-	require.False(t, infos[0].CaughtUp)
-	require.Contains(t, infos[0].LagError, "bookings")
+	require.Equal(t, cursor.StatusRunning, infos[0].Info.Status)
+	require.False(t, infos[0].Info.CaughtUp)
+	require.Contains(t, infos[0].Info.LagError, "bookings")
 }

@@ -6,53 +6,55 @@ import (
 	"time"
 )
 
-// PermanentError marks a failure that will not go away by retrying soon: the sink rejected the record
+// permanentError is what Permanent makes of an error.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err as a failure that will not go away by retrying soon: the sink rejected the record
 // itself (an HTTP 4xx, an oversized message). The processor halts on the record as for any failure, but
 // retries it at the longest backoff only, leaving it for an operator to fix the sink or skip the record.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return "permanent: " + e.Err.Error() }
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Permanent wraps err as a PermanentError.
+// Its message is err's after "permanent: ", and it wraps err. Permanent(nil) is nil.
 func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &PermanentError{Err: err}
+	return &permanentError{err: err}
 }
 
-// IsPermanent reports whether err is or wraps a PermanentError.
+// IsPermanent reports whether err is, or wraps, an error made by Permanent.
 func IsPermanent(err error) bool {
-	var p *PermanentError
+	var p *permanentError
 	return errors.As(err, &p)
 }
 
-// RetryAfterError carries the sink's own word on when to try again (an HTTP Retry-After header). The
-// processor waits at least that long, capped at its longest backoff, before the next attempt.
-type RetryAfterError struct {
-	Err   error
-	After time.Duration
+// retryAfterError is what RetryAfter makes of an error.
+type retryAfterError struct {
+	err   error
+	after time.Duration
 }
 
-func (e *RetryAfterError) Error() string {
-	return fmt.Sprintf("%s (retry after %s)", e.Err.Error(), e.After)
+func (e *retryAfterError) Error() string {
+	return fmt.Sprintf("%s (retry after %s)", e.err.Error(), e.after)
 }
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+func (e *retryAfterError) Unwrap() error { return e.err }
 
-// RetryAfter wraps err with a delay the sink asked for.
+// RetryAfter wraps err with the sink's own word on when to try again (an HTTP Retry-After header): the
+// processor waits at least after, capped at its longest backoff, before the next attempt. Its message is
+// err's with " (retry after <after>)". RetryAfter(nil, ...) is nil.
 func RetryAfter(err error, after time.Duration) error {
 	if err == nil {
 		return nil
 	}
-	return &RetryAfterError{Err: err, After: after}
+	return &retryAfterError{err: err, after: after}
 }
 
-// RetryAfterOf returns the delay carried by err, if any.
+// RetryAfterOf returns the delay RetryAfter put in err's chain, if any.
 func RetryAfterOf(err error) (time.Duration, bool) {
-	var r *RetryAfterError
+	var r *retryAfterError
 	if errors.As(err, &r) {
-		return r.After, true
+		return r.after, true
 	}
 	return 0, false
 }

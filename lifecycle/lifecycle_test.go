@@ -98,9 +98,9 @@ func TestStoppingMidRecordFinishesItUnlocksAndReturnsNil(t *testing.T) {
 	defer conn.Release()
 	// The server ends the closed session (and its locks) a moment after the client hung up.
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), conn.Conn(), "jobs")
+		procs, err := cursor.Read(context.Background(), conn.Conn(), cursor.ReadOpts{Process: "jobs"})
 		require.NoError(t, err)
-		return !infos[0].Locked && infos[0].Connected == 0
+		return !procs[0].Info.Locked && procs[0].Info.Connected == 0
 	}, 10*time.Second, 5*time.Millisecond, "the cursor is unlocked and its connection closed")
 }
 

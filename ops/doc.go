@@ -89,11 +89,11 @@
 //
 // The lag series are measured only by Metrics.WatchLag, from the cursor row and the source table, so every
 // instance reports them, owner or not; they appear after the first measurement. WatchLag looks at the
-// holders of the xmin horizon in the same rounds (cursor.XminWatch, which times a holder whose start the
-// pool's role may not read from when it first saw it), and comes round early when a holder it saw is about
+// holders of the xmin horizon in the same rounds (timing a holder whose start the pool's role may not
+// read from when it first saw it), and comes round early when a holder it saw is about
 // to pass the threshold. They cost inorder nothing (its positions are appended), but vacuum cannot clean
 // the outbox that prune empties while they hold. The other series come from
-// the processor through the processor.Observer (and processor.InFlightObserver, processor.RetryObserver and processor.ResentObserver) that Metrics implements.
+// the processor through the processor.Observer that Metrics implements.
 //
 // # Health
 //

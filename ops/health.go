@@ -8,15 +8,15 @@ import (
 	"time"
 )
 
-// DefaultPingTimeout bounds Health's database check when HealthConfig.PingTimeout is zero.
-const DefaultPingTimeout = 2 * time.Second
+// defaultPingTimeout bounds Health's database check when HealthConfig.PingTimeout is zero.
+const defaultPingTimeout = 2 * time.Second
 
 // HealthConfig configures a Health.
 type HealthConfig struct {
 	// Ping checks that the database answers; (*pgxpool.Pool).Ping fits (see NewPool). Nil skips the
 	// check.
 	Ping func(ctx context.Context) error
-	// PingTimeout bounds one check. Zero means DefaultPingTimeout.
+	// PingTimeout bounds one check. Zero means 2 s.
 	PingTimeout time.Duration
 	// Metrics, when set, tells which processors are connected: every process it tracks (see
 	// Metrics.Track) must be, for the program to be ready. Nil checks the database only.
@@ -40,7 +40,7 @@ type Health struct {
 // NewHealth returns a Health checking what cfg names.
 func NewHealth(cfg HealthConfig) *Health {
 	if cfg.PingTimeout <= 0 {
-		cfg.PingTimeout = DefaultPingTimeout
+		cfg.PingTimeout = defaultPingTimeout
 	}
 	return &Health{cfg: cfg}
 }

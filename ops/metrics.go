@@ -21,14 +21,15 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
+	"github.com/inorder-dev/inorder/internal/xmin"
 	"github.com/inorder-dev/inorder/processor"
 )
 
-// DurationBuckets are the buckets of inorder_handler_duration_seconds, from 1ms to 30s.
-var DurationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+// durationBuckets are the buckets of inorder_handler_duration_seconds, from 1ms to 30s.
+var durationBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
 
-// DefaultLagInterval is how often WatchLag measures the lag when given no interval.
-const DefaultLagInterval = 15 * time.Second
+// defaultLagInterval is how often WatchLag measures the lag when given no interval.
+const defaultLagInterval = 15 * time.Second
 
 // A round of lag measurements is cut off after its interval, but never sooner than minLagTimeout nor later
 // than maxLagTimeout.
@@ -72,7 +73,7 @@ type Metrics struct {
 
 	mu    sync.Mutex
 	procs map[string]*procMetrics
-	xmin  *cursor.XminWatch // replaced by SetXminHoldAfter
+	xmin  *xmin.Watch // replaced by SetXminHoldAfter
 	// xminSeries are the label values of the inorder_xmin_holder series the last look set.
 	xminSeries map[[6]string]bool
 }
@@ -105,13 +106,7 @@ const (
 )
 
 var (
-	_ processor.Observer            = (*Metrics)(nil)
-	_ processor.InFlightObserver    = (*Metrics)(nil)
-	_ processor.RetryObserver       = (*Metrics)(nil)
-	_ processor.ResentObserver      = (*Metrics)(nil)
-	_ processor.CredentialsObserver = (*Metrics)(nil)
-	_ processor.SourceObserver      = (*Metrics)(nil)
-	_ processor.FilterObserver      = (*Metrics)(nil)
+	_ processor.Observer = (*Metrics)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -125,7 +120,7 @@ func NewMetrics() *Metrics {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "inorder_handler_duration_seconds",
 			Help:    "Time of each handler call, success or failure (for an async handler, the wait on its result).",
-			Buckets: DurationBuckets,
+			Buckets: durationBuckets,
 		}, []string{"process"}),
 		batches:        perProcessCounter("inorder_batches_total", "Reads of the source table, one per batch, empty ones included."),
 		read:           perProcessCounter("inorder_records_read_total", "Records returned by reads of the source table."),
@@ -168,7 +163,7 @@ func NewMetrics() *Metrics {
 		xminHeld: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "inorder_xmin_held_seconds",
 			Help: "How long the database's xmin horizon (vacuum's) has been held by its longest holder, once past the threshold (1m by default); 0 otherwise. " +
-				cursor.XminHoldCost + ".",
+				xmin.HoldCost + ".",
 		}),
 		xminHolder: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "inorder_xmin_holder",
@@ -182,7 +177,7 @@ func NewMetrics() *Metrics {
 			Name: "inorder_build_info",
 			Help: "Always 1, labelled with the version of inorder, the Go version and the commit the program was built from.",
 		}, []string{"version", "goversion", "revision"}),
-		xmin: cursor.NewXminWatch(0),
+		xmin: xmin.NewWatch(0),
 	}
 	version, revision := moduleVersion(debug.ReadBuildInfo())
 	m.revision = revision
@@ -196,11 +191,11 @@ func NewMetrics() *Metrics {
 }
 
 // SetXminHoldAfter sets how long a holder may hold the database's xmin horizon before the xmin series
-// name it (zero means cursor.DefaultXminHoldAfter, a minute). Set it before WatchLag starts: a change
+// name it (zero means xmin.DefaultHoldAfter, a minute). Set it before WatchLag starts: a change
 // starts the watch afresh, which then times the holders whose start it cannot read from zero again.
 func (m *Metrics) SetXminHoldAfter(d time.Duration) {
 	m.mu.Lock()
-	m.xmin = cursor.NewXminWatch(d)
+	m.xmin = xmin.NewWatch(d)
 	m.mu.Unlock()
 }
 
@@ -328,12 +323,12 @@ func (m *Metrics) Position(process string, createdAt time.Time) {
 // Halted implements processor.Observer.
 func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
 
-// SinkUnavailable implements processor.UnavailableObserver.
+// SinkUnavailable implements processor.Observer.
 func (m *Metrics) SinkUnavailable(process string, unavailable bool) {
 	m.proc(process).unavailable.Set(b2f(unavailable))
 }
 
-// SourceWaiting implements processor.SourceObserver: the process's one inorder_source_waiting series
+// SourceWaiting implements processor.Observer: the process's one inorder_source_waiting series
 // names the column the stream waits for while it waits, and no column once it reads.
 func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
 	p := m.proc(process)
@@ -347,7 +342,7 @@ func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
 	m.sourceWaiting.WithLabelValues(process, column).Set(b2f(waiting))
 }
 
-// Retrying implements processor.RetryObserver.
+// Retrying implements processor.Observer.
 func (m *Metrics) Retrying(process string, retrying bool) {
 	m.proc(process).retrying.Set(b2f(retrying))
 }
@@ -358,10 +353,10 @@ func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.S
 // Hold implements processor.Observer.
 func (m *Metrics) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
 
-// Resent implements processor.ResentObserver.
+// Resent implements processor.Observer.
 func (m *Metrics) Resent(process string, records int) { m.proc(process).resent.Add(float64(records)) }
 
-// InFlight implements processor.InFlightObserver.
+// InFlight implements processor.Observer.
 func (m *Metrics) InFlight(process string, records int, oldest time.Duration) {
 	p := m.proc(process)
 	p.inFlight.Set(float64(records))
@@ -382,7 +377,7 @@ func (m *Metrics) Connected(process string, ok bool) {
 	m.mu.Unlock()
 }
 
-// CredentialsRefused implements processor.CredentialsObserver.
+// CredentialsRefused implements processor.Observer.
 func (m *Metrics) CredentialsRefused(process string, refusal string) {
 	p := m.proc(process)
 	m.mu.Lock()
@@ -419,16 +414,16 @@ func b2f(b bool) float64 {
 }
 
 // WatchLag returns an actor (for lifecycle.Group.Add) that measures the lag of every tracked process every interval
-// (zero means DefaultLagInterval) until its context is done, and then returns nil. Each measurement reads
-// the process's cursor row (cursor.List) and counts the source rows after its durable position
-// (cursor.Behind, bounded by cursor.LagCountCap) on one connection of pool. Rounds run one after the
+// (zero means 15 s) until its context is done, and then returns nil. Each measurement reads
+// the process's cursor row (cursor.Read) and counts the source rows after its durable position
+// (cursor.Info.Measure, bounded by cursor.LagCountCap) on one connection of pool. Rounds run one after the
 // other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
 // measurement counts in inorder_lag_errors_total and leaves the lag gauges at their last value. A process
 // without a cursor row yet, or whose processor has not yet recorded its source, is skipped and looked at
 // again after a second rather than a whole interval. Give it a small pool of its own (see NewPool).
 func (m *Metrics) WatchLag(pool *pgxpool.Pool, interval time.Duration) func(ctx context.Context) error {
 	if interval <= 0 {
-		interval = DefaultLagInterval
+		interval = defaultLagInterval
 	}
 	return func(ctx context.Context) error {
 		timeout := min(max(interval, minLagTimeout), maxLagTimeout)
@@ -530,10 +525,10 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 		if pi.Source.Table == "" {
 			return false, nil // never locked: nothing to measure against yet
 		}
-		lag, err := cursor.Behind(ctx, conn, pi)
-		if err != nil {
+		if err := pi.Measure(ctx, conn); err != nil {
 			return false, err
 		}
+		lag := *pi.Lag
 		rows += lag.Rows
 		now = lag.Now
 		if !lag.Oldest.IsZero() && (oldest.IsZero() || lag.Oldest.Before(oldest)) {
@@ -562,13 +557,13 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 	return true, nil
 }
 
-// PassedOver counts a move of process's position past rows its filter passes over (processor.FilterObserver).
+// PassedOver counts a move of process's position past rows its filter passes over (processor.Observer).
 func (m *Metrics) PassedOver(process string) { m.proc(process).passOvers.Inc() }
 
 // lookXmin looks at who holds the database's xmin horizon, on a connection of pool, and sets the xmin
 // series: each holder past the threshold, and the longest hold. A failed look counts as an error unless the
 // program is stopping, and leaves the series as they were. It returns how soon a holder seen under the
-// threshold passes it (cursor.XminHold.Next), zero when none.
+// threshold passes it (xmin.Hold.Next), zero when none.
 func (m *Metrics) lookXmin(ctx context.Context, pool *pgxpool.Pool, stopping func() bool) time.Duration {
 	m.mu.Lock()
 	watch := m.xmin
@@ -584,7 +579,7 @@ func (m *Metrics) lookXmin(ctx context.Context, pool *pgxpool.Pool, stopping fun
 	holders := map[[6]string]bool{}
 	for _, x := range hold.Holders {
 		name := x.GID
-		if x.Kind == cursor.XminSlot {
+		if x.Kind == xmin.Slot {
 			name = x.Slot
 		}
 		labels := [6]string{string(x.Kind), strconv.Itoa(x.PID), x.Database, x.User, x.Application, name}

@@ -278,8 +278,8 @@ func TestParkedKeysAreMeasured(t *testing.T) {
 		return is(s, "inorder_parked_keys", 1) && is(s, "inorder_parked_records", 4) && s[series("inorder_parked_oldest_seconds")] > 0
 	}, 20*time.Second, 10*time.Millisecond)
 	refuse.Store(false)
-	_, err = cursor.Redrive(context.Background(), db.Pool, "jobs", cursor.RedriveOpts{All: true},
-		cursor.ActionOpts{Actor: "test", Reason: "accepted again"})
+	_, err = cursor.Redrive(context.Background(), db.Pool, "jobs", cursor.RedriveOpts{All: true,
+		ActionOpts: cursor.ActionOpts{Actor: "test", Reason: "accepted again"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		s := scraped(srv.URL)

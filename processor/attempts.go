@@ -96,9 +96,7 @@ func (e *executor[T]) acceptedBefore(it *item[T], gen int64) bool {
 func (e *executor[T]) sending(it *item[T]) {
 	if _, ok := e.attempts.accepted[it.rec.ID]; ok {
 		delete(e.attempts.accepted, it.rec.ID)
-		if o, ok := e.obs.(ResentObserver); ok {
-			o.Resent(e.process, 1)
-		}
+		e.obs.Resent(e.process, 1)
 	}
 }
 

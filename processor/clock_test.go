@@ -299,16 +299,16 @@ func TestALateRowIsCountedAndReported(t *testing.T) {
 	db.Exec(t, "INSERT INTO outbox (aggregate_id, created_at) VALUES ('late', clock_timestamp() - interval '1 minute')")
 	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('a')") // the stream goes on after it
 	late := func() int64 {
-		infos, err := cursor.List(ctx, db.Pool, "relay")
+		procs, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "relay"})
 		require.NoError(t, err)
-		require.Len(t, infos, 1)
-		return infos[0].LateRows
+		require.Len(t, procs, 1)
+		return procs[0].Info.LateRows
 	}
 	waitFor(t, "the late row counted", func() bool { return late() == 1 })
 	require.Len(t, sink.delivered(), 3, "it was not delivered, and nothing else was missed")
-	infos, err := cursor.List(ctx, db.Pool, "relay")
+	procs, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: "relay"})
 	require.NoError(t, err)
-	out, err := json.Marshal(infos[0])
+	out, err := json.Marshal(procs[0].Info)
 	require.NoError(t, err)
 	require.Contains(t, string(out), `"late":{"rows":1,"last_at":`)
 }

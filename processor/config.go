@@ -106,7 +106,7 @@ type Config[T any] struct {
 	// StartFrom is where a process without a cursor row starts: inordertype.StartFromBeginning,
 	// inordertype.StartFromNow or inordertype.StartFromTime. It has no default for a table that already has rows: a
 	// new process name (a typo beside the real one) would deliver the whole table again, so Run refuses to
-	// register one without it (ErrStartFromUnset), naming the processes that already read the table. On an
+	// register one without it (StartFromError), naming the processes that already read the table. On an
 	// empty table the zero value starts at the beginning. An existing process keeps its position whatever
 	// StartFrom says.
 	StartFrom inordertype.StartFrom

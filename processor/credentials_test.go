@@ -125,7 +125,7 @@ func (o *refusalObserver) now() (refusal string, said []string, connected bool) 
 	return o.refusal, append([]string(nil), o.refusals...), o.connected
 }
 
-var _ processor.CredentialsObserver = (*refusalObserver)(nil)
+var _ processor.Observer = (*refusalObserver)(nil)
 
 // requireInOrderOnce requires got to be want, in order, each record once but for those delivered again
 // after a lost connection: at most the record in flight at each loss (Checkpoint record).

@@ -127,12 +127,8 @@ func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
 	if now != was {
 		p.failing.told = now
 		p.obs.Halted(p.cfg.Process, now == failHalted)
-		if o, ok := p.obs.(RetryObserver); ok {
-			o.Retrying(p.cfg.Process, now == failRetrying)
-		}
-		if o, ok := p.obs.(UnavailableObserver); ok {
-			o.SinkUnavailable(p.cfg.Process, now == failUnavailable)
-		}
+		p.obs.Retrying(p.cfg.Process, now == failRetrying)
+		p.obs.SinkUnavailable(p.cfg.Process, now == failUnavailable)
 		if was == failUnavailable {
 			p.log.Info().Msg("the sink accepts again: its outage is over, and the stream flows")
 		}

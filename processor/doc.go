@@ -96,7 +96,7 @@
 // puts it, or a token minted for that connection (an IAM token that lives 15 minutes), or a TLS
 // configuration. Once the process has connected, credentials the database refuses (SQLSTATE 28P01 or
 // 28000), or that BeforeConnectFunc cannot give, are an outage, not an exit: the processor says so once,
-// naming the user and the server (and tells a CredentialsObserver, ops.Metrics's inorder_credentials_refused),
+// naming the user and the server (and tells its Observer, ops.Metrics's inorder_credentials_refused),
 // and reconnects with backoff, at most a few seconds apart, until they are accepted; the stream then goes
 // on by itself. At start-up the same refusal is a mistake, and Run returns it at once.
 //

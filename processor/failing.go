@@ -26,16 +26,6 @@ const (
 	failUnavailable           // the sink refuses what every record would meet: waiting for it, never halting
 )
 
-// ResentObserver is an Observer that is also told of records this instance hands to the sink again after
-// the sink accepted them: what a lost connection (or another instance's tenure in between) makes it
-// deliver again. Records retried because they failed are not counted, nor what an operator's rewind
-// delivers again on purpose. Its method must not block.
-type ResentObserver interface {
-	Observer
-	// Resent reports records sent again although the sink had accepted them.
-	Resent(process string, records int)
-}
-
 // unavailable says what to check when err is the sink's outage rather than the record's failure
 // (handlers.Unavailable), and "" otherwise.
 func unavailable(err error) string {

@@ -42,17 +42,17 @@ func (o *stateObserver) now() (retrying, halted, everRetry, everHalted bool) {
 	return o.retrying, o.halted, o.everRetry, o.everHalted
 }
 
-var _ processor.RetryObserver = (*stateObserver)(nil)
+var _ processor.Observer = (*stateObserver)(nil)
 
 // halt reads the failing record's state from the cursor row, as status and operators see it.
 func (b *bundle) halt(t *testing.T) *inordertype.Halt {
 	t.Helper()
-	infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+	procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 	require.NoError(t, err)
-	if len(infos) == 0 {
+	if len(procs) == 0 {
 		return nil
 	}
-	return infos[0].Halt
+	return procs[0].Info.Halt
 }
 
 // TestATransientFailureRetriesWithoutHalting: a record that fails twice with an error that may pass is

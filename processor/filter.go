@@ -91,14 +91,5 @@ func (p *Processor[T]) passedTo(last inordertype.Position, horizon time.Time) in
 
 // passedOver tells an observer that can count it that the position moved past rows the filter passed over.
 func (p *Processor[T]) passedOver() {
-	if o, ok := p.obs.(FilterObserver); ok {
-		o.PassedOver(p.cfg.Process)
-	}
-}
-
-// FilterObserver is an Observer that is also told when a process with a filter moves its position past
-// rows the filter passes over, without a handler call.
-type FilterObserver interface {
-	// PassedOver says that process moved its position past rows its filter passed over.
-	PassedOver(process string)
+	p.obs.PassedOver(p.cfg.Process)
 }

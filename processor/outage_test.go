@@ -62,12 +62,12 @@ func TestTheSameRefusalAcrossKeysIsTheSinksOutage(t *testing.T) {
 
 	ctx := context.Background()
 	waitFor(t, "the stream waiting for its sink", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
-		return err == nil && len(infos) == 1 && infos[0].Status == cursor.StatusSinkUnavailable
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
+		return err == nil && len(procs) == 1 && procs[0].Info.Status == cursor.StatusSinkUnavailable
 	})
-	infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
+	procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 	require.NoError(t, err)
-	require.Contains(t, infos[0].Halt.Unavailable, "records of different keys all meet status 400")
+	require.Contains(t, procs[0].Info.Halt.Unavailable, "records of different keys all meet status 400")
 	parked, err := cursor.Parked(ctx, b.db.Pool, b.cfg.Process)
 	require.NoError(t, err)
 	require.LessOrEqual(t, len(parked), 1, "at most the key refused first, before the second showed the sink's outage")

@@ -31,12 +31,12 @@ func TestAHandlersPanicKeepsItsStack(t *testing.T) {
 	})
 	start(t, cfg)
 	waitFor(t, "the record that panics to fail", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
-		return err == nil && len(infos) == 1 && infos[0].Halt != nil
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
+		return err == nil && len(procs) == 1 && procs[0].Info.Halt != nil
 	})
-	infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
+	procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 	require.NoError(t, err)
-	require.Equal(t, "handler panicked: seq 2 does not add up", infos[0].Halt.Error)
+	require.Equal(t, "handler panicked: seq 2 does not add up", procs[0].Info.Halt.Error)
 	// Every attempt panics again and logs again: at least the first is there.
 	require.GreaterOrEqual(t, logs.count("the handler panicked; the record counts as failed"), 1)
 	require.GreaterOrEqual(t, logs.count("processor_test.explode"), 1, "the stack names the function that panicked")
@@ -71,7 +71,7 @@ func TestATransactionalHandlersPanicLeavesNothingWritten(t *testing.T) {
 		require.NoError(t, b.db.Pool.QueryRow(context.Background(), `SELECT count(*) FROM seen`).Scan(&n))
 		return n == 3
 	})
-	infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+	procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 	require.NoError(t, err)
-	require.Nil(t, infos[0].Halt, "the record went through on its second attempt")
+	require.Nil(t, procs[0].Info.Halt, "the record went through on its second attempt")
 }

@@ -130,16 +130,16 @@ func TestARefusedKeyParksAndTheOtherKeysGoOn(t *testing.T) {
 			require.Contains(t, k.Error, "account closed")
 			require.True(t, k.Permanent)
 			require.Equal(t, 1, k.Attempts)
-			infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+			procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 			require.NoError(t, err)
-			require.Nil(t, infos[0].Halt, "the stream is not halted")
-			require.Equal(t, 1, infos[0].ParkedKeys)
-			require.Equal(t, len(refused), infos[0].ParkedRecords)
+			require.Nil(t, procs[0].Info.Halt, "the stream is not halted")
+			require.Equal(t, 1, procs[0].Info.ParkedKeys)
+			require.Equal(t, len(refused), procs[0].Info.ParkedRecords)
 
 			for _, id := range refused {
 				b.h.setFail(id, nil)
 			}
-			_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "k1"}, ops)
+			_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "k1", ActionOpts: ops})
 			require.NoError(t, err)
 			waitFor(t, "the parked key delivered", func() bool { return b.h.count() == 5*20 })
 			got = byKeyOf(b.h.records())
@@ -228,7 +228,7 @@ func TestAParkedKeySurvivesARestart(t *testing.T) {
 	waitFor(t, "the other key's new records", func() bool { return len(byKeyOf(b.h.records())["b"]) == 5 })
 	waitFor(t, "the key's new records parked", func() bool { return len(b.parkedIDs(t, "a")) == 5 })
 	require.Empty(t, byKeyOf(b.h.records())["a"], "nothing of the parked key went through")
-	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{All: true}, ops)
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{All: true, ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["a"]) == 5 })
 	require.Equal(t, append(ids["a"], more["a"]...), byKeyOf(b.h.records())["a"])
@@ -275,7 +275,7 @@ func TestATransactionalHandlerParks(t *testing.T) {
 	mu.Lock()
 	refuse[ids["a"][1]] = false
 	mu.Unlock()
-	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the key written", func() bool { return len(seen()) == 6 })
 	require.Empty(t, b.parkedIDs(t, "a"))
@@ -292,7 +292,7 @@ func TestARedriveThatFailsAgainKeepsTheKeyParked(t *testing.T) {
 	start(t, b.cfg)
 	waitFor(t, "the key parked", func() bool { return len(b.parkedIDs(t, "a")) == 3 })
 	b.h.setFail(ids["a"][0], handlers.Permanent(errors.New("422 still refused")))
-	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the redrive tried", func() bool {
 		keys, err := cursor.Parked(context.Background(), b.db.Pool, b.cfg.Process)
@@ -304,7 +304,7 @@ func TestARedriveThatFailsAgainKeepsTheKeyParked(t *testing.T) {
 	require.Contains(t, keys[0].Error, "422 still refused")
 	require.Equal(t, 3, keys[0].Records)
 	require.Empty(t, b.h.ids())
-	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "zzz"}, ops)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "zzz", ActionOpts: ops})
 	require.ErrorIs(t, err, cursor.ErrNotParked)
 }
 
@@ -335,7 +335,7 @@ func TestPruneKeepsParkedRows(t *testing.T) {
 	require.Len(t, left, 10-4, "the rows from the parked record on stayed") // a0 b0 a1 b1 went
 
 	b.h.setFail(head, nil)
-	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["a"]) == 5 })
 	require.Equal(t, ids["a"], byKeyOf(b.h.records())["a"])
@@ -406,7 +406,7 @@ func TestNoNewRecordOvertakesAParkedOneDuringARedrive(t *testing.T) {
 			}
 		})
 	}
-	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the parked records redriven", func() bool { return len(b.parkedIDs(t, "a")) == 0 })
 	count := func() (n int) { added.Range(func(any, any) bool { n++; return true }); return n }
@@ -449,7 +449,7 @@ func TestAPartitionParksAKey(t *testing.T) {
 	require.Equal(t, "c", parked[0].Key)
 	require.Contains(t, parked[0].Stream, "split#")
 	b.h.setFail(ids["c"][3], nil)
-	_, err = cursor.Redrive(context.Background(), b.db.Pool, "split", cursor.RedriveOpts{Key: "c"}, ops)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, "split", cursor.RedriveOpts{Key: "c", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["c"]) == 10 })
 	got := byKeyOf(b.h.records())
@@ -477,7 +477,7 @@ func TestParkedRecordsKeepTheStreamsOrderOfIDs(t *testing.T) {
 	require.Equal(t, idText(ids[0]), keys[0].Head)
 
 	b.h.setFail(ids[0], nil)
-	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	_, err = cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the key redriven", func() bool { return b.h.count() == 12 })
 	require.Equal(t, ids, b.h.ids())
@@ -500,7 +500,7 @@ func TestAnInstanceThatDoesNotParkKeepsParkedKeysParked(t *testing.T) {
 	waitFor(t, "the other key's new records", func() bool { return len(byKeyOf(b.h.records())["b"]) == 4 })
 	waitFor(t, "the key's new records parked", func() bool { return len(b.parkedIDs(t, "a")) == 4 })
 	require.Empty(t, byKeyOf(b.h.records())["a"])
-	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a"}, ops)
+	_, err := cursor.Redrive(context.Background(), b.db.Pool, b.cfg.Process, cursor.RedriveOpts{Key: "a", ActionOpts: ops})
 	require.NoError(t, err)
 	waitFor(t, "the key redriven", func() bool { return len(byKeyOf(b.h.records())["a"]) == 4 })
 	require.Equal(t, append(ids["a"], more["a"]...), byKeyOf(b.h.records())["a"])

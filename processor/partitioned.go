@@ -304,7 +304,7 @@ func (p *Partitioned[T]) coordinationRefused(err error) (time.Duration, bool) {
 	if line != p.refusal {
 		p.refusal = line
 		p.log.Error().Msg(line + "; reconnecting until they are accepted")
-		if o, ok := p.cfg.Observer.(CredentialsObserver); ok {
+		if o := p.cfg.Observer; o != nil {
 			o.CredentialsRefused(p.cfg.Process, line)
 		}
 	}
@@ -321,7 +321,7 @@ func (p *Partitioned[T]) coordinationAccepted() {
 	}
 	p.refusal = ""
 	p.log.Info().Msg("the database accepts the credentials again")
-	if o, ok := p.cfg.Observer.(CredentialsObserver); ok {
+	if o := p.cfg.Observer; o != nil {
 		o.CredentialsRefused(p.cfg.Process, "")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/testrun"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -130,7 +131,7 @@ func TestPartitionedProcessRefusesAnotherSplit(t *testing.T) {
 	other, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 8})
 	require.NoError(t, err)
 	err = other.Run(context.Background())
-	require.ErrorIs(t, err, processor.ErrPartitionsChanged)
+	require.ErrorIs(t, err, store.ErrPartitionsChanged)
 	require.Contains(t, err.Error(), "it has 4, asked for 8; drain it and run: inorder repartition --process split --partitions 8")
 
 	b.db.Exec(t, "DROP INDEX events_aggregate_id_p4_idx")

@@ -201,8 +201,8 @@ func TestTransactionTimeHorizonThroughATransactionPooler(t *testing.T) {
 
 	later := b.insert(t, 3) // dated after the application's transaction began
 	waitFor(t, "status to name the application's transaction as the holder", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, b.cfg.Process)
-		return err == nil && len(infos) == 1 && infos[0].HeldByPID == int(pid)
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
+		return err == nil && len(procs) == 1 && procs[0].Info.HeldByPID == int(pid)
 	})
 	for _, rec := range b.h.records() {
 		require.True(t, rec.CreatedAt.Before(began), "record %d, dated after the open transaction began, was delivered", rec.Value.ID)

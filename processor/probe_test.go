@@ -143,12 +143,21 @@ func TestWhatProcessorsShareIsTheirClient(t *testing.T) {
 	}
 }
 
+// nopObserver is told everything and keeps nothing: a test's observer embeds it and overrides what it
+// counts.
 type nopObserver struct{}
 
 func (nopObserver) Batch(string, int)                    {}
+func (nopObserver) PassedOver(string)                    {}
+func (nopObserver) SourceWaiting(string, string, bool)   {}
 func (nopObserver) Handled(string, time.Duration, error) {}
-func (nopObserver) Position(string, time.Time)           {}
+func (nopObserver) InFlight(string, int, time.Duration)  {}
+func (nopObserver) Resent(string, int)                   {}
+func (nopObserver) Retrying(string, bool)                {}
 func (nopObserver) Halted(string, bool)                  {}
+func (nopObserver) SinkUnavailable(string, bool)         {}
+func (nopObserver) Position(string, time.Time)           {}
 func (nopObserver) Locked(string, bool)                  {}
 func (nopObserver) Hold(string, time.Duration)           {}
 func (nopObserver) Connected(string, bool)               {}
+func (nopObserver) CredentialsRefused(string, string)    {}

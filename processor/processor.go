@@ -199,11 +199,6 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 // Name returns the process name.
 func (p *Processor[T]) Name() string { return p.cfg.Process }
 
-// ErrPartitionsChanged is returned by a Partitioned runner when the process is already split another
-// way (or ran as one stream): changing the split is an explicit operation (drain, then
-// cursor.Repartition), since positions do not carry over between splits.
-var ErrPartitionsChanged = store.ErrPartitionsChanged
-
 // defaultLogger is l, or for the zero Logger one that writes JSON lines to standard error at info level:
 // a library user sees what the processor does without configuring anything.
 func defaultLogger(l zerolog.Logger) zerolog.Logger {
@@ -604,9 +599,7 @@ func (p *Processor[T]) refused(err error) {
 	}
 	p.refusal = line
 	p.log.Error().Msg(line + "; reconnecting until they are accepted")
-	if o, ok := p.obs.(CredentialsObserver); ok {
-		o.CredentialsRefused(p.cfg.Process, line)
-	}
+	p.obs.CredentialsRefused(p.cfg.Process, line)
 }
 
 // accepted ends a refusal of the credentials: the processor connected again.
@@ -616,9 +609,7 @@ func (p *Processor[T]) accepted() {
 	}
 	p.refusal = ""
 	p.log.Info().Msg("the database accepts the credentials again")
-	if o, ok := p.obs.(CredentialsObserver); ok {
-		o.CredentialsRefused(p.cfg.Process, "")
-	}
+	p.obs.CredentialsRefused(p.cfg.Process, "")
 }
 
 // sleep waits d or until ctx is done, and reports whether the full wait passed.

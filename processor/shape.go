@@ -25,7 +25,7 @@ import (
 //   - a column the process needs (the order column, the id, the key, a selected column, a column the
 //     handler reads) dropped or renamed, or a table that no longer passes the checks of start-up: the
 //     stream waits, without halting or skipping anything, says what it waits for (the log, status, the
-//     SourceObserver), and reads on by itself once the table fits again.
+//     Observer.SourceWaiting), and reads on by itself once the table fits again.
 
 // shapeWatch is what the processor knows of its source's columns across batches.
 type shapeWatch struct {
@@ -37,15 +37,6 @@ type shapeWatch struct {
 	cols   []source.Column // every column of the table at the last inspection that fitted, to name a renamed one
 	wait   *source.Wait    // what the stream waits for; nil while it reads
 	said   time.Time       // when the wait was last logged
-}
-
-// SourceObserver is an Observer that is also told when a stream waits for its source table to fit again
-// after a migration (a column it needs dropped or renamed), and when it reads on.
-type SourceObserver interface {
-	Observer
-	// SourceWaiting reports that the stream waits for column of its source, or for the table when column is
-	// empty (waiting true), or that it reads again (waiting false, column empty).
-	SourceWaiting(process, column string, waiting bool)
 }
 
 // followShape inspects the source again when the last poll found its columns changed (shape), a read was
@@ -134,9 +125,7 @@ func (p *Processor[T]) waitForShape(work context.Context, w *source.Wait) error 
 		sw.said = time.Now()
 	}
 	if changed {
-		if o, ok := p.obs.(SourceObserver); ok {
-			o.SourceWaiting(p.cfg.Process, w.Column, true)
-		}
+		p.obs.SourceWaiting(p.cfg.Process, w.Column, true)
 	}
 	sw.wait = w
 	return p.cur.SetSourceWait(work, w.Message)
@@ -158,9 +147,7 @@ func (p *Processor[T]) adopt(work context.Context, t *source.Table, all []source
 	sw.known, sw.stale, sw.cols = shape, false, all
 	if sw.wait != nil {
 		p.log.Info().Str("table", t.Qualified).Msg("the source fits the process again; the stream reads on")
-		if o, ok := p.obs.(SourceObserver); ok {
-			o.SourceWaiting(p.cfg.Process, "", false)
-		}
+		p.obs.SourceWaiting(p.cfg.Process, "", false)
 		sw.wait = nil
 		return p.cur.SetSourceWait(work, "")
 	}

@@ -309,10 +309,10 @@ func TestANeededColumnGoneMakesTheStreamWaitUntilItIsBack(t *testing.T) {
 	b.allDelivered(t, b.mark(t))
 
 	status := func() cursor.Info {
-		infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
 		require.NoError(t, err)
-		require.Len(t, infos, 1)
-		return infos[0]
+		require.Len(t, procs, 1)
+		return procs[0].Info
 	}
 	said := func() string { return status().SourceWait }
 	waits := func(fix string) int64 {

@@ -2,7 +2,6 @@ package processor
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -17,12 +16,8 @@ import (
 // new name appears is a typo beside the real one (or a renamed deployment), and for a payment stream that
 // would charge every customer again under new idempotency keys.
 
-// ErrStartFromUnset is wrapped by Run's error when a process without a cursor row has no StartFrom and its
-// table already has rows. The message names the processes that read the table, and how far they are.
-var ErrStartFromUnset = errors.New("a new process needs a start")
-
-// register gives a process that has no cursor row one, at Config.StartFrom, or refuses (see
-// ErrStartFromUnset). An existing process is left as it is.
+// register gives a process that has no cursor row one, at Config.StartFrom, or refuses (a StartFromError).
+// An existing process is left as it is.
 func (p *Processor[T]) register(ctx context.Context) error {
 	if !p.cur.Missing() {
 		return nil
@@ -71,7 +66,8 @@ func (p *Processor[T]) unsetStart(ctx context.Context) error {
 }
 
 // StartFromError is Run's refusal of a new process (one without a cursor row) that has no StartFrom, on a
-// table that already has rows. It wraps ErrStartFromUnset.
+// table that already has rows: errors.As finds it in Run's error. Its message names the processes that
+// read the table, how far they are, and the name among them closest to the process's.
 type StartFromError struct {
 	// Table is the source table, qualified.
 	Table string
@@ -83,13 +79,11 @@ type StartFromError struct {
 
 func (e *StartFromError) Error() string { return e.Explain("Config.StartFrom") }
 
-func (e *StartFromError) Unwrap() error { return ErrStartFromUnset }
-
 // Explain words the refusal with setting as what gives a process its start: Error names Config.StartFrom,
 // the CLI its --start-from flag.
 func (e *StartFromError) Explain(setting string) string {
-	s := fmt.Sprintf("%v: the process has no cursor row and %s already has rows, which it would all deliver; "+
-		"say where it starts (%s)", ErrStartFromUnset, e.Table, setting)
+	s := fmt.Sprintf("a new process needs a start: the process has no cursor row and %s already has rows, "+
+		"which it would all deliver; say where it starts (%s)", e.Table, setting)
 	if len(e.Readers) > 0 {
 		s += fmt.Sprintf("; processes that read it: %s; did you mean %s?", strings.Join(e.Readers, ", "), e.Suggestion)
 	}
@@ -122,13 +116,20 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 	if err != nil {
 		return nil
 	}
-	infos, err := cursor.List(ctx, conn, "")
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{})
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not list the processes that read the table")
 		return nil
 	}
+	var rows []cursor.Info // every cursor row: a process's own, and its partitions'
+	for _, pr := range procs {
+		rows = append(rows, pr.Info)
+		if pr.Partitioned() {
+			rows = append(rows, pr.Streams...)
+		}
+	}
 	byName := map[string]*reader{}
-	for _, in := range infos {
+	for _, in := range rows {
 		if in.Source.Table != p.table.Qualified || in.Process == p.cfg.Process {
 			continue
 		}
@@ -138,8 +139,8 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 			continue
 		}
 		r := &reader{name: in.Process, position: in.Position, behind: -1}
-		if lag, err := cursor.Behind(ctx, conn, in); err == nil {
-			r.behind = lag.Rows
+		if m := in; m.Measure(ctx, conn) == nil {
+			r.behind = m.Lag.Rows
 		}
 		byName[in.Process] = r
 	}

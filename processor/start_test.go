@@ -12,7 +12,7 @@ import (
 )
 
 // TestStartFromHasNoDefaultForATableWithRows: the library keeps the rule the CLI shows. A new process
-// without StartFrom on a table with rows is refused (ErrStartFromUnset), with no cursor row left; on an
+// without StartFrom on a table with rows is refused (a StartFromError), with no cursor row left; on an
 // empty table it starts at the beginning; StartFromTime delivers the rows created from then on.
 func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
 	t.Parallel()
@@ -34,7 +34,8 @@ func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
 	runCtx, cancel := context.WithTimeout(ctx, 20*time.Second) // without the rule it would run on
 	defer cancel()
 	err = p.Run(runCtx)
-	require.ErrorIs(t, err, processor.ErrStartFromUnset)
+	var sfe *processor.StartFromError
+	require.ErrorAs(t, err, &sfe)
 	require.ErrorContains(t, err, "did you mean on_an_empty_table?")
 	require.False(t, b.registered(t, "late"), "no cursor row left")
 

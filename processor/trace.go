@@ -8,35 +8,19 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
 // tracerName is the instrumentation scope of the processor's spans.
 const tracerName = "github.com/inorder-dev/inorder/processor"
 
-// traceContext is the W3C trace context an application wrote with a row, read as a propagation carrier.
+// traceContext is the W3C trace context an application wrote with a row: its traceparent and tracestate
+// columns, read by package tracecontext.
 type traceContext struct{ parent, state string }
-
-func (c traceContext) Get(key string) string {
-	switch key {
-	case "traceparent":
-		return c.parent
-	case "tracestate":
-		return c.state
-	}
-	return ""
-}
-
-func (traceContext) Set(string, string) {}
-func (traceContext) Keys() []string     { return []string{"traceparent", "tracestate"} }
-
-// w3c reads the rows' trace context whatever propagator the application set globally: the columns hold
-// W3C traceparent and tracestate values.
-var w3c propagation.TraceContext
 
 // tracing is the processor's tracer and the span of the batch under way.
 type tracing struct {
@@ -141,7 +125,7 @@ func startAttempt[T any](t *tracing, ctx context.Context, it *item[T]) context.C
 	parent := ctx
 	var links []trace.Link
 	if it.tr.parent != "" {
-		parent = w3c.Extract(ctx, it.tr.traceContext)
+		parent = tracecontext.Extract(ctx, it.tr.parent, it.tr.state)
 		if sc := trace.SpanContextFromContext(parent); sc.IsValid() {
 			links = append(links, trace.Link{SpanContext: sc})
 		} else {

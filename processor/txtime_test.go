@@ -335,8 +335,8 @@ func TestAnOpenTransactionElsewhereHoldsATransactionTimeStream(t *testing.T) {
 			return false
 		}
 		defer conn.Release()
-		infos, err := cursor.List(ctx, conn.Conn(), b.cfg.Process)
-		return err == nil && len(infos) == 1 && infos[0].HeldByPID == int(reportPID) && !infos[0].HeldSince.IsZero()
+		procs, err := cursor.Read(ctx, conn.Conn(), cursor.ReadOpts{Process: b.cfg.Process})
+		return err == nil && len(procs) == 1 && procs[0].Info.HeldByPID == int(reportPID) && !procs[0].Info.HeldSince.IsZero()
 	})
 	require.Equal(t, []int64{first}, b.h.ids(), "nothing dated after the report's start is delivered while it is open")
 

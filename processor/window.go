@@ -322,21 +322,12 @@ func (w *window[T]) oldest() (store.InFlight, int) {
 	return f, at
 }
 
-// InFlightObserver is an Observer that is also told what a keyed window has in flight (see
-// Config.MaxInFlight): how many records, and for how long the oldest of them (0 for none). Its method
-// must not block.
-type InFlightObserver interface {
-	InFlight(process string, records int, oldest time.Duration)
-}
-
 func (p *Processor[T]) noteInFlight(f store.InFlight) {
-	if o, ok := p.obs.(InFlightObserver); ok {
-		var age time.Duration
-		if f.Records > 0 {
-			age = time.Since(f.Since)
-		}
-		o.InFlight(p.cfg.Process, f.Records, age)
+	var age time.Duration
+	if f.Records > 0 {
+		age = time.Since(f.Since)
 	}
+	p.obs.InFlight(p.cfg.Process, f.Records, age)
 }
 
 // handleConcurrently runs the Handler on one record of the window, under a timeout of its own (the

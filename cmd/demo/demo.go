@@ -287,12 +287,15 @@ func awaitCaughtUp(ctx context.Context, conn *pgx.Conn, timeout time.Duration) b
 
 // behind measures the rows after the relay's position, as `inorder status` does.
 func behind(ctx context.Context, conn *pgx.Conn) (int64, error) {
-	infos, err := cursor.List(ctx, conn, process)
-	if err != nil || len(infos) == 0 || infos[0].Source.Table == "" {
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{Process: process})
+	if err != nil || len(procs) == 0 || procs[0].Info.Source.Table == "" {
 		return 0, errors.New("no cursor yet")
 	}
-	lag, err := cursor.Behind(ctx, conn, infos[0])
-	return lag.Rows, err
+	in := procs[0].Info
+	if err := in.Measure(ctx, conn); err != nil {
+		return 0, err
+	}
+	return in.Lag.Rows, nil
 }
 
 // buildInorder builds the CLI, so the demo runs exactly what users run.

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/console"
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/xmin"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/ops"
 )
@@ -20,7 +20,7 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	addr := fs.String("addr", "127.0.0.1:8080", "address to serve on; other than loopback only with a token in INORDER_CONSOLE_TOKEN")
 	allow := fs.Bool("allow-actions", false, "offer the operator actions (pause, resume, retry, skip, rewind, redrive); read-only without it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
-	holdAfter := fs.Duration("xmin-hold-after", cursor.DefaultXminHoldAfter, "name on the pages what has held the database's xmin horizon "+
+	holdAfter := fs.Duration("xmin-hold-after", xmin.DefaultHoldAfter, "name on the pages what has held the database's xmin horizon "+
 		"(vacuum's) longer than this")
 	if err := parseFlags(fs, args); err != nil {
 		return err

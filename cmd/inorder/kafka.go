@@ -38,7 +38,7 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.brokers, "kafka-brokers", "", "kafka: comma-separated seed brokers, host:port")
 	fs.StringVar(&k.topic, "kafka-topic", "", "kafka: topic records go to (with --kafka-topic-column: those whose column is NULL or empty)")
 	fs.StringVar(&k.topicColumn, "kafka-topic-column", "", "kafka: column holding each record's topic")
-	fs.StringVar(&k.payloadColumn, "kafka-payload-column", kafka.DefaultPayloadColumn, "kafka: column sent as the record value (whole record as JSON without it)")
+	fs.StringVar(&k.payloadColumn, "kafka-payload-column", handlers.DefaultPayloadColumn, "kafka: column sent as the record value (whole record as JSON without it)")
 	fs.StringVar(&k.typeColumn, "kafka-type-column", "", "kafka: column sent in the event_type header (default type, else event_type)")
 	fs.IntVar(&k.maxInFlight, "kafka-max-in-flight", 1, "kafka: records produced at once, in order per key (records of one key one at a time)")
 	fs.DurationVar(&k.deliveryTimeout, "kafka-delivery-timeout", 0, "kafka: how long the client tries to deliver a record, below --handler-timeout (default four fifths of it)")
@@ -47,7 +47,7 @@ func (k *kafkaFlags) register(fs *flag.FlagSet) {
 
 // set reports whether any --kafka-* flag differs from its default.
 func (k *kafkaFlags) set() bool {
-	return k.brokers != "" || k.topic != "" || k.topicColumn != "" || k.payloadColumn != kafka.DefaultPayloadColumn ||
+	return k.brokers != "" || k.topic != "" || k.topicColumn != "" || k.payloadColumn != handlers.DefaultPayloadColumn ||
 		k.typeColumn != "" || k.maxInFlight != 1 || k.deliveryTimeout != 0 ||
 		k.maxMessageBytes != kafkaDefaultMessageBytes
 }
@@ -92,7 +92,7 @@ func (k *kafkaFlags) newHandler(cfg processor.Config[handlers.Row]) (handlers.Ha
 		return nil, nil, usageErr("--kafka-brokers: %v", err)
 	}
 	h, err := kafka.New(kafka.Config{Client: client, Topic: k.topic, TopicColumn: k.topicColumn,
-		PayloadColumn: namedColumn(k.payloadColumn, kafka.DefaultPayloadColumn), TypeColumn: k.typeColumn,
+		PayloadColumn: namedColumn(k.payloadColumn, handlers.DefaultPayloadColumn), TypeColumn: k.typeColumn,
 		Envelope: k.envelope})
 	if err != nil {
 		client.Close()

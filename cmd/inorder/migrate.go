@@ -62,7 +62,7 @@ func migrateCmd(ctx context.Context, args []string, stdout, stderr io.Writer) er
 			script += "-- serves run --partitions; outside a transaction\n" + idx + ";\n"
 		}
 		for _, t := range notify {
-			script += "-- wake processors running with --listen on inserts into " + t + "\n" + migrations.NotifySQLFor(t) + "\n"
+			script += "-- wake processors running with --listen on inserts into " + t + "\n" + migrations.NotifySQL(t) + "\n"
 		}
 		_, err := io.WriteString(stdout, script)
 		return err

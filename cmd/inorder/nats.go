@@ -34,14 +34,14 @@ func (n *natsFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&n.url, "nats-url", "", "nats: server URL, nats://host:port (comma-separated for a cluster)")
 	fs.StringVar(&n.creds, "nats-creds", "", "nats: credentials file (JWT and NKey seed) to connect with")
 	fs.StringVar(&n.subject, "nats-subject", "", "nats: subject records are published to; {key} as a token stands for the record's key (orders.{key})")
-	fs.StringVar(&n.payloadColumn, "nats-payload-column", jetstream.DefaultPayloadColumn, "nats: column sent as the message data (whole record as JSON without it)")
+	fs.StringVar(&n.payloadColumn, "nats-payload-column", handlers.DefaultPayloadColumn, "nats: column sent as the message data (whole record as JSON without it)")
 	fs.StringVar(&n.typeColumn, "nats-type-column", "", "nats: column sent in the event_type header (default type, else event_type)")
 	fs.IntVar(&n.maxInFlight, "nats-max-in-flight", 1, "nats: records awaiting the stream's ack at once, in order per key (records of one key one at a time)")
 }
 
 // set reports whether any --nats-* flag differs from its default.
 func (n *natsFlags) set() bool {
-	return n.url != "" || n.creds != "" || n.subject != "" || n.payloadColumn != jetstream.DefaultPayloadColumn ||
+	return n.url != "" || n.creds != "" || n.subject != "" || n.payloadColumn != handlers.DefaultPayloadColumn ||
 		n.typeColumn != "" || n.maxInFlight != 1
 }
 
@@ -75,7 +75,7 @@ func (n *natsFlags) newHandler(ctx context.Context) (handlers.Handler[handlers.R
 		return nil, nil, fmt.Errorf("--nats-url: %w", err)
 	}
 	h, err := jetstream.New(jetstream.Config{JetStream: js, Subject: n.subject,
-		PayloadColumn: namedColumn(n.payloadColumn, jetstream.DefaultPayloadColumn), TypeColumn: n.typeColumn,
+		PayloadColumn: namedColumn(n.payloadColumn, handlers.DefaultPayloadColumn), TypeColumn: n.typeColumn,
 		Envelope: n.envelope})
 	if err != nil {
 		nc.Close()

@@ -13,7 +13,7 @@ import (
 	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/handlers/jetstream"
+	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/harness/natstest"
 	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
 )
@@ -134,8 +134,8 @@ func TestRunRelaysToJetStreamAcrossTwoSIGKILLs(t *testing.T) {
 		require.NoError(t, json.Unmarshal(m.Data(), &row), "the whole row as JSON: %s", m.Data())
 		require.Equal(t, "orders."+row.AggregateID, m.Subject(), "the key's subject")
 		h := m.Headers()
-		require.Equal(t, "booking_sms:"+strconv.FormatInt(row.ID, 10), h.Get(jetstream.HeaderMsgID))
-		require.Equal(t, row.AggregateID, h.Get(jetstream.HeaderKey))
+		require.Equal(t, "booking_sms:"+strconv.FormatInt(row.ID, 10), h.Get(njs.MsgIDHeader))
+		require.Equal(t, row.AggregateID, h.Get(handlers.HeaderKey))
 		require.False(t, seen[row.ID], "booking %d stored twice: the duplicate window did not drop it", row.ID)
 		seen[row.ID] = true
 		require.Greater(t, row.ID, lastOfKey[row.AggregateID], "order per key")

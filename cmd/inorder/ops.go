@@ -305,11 +305,11 @@ func parkedCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	defer conn.Close(ctx)
-	infos, err := cursor.List(ctx, conn, *process)
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{Process: *process})
 	if err != nil {
 		return err
 	}
-	if len(infos) == 0 {
+	if len(procs) == 0 {
 		return fmt.Errorf("no process named %q", *process)
 	}
 	keys, err := cursor.Parked(ctx, conn, *process)

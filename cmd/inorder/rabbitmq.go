@@ -26,14 +26,14 @@ func (r *rabbitmqFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.url, "rabbitmq-url", "", "rabbitmq: broker URL, amqp://user:password@host:5672/vhost (INORDER_RABBITMQ_URL keeps the password off the command line)")
 	fs.StringVar(&r.exchange, "rabbitmq-exchange", "", "rabbitmq: exchange records are published to; it must exist (amq.default: the default exchange, routing to the queue named by the routing key)")
 	fs.StringVar(&r.routingKey, "rabbitmq-routing-key", "", "rabbitmq: routing key of every record (default each record's key column)")
-	fs.StringVar(&r.payloadColumn, "rabbitmq-payload-column", rabbitmq.DefaultPayloadColumn, "rabbitmq: column sent as the message body (whole record as JSON without it)")
+	fs.StringVar(&r.payloadColumn, "rabbitmq-payload-column", handlers.DefaultPayloadColumn, "rabbitmq: column sent as the message body (whole record as JSON without it)")
 	fs.StringVar(&r.typeColumn, "rabbitmq-type-column", "", "rabbitmq: column sent as the message type and event_type header (default type, else event_type)")
 	fs.IntVar(&r.maxInFlight, "rabbitmq-max-in-flight", 1, "rabbitmq: records awaiting the broker's confirm at once, in order per key (records of one key one at a time)")
 }
 
 // set reports whether any --rabbitmq-* flag differs from its default.
 func (r *rabbitmqFlags) set() bool {
-	return r.url != "" || r.exchange != "" || r.routingKey != "" || r.payloadColumn != rabbitmq.DefaultPayloadColumn ||
+	return r.url != "" || r.exchange != "" || r.routingKey != "" || r.payloadColumn != handlers.DefaultPayloadColumn ||
 		r.typeColumn != "" || r.maxInFlight != 1
 }
 
@@ -54,7 +54,7 @@ func (r *rabbitmqFlags) newHandler(ctx context.Context, cfg processor.Config[han
 		exchange = ""
 	}
 	h, err := rabbitmq.New(rabbitmq.Config{URL: r.url, Exchange: exchange, RoutingKey: r.routingKey,
-		PayloadColumn: namedColumn(r.payloadColumn, rabbitmq.DefaultPayloadColumn), TypeColumn: r.typeColumn,
+		PayloadColumn: namedColumn(r.payloadColumn, handlers.DefaultPayloadColumn), TypeColumn: r.typeColumn,
 		Envelope: r.envelope})
 	if err != nil {
 		return nil, nil, usageErr("--rabbitmq-*: %v", err)

@@ -33,14 +33,14 @@ func (r *redisFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.stream, "redis-stream", "", "redis: stream records are added to; {key} in it gives each key a stream of its own "+
 		"(orders:{key}), else the key is a field of one stream")
 	fs.Int64Var(&r.maxLen, "redis-maxlen", 0, "redis: trim each stream to about N entries as records are added (XADD MAXLEN ~ N); 0 keeps every entry")
-	fs.StringVar(&r.payloadColumn, "redis-payload-column", redisstream.DefaultPayloadColumn, "redis: column sent as the entry's data field (whole record as JSON without it)")
+	fs.StringVar(&r.payloadColumn, "redis-payload-column", handlers.DefaultPayloadColumn, "redis: column sent as the entry's data field (whole record as JSON without it)")
 	fs.StringVar(&r.typeColumn, "redis-type-column", "", "redis: column sent in the event_type field (default type, else event_type)")
 	fs.IntVar(&r.maxInFlight, "redis-max-in-flight", 1, "redis: records added at once, in order per key (records of one key one at a time)")
 }
 
 // set reports whether any --redis-* flag differs from its default.
 func (r *redisFlags) set() bool {
-	return r.url != "" || r.stream != "" || r.maxLen != 0 || r.payloadColumn != redisstream.DefaultPayloadColumn ||
+	return r.url != "" || r.stream != "" || r.maxLen != 0 || r.payloadColumn != handlers.DefaultPayloadColumn ||
 		r.typeColumn != "" || r.maxInFlight != 1
 }
 
@@ -70,7 +70,7 @@ func (r *redisFlags) newHandler(ctx context.Context) (handlers.Handler[handlers.
 	opts.ClientName = "inorder"
 	client := redis.NewClient(opts)
 	h, err := redisstream.New(redisstream.Config{Client: client, Stream: r.stream, MaxLen: r.maxLen,
-		PayloadColumn: namedColumn(r.payloadColumn, redisstream.DefaultPayloadColumn), TypeColumn: r.typeColumn,
+		PayloadColumn: namedColumn(r.payloadColumn, handlers.DefaultPayloadColumn), TypeColumn: r.typeColumn,
 		Envelope: r.envelope})
 	if err != nil {
 		_ = client.Close()

@@ -14,13 +14,13 @@ import (
 	gpubsub "cloud.google.com/go/pubsub/v2"
 	"github.com/rs/zerolog"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/handlers/stdout"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/xmin"
 	"github.com/inorder-dev/inorder/lifecycle"
 	"github.com/inorder-dev/inorder/ops"
 	"github.com/inorder-dev/inorder/processor"
@@ -148,7 +148,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"it runs or stands by for: a session for the ownership locks and a pool the batches take turns on (--listen and --partitions add their own)")
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
-	fs.DurationVar(&f.xminHoldAfter, "xmin-hold-after", cursor.DefaultXminHoldAfter, "with --metrics-addr: name in the inorder_xmin_* series what has held "+
+	fs.DurationVar(&f.xminHoldAfter, "xmin-hold-after", xmin.DefaultHoldAfter, "with --metrics-addr: name in the inorder_xmin_* series what has held "+
 		"the database's xmin horizon (vacuum's) longer than this")
 	fs.StringVar(&f.configPath, "config", "", "a YAML file of run flags and a processes: list, one OS process running them all "+
 		"(see docs/configuration.md); the environment and the command line apply to every process, over the file")
@@ -172,7 +172,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubTopicTemplate, "pubsub-topic-template", "", "pubsub: topic per event type, e.g. events-{type}")
 	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", pubsub.DefaultMaxInFlight, "pubsub: publishes awaiting acknowledgement at once")
 	fs.IntVar(&f.pubsubMaxBytes, "pubsub-max-message-bytes", pubsub.DefaultMaxMessageBytes, "pubsub: a larger record halts the stream as a poison record")
-	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", pubsub.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
+	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", handlers.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
 
 	f.kafka.register(fs)
 	f.nats.register(fs)
@@ -410,7 +410,7 @@ func (f *runFlags) newHandler(ctx context.Context, cfg processor.Config[handlers
 		}
 		h, err := pubsub.New(pubsub.Config{
 			Client: client, Topic: f.pubsubTopic, TopicTemplate: f.pubsubTopicTemplate,
-			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: namedColumn(f.pubsubPayloadColumn, pubsub.DefaultPayloadColumn), MaxMessageBytes: f.pubsubMaxBytes,
+			MaxInFlight: f.pubsubMaxInFlight, PayloadColumn: namedColumn(f.pubsubPayloadColumn, handlers.DefaultPayloadColumn), MaxMessageBytes: f.pubsubMaxBytes,
 			Envelope: env,
 		})
 		if err != nil {

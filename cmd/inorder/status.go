@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/xmin"
 )
 
 // statusReport is the documented JSON form of `inorder status --json`: each process as cursor.Info encodes
@@ -22,8 +24,8 @@ type statusReport struct {
 	Processes []cursor.Info `json:"processes"`
 	// XminHold is a look at who has held the database's xmin horizon past --xmin-hold-after; null when
 	// the look failed, and XminHoldError then says why (status goes on without it).
-	XminHold      *cursor.XminHold `json:"xmin_hold"`
-	XminHoldError string           `json:"xmin_hold_error,omitempty"`
+	XminHold      *xmin.Hold `json:"xmin_hold"`
+	XminHoldError string     `json:"xmin_hold_error,omitempty"`
 }
 
 func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -32,7 +34,7 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	registerDatabaseURL(fs, &dbURL, "database")
 	process := fs.String("process", "", "show only this process")
 	asJSON := fs.Bool("json", false, "print JSON (the documented, stable form)")
-	holdAfter := fs.Duration("xmin-hold-after", cursor.DefaultXminHoldAfter, "name what has held the database's xmin horizon "+
+	holdAfter := fs.Duration("xmin-hold-after", xmin.DefaultHoldAfter, "name what has held the database's xmin horizon "+
 		"(vacuum's) longer than this: a session, a prepared transaction, a replication slot or a standby's feedback")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -62,15 +64,25 @@ func statusCmd(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func buildStatus(ctx context.Context, conn *pgx.Conn, name string, holdAfter time.Duration) (statusReport, error) {
-	infos, err := cursor.List(ctx, conn, name)
+	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{Process: name})
 	if err != nil {
 		return statusReport{}, err
 	}
+	// Every cursor row, by name: a process's own and, when status is not asked of one process, its
+	// partitions'.
+	var infos []cursor.Info
+	for _, p := range procs {
+		infos = append(infos, p.Info)
+		if p.Partitioned() && name == "" {
+			infos = append(infos, p.Streams...)
+		}
+	}
+	sort.SliceStable(infos, func(i, j int) bool { return infos[i].Process < infos[j].Process })
 	for i := range infos {
 		_ = infos[i].Measure(ctx, conn) // a failure is in LagError, printed beside the process
 	}
 	rep := statusReport{Processes: append([]cursor.Info{}, infos...)}
-	if hold, err := cursor.LookXminHold(ctx, conn, holdAfter); err != nil {
+	if hold, err := xmin.Look(ctx, conn, holdAfter); err != nil {
 		rep.XminHoldError = err.Error() // printed after the processes
 	} else {
 		rep.XminHold = &hold

@@ -21,9 +21,9 @@ import (
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
-// TestStatusAndTheLibraryAgreeOnAStream: `inorder status` and cursor.List, as a service's admin endpoint
+// TestStatusAndTheLibraryAgreeOnAStream: `inorder status` and cursor.Read, as a service's admin endpoint
 // serves it, say the same state of one stream while a record is in flight (running), once it has caught
-// up (idle: List used to say running there), and once it stopped (not running).
+// up (idle: the listing used to say running there), and once it stopped (not running).
 func TestStatusAndTheLibraryAgreeOnAStream(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -54,14 +54,14 @@ func TestStatusAndTheLibraryAgreeOnAStream(t *testing.T) {
 		var rep statusDoc
 		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
 		require.Len(t, rep.Processes, 1)
-		infos, err := cursor.List(context.Background(), b.db.Pool, "booking_sms")
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: "booking_sms"})
 		require.NoError(t, err)
-		require.Len(t, infos, 1)
-		enc, err := json.Marshal(infos[0])
+		require.Len(t, procs, 1)
+		enc, err := json.Marshal(procs[0].Info)
 		require.NoError(t, err)
 		var served processDoc
 		require.NoError(t, json.Unmarshal(enc, &served))
-		require.Equal(t, string(infos[0].Status), served.State, "cursor.Info encodes its Status as the state")
+		require.Equal(t, string(procs[0].Info.Status), served.State, "cursor.Info encodes its Status as the state")
 		return rep.Processes[0].State, served.State
 	}
 
@@ -205,4 +205,28 @@ func TestRunMetricsNameWhatHoldsTheXminHorizon(t *testing.T) {
 	}, 30*time.Second, 50*time.Millisecond, p.logs())
 	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
 	require.Zero(t, p.wait(t), p.logs())
+}
+
+// TestStatusListsEveryCursorRowByName: `inorder status --json` prints every cursor row, a partitioned
+// process's own and its partitions', by name (byte order, as the server's C collation sorts them); with
+// --process, the process's own row alone.
+func TestStatusListsEveryCursorRowByName(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.db.Exec(t, `INSERT INTO inorder.cursor (process_name, partitions) VALUES
+		('split', 12), ('split#10/12', NULL), ('split#2/12', NULL), ('single', NULL), ('split-v2', NULL)`)
+	names := func(args ...string) []string {
+		t.Helper()
+		code, stdout, stderr := runBinary(t, b.env, append([]string{"status", "--json"}, args...)...)
+		require.Zero(t, code, stderr)
+		var rep statusDoc
+		require.NoError(t, json.Unmarshal([]byte(stdout), &rep), stdout)
+		var out []string
+		for _, p := range rep.Processes {
+			out = append(out, p.Process)
+		}
+		return out
+	}
+	require.Equal(t, []string{"single", "split", "split#10/12", "split#2/12", "split-v2"}, names())
+	require.Equal(t, []string{"split"}, names("--process", "split"))
 }

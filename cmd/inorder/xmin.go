@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/inorder-dev/inorder/cursor"
+	"github.com/inorder-dev/inorder/internal/xmin"
 )
 
 // printXminHold prints, after the processes, who has held the database's xmin horizon past the threshold:
@@ -23,7 +23,7 @@ func printXminHold(w io.Writer, rep statusReport) {
 		return
 	}
 	if !h.Held() {
-		if o := h.Oldest; o != nil && o.SinceFrom == cursor.SinceFirstSeen {
+		if o := h.Oldest; o != nil && o.SinceFrom == xmin.SinceFirstSeen {
 			fmt.Fprintf(w, "\n%s\n", wrap(fmt.Sprintf("The oldest xmin of the database (%s old) is held by %s; "+
 				"how long, a single look cannot tell: %s.", plural(int(o.XminAge), "transaction"), xminName(*o, h.Database),
 				untimed(*o)), "", 100))
@@ -35,20 +35,20 @@ func printXminHold(w io.Writer, rep statusReport) {
 			atLeast(x), humanAge(x.Held.Seconds()), xminName(x, h.Database), xminDetail(x)), "", 100))
 		xminCommands(w, x)
 	}
-	fmt.Fprintf(w, "\n%s\n", wrap("What it costs: "+cursor.XminHoldCost+".", "", 100))
+	fmt.Fprintf(w, "\n%s\n", wrap("What it costs: "+xmin.HoldCost+".", "", 100))
 }
 
 // atLeast is "at least " for a holder timed from when it was first seen, which held it already then.
-func atLeast(x cursor.XminHolder) string {
-	if x.SinceFrom == cursor.SinceFirstSeen {
+func atLeast(x xmin.Holder) string {
+	if x.SinceFrom == xmin.SinceFirstSeen {
 		return "at least "
 	}
 	return ""
 }
 
-// xminName names a holder (cursor.XminHolder.Name), saying why one of another database counts.
-func xminName(x cursor.XminHolder, here string) string {
-	if x.Database != "" && x.Database != here && (x.Kind == cursor.XminBackend || x.Kind == cursor.XminPrepared) {
+// xminName names a holder (xmin.Holder.Name), saying why one of another database counts.
+func xminName(x xmin.Holder, here string) string {
+	if x.Database != "" && x.Database != here && (x.Kind == xmin.Backend || x.Kind == xmin.Prepared) {
 		return x.Name() + ", another database: its transaction id holds this one's, since every snapshot taken " +
 			"here counts it as running"
 	}
@@ -57,15 +57,15 @@ func xminName(x cursor.XminHolder, here string) string {
 
 // xminDetail is what else status knows of a holder: its state and times, or why they are hidden, and how
 // old its xmin is.
-func xminDetail(x cursor.XminHolder) string {
+func xminDetail(x xmin.Holder) string {
 	var parts []string
 	switch {
-	case x.Kind == cursor.XminPrepared:
+	case x.Kind == xmin.Prepared:
 		parts = append(parts, "prepared "+x.Prepared.UTC().Format(time.RFC3339))
 	case x.StartHidden:
 		parts = append(parts, "first seen "+x.Since.UTC().Format(time.RFC3339)+"; its state and start are hidden "+
 			"from this role: granting it pg_read_all_stats, or pg_monitor, shows them")
-	case x.Kind == cursor.XminBackend:
+	case x.Kind == xmin.Backend:
 		if x.State != "" {
 			parts = append(parts, x.State)
 		}
@@ -75,7 +75,7 @@ func xminDetail(x cursor.XminHolder) string {
 		if !x.QueryStart.IsZero() {
 			parts = append(parts, "last query started "+x.QueryStart.UTC().Format(time.RFC3339))
 		}
-		if x.SinceFrom == cursor.SinceFirstSeen {
+		if x.SinceFrom == xmin.SinceFirstSeen {
 			parts = append(parts, "held since first seen "+x.Since.UTC().Format(time.RFC3339))
 		}
 	default:
@@ -90,7 +90,7 @@ func xminDetail(x cursor.XminHolder) string {
 }
 
 // untimed says why a single look cannot time a holder.
-func untimed(x cursor.XminHolder) string {
+func untimed(x xmin.Holder) string {
 	if x.StartHidden {
 		return "its start is hidden from this role (granting it pg_read_all_stats, or pg_monitor, shows it); " +
 			"the console and the metrics time it from when they first see it"
@@ -99,17 +99,17 @@ func untimed(x cursor.XminHolder) string {
 }
 
 // xminCommands prints the statements to look at a holder and to end it.
-func xminCommands(w io.Writer, x cursor.XminHolder) {
+func xminCommands(w io.Writer, x xmin.Holder) {
 	switch x.Kind {
-	case cursor.XminPrepared:
+	case xmin.Prepared:
 		fmt.Fprintf(w, "  look, and end it in database %s with COMMIT PREPARED or ROLLBACK PREPARED:\n%s\n%s\n",
 			x.Database, command("SELECT gid, prepared, owner, database FROM pg_prepared_xacts WHERE gid = %s;", sqlString(x.GID)),
 			command("ROLLBACK PREPARED %s;", sqlString(x.GID)))
-	case cursor.XminSlot:
+	case xmin.Slot:
 		fmt.Fprintf(w, "  look; a slot whose standby is gone for good is dropped with:\n%s\n%s\n",
 			command("SELECT slot_name, slot_type, active, active_pid, xmin FROM pg_replication_slots WHERE slot_name = %s;", sqlString(x.Slot)),
 			command("SELECT pg_drop_replication_slot(%s);", sqlString(x.Slot)))
-	case cursor.XminStandby:
+	case xmin.Standby:
 		fmt.Fprintf(w, "  a query on the standby holds it; look, and end that query on the standby:\n%s\n",
 			command("SELECT pid, application_name, client_addr, backend_xmin FROM pg_stat_replication WHERE pid = %d;", x.PID))
 	default:

@@ -190,11 +190,11 @@ func TestServiceConfirmsOrdersAndStopsCleanly(t *testing.T) {
 			WHERE application_name LIKE 'inorder:%' AND datname = current_database()`).Scan(&n)
 		return err == nil && n == 0
 	}, 10*time.Second, 10*time.Millisecond, "waiting for the inorder session to end")
-	infos, err := cursor.List(ctx, db.Pool, process)
+	procs, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{Process: process})
 	require.NoError(t, err)
-	require.Len(t, infos, 1)
-	require.False(t, infos[0].Locked, "no instance owns the process: its ownership lock is free")
-	require.Zero(t, infos[0].Connected, "no instance is connected")
+	require.Len(t, procs, 1)
+	require.False(t, procs[0].Info.Locked, "no instance owns the process: its ownership lock is free")
+	require.Zero(t, procs[0].Info.Connected, "no instance is connected")
 }
 
 // TestRunStopsWhenItsContextIsDone runs the service in the test's own process and stops it by cancelling
@@ -230,8 +230,8 @@ func TestRunStopsWhenItsContextIsDone(t *testing.T) {
 	}
 	require.Equal(t, []int64{id}, confirmations(logs.String()))
 	require.Contains(t, logs.String(), "cursor released", "the processor released its cursor before returning")
-	infos, err := cursor.List(context.Background(), db.Pool, process)
+	procs, err := cursor.Read(context.Background(), db.Pool, cursor.ReadOpts{Process: process})
 	require.NoError(t, err)
-	require.Len(t, infos, 1)
-	require.Equal(t, strconv.FormatInt(id, 10), infos[0].Position.ID, "the position of the last order is durable")
+	require.Len(t, procs, 1)
+	require.Equal(t, strconv.FormatInt(id, 10), procs[0].Info.Position.ID, "the position of the last order is durable")
 }

@@ -293,13 +293,13 @@ func printProduced(w io.Writer, recs []*kgo.Record) {
 		var typ, id string
 		for _, h := range r.Headers {
 			switch h.Key {
-			case kafka.HeaderEventType:
+			case handlers.HeaderEventType:
 				typ = string(h.Value)
-			case kafka.HeaderID:
+			case handlers.HeaderID:
 				id = string(h.Value)
 			}
 		}
 		fmt.Fprintf(w, "  partition=%d offset=%d key=%s %s=%s %s=%s value=%s\n", r.Partition, r.Offset, r.Key,
-			kafka.HeaderEventType, typ, kafka.HeaderID, id, r.Value)
+			handlers.HeaderEventType, typ, handlers.HeaderID, id, r.Value)
 	}
 }

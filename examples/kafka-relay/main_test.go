@@ -15,7 +15,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/handlers/kafka"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -100,7 +99,7 @@ func (r *reader) readUntil(t *testing.T, n int) {
 		ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 		for _, rec := range r.cl.PollFetches(ctx).Records() {
 			r.recs = append(r.recs, rec)
-			r.ids[header(rec, kafka.HeaderID)] = true
+			r.ids[header(rec, handlers.HeaderID)] = true
 		}
 		cancel()
 	}
@@ -149,7 +148,7 @@ func TestRelaysOutboxInOrderPerAggregate(t *testing.T) {
 	partition := map[string]int32{}
 	copies := 0
 	for _, rec := range r.recs {
-		id := header(rec, kafka.HeaderID)
+		id := header(rec, handlers.HeaderID)
 		key := string(rec.Key)
 		if p, ok := partition[key]; ok {
 			require.Equal(t, p, rec.Partition, "key %s in two partitions", key)
@@ -169,8 +168,8 @@ func TestRelaysOutboxInOrderPerAggregate(t *testing.T) {
 		rec := byID[id]
 		require.NotNil(t, rec, "record %s never produced", id)
 		require.Equal(t, row.AggregateID, string(rec.Key), "record %s", id)
-		require.Equal(t, row.Type, header(rec, kafka.HeaderEventType), "record %s", id)
-		require.Equal(t, process, header(rec, kafka.HeaderProcess), "record %s", id)
+		require.Equal(t, row.Type, header(rec, handlers.HeaderEventType), "record %s", id)
+		require.Equal(t, process, header(rec, handlers.HeaderProcess), "record %s", id)
 		require.JSONEq(t, row.Payload, string(rec.Value), "record %s", id)
 	}
 	require.Len(t, perKey, len(aggregates))

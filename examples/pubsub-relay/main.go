@@ -227,7 +227,7 @@ func run(ctx context.Context, databaseURL string, client *gpubsub.Client, log ze
 func printPublished(w io.Writer, msgs []*pstest.Message) {
 	fmt.Fprintf(w, "%d messages published:\n", len(msgs))
 	for _, m := range msgs {
-		fmt.Fprintf(w, "  key=%s %s=%s %s=%s data=%s\n", m.OrderingKey, pubsub.AttrEventType,
-			m.Attributes[pubsub.AttrEventType], pubsub.AttrID, m.Attributes[pubsub.AttrID], m.Data)
+		fmt.Fprintf(w, "  key=%s %s=%s %s=%s data=%s\n", m.OrderingKey, handlers.HeaderEventType,
+			m.Attributes[handlers.HeaderEventType], handlers.HeaderID, m.Attributes[handlers.HeaderID], m.Data)
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/handlers/pubsub"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
 )
@@ -119,7 +118,7 @@ func TestRelaysOutboxInOrderPerAggregate(t *testing.T) {
 	byID := map[string]*pstest.Message{}
 	perKey := map[string][]string{} // ordering key -> record ids in the order the fake stored them
 	for _, m := range msgs {
-		id := m.Attributes[pubsub.AttrID]
+		id := m.Attributes[handlers.HeaderID]
 		require.NotContains(t, byID, id, "record %s published twice", id)
 		byID[id] = m
 		perKey[m.OrderingKey] = append(perKey[m.OrderingKey], id)
@@ -131,8 +130,8 @@ func TestRelaysOutboxInOrderPerAggregate(t *testing.T) {
 		m := byID[id]
 		require.NotNil(t, m, "record %s never published", id)
 		require.Equal(t, r.AggregateID, m.OrderingKey, "record %s", id)
-		require.Equal(t, r.Type, m.Attributes[pubsub.AttrEventType], "record %s", id)
-		require.Equal(t, process, m.Attributes[pubsub.AttrProcess], "record %s", id)
+		require.Equal(t, r.Type, m.Attributes[handlers.HeaderEventType], "record %s", id)
+		require.Equal(t, process, m.Attributes[handlers.HeaderProcess], "record %s", id)
 		require.JSONEq(t, r.Payload, string(m.Data), "record %s", id)
 	}
 	require.Len(t, perKey, len(aggregates))

@@ -287,11 +287,11 @@ const closeEnough = 100
 // caughtUp reports whether process name runs, without a failing record, and has at most closeEnough
 // events left to project.
 func caughtUp(ctx context.Context, pool *pgxpool.Pool, name string) (bool, error) {
-	infos, err := cursor.List(ctx, pool, name)
-	if err != nil || len(infos) == 0 || infos[0].Source.Table == "" {
+	procs, err := cursor.Read(ctx, pool, cursor.ReadOpts{Process: name})
+	if err != nil || len(procs) == 0 || procs[0].Info.Source.Table == "" {
 		return false, err // not registered, or not run yet
 	}
-	in := &infos[0]
+	in := &procs[0].Info
 	if err := in.Measure(ctx, pool); err != nil {
 		return false, err
 	}

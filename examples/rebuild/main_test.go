@@ -108,15 +108,15 @@ func TestRebuildWithoutStoppingTheServingVersion(t *testing.T) {
 		require.NoError(t, db.Pool.QueryRow(context.Background(), "SELECT pg_get_viewdef('balances')").Scan(&def))
 		return strings.Contains(def, "balances_v2")
 	}, 60*time.Second, 20*time.Millisecond, "version 2 takes the view over")
-	infos, err := cursor.List(context.Background(), db.Pool, process(1))
+	procs, err := cursor.Read(context.Background(), db.Pool, cursor.ReadOpts{Process: process(1)})
 	require.NoError(t, err)
-	require.Len(t, infos, 1, "version 1's process stays while it runs")
+	require.Len(t, procs, 1, "version 1's process stays while it runs")
 
 	require.NoError(t, v1.Stop())
 	require.Eventually(t, func() bool {
-		infos, err := cursor.List(context.Background(), db.Pool, process(1))
+		procs, err := cursor.Read(context.Background(), db.Pool, cursor.ReadOpts{Process: process(1)})
 		require.NoError(t, err)
-		return len(infos) == 0
+		return len(procs) == 0
 	}, 30*time.Second, 20*time.Millisecond, "version 2 forgets version 1's process once it stopped")
 	entries, err := cursor.Audit(context.Background(), db.Pool, cursor.AuditOpts{Process: process(1)})
 	require.NoError(t, err)
@@ -141,7 +141,7 @@ func TestRebuildWithoutStoppingTheServingVersion(t *testing.T) {
 	// event again into a table nobody reads.
 	err = run(context.Background(), db.URL, 1, zerolog.New(zerolog.NewTestWriter(t)), fast)
 	require.ErrorContains(t, err, "version 2 serves the application: version 1 is retired")
-	infos, err = cursor.List(context.Background(), db.Pool, process(1))
+	procs, err = cursor.Read(context.Background(), db.Pool, cursor.ReadOpts{Process: process(1)})
 	require.NoError(t, err)
-	require.Empty(t, infos, "the retired version registered nothing")
+	require.Empty(t, procs, "the retired version registered nothing")
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/inorder-dev/inorder/handlers"
-	"github.com/inorder-dev/inorder/handlers/kafka"
 	"github.com/inorder-dev/inorder/handlers/webhook"
 	"github.com/inorder-dev/inorder/processor"
 	"github.com/inorder-dev/inorder/processor/processortest"
@@ -200,7 +199,7 @@ func TestRoutesOneOutboxThreeWays(t *testing.T) {
 		pctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
 		for _, rec := range consumer.PollFetches(pctx).Records() {
 			for _, h := range rec.Headers {
-				if h.Key == kafka.HeaderID {
+				if h.Key == handlers.HeaderID {
 					id, err := strconv.ParseInt(string(h.Value), 10, 64)
 					require.NoError(t, err)
 					require.Equal(t, keyOf[id], string(rec.Key), "record %d keyed by its order", id)

@@ -4,7 +4,8 @@
 //
 // A record's event has:
 //   - id: the process and the record id, <process>:<id>, the same on every delivery of the record;
-//   - source: Config.Source, by default inorder://<process> (DefaultSource);
+//   - source: Config.Source, by default inorder://<process> (inorder:<process>, percent-encoded, for a
+//     name that is not a URI host);
 //   - type: the record's type column, or Config.Type when the record has none or it is NULL;
 //   - time: the record's created_at, RFC 3339;
 //   - subject: the record's key, left out when it has none;
@@ -28,7 +29,6 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
-	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/propagation"
@@ -37,8 +37,8 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 )
 
-// SpecVersion is the CloudEvents version of every event.
-const SpecVersion = "1.0"
+// specVersion is the CloudEvents version of every event.
+const specVersion = "1.0"
 
 // DefaultType is the type of an event whose record has no type: no type column, or NULL in it.
 const DefaultType = "dev.inorder.record"
@@ -48,10 +48,10 @@ const StructuredContentType = "application/cloudevents+json; charset=UTF-8"
 
 // Data content types of an event's payload.
 const (
-	// JSONContentType is the data content type of a payload that is JSON.
-	JSONContentType = "application/json"
-	// BytesContentType is the data content type of a payload that is not JSON.
-	BytesContentType = "application/octet-stream"
+	// jsonContentType is the data content type of a payload that is JSON.
+	jsonContentType = "application/json"
+	// bytesContentType is the data content type of a payload that is not JSON.
+	bytesContentType = "application/octet-stream"
 )
 
 // Mode is a content mode of the CloudEvents protocol bindings.
@@ -70,8 +70,8 @@ type Config struct {
 	// application wrote it, and let brokers route and filter on them without reading the body. A
 	// handler whose binding has no binary mode (NATS) refuses Binary.
 	Mode Mode
-	// Source is every event's source attribute, a URI reference. Empty means DefaultSource of the
-	// record's process.
+	// Source is every event's source attribute, a URI reference. Empty means inorder://<process>
+	// (inorder:<process>, percent-encoded, for a name that is not a URI host).
 	Source string
 	// Type is the type of an event whose record has no type (no type column, or NULL in it). Empty means
 	// DefaultType.
@@ -109,9 +109,9 @@ func New(cfg Config) (*Envelope, error) {
 // hostName matches a process name that is a URI host as it is: unreserved characters only.
 var hostName = regexp.MustCompile(`^[A-Za-z0-9._~-]+$`)
 
-// DefaultSource is the source of the events of process when Config.Source is empty: inorder://<process>,
+// defaultSource is the source of the events of process when Config.Source is empty: inorder://<process>,
 // or inorder:<process> percent-encoded when the name holds a character a URI host may not.
-func DefaultSource(process string) string {
+func defaultSource(process string) string {
 	if hostName.MatchString(process) {
 		return "inorder://" + process
 	}
@@ -130,21 +130,19 @@ type Event struct {
 	Time        time.Time
 	TraceParent string // "" when the delivery is not traced
 	TraceState  string
-	// DataContentType is JSONContentType or BytesContentType, "" when there is no data.
+	// DataContentType is application/json for a payload that is JSON, application/octet-stream otherwise, ""
+	// when there is no data.
 	DataContentType string
 	// Data is the payload, nil for none (a NULL payload column).
 	Data []byte
 }
-
-// ID returns the event id of rec: its process and its id, <process>:<id>, the same on every delivery.
-func ID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
 
 // Of returns rec's event under e: typ is the record's type ("" for none: the envelope's default type),
 // data the payload the handler sends, and ctx carries the delivery's trace context, which the handler
 // also sends in its own traceparent header.
 func Of[T any](ctx context.Context, e *Envelope, rec *handlers.Record[T], typ string, data []byte) Event {
 	ev := Event{
-		ID:      ID(rec),
+		ID:      rec.Process + ":" + rec.ID,
 		Source:  e.source,
 		Type:    typ,
 		Subject: rec.Key,
@@ -152,15 +150,15 @@ func Of[T any](ctx context.Context, e *Envelope, rec *handlers.Record[T], typ st
 		Data:    data,
 	}
 	if ev.Source == "" {
-		ev.Source = DefaultSource(rec.Process)
+		ev.Source = defaultSource(rec.Process)
 	}
 	if ev.Type == "" {
 		ev.Type = e.typ
 	}
 	if data != nil {
-		ev.DataContentType = BytesContentType
+		ev.DataContentType = bytesContentType
 		if json.Valid(data) {
-			ev.DataContentType = JSONContentType
+			ev.DataContentType = jsonContentType
 		}
 	}
 	if trace.SpanContextFromContext(ctx).IsValid() {
@@ -178,7 +176,7 @@ type Attribute struct{ Name, Value string }
 // a value and datacontenttype, which every binding carries as its transport's content type.
 func (ev Event) Attributes() []Attribute {
 	attrs := []Attribute{
-		{"specversion", SpecVersion},
+		{"specversion", specVersion},
 		{"id", ev.ID},
 		{"source", ev.Source},
 		{"type", ev.Type},
@@ -211,31 +209,15 @@ type structured struct {
 // data as data, other bytes as data_base64.
 func (ev Event) MarshalJSON() ([]byte, error) {
 	s := structured{
-		SpecVersion: SpecVersion, ID: ev.ID, Source: ev.Source, Type: ev.Type, Subject: ev.Subject,
+		SpecVersion: specVersion, ID: ev.ID, Source: ev.Source, Type: ev.Type, Subject: ev.Subject,
 		Time: ev.Time.Format(time.RFC3339Nano), DataContentType: ev.DataContentType,
 		TraceParent: ev.TraceParent, TraceState: ev.TraceState,
 	}
 	switch ev.DataContentType {
-	case JSONContentType:
+	case jsonContentType:
 		s.Data = ev.Data
-	case BytesContentType:
+	case bytesContentType:
 		s.DataBase64 = base64.StdEncoding.EncodeToString(ev.Data)
 	}
 	return json.Marshal(s)
-}
-
-// HTTPHeaderValue encodes an attribute's value for an HTTP header as the HTTP binding says (3.1.3.2):
-// a space, a double quote, a percent sign and every character outside printable ASCII percent-encoded
-// as UTF-8. Kafka headers, Pub/Sub attributes and AMQP properties carry values as they are.
-func HTTPHeaderValue(v string) string {
-	var b strings.Builder
-	for i := 0; i < len(v); i++ {
-		c := v[i]
-		if c > ' ' && c < 0x7f && c != '"' && c != '%' {
-			b.WriteByte(c)
-			continue
-		}
-		fmt.Fprintf(&b, "%%%02X", c)
-	}
-	return b.String()
 }

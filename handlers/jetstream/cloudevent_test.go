@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"testing"
 
+	njs "github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
@@ -44,7 +45,7 @@ func TestCloudEvents(t *testing.T) {
 		require.True(t, ok, "event id %q", ev.ID())
 		delete(want, ev.ID())
 		cetest.Check(t, ev, w)
-		require.Equal(t, ev.ID(), m.Header.Get(jetstream.HeaderMsgID), "the event id is the message id")
+		require.Equal(t, ev.ID(), m.Header.Get(njs.MsgIDHeader), "the event id is the message id")
 	}
 	require.Empty(t, want)
 }

@@ -14,7 +14,7 @@
 //
 // Every message carries these headers:
 //
-//	Nats-Msg-Id         the record's process and id, "process:id" (MsgID): the same for every delivery
+//	Nats-Msg-Id         the record's process and id, "process:id": the same for every delivery
 //	                    of the record, so that the stream drops a copy within its duplicate window
 //	inorder_id          the record's id column as text
 //	inorder_process     the name of the process that produced it
@@ -31,11 +31,11 @@
 //
 // # Subjects
 //
-// Records go to Config.Subject. When it holds KeyPlaceholder ("{key}") as a whole token, each record goes
-// to the subject with its key there: with "orders.{key}" the records of key 42 go to orders.42, and one
-// stream capturing orders.* (or orders.>) holds them all. A record's key must then be one subject token:
-// a record without a key, or whose key holds a '.', '*', '>', white space or a control character, halts
-// the stream with a permanent error naming the key.
+// Records go to Config.Subject. When it holds handlers.KeyPlaceholder ("{key}") as a whole token, each record
+// goes to the subject with its key there: with "orders.{key}" the records of key 42 go to orders.42, and one
+// stream capturing orders.* (or orders.>) holds them all. A record's key must then be one subject token: a
+// record without a key, or whose key holds a '.', '*', '>', white space or a control character, halts the
+// stream with a permanent error naming the key.
 //
 // The handler creates no stream. Handler.Check asks the server which stream captures the subject (for a
 // subject with {key}, the subject with a wildcard in its place: orders.*), and says "no stream captures

@@ -74,8 +74,8 @@ func Example() {
 		log.Fatal(err)
 	}
 	for m := range batch.Messages() {
-		fmt.Printf("%s %s %s %s\n", m.Subject(), m.Headers().Get(jetstream.HeaderMsgID),
-			m.Headers().Get(jetstream.HeaderEventType), m.Data())
+		fmt.Printf("%s %s %s %s\n", m.Subject(), m.Headers().Get(njs.MsgIDHeader),
+			m.Headers().Get(handlers.HeaderEventType), m.Data())
 	}
 	// A stream that was empty holds:
 	// bookings.booking-42 bookings_outbox:1 booking.created {"seats":2}

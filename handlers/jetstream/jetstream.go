@@ -17,39 +17,9 @@ import (
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
-// Header keys set on every published message (HeaderEventType only when the record has a type).
-const (
-	// HeaderMsgID is JetStream's message id header. The handler sets it to the record's process and id
-	// (MsgID), so that a stream drops a record delivered again within its duplicate window.
-	HeaderMsgID = njs.MsgIDHeader
-	// HeaderID carries the record's id column as text.
-	HeaderID = "inorder_id"
-	// HeaderProcess carries the name of the process that produced the record.
-	HeaderProcess = "inorder_process"
-	// HeaderCreatedAt carries the record's created_at column in UTC as time.RFC3339Nano.
-	HeaderCreatedAt = "inorder_created_at"
-	// HeaderKey carries the record's key (the process's key column). It is left out for a record without
-	// one. With a fixed subject it is how a consumer tells the keys apart.
-	HeaderKey = "inorder_key"
-	// HeaderEventType carries the value of the record's type column (Config.TypeColumn). It is left out
-	// when the record has no such column or its value is NULL.
-	HeaderEventType = "event_type"
-)
-
-const (
-	// KeyPlaceholder in Config.Subject stands for the record's key: "orders.{key}" publishes the records
-	// of key 42 to orders.42.
-	KeyPlaceholder = "{key}"
-	// DefaultPayloadColumn is the column whose value becomes the message's data when Config.PayloadColumn
-	// is empty.
-	DefaultPayloadColumn = "payload"
-	// WholeRecord as Config.PayloadColumn sends the whole row as JSON even when it has a payload column.
-	WholeRecord = "-"
-)
-
-// MsgID returns the Nats-Msg-Id the handler gives rec: its process and id, "process:id". It is the same
+// msgID returns the Nats-Msg-Id the handler gives rec: its process and id, "process:id". It is the same
 // for every delivery of the record, by any instance.
-func MsgID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
+func msgID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
 
 // Config configures a Handler. JetStream and Subject are required; every other field has a documented
 // default.
@@ -59,23 +29,23 @@ type Config struct {
 	// processor has stopped. Required.
 	JetStream njs.JetStream
 
-	// Subject is the subject records are published to. It may hold KeyPlaceholder ("{key}") as the whole
-	// of one or more of its tokens, replaced by each record's key: "orders.{key}". Some stream must
+	// Subject is the subject records are published to. It may hold handlers.KeyPlaceholder ("{key}") as the
+	// whole of one or more of its tokens, replaced by each record's key: "orders.{key}". Some stream must
 	// capture every subject the handler publishes to (Check tells). Required.
 	Subject string
 
-	// PayloadColumn names the column whose value is the message's data: json and jsonb values and
-	// strings as their bytes, bytea as is, NULL as empty data and other values as their JSON encoding. A
-	// record without such a column is sent whole, as one JSON object with its columns in order;
-	// WholeRecord ("-") sends every record that way. Empty means DefaultPayloadColumn ("payload"), as the
-	// Kafka and Pub/Sub sinks do.
+	// PayloadColumn names the column whose value is the message's data: json and jsonb values and strings as
+	// their bytes, bytea as is, NULL as empty data and other values as their JSON encoding. A record without
+	// such a column is sent whole, as one JSON object with its columns in order; handlers.WholeRecord ("-")
+	// sends every record that way. Empty means handlers.DefaultPayloadColumn ("payload"), as the Kafka and
+	// Pub/Sub sinks do.
 	PayloadColumn string
 	// TypeColumn names the column whose value is sent in the event_type header. Empty means the type
 	// column, or the event_type column when the record has no type column, as the Kafka sink does.
 	TypeColumn string
 	// Envelope, when set, sends each record as a CloudEvent in the envelope's content mode, as the
-	// CloudEvents NATS binding says: the JSON event format as the data, the
-	// binding's only mode (New refuses cloudevent.Binary); the type from TypeColumn. Nil means the handler's own format.
+	// CloudEvents NATS binding says: the JSON event format as the data, the binding's only mode (New refuses
+	// cloudevent.Binary); the type from TypeColumn. Nil means the handler's own format.
 	Envelope *cloudevent.Envelope
 }
 
@@ -86,7 +56,7 @@ type Config struct {
 type Handler struct {
 	js      njs.JetStream
 	subject string
-	// perKey is whether subject holds KeyPlaceholder.
+	// perKey is whether subject holds handlers.KeyPlaceholder.
 	perKey bool
 	// payloadColumn is Config.PayloadColumn with its default, "" for the whole record.
 	payloadColumn string
@@ -111,15 +81,15 @@ func New(cfg Config) (*Handler, error) {
 	if cfg.Subject == "" {
 		return nil, errors.New("jetstream: Config.Subject is required")
 	}
-	perKey := strings.Contains(cfg.Subject, KeyPlaceholder)
-	if err := checkSubject(strings.ReplaceAll(cfg.Subject, KeyPlaceholder, "k")); err != nil {
+	perKey := strings.Contains(cfg.Subject, handlers.KeyPlaceholder)
+	if err := checkSubject(strings.ReplaceAll(cfg.Subject, handlers.KeyPlaceholder, "k")); err != nil {
 		return nil, fmt.Errorf("jetstream: Config.Subject %q: %w", cfg.Subject, err)
 	}
 	if perKey {
 		for _, tok := range strings.Split(cfg.Subject, ".") {
-			if strings.Contains(tok, KeyPlaceholder) && tok != KeyPlaceholder {
+			if strings.Contains(tok, handlers.KeyPlaceholder) && tok != handlers.KeyPlaceholder {
 				return nil, fmt.Errorf("jetstream: Config.Subject %q: %s must be a whole token (between dots), "+
-					"not part of one", cfg.Subject, KeyPlaceholder)
+					"not part of one", cfg.Subject, handlers.KeyPlaceholder)
 			}
 		}
 	}
@@ -137,8 +107,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	switch h.payloadColumn {
 	case "":
-		h.payloadColumn = DefaultPayloadColumn
-	case WholeRecord:
+		h.payloadColumn = handlers.DefaultPayloadColumn
+	case handlers.WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
 	default:
 		h.reads = append(h.reads, h.payloadColumn)
@@ -156,11 +126,11 @@ func (h *Handler) ReadsColumns() []string { return h.reads }
 
 // Subject returns the subject the handler publishes the records of key to.
 func (h *Handler) Subject(key string) string {
-	return strings.ReplaceAll(h.subject, KeyPlaceholder, key)
+	return strings.ReplaceAll(h.subject, handlers.KeyPlaceholder, key)
 }
 
 // Check asks the server which stream captures the handler's subject and returns its name, or an error
-// that says "no stream captures subject X" when none does. With KeyPlaceholder in the subject it asks
+// that says "no stream captures subject X" when none does. With handlers.KeyPlaceholder in the subject it asks
 // about the subject with the placeholder as a wildcard ("orders.*"): some stream must capture some of
 // those subjects. Run it at start, to refuse a configuration that could deliver nothing.
 func (h *Handler) Check(ctx context.Context) (string, error) {
@@ -192,7 +162,7 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 		span.SetAttributes(attribute.String("messaging.system", "nats"),
 			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "send"),
 			attribute.String("messaging.destination.name", subject),
-			attribute.String("messaging.message.id", MsgID(rec)))
+			attribute.String("messaging.message.id", msgID(rec)))
 	}
 	defer func() { tracecontext.End(span, err) }()
 	msg, err := h.message(rec, subject)
@@ -286,15 +256,15 @@ func (h *Handler) message(rec *handlers.Record[handlers.Row], subject string) (*
 	}
 	msg := nats.NewMsg(subject)
 	msg.Data = data
-	msg.Header.Set(HeaderMsgID, MsgID(rec))
-	msg.Header.Set(HeaderID, rec.ID)
-	msg.Header.Set(HeaderProcess, rec.Process)
-	msg.Header.Set(HeaderCreatedAt, rec.CreatedAt.UTC().Format(time.RFC3339Nano))
+	msg.Header.Set(njs.MsgIDHeader, msgID(rec))
+	msg.Header.Set(handlers.HeaderID, rec.ID)
+	msg.Header.Set(handlers.HeaderProcess, rec.Process)
+	msg.Header.Set(handlers.HeaderCreatedAt, rec.CreatedAt.UTC().Format(time.RFC3339Nano))
 	if rec.Key != "" {
-		msg.Header.Set(HeaderKey, rec.Key)
+		msg.Header.Set(handlers.HeaderKey, rec.Key)
 	}
 	if typ, ok := rec.Value.Text(h.typeColumns...); ok {
-		msg.Header.Set(HeaderEventType, typ)
+		msg.Header.Set(handlers.HeaderEventType, typ)
 	}
 	return msg, nil
 }

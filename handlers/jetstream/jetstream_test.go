@@ -43,18 +43,18 @@ func TestRecordContents(t *testing.T) {
 	require.Equal(t, "orders.all", m.Subject)
 	require.JSONEq(t, `{"id":7}`, string(m.Data))
 	require.Equal(t, "orders_outbox:7", m.Header.Get("Nats-Msg-Id"))
-	require.Equal(t, "7", m.Header.Get(jetstream.HeaderID))
-	require.Equal(t, "orders_outbox", m.Header.Get(jetstream.HeaderProcess))
-	require.Equal(t, "2024-05-06T07:08:09Z", m.Header.Get(jetstream.HeaderCreatedAt))
-	require.Equal(t, "customer-1", m.Header.Get(jetstream.HeaderKey))
-	require.Equal(t, "order.created", m.Header.Get(jetstream.HeaderEventType))
+	require.Equal(t, "7", m.Header.Get(handlers.HeaderID))
+	require.Equal(t, "orders_outbox", m.Header.Get(handlers.HeaderProcess))
+	require.Equal(t, "2024-05-06T07:08:09Z", m.Header.Get(handlers.HeaderCreatedAt))
+	require.Equal(t, "customer-1", m.Header.Get(handlers.HeaderKey))
+	require.Equal(t, "order.created", m.Header.Get(handlers.HeaderEventType))
 	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", m.Header.Get("traceparent"),
 		"the trace context under its W3C name, lower case")
 
 	m = msgs[1]
 	require.JSONEq(t, `{"id":8,"amount":2.5}`, string(m.Data), "no payload column: the whole row")
-	require.Empty(t, m.Header.Values(jetstream.HeaderKey), "no key, no key header")
-	require.Empty(t, m.Header.Values(jetstream.HeaderEventType), "no type, no type header")
+	require.Empty(t, m.Header.Values(handlers.HeaderKey), "no key, no key header")
+	require.Empty(t, m.Header.Values(handlers.HeaderEventType), "no type, no type header")
 	require.Empty(t, m.Header.Values("traceparent"), "no trace, no trace context")
 }
 
@@ -72,7 +72,7 @@ func TestARedeliveryIsDropped(t *testing.T) {
 	msgs := b.messages(t, "ORDERS")
 	require.Len(t, msgs, 3, "each record once")
 	for i, m := range msgs {
-		require.Equal(t, fmt.Sprint(i+1), m.Header.Get(jetstream.HeaderID))
+		require.Equal(t, fmt.Sprint(i+1), m.Header.Get(handlers.HeaderID))
 	}
 }
 
@@ -97,10 +97,10 @@ func TestOrderPerKeyBySubject(t *testing.T) {
 	require.Len(t, msgs, 100)
 	last := map[string]int{}
 	for _, m := range msgs {
-		key := m.Header.Get(jetstream.HeaderKey)
+		key := m.Header.Get(handlers.HeaderKey)
 		require.Equal(t, "orders."+key+".created", m.Subject)
 		var id int
-		_, err := fmt.Sscan(m.Header.Get(jetstream.HeaderID), &id)
+		_, err := fmt.Sscan(m.Header.Get(handlers.HeaderID), &id)
 		require.NoError(t, err)
 		require.Greater(t, id, last[key], "order per key")
 		last[key] = id

@@ -68,7 +68,7 @@ func TestCloudEvents(t *testing.T) {
 				hs := headers(r)
 				m := &cetest.Message{Prefix: "ce_", Headers: hs, ContentType: hs["content-type"], Body: r.Value}
 				ev, err := m.Event(context.Background())
-				if !assert.NoError(t, err, "record %s", hs[kafka.HeaderID]) {
+				if !assert.NoError(t, err, "record %s", hs[handlers.HeaderID]) {
 					continue
 				}
 				w, ok := want[ev.ID()]

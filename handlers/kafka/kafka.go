@@ -17,28 +17,6 @@ import (
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
-// Header keys set on every produced record (HeaderEventType only when the record has a type).
-const (
-	// HeaderID carries the record's id column as text. With HeaderProcess it identifies a record across
-	// redeliveries, so consumers can drop duplicates.
-	HeaderID = "inorder_id"
-	// HeaderProcess carries the name of the process that produced the record.
-	HeaderProcess = "inorder_process"
-	// HeaderCreatedAt carries the record's created_at column in UTC as time.RFC3339Nano.
-	HeaderCreatedAt = "inorder_created_at"
-	// HeaderEventType carries the value of the record's type column (Config.TypeColumn). It is left out
-	// when the record has no such column or its value is NULL.
-	HeaderEventType = "event_type"
-)
-
-const (
-	// DefaultPayloadColumn is the column whose value becomes the Kafka record's value when
-	// Config.PayloadColumn is empty.
-	DefaultPayloadColumn = "payload"
-	// WholeRecord as Config.PayloadColumn sends the whole row as JSON even when it has a payload column.
-	WholeRecord = "-"
-)
-
 // Config configures a Handler. Client and one of Topic, TopicColumn and TopicFunc are required; every
 // other field has a documented default.
 type Config struct {
@@ -65,15 +43,16 @@ type Config struct {
 	// PayloadColumn names the column whose value is the Kafka record's value: json and jsonb values and
 	// strings as their bytes, bytea as is, NULL as a null value (a tombstone on a compacted topic) and
 	// other values as their JSON encoding. A record without such a column is sent whole, as one JSON
-	// object with its columns in order; WholeRecord ("-") sends every record that way. Empty means
-	// DefaultPayloadColumn ("payload"), as the Pub/Sub sink does.
+	// object with its columns in order; handlers.WholeRecord ("-") sends every record that way. Empty means
+	// handlers.DefaultPayloadColumn ("payload"), as the Pub/Sub sink does.
 	PayloadColumn string
 	// TypeColumn names the column whose value is sent in the event_type header. Empty means the type
 	// column, or the event_type column when the record has no type column, as the Pub/Sub sink does.
 	TypeColumn string
 	// Envelope, when set, sends each record as a CloudEvent in the envelope's content mode, as the
-	// CloudEvents Kafka binding says: the payload as the data and ce_ headers with content-type in
-	// binary mode, the JSON event format as the value in structured mode; the type from TypeColumn. Nil means the handler's own format.
+	// CloudEvents Kafka binding says: the payload as the data and ce_ headers with content-type in binary
+	// mode, the JSON event format as the value in structured mode; the type from TypeColumn. Nil means the
+	// handler's own format.
 	Envelope *cloudevent.Envelope
 }
 
@@ -125,8 +104,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	switch h.payloadColumn {
 	case "":
-		h.payloadColumn = DefaultPayloadColumn
-	case WholeRecord:
+		h.payloadColumn = handlers.DefaultPayloadColumn
+	case handlers.WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
 	default:
 		h.reads = append(h.reads, h.payloadColumn)
@@ -295,12 +274,12 @@ func (h *Handler) record(rec *handlers.Record[handlers.Row], topic string) (*kgo
 		return nil, handlers.Permanent(fmt.Errorf("kafka: encode record %s: %w", rec.ID, err))
 	}
 	headers := []kgo.RecordHeader{
-		{Key: HeaderID, Value: []byte(rec.ID)},
-		{Key: HeaderProcess, Value: []byte(rec.Process)},
-		{Key: HeaderCreatedAt, Value: []byte(rec.CreatedAt.UTC().Format(time.RFC3339Nano))},
+		{Key: handlers.HeaderID, Value: []byte(rec.ID)},
+		{Key: handlers.HeaderProcess, Value: []byte(rec.Process)},
+		{Key: handlers.HeaderCreatedAt, Value: []byte(rec.CreatedAt.UTC().Format(time.RFC3339Nano))},
 	}
 	if typ, ok := rec.Value.Text(h.typeColumns...); ok {
-		headers = append(headers, kgo.RecordHeader{Key: HeaderEventType, Value: []byte(typ)})
+		headers = append(headers, kgo.RecordHeader{Key: handlers.HeaderEventType, Value: []byte(typ)})
 	}
 	r := &kgo.Record{Topic: topic, Value: value, Headers: headers}
 	if rec.Key != "" {

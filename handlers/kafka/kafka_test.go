@@ -100,7 +100,7 @@ func TestRestartLosesNothing(t *testing.T) {
 	duplicates := requireOrderedPerKey(t, recs, ids)
 	copies := map[int64]int{}
 	for _, r := range recs {
-		copies[idNum(t, header(r, kafka.HeaderID))]++
+		copies[idNum(t, header(r, handlers.HeaderID))]++
 	}
 	var atStop, atCut []int64 // ids written more than once
 	for id, n := range copies {
@@ -167,7 +167,7 @@ func TestOversizedRecordHalts(t *testing.T) {
 
 		recs := newConsumer(t, b.cluster, "bookings").awaitIDs(t, ids[:30])
 		for _, r := range recs {
-			id := idNum(t, header(r, kafka.HeaderID))
+			id := idNum(t, header(r, handlers.HeaderID))
 			require.NotEqual(t, idNum(t, bigID), id, "the large record was written")
 			if string(r.Key) == "k1" {
 				require.Less(t, id, idNum(t, bigID), "a record of k1 after the halted one was written")
@@ -252,7 +252,7 @@ func TestMissingOrInvalidTopicHalts(t *testing.T) {
 	processortest.WaitCaughtUp(t, b.DB, "topics", nil)
 	recs := newConsumer(t, b.cluster, "bookings", "refunds").awaitIDs(t, append(ids, refund, invalid))
 	for _, r := range recs {
-		switch header(r, kafka.HeaderID) {
+		switch header(r, handlers.HeaderID) {
 		case refund, invalid:
 			require.Equal(t, "refunds", r.Topic)
 		default:
@@ -358,12 +358,12 @@ func TestRecordContents(t *testing.T) {
 		require.Equal(t, payload, string(r.Value), "the payload column's bytes are the value")
 		require.Equal(t, "booking-7", string(r.Key))
 		require.Equal(t, map[string]string{
-			kafka.HeaderID:        ids[0],
-			kafka.HeaderProcess:   "contents",
-			kafka.HeaderCreatedAt: createdAt.UTC().Format(time.RFC3339Nano),
-			kafka.HeaderEventType: "booking.created",
+			handlers.HeaderID:        ids[0],
+			handlers.HeaderProcess:   "contents",
+			handlers.HeaderCreatedAt: createdAt.UTC().Format(time.RFC3339Nano),
+			handlers.HeaderEventType: "booking.created",
 		}, headers(r))
-		at, err := time.Parse(time.RFC3339Nano, header(r, kafka.HeaderCreatedAt))
+		at, err := time.Parse(time.RFC3339Nano, header(r, handlers.HeaderCreatedAt))
 		require.NoError(t, err)
 		require.True(t, at.Equal(createdAt))
 	})
@@ -381,7 +381,7 @@ func TestRecordContents(t *testing.T) {
 		})))
 		require.NoError(t, whole.Handle(ctx, record("2", "a-1", handlers.Row{Columns: []string{"id", "payload"}, Values: []any{int64(2), nil}})))
 		require.NoError(t, whole.Handle(ctx, record("3", "", handlers.Row{Columns: []string{"id", "payload"}, Values: []any{int64(3), []byte{0, 0xff}}})))
-		wholeForced := b.newHandler(t, kafka.Config{Topic: "audit", PayloadColumn: kafka.WholeRecord})
+		wholeForced := b.newHandler(t, kafka.Config{Topic: "audit", PayloadColumn: handlers.WholeRecord})
 		require.NoError(t, wholeForced.Handle(ctx, record("4", "a-1", handlers.Row{Columns: []string{"id", "payload"}, Values: []any{int64(4), "text"}})))
 		kinds := b.newHandler(t, kafka.Config{TypeColumn: "kind", PayloadColumn: "body",
 			TopicFunc: func(rec *handlers.Record[handlers.Row]) (string, error) { return "kinds", nil }})
@@ -390,19 +390,19 @@ func TestRecordContents(t *testing.T) {
 		recs := consumer.awaitIDs(t, []string{"1", "2", "3", "4", "5"})
 		byID := map[string]*kgo.Record{}
 		for _, r := range recs {
-			byID[header(r, kafka.HeaderID)] = r
+			byID[header(r, handlers.HeaderID)] = r
 		}
 		require.JSONEq(t, `{"id": 1, "event_type": "user.renamed", "body": "hello", "extra": {"x": [1, 2]}}`, string(byID["1"].Value))
 		require.True(t, strings.HasPrefix(string(byID["1"].Value), `{"id":1,`), "columns in order: %s", byID["1"].Value)
-		require.Equal(t, "user.renamed", header(byID["1"], kafka.HeaderEventType), "event_type when there is no type column")
-		require.Equal(t, "2024-05-06T07:08:09.123456Z", header(byID["1"], kafka.HeaderCreatedAt))
+		require.Equal(t, "user.renamed", header(byID["1"], handlers.HeaderEventType), "event_type when there is no type column")
+		require.Equal(t, "2024-05-06T07:08:09.123456Z", header(byID["1"], handlers.HeaderCreatedAt))
 		require.Nil(t, byID["2"].Value, "a NULL payload is a tombstone")
-		require.NotContains(t, headers(byID["2"]), kafka.HeaderEventType)
+		require.NotContains(t, headers(byID["2"]), handlers.HeaderEventType)
 		require.Nil(t, byID["3"].Key, "no key")
 		require.Equal(t, []byte{0, 0xff}, byID["3"].Value, "bytea as is")
 		require.JSONEq(t, `{"id": 4, "payload": "text"}`, string(byID["4"].Value))
 		require.Equal(t, "kinds", byID["5"].Topic)
-		require.Equal(t, "yes", header(byID["5"], kafka.HeaderEventType))
+		require.Equal(t, "yes", header(byID["5"], handlers.HeaderEventType))
 		require.Equal(t, "plain text", string(byID["5"].Value))
 	})
 
@@ -518,14 +518,14 @@ func TestAMissingTopicParksItsKey(t *testing.T) {
 	processortest.WaitCaughtUp(t, b.DB, "topics", nil) // the position went past the parked key
 
 	require.NoError(t, b.cluster.CreateTopic("refunds", 1, nil))
-	_, err := cursor.Redrive(context.Background(), b.DB.Pool, "topics", cursor.RedriveOpts{Key: "k1"},
-		cursor.ActionOpts{Actor: "test", Reason: "the topic exists now"})
+	_, err := cursor.Redrive(context.Background(), b.DB.Pool, "topics", cursor.RedriveOpts{Key: "k1",
+		ActionOpts: cursor.ActionOpts{Actor: "test", Reason: "the topic exists now"}})
 	require.NoError(t, err)
 	recs := newConsumer(t, b.cluster, "bookings", "refunds").awaitIDs(t, append(others, parked...))
 	var k1 []string
 	seen := map[string]bool{}
 	for _, r := range recs {
-		if id := header(r, kafka.HeaderID); string(r.Key) == "k1" && r.Topic == "bookings" && !seen[id] {
+		if id := header(r, handlers.HeaderID); string(r.Key) == "k1" && r.Topic == "bookings" && !seen[id] {
 			seen[id] = true
 			k1 = append(k1, id)
 		}

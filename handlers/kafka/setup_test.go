@@ -12,6 +12,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/kafka"
 	"github.com/inorder-dev/inorder/internal/harness/sinktest"
 	"github.com/inorder-dev/inorder/processor/processortest"
@@ -120,7 +121,7 @@ func (c *consumer) awaitIDs(t *testing.T, want []string) []*kgo.Record {
 	return c.await(t, fmt.Sprintf("%d records", len(want)), func(recs []*kgo.Record) bool {
 		seen := map[string]bool{}
 		for _, r := range recs {
-			seen[header(r, kafka.HeaderID)] = true
+			seen[header(r, handlers.HeaderID)] = true
 		}
 		for _, id := range want {
 			if !seen[id] {
@@ -158,7 +159,7 @@ func describe(recs []*kgo.Record) string { return sinktest.Describe(sent(recs)) 
 func sent(recs []*kgo.Record) []sinktest.Sent {
 	out := make([]sinktest.Sent, len(recs))
 	for i, r := range recs {
-		out[i] = sinktest.Sent{Key: string(r.Key), ID: header(r, kafka.HeaderID), Place: strconv.Itoa(int(r.Partition))}
+		out[i] = sinktest.Sent{Key: string(r.Key), ID: header(r, handlers.HeaderID), Place: strconv.Itoa(int(r.Partition))}
 	}
 	return out
 }

@@ -21,33 +21,13 @@ import (
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
-// Attribute names set on every published message (AttrEventType only when the record has a type).
-const (
-	// AttrID carries the record's id column as text. With AttrProcess it identifies a record across
-	// redeliveries, so subscribers can drop duplicates.
-	AttrID = "inorder_id"
-	// AttrProcess carries the name of the process that published the record.
-	AttrProcess = "inorder_process"
-	// AttrCreatedAt carries the record's created_at column in UTC as time.RFC3339Nano.
-	AttrCreatedAt = "inorder_created_at"
-	// AttrEventType carries the value of the record's type column, or of its event_type column when it has
-	// no type column. It is left out when the record has neither or the value is NULL.
-	AttrEventType = "event_type"
-)
-
 const (
 	// DefaultMaxInFlight is the number of records published but not yet acknowledged that a handler allows
 	// when Config.MaxInFlight is zero.
 	DefaultMaxInFlight = 100
-	// DefaultPayloadColumn is the column whose value becomes the message data when Config.PayloadColumn is
-	// empty.
-	DefaultPayloadColumn = "payload"
 	// DefaultMaxMessageBytes is the largest message a handler publishes when Config.MaxMessageBytes is zero:
 	// Pub/Sub's 10 MB request limit less 100 kB of headroom for the request's own framing.
 	DefaultMaxMessageBytes = 10_000_000 - 100_000
-	// WholeRecord as Config.PayloadColumn publishes the whole record as JSON even when it has a payload
-	// column.
-	WholeRecord = "-"
 )
 
 // typePlaceholder is replaced by the record's event type in Config.TopicTemplate.
@@ -79,10 +59,10 @@ type Config struct {
 	// share an ordering key stay in order whatever its value; a larger value hides the round trip to
 	// Pub/Sub. Zero means DefaultMaxInFlight (100); 1 publishes one record at a time.
 	MaxInFlight int
-	// PayloadColumn names the column whose value is the message data: json and jsonb values and strings
-	// as their bytes, bytea as is, NULL as empty data and other values as their JSON encoding. A record
-	// without such a column is published whole, as one JSON object with its columns in order; WholeRecord
-	// ("-") publishes every record that way. Empty means DefaultPayloadColumn ("payload").
+	// PayloadColumn names the column whose value is the message data: json and jsonb values and strings as
+	// their bytes, bytea as is, NULL as empty data and other values as their JSON encoding. A record without
+	// such a column is published whole, as one JSON object with its columns in order; handlers.WholeRecord
+	// ("-") publishes every record that way. Empty means handlers.DefaultPayloadColumn ("payload").
 	PayloadColumn string
 	// MaxMessageBytes bounds a message's size, counted as its data plus its attribute names and values
 	// plus its ordering key. A larger record halts the stream with a permanent error naming the record and
@@ -193,8 +173,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	switch h.payloadColumn {
 	case "":
-		h.payloadColumn = DefaultPayloadColumn
-	case WholeRecord:
+		h.payloadColumn = handlers.DefaultPayloadColumn
+	case handlers.WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
 	default:
 		h.reads = []string{h.payloadColumn}
@@ -564,12 +544,12 @@ func (h *Handler) message(ctx context.Context, rec *handlers.Record[handlers.Row
 		return nil, handlers.Permanent(fmt.Errorf("pubsub: encode record %s: %w", rec.ID, err))
 	}
 	attrs := map[string]string{
-		AttrID:        rec.ID,
-		AttrProcess:   rec.Process,
-		AttrCreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
+		handlers.HeaderID:        rec.ID,
+		handlers.HeaderProcess:   rec.Process,
+		handlers.HeaderCreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
 	}
 	if typ, ok := eventType(rec.Value); ok {
-		attrs[AttrEventType] = typ
+		attrs[handlers.HeaderEventType] = typ
 	}
 	tracecontext.Inject(ctx, propagation.MapCarrier(attrs)) // traceparent and tracestate
 	msg := &pubsub.Message{Data: data, Attributes: attrs, OrderingKey: rec.Key}

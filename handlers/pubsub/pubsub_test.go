@@ -113,7 +113,7 @@ func TestPublishFailureHaltsAndResumes(t *testing.T) {
 			msgs := f.messages(topic)
 			for _, m := range msgs {
 				if m.OrderingKey == "k1" {
-					require.Less(t, idNum(t, m.Attributes[pubsub.AttrID]), idNum(t, halted.HaltedRecordID),
+					require.Less(t, idNum(t, m.Attributes[handlers.HeaderID]), idNum(t, halted.HaltedRecordID),
 						"acknowledged while the stream is halted on %s: %s", halted.HaltedRecordID, describe(msgs))
 				}
 			}
@@ -174,7 +174,7 @@ func TestResumeWaitsForQueuedMessages(t *testing.T) {
 	require.NoError(t, h.Handle(ctx, rec("3", "c")))
 	var got []string
 	for _, m := range f.messages(topic) {
-		got = append(got, m.Attributes[pubsub.AttrID])
+		got = append(got, m.Attributes[handlers.HeaderID])
 	}
 	require.Equal(t, []string{"1", "2", "3"}, got)
 }
@@ -231,12 +231,12 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		require.Equal(t, payload, string(m.Data), "the payload column's bytes are the data")
 		require.Equal(t, "booking-7", m.OrderingKey)
 		require.Equal(t, map[string]string{
-			pubsub.AttrID:        ids[0],
-			pubsub.AttrProcess:   "attrs",
-			pubsub.AttrCreatedAt: createdAt.UTC().Format(time.RFC3339Nano),
-			pubsub.AttrEventType: "booking.created",
+			handlers.HeaderID:        ids[0],
+			handlers.HeaderProcess:   "attrs",
+			handlers.HeaderCreatedAt: createdAt.UTC().Format(time.RFC3339Nano),
+			handlers.HeaderEventType: "booking.created",
 		}, m.Attributes)
-		at, err := time.Parse(time.RFC3339Nano, m.Attributes[pubsub.AttrCreatedAt])
+		at, err := time.Parse(time.RFC3339Nano, m.Attributes[handlers.HeaderCreatedAt])
 		require.NoError(t, err)
 		require.True(t, at.Equal(createdAt))
 	})
@@ -266,8 +266,8 @@ func TestMessageDataAndAttributes(t *testing.T) {
 			"extra": {"x": [1, 2]}, "created_at": "2024-05-06T07:08:09.123456Z"}`, string(m.Data))
 		require.True(t, strings.HasPrefix(string(m.Data), `{"id":`), "columns in table order: %s", m.Data)
 		require.Equal(t, "a-1", m.OrderingKey)
-		require.Equal(t, "user.renamed", m.Attributes[pubsub.AttrEventType])
-		require.Equal(t, "2024-05-06T07:08:09.123456Z", m.Attributes[pubsub.AttrCreatedAt])
+		require.Equal(t, "user.renamed", m.Attributes[handlers.HeaderEventType])
+		require.Equal(t, "2024-05-06T07:08:09.123456Z", m.Attributes[handlers.HeaderCreatedAt])
 	})
 
 	t.Run("bytea payload column", func(t *testing.T) {
@@ -288,9 +288,9 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		eventually(t, "the messages", func() bool { return f.published(topic, ids) })
 		byID := map[string]*pstest.Message{} // without an ordering key, Pub/Sub keeps no order
 		for _, m := range f.messages(topic) {
-			byID[m.Attributes[pubsub.AttrID]] = m
+			byID[m.Attributes[handlers.HeaderID]] = m
 			require.Empty(t, m.OrderingKey, "no key column: no ordering key")
-			require.NotContains(t, m.Attributes, pubsub.AttrEventType)
+			require.NotContains(t, m.Attributes, handlers.HeaderEventType)
 		}
 		require.Equal(t, []byte{0x00, 0xff, 0x10}, byID[ids[0]].Data, "bytea as is")
 		require.Empty(t, byID[ids[1]].Data, "NULL as empty data")
@@ -319,7 +319,7 @@ func TestMessageDataAndAttributes(t *testing.T) {
 		require.Equal(t, []string{ids[0]}, func() []string {
 			var got []string
 			for _, m := range f.messages(topic) {
-				got = append(got, m.Attributes[pubsub.AttrID])
+				got = append(got, m.Attributes[handlers.HeaderID])
 			}
 			return got
 		}())
@@ -353,7 +353,7 @@ func TestTopicChoice(t *testing.T) {
 	require.NoError(t, h.Handle(ctx, rec("3", row("kind", "none"))))
 	require.Len(t, f.messages(created), 1)
 	require.Len(t, f.messages(cancelled), 1)
-	require.Equal(t, "booking.cancelled", f.messages(cancelled)[0].Attributes[pubsub.AttrEventType])
+	require.Equal(t, "booking.cancelled", f.messages(cancelled)[0].Attributes[handlers.HeaderEventType])
 	require.Len(t, f.messages(other), 1)
 
 	// A type that cannot make a topic ID, or no type and no fallback, is the record's permanent failure.
@@ -456,13 +456,13 @@ func TestARefusedKeyParks(t *testing.T) {
 	require.Equal(t, 20, keys[0].Records, "the record and the 19 of its key after it")
 	for _, m := range f.messages(topic) {
 		if m.OrderingKey == "k1" {
-			require.Less(t, idNum(t, m.Attributes[pubsub.AttrID]), idNum(t, target), "acknowledged while parked")
+			require.Less(t, idNum(t, m.Attributes[handlers.HeaderID]), idNum(t, target), "acknowledged while parked")
 		}
 	}
 
 	f.inject.arm(target, false)
-	_, err = cursor.Redrive(context.Background(), d.Pool, "parking", cursor.RedriveOpts{All: true},
-		cursor.ActionOpts{Actor: "test", Reason: "the topic accepts it"})
+	_, err = cursor.Redrive(context.Background(), d.Pool, "parking", cursor.RedriveOpts{All: true,
+		ActionOpts: cursor.ActionOpts{Actor: "test", Reason: "the topic accepts it"}})
 	require.NoError(t, err)
 	eventually(t, "nothing parked", func() bool {
 		keys, err := cursor.Parked(context.Background(), d.Pool, "parking")

@@ -59,7 +59,7 @@ func (in *injector) React(req any) (bool, any, error) {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	for _, m := range r.Messages {
-		if id := m.Attributes[pubsub.AttrID]; in.armed[id] {
+		if id := m.Attributes[handlers.HeaderID]; in.armed[id] {
 			in.refused++
 			return true, nil, status.Errorf(codes.FailedPrecondition, "injected failure for record %s", id)
 		}
@@ -234,7 +234,7 @@ func requireOrderedPerKey(t *testing.T, msgs []*pstest.Message, want []string) i
 func (f *fake) published(topic string, want []string) bool {
 	seen := map[string]bool{}
 	for _, m := range f.messages(topic) {
-		seen[m.Attributes[pubsub.AttrID]] = true
+		seen[m.Attributes[handlers.HeaderID]] = true
 	}
 	return !slices.ContainsFunc(want, func(id string) bool { return !seen[id] })
 }
@@ -245,7 +245,7 @@ func describe(msgs []*pstest.Message) string { return sinktest.Describe(sent(msg
 func sent(msgs []*pstest.Message) []sinktest.Sent {
 	out := make([]sinktest.Sent, len(msgs))
 	for i, m := range msgs {
-		out[i] = sinktest.Sent{Key: m.OrderingKey, ID: m.Attributes[pubsub.AttrID]}
+		out[i] = sinktest.Sent{Key: m.OrderingKey, ID: m.Attributes[handlers.HeaderID]}
 	}
 	return out
 }

@@ -45,7 +45,7 @@ func TestTraceContextTravelsInAttributes(t *testing.T) {
 
 	// The subscriber's side, with OpenTelemetry's own propagator.
 	m := f.messages(topic)[0]
-	require.Equal(t, ids[0], m.Attributes[pubsub.AttrID])
+	require.Equal(t, ids[0], m.Attributes[handlers.HeaderID])
 	got := trace.SpanContextFromContext(propagation.TraceContext{}.Extract(context.Background(), propagation.MapCarrier(m.Attributes)))
 	require.True(t, got.IsValid(), "the message carries a traceparent attribute: %v", m.Attributes)
 	require.Equal(t, span.SpanContext().TraceID(), got.TraceID(), "the application's trace reaches the subscriber")

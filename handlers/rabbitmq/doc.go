@@ -13,7 +13,7 @@
 //
 // Its properties:
 //
-//	message_id     "<process>:<id>", the same for every delivery of the record (MessageID)
+//	message_id     "<process>:<id>", the same for every delivery of the record
 //	delivery_mode  2, persistent: a durable queue keeps it across a restart of the broker
 //	timestamp      the record's created_at column (AMQP keeps seconds)
 //	type           the record's type column (Config.TypeColumn; by default type, or event_type)

@@ -20,29 +20,8 @@ import (
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
-// Header keys set on every message (HeaderEventType only when the record has a type). They are the
-// Kafka sink's headers, so a consumer reads both alike.
-const (
-	// HeaderID carries the record's id column as text.
-	HeaderID = "inorder_id"
-	// HeaderProcess carries the name of the process that produced the record.
-	HeaderProcess = "inorder_process"
-	// HeaderCreatedAt carries the record's created_at column in UTC as time.RFC3339Nano.
-	HeaderCreatedAt = "inorder_created_at"
-	// HeaderEventType carries the value of the record's type column (Config.TypeColumn). It is left out
-	// when the record has no such column or its value is NULL.
-	HeaderEventType = "event_type"
-)
-
-const (
-	// DefaultPayloadColumn is the column whose value becomes the message body when Config.PayloadColumn is
-	// empty.
-	DefaultPayloadColumn = "payload"
-	// WholeRecord as Config.PayloadColumn sends the whole row as JSON even when it has a payload column.
-	WholeRecord = "-"
-	// AppID is the app_id property of every message.
-	AppID = "inorder"
-)
+// appID is the app_id property of every message.
+const appID = "inorder"
 
 // maxRoutingKey is AMQP 0-9-1's limit on a short string, which a routing key is.
 const maxRoutingKey = 255
@@ -68,8 +47,9 @@ type Config struct {
 
 	// PayloadColumn names the column whose value is the message body: json and jsonb values and strings as
 	// their bytes, bytea as is, NULL as an empty body and other values as their JSON encoding. A record
-	// without such a column is sent whole, as one JSON object with its columns in order; WholeRecord ("-")
-	// sends every record that way. Empty means DefaultPayloadColumn ("payload"), as the Kafka sink does.
+	// without such a column is sent whole, as one JSON object with its columns in order; handlers.WholeRecord
+	// ("-") sends every record that way. Empty means handlers.DefaultPayloadColumn ("payload"), as the Kafka
+	// sink does.
 	PayloadColumn string
 	// TypeColumn names the column whose value is sent as the message's type property and in the
 	// event_type header. Empty means the type column, or the event_type column when the record has no
@@ -158,8 +138,8 @@ func New(cfg Config) (*Handler, error) {
 	}
 	switch h.payloadColumn {
 	case "":
-		h.payloadColumn = DefaultPayloadColumn
-	case WholeRecord:
+		h.payloadColumn = handlers.DefaultPayloadColumn
+	case handlers.WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
 	default:
 		h.reads = append(h.reads, h.payloadColumn)
@@ -251,7 +231,7 @@ func (h *Handler) Handle(ctx context.Context, rec *handlers.Record[handlers.Row]
 			attribute.String("messaging.operation.type", "send"), attribute.String("messaging.operation.name", "publish"),
 			attribute.String("messaging.destination.name", destination),
 			attribute.String("messaging.rabbitmq.destination.routing_key", key),
-			attribute.String("messaging.message.id", MessageID(rec)))
+			attribute.String("messaging.message.id", messageID(rec)))
 	}
 	defer func() { tracecontext.End(span, err) }()
 	msg, err := h.message(rec)
@@ -349,9 +329,9 @@ func (h *Handler) unavailable(err error) error {
 	return handlers.Unavailable(err, "the URL: that the broker runs there and accepts connections")
 }
 
-// MessageID is the message_id of rec's message: the process and the record id, "process:id", the same
+// messageID is the message_id of rec's message: the process and the record id, "process:id", the same
 // for every delivery of the record, so that a consumer can drop the copies of a redelivery.
-func MessageID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
+func messageID[T any](rec *handlers.Record[T]) string { return rec.Process + ":" + rec.ID }
 
 // message builds the message for rec.
 func (h *Handler) message(rec *handlers.Record[handlers.Row]) (amqp.Publishing, error) {
@@ -360,20 +340,20 @@ func (h *Handler) message(rec *handlers.Record[handlers.Row]) (amqp.Publishing, 
 		return amqp.Publishing{}, handlers.Permanent(fmt.Errorf("rabbitmq: encode record %s: %w", rec.ID, err))
 	}
 	headers := amqp.Table{
-		HeaderID:        rec.ID,
-		HeaderProcess:   rec.Process,
-		HeaderCreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
+		handlers.HeaderID:        rec.ID,
+		handlers.HeaderProcess:   rec.Process,
+		handlers.HeaderCreatedAt: rec.CreatedAt.UTC().Format(time.RFC3339Nano),
 	}
 	msg := amqp.Publishing{
 		Headers:      headers,
 		DeliveryMode: amqp.Persistent,
-		MessageId:    MessageID(rec),
+		MessageId:    messageID(rec),
 		Timestamp:    rec.CreatedAt,
-		AppId:        AppID,
+		AppId:        appID,
 		Body:         body,
 	}
 	if typ, ok := rec.Value.Text(h.typeColumns...); ok {
-		headers[HeaderEventType] = typ
+		headers[handlers.HeaderEventType] = typ
 		msg.Type = typ
 	}
 	return msg, nil

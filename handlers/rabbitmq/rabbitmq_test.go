@@ -41,7 +41,7 @@ func TestPublishesEveryRecordInOrderPerKey(t *testing.T) {
 	for key, q := range queues {
 		var last int64
 		for _, d := range b.consume(t, q, 50) {
-			id := d.Headers[rabbitmq.HeaderID].(string)
+			id := d.Headers[handlers.HeaderID].(string)
 			n, err := strconv.ParseInt(id, 10, 64)
 			require.NoError(t, err)
 			require.Greater(t, n, last, "order of key %s: %s", key, id)
@@ -52,9 +52,9 @@ func TestPublishesEveryRecordInOrderPerKey(t *testing.T) {
 			require.Equal(t, "bookings:"+id, d.MessageId)
 			require.Equal(t, amqp.Persistent, d.DeliveryMode)
 			require.Equal(t, "booking.created", d.Type)
-			require.Equal(t, "booking.created", d.Headers[rabbitmq.HeaderEventType])
-			require.Equal(t, "bookings", d.Headers[rabbitmq.HeaderProcess])
-			require.Equal(t, rabbitmq.AppID, d.AppId)
+			require.Equal(t, "booking.created", d.Headers[handlers.HeaderEventType])
+			require.Equal(t, "bookings", d.Headers[handlers.HeaderProcess])
+			require.Equal(t, "inorder", d.AppId, "the app_id of every message")
 			var body struct{ N int64 }
 			require.NoError(t, json.Unmarshal(d.Body, &body), "the payload column as the body: %s", d.Body)
 			require.Equal(t, n, body.N)
@@ -202,7 +202,7 @@ func TestTheStreamWaitsForAQueueToBeBound(t *testing.T) {
 	processortest.WaitCaughtUp(t, b.DB, "unbound", &processortest.WaitOpts{Timeout: 30 * time.Second})
 	var got []string
 	for _, d := range b.consume(t, q, len(ids)) {
-		got = append(got, d.Headers[rabbitmq.HeaderID].(string))
+		got = append(got, d.Headers[handlers.HeaderID].(string))
 	}
 	require.Equal(t, ids, got, "every record once, in order")
 }

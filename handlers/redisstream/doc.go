@@ -26,26 +26,25 @@
 //
 // # Streams
 //
-// Config.Stream names the stream. With "{key}" in it (KeyPlaceholder), each key has a stream of its own:
-// "orders:{key}" puts the records of key 42 in the stream orders:42, and a record without a key in
-// orders: (the placeholder empty). Without it, every record goes to that one stream, with its key in the
-// key field. XADD creates a stream that does not exist yet. With Config.MaxLen each XADD trims its stream
-// to about that many entries (MAXLEN ~ n, whole nodes of old entries at a time, so a stream may hold
-// somewhat more); entries trimmed away are gone for consumers that had not read them.
+// Config.Stream names the stream. With "{key}" in it (handlers.KeyPlaceholder), each key has a stream of its
+// own: "orders:{key}" puts the records of key 42 in the stream orders:42, and a record without a key in
+// orders: (the placeholder empty). Without it, every record goes to that one stream, with its key in the key
+// field. XADD creates a stream that does not exist yet. With Config.MaxLen each XADD trims its stream to
+// about that many entries (MAXLEN ~ n, whole nodes of old entries at a time, so a stream may hold somewhat
+// more); entries trimmed away are gone for consumers that had not read them.
 //
 // # Ordering
 //
-// Handle adds one record and returns once Redis answered, so the processor delivers one record at a time,
-// in (created_at, id) order. With processor.Config.MaxInFlight above 1 (the CLI's --redis-max-in-flight)
-// the processor's keyed window calls Handle for records of different keys at once, and still for the
-// records of one key one at a time, each after Redis answered for the one before it. The handler sends
-// one pipeline at a time: the XADDs that arrive while one is on the wire go together in the next, one
-// write and one read for all of them. Redis runs commands one after another, so the entries of a key are
-// in their stream in order whatever the window: in a stream of its own, or, with one stream, interleaved with other keys'
-// entries in the order Redis ran them. A record without a key waits for everything before it and holds
-// everything after it. A consumer that reads the stream with XREAD or XREADGROUP sees the entries in that
-// order; with a consumer group, entries of one key handed to different consumers may of course be
-// processed out of order.
+// Handle adds one record and returns once Redis answered, so the processor delivers one record at a time, in
+// (created_at, id) order. With processor.Config.MaxInFlight above 1 (the CLI's --redis-max-in-flight) the
+// processor's keyed window calls Handle for records of different keys at once, and still for the records of
+// one key one at a time, each after Redis answered for the one before it. The handler sends one pipeline at a
+// time: the XADDs that arrive while one is on the wire go together in the next, one write and one read for
+// all of them. Redis runs commands one after another, so the entries of a key are in their stream in order
+// whatever the window: in a stream of its own, or, with one stream, interleaved with other keys' entries in
+// the order Redis ran them. A record without a key waits for everything before it and holds everything after
+// it. A consumer that reads the stream with XREAD or XREADGROUP sees the entries in that order; with a
+// consumer group, entries of one key handed to different consumers may of course be processed out of order.
 //
 // # Acknowledgements and the position
 //
@@ -54,14 +53,14 @@
 // once it is in memory: whether it survives a crash of Redis is the server's persistence (appendonly and
 // appendfsync) and replication; a command such as WAITAOF is not issued.
 //
-// The reverse does not hold, and delivery is at least once. Redis has no deduplication of stream entries,
-// so what inorder delivers again is added again, after its first copy: with a window, the records after
-// the durable position when a processor stops, crashes or loses its database connection (at most the
-// window; one at a time, a crash or a lost connection only), records of other keys that had succeeded
-// after a record that failed in the window, and a record whose Handle gave up on ctx while its XADD was
-// on the wire (one still queued for the next pipeline is not sent). Each copy is named by its id and process fields; consumers that must not act twice
-// drop duplicates by them. Within a key, a copy is always behind its first copy, and no later record of
-// the key is written before a record's first copy.
+// The reverse does not hold, and delivery is at least once. Redis has no deduplication of stream entries, so
+// what inorder delivers again is added again, after its first copy: with a window, the records after the
+// durable position when a processor stops, crashes or loses its database connection (at most the window; one
+// at a time, a crash or a lost connection only), records of other keys that had succeeded after a record that
+// failed in the window, and a record whose Handle gave up on ctx while its XADD was on the wire (one still
+// queued for the next pipeline is not sent). Each copy is named by its id and process fields; consumers that
+// must not act twice drop duplicates by them. Within a key, a copy is always behind its first copy, and no
+// later record of the key is written before a record's first copy.
 //
 // The handler does not give entries ids of its own to make the XADD idempotent. Redis refuses an XADD
 // whose id is not above the stream's last, which would turn a redelivery into a refusal; but with one

@@ -42,16 +42,6 @@ const (
 	FieldContentType = "content_type"
 )
 
-const (
-	// DefaultPayloadColumn is the column whose value becomes the entry's data field when
-	// Config.PayloadColumn is empty.
-	DefaultPayloadColumn = "payload"
-	// WholeRecord as Config.PayloadColumn sends the whole row as JSON even when it has a payload column.
-	WholeRecord = "-"
-	// KeyPlaceholder in Config.Stream stands for the record's key: a stream per key.
-	KeyPlaceholder = "{key}"
-)
-
 // Config configures a Handler. Client and Stream are required; every other field has a documented
 // default.
 type Config struct {
@@ -60,7 +50,7 @@ type Config struct {
 	// it needs no more than a connection or two of the client's pool. Required.
 	Client redis.Cmdable
 
-	// Stream is the stream entries are added to. With KeyPlaceholder ("{key}") in it, each record goes
+	// Stream is the stream entries are added to. With handlers.KeyPlaceholder ("{key}") in it, each record goes
 	// to the stream named by the template with the record's key in place of the placeholder
 	// ("orders:{key}" puts the records of key 42 in "orders:42"); a record without a key goes to the
 	// template with the placeholder empty. Without it every record goes to that one stream, with its key
@@ -72,11 +62,11 @@ type Config struct {
 	// Zero keeps every entry.
 	MaxLen int64
 
-	// PayloadColumn names the column whose value is the entry's data field: json and jsonb values and
-	// strings as their bytes, bytea as is, and other values as their JSON encoding; NULL leaves the field
-	// out. A record without such a column is sent whole, as one JSON object with its columns in order;
-	// WholeRecord ("-") sends every record that way. Empty means DefaultPayloadColumn ("payload"), as the
-	// Kafka and Pub/Sub sinks do.
+	// PayloadColumn names the column whose value is the entry's data field: json and jsonb values and strings
+	// as their bytes, bytea as is, and other values as their JSON encoding; NULL leaves the field out. A
+	// record without such a column is sent whole, as one JSON object with its columns in order;
+	// handlers.WholeRecord ("-") sends every record that way. Empty means handlers.DefaultPayloadColumn
+	// ("payload"), as the Kafka and Pub/Sub sinks do.
 	PayloadColumn string
 	// TypeColumn names the column whose value is sent in the event_type field. Empty means the type
 	// column, or the event_type column when the record has no type column, as the Kafka sink does.
@@ -144,19 +134,19 @@ func New(cfg Config) (*Handler, error) {
 	}
 	h := &Handler{client: cfg.Client, maxLen: cfg.MaxLen, payloadColumn: cfg.PayloadColumn,
 		typeColumns: []string{"type", "event_type"}, envelope: cfg.Envelope}
-	switch n := strings.Count(cfg.Stream, KeyPlaceholder); n {
+	switch n := strings.Count(cfg.Stream, handlers.KeyPlaceholder); n {
 	case 0:
 		h.prefix = cfg.Stream
 	case 1:
 		h.perKey = true
-		h.prefix, h.suffix, _ = strings.Cut(cfg.Stream, KeyPlaceholder)
+		h.prefix, h.suffix, _ = strings.Cut(cfg.Stream, handlers.KeyPlaceholder)
 	default:
-		return nil, fmt.Errorf("redisstream: Config.Stream %q has %s %d times: at most once", cfg.Stream, KeyPlaceholder, n)
+		return nil, fmt.Errorf("redisstream: Config.Stream %q has %s %d times: at most once", cfg.Stream, handlers.KeyPlaceholder, n)
 	}
 	switch h.payloadColumn {
 	case "":
-		h.payloadColumn = DefaultPayloadColumn
-	case WholeRecord:
+		h.payloadColumn = handlers.DefaultPayloadColumn
+	case handlers.WholeRecord:
 		h.payloadColumn = "" // handlers.Row.Payload's whole row
 	default:
 		h.reads = append(h.reads, h.payloadColumn)
@@ -172,7 +162,7 @@ func New(cfg Config) (*Handler, error) {
 // (not the default payload column, which a record may lack: it is then sent whole).
 func (h *Handler) ReadsColumns() []string { return h.reads }
 
-// PerKey reports whether each key has a stream of its own (Config.Stream has KeyPlaceholder).
+// PerKey reports whether each key has a stream of its own (Config.Stream has handlers.KeyPlaceholder).
 func (h *Handler) PerKey() bool { return h.perKey }
 
 // StreamOf returns the stream the records of key go to.

@@ -85,7 +85,7 @@ func TestEntryFields(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	h := b.newHandler(t, redisstream.Config{Stream: "{key}.events", PayloadColumn: redisstream.WholeRecord, MaxLen: 10})
+	h := b.newHandler(t, redisstream.Config{Stream: "{key}.events", PayloadColumn: handlers.WholeRecord, MaxLen: 10})
 	created := time.Date(2024, 5, 6, 7, 8, 9, 123000, time.UTC)
 	for i := 1; i <= 500; i++ {
 		rec := &handlers.Record[handlers.Row]{Process: "p", ID: strconv.Itoa(i), CreatedAt: created, Key: "booking-42",

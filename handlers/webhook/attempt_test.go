@@ -144,11 +144,11 @@ func (b *attemptBench) halted(t *testing.T, id string) *inordertype.Halt {
 	t.Helper()
 	var h *inordertype.Halt
 	eventually(t, "the halt on record "+id, func() bool {
-		infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
-		if err != nil || len(infos) != 1 || infos[0].Halt == nil || infos[0].Halt.RecordID != id {
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
+		if err != nil || len(procs) != 1 || procs[0].Info.Halt == nil || procs[0].Info.Halt.RecordID != id {
 			return false
 		}
-		h = infos[0].Halt
+		h = procs[0].Info.Halt
 		return true
 	})
 	return h
@@ -159,8 +159,8 @@ func (b *attemptBench) halted(t *testing.T, id string) *inordertype.Halt {
 func (b *attemptBench) caughtUp(t *testing.T, last string) {
 	t.Helper()
 	eventually(t, "the position at record "+last, func() bool {
-		infos, err := cursor.List(context.Background(), b.db.Pool, b.cfg.Process)
-		return err == nil && len(infos) == 1 && infos[0].Position.ID == last
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
+		return err == nil && len(procs) == 1 && procs[0].Info.Position.ID == last
 	})
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
@@ -27,7 +28,23 @@ func (h *Handler[T]) cloudEvent(ctx context.Context, rec *handlers.Record[T], da
 	}
 	hdr := http.Header{}
 	for _, a := range ev.Attributes() {
-		hdr.Set("ce-"+a.Name, cloudevent.HTTPHeaderValue(a.Value))
+		hdr.Set("ce-"+a.Name, httpHeaderValue(a.Value))
 	}
 	return data, ev.DataContentType, hdr, nil
+}
+
+// httpHeaderValue encodes an attribute's value for an HTTP header as the HTTP binding says (3.1.3.2):
+// a space, a double quote, a percent sign and every character outside printable ASCII percent-encoded
+// as UTF-8. Kafka headers, Pub/Sub attributes and AMQP properties carry values as they are.
+func httpHeaderValue(v string) string {
+	var b strings.Builder
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if c > ' ' && c < 0x7f && c != '"' && c != '%' {
+			b.WriteByte(c)
+			continue
+		}
+		fmt.Fprintf(&b, "%%%02X", c)
+	}
+	return b.String()
 }

@@ -225,20 +225,20 @@ func TestWindowHaltsOnARefusalAndSkipMovesOn(t *testing.T) {
 	ctx := context.Background()
 	var halt *inordertype.Halt
 	eventually(t, "the halt on the refused record", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, "billing")
-		if err != nil || len(infos) == 0 || infos[0].Halt == nil {
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: "billing"})
+		if err != nil || len(procs) == 0 || procs[0].Info.Halt == nil {
 			return false
 		}
-		halt = infos[0].Halt
+		halt = procs[0].Info.Halt
 		return true
 	})
 	require.Equal(t, bad, halt.RecordID)
 	require.True(t, halt.Permanent)
 	require.Equal(t, 400, halt.Status)
-	infos, err := cursor.List(ctx, b.db.Pool, "billing")
+	procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: "billing"})
 	require.NoError(t, err)
-	pos, err := strconv.ParseInt(infos[0].Position.ID, 10, 64)
-	if infos[0].Position.ID != "" {
+	pos, err := strconv.ParseInt(procs[0].Info.Position.ID, 10, 64)
+	if procs[0].Info.Position.ID != "" {
 		require.NoError(t, err)
 		badID, _ := strconv.ParseInt(bad, 10, 64)
 		require.Less(t, pos, badID, "the position never passes the refused record")
@@ -338,11 +338,11 @@ func TestWindowShowsWhatIsInFlight(t *testing.T) {
 	ctx := context.Background()
 	var in cursor.Info
 	eventually(t, "status to show the held record in flight", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, "billing")
-		if err != nil || len(infos) == 0 {
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: "billing"})
+		if err != nil || len(procs) == 0 {
 			return false
 		}
-		in = infos[0]
+		in = procs[0].Info
 		return in.InFlight == 1
 	})
 	require.Equal(t, ids[0], in.Position.ID, "the position waits on the record in flight")
@@ -355,20 +355,29 @@ func TestWindowShowsWhatIsInFlight(t *testing.T) {
 	close(held)
 	eventually(t, "every record", func() bool { return len(b.sink.accepted()) == len(ids) })
 	eventually(t, "nothing in flight in status", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, "billing")
-		return err == nil && len(infos) == 1 && infos[0].InFlight == 0 && infos[0].Position.ID == ids[1]
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: "billing"})
+		return err == nil && len(procs) == 1 && procs[0].Info.InFlight == 0 && procs[0].Info.Position.ID == ids[1]
 	})
 }
 
+// nopObserver is told everything and keeps nothing: a test's observer embeds it and overrides what it
+// counts.
 type nopObserver struct{}
 
 func (nopObserver) Batch(string, int)                    {}
+func (nopObserver) PassedOver(string)                    {}
+func (nopObserver) SourceWaiting(string, string, bool)   {}
 func (nopObserver) Handled(string, time.Duration, error) {}
-func (nopObserver) Position(string, time.Time)           {}
+func (nopObserver) InFlight(string, int, time.Duration)  {}
+func (nopObserver) Resent(string, int)                   {}
+func (nopObserver) Retrying(string, bool)                {}
 func (nopObserver) Halted(string, bool)                  {}
+func (nopObserver) SinkUnavailable(string, bool)         {}
+func (nopObserver) Position(string, time.Time)           {}
 func (nopObserver) Locked(string, bool)                  {}
 func (nopObserver) Hold(string, time.Duration)           {}
 func (nopObserver) Connected(string, bool)               {}
+func (nopObserver) CredentialsRefused(string, string)    {}
 
 // TestWindowHaltsOnAFailureBehindRecordsNotYetStarted: a record of one key is refused while an earlier
 // record of another key is still in flight and a later one of that key has not started: the later one
@@ -399,11 +408,11 @@ func TestWindowHaltsOnAFailureBehindRecordsNotYetStarted(t *testing.T) {
 	ctx := context.Background()
 	var in cursor.Info
 	eventually(t, "the halt on b", func() bool {
-		infos, err := cursor.List(ctx, b.db.Pool, "billing")
-		if err != nil || len(infos) == 0 || infos[0].Halt == nil {
+		procs, err := cursor.Read(ctx, b.db.Pool, cursor.ReadOpts{Process: "billing"})
+		if err != nil || len(procs) == 0 || procs[0].Info.Halt == nil {
 			return false
 		}
-		in = infos[0]
+		in = procs[0].Info
 		return true
 	})
 	require.Equal(t, ids[2], in.Halt.RecordID)

@@ -1,5 +1,7 @@
-// Package tracecontext carries a delivery's trace to a sink: the span a sink makes of its call, a child
-// of the delivery attempt's, and the W3C trace context it sends with the message.
+// Package tracecontext is where inorder reads and writes W3C trace context, the one place that knows its
+// format: an application's span written into the outbox row (Columns, for package traceparent), read back
+// from the row when the record is delivered (Extract, for the processor's delivery span), and carried on
+// to the sink's receiver in a header or attribute (Start, Inject and End, for the sinks).
 package tracecontext
 
 import (
@@ -10,6 +12,47 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
+
+// Columns returns the traceparent and tracestate of the span in ctx, as W3C Trace Context headers write
+// them, for a row's trace columns: both nil when ctx carries no valid span, tracestate nil too when the
+// span has no trace state (pointers, so that pgx writes NULL for nil).
+func Columns(ctx context.Context) (parent, state *string) {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil, nil
+	}
+	c := propagation.MapCarrier{}
+	w3c.Inject(ctx, c)
+	if p, ok := c["traceparent"]; ok {
+		parent = &p
+	}
+	if s, ok := c["tracestate"]; ok && s != "" {
+		state = &s
+	}
+	return parent, state
+}
+
+// Extract returns ctx with the trace context an application wrote with a row (its traceparent and
+// tracestate columns) as the remote span context, read as W3C whatever propagator the application set
+// globally. It is ctx unchanged when parent is not a valid traceparent.
+func Extract(ctx context.Context, parent, state string) context.Context {
+	return w3c.Extract(ctx, row{parent: parent, state: state})
+}
+
+// row is a row's trace columns, read as a propagation carrier.
+type row struct{ parent, state string }
+
+func (c row) Get(key string) string {
+	switch key {
+	case "traceparent":
+		return c.parent
+	case "tracestate":
+		return c.state
+	}
+	return ""
+}
+
+func (row) Set(string, string) {}
+func (row) Keys() []string     { return []string{"traceparent", "tracestate"} }
 
 // w3c is what every sink sends, whatever the application set as its global propagator (which is a no-op
 // until it sets one): receivers that read traceparent find it.

@@ -277,11 +277,16 @@ func TestForgetOnCleanup(t *testing.T) {
 	addClock(t, db, "bookings")
 	book(t, db, 2)
 	rows := func() []string {
-		infos, err := cursor.List(ctx, db.Pool, "")
+		procs, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{})
 		require.NoError(t, err)
 		var names []string
-		for _, in := range infos {
-			names = append(names, in.Process)
+		for _, p := range procs {
+			names = append(names, p.Name)
+			for _, s := range p.Streams {
+				if p.Partitioned() {
+					names = append(names, s.Process)
+				}
+			}
 		}
 		return names
 	}

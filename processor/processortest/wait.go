@@ -50,10 +50,11 @@ func WaitCaughtUp(t testing.TB, db *DB, process string, opts *WaitOpts) {
 				states = append(states, name(in, process)+"has not run yet")
 				continue
 			}
-			lag, err := cursor.Behind(ctx, db.Pool, in)
-			if err != nil {
+			m := in
+			if err := m.Measure(ctx, db.Pool); err != nil {
 				return false, "", err
 			}
+			lag := *m.Lag
 			if lag.Rows > 0 || in.Halt != nil {
 				caughtUp = false
 				states = append(states, name(in, process)+describe(in, lag))

@@ -72,6 +72,12 @@ func TestAPIChangesNeedAChangelogLine(t *testing.T) {
 		"named in an older section is not named; a package gone and named is")
 	require.Equal(t, []string{"func handlers.Gone()"}, unmentionedIn("## Unreleased\n\n- `handlers` gained X.", []string{"func handlers.Gone()"},
 		[]string{"func handlers.Other()"}), "a package that is still there is not a move")
+	require.Equal(t, []string{"method processor.Observer.Gone(process string)"},
+		unmentionedIn("## Unreleased\n\n- `processor.RetryObserver` went; `processor.Observer` has Retrying.",
+			[]string{"type processor.RetryObserver", "method processor.RetryObserver.Retrying(process string, retrying bool)",
+				"method processor.Observer.Gone(process string)"},
+			[]string{"type processor.Observer", "method processor.Observer.Retrying(process string, retrying bool)"}),
+		"a type gone and named takes its methods with it; a type that stays does not")
 }
 
 // exported lists the public packages' exported identifiers, one line each, sorted.
@@ -227,9 +233,13 @@ func unmentioned(t *testing.T, gone, got []string) []string {
 // it (qualified by its package, or its type's), or when its whole package is gone and the section names
 // the package (a package moved or removed).
 func unmentionedIn(changelog string, gone, got []string) []string {
-	packages := map[string]bool{}
+	packages, types := map[string]bool{}, map[string]bool{}
 	for _, l := range got {
-		packages[strings.Split(strings.Fields(l)[1], ".")[0]] = true
+		id := strings.Fields(l)[1]
+		packages[strings.Split(id, ".")[0]] = true
+		if strings.HasPrefix(l, "type ") || strings.HasPrefix(l, "alias ") {
+			types[strings.TrimRight(id, "[")] = true
+		}
 	}
 	section := changelog
 	if i := strings.Index(section, "## Unreleased"); i >= 0 {
@@ -247,6 +257,11 @@ func unmentionedIn(changelog string, gone, got []string) []string {
 		// "cursor.Info.Measure": the changelog may name it so, or as Info.Measure.
 		parts := strings.Split(id, ".")
 		named := !packages[parts[0]] && strings.Contains(section, "`"+parts[0]+"`")
+		// A field or method of a type that is gone is named with its type.
+		if typ := strings.Join(parts[:min(2, len(parts))], "."); len(parts) == 3 && !types[typ] &&
+			strings.Contains(section, "`"+typ+"`") {
+			named = true
+		}
 		for k := range parts[:len(parts)-1] {
 			if strings.Contains(section, strings.Join(parts[k:], ".")) {
 				named = true

@@ -91,10 +91,10 @@ func measureKafkaRaw(tb testing.TB, producers, n int) result {
 			for g := p; g < n; g += producers { // records p, p+producers, ...: this producer's share
 				r := &kgo.Record{Topic: "bench", Key: []byte("k" + strconv.Itoa(g%kafkaKeys)),
 					Value: fmt.Appendf(nil, `{"booking":%d,"seats":2,"status":"created"}`, g),
-					Headers: []kgo.RecordHeader{{Key: kafka.HeaderID, Value: []byte(strconv.Itoa(g))},
-						{Key: kafka.HeaderProcess, Value: []byte("bench")},
-						{Key: kafka.HeaderCreatedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
-						{Key: kafka.HeaderEventType, Value: []byte("booking.created")}}}
+					Headers: []kgo.RecordHeader{{Key: handlers.HeaderID, Value: []byte(strconv.Itoa(g))},
+						{Key: handlers.HeaderProcess, Value: []byte("bench")},
+						{Key: handlers.HeaderCreatedAt, Value: []byte(time.Now().UTC().Format(time.RFC3339Nano))},
+						{Key: handlers.HeaderEventType, Value: []byte("booking.created")}}}
 				if err := cl.ProduceSync(ctx, r).FirstErr(); err != nil {
 					tb.Errorf("produce: %v", err)
 					return

@@ -48,6 +48,7 @@ type latency struct {
 // batchObserver notes every read (when it returned and how many records it brought), and how long each
 // checkpoint took: with a checkpoint per record, Position is reported after the commit.
 type batchObserver struct {
+	nopObserver
 	mu          sync.Mutex
 	reads       []batchRead
 	handled     time.Time

@@ -34,7 +34,7 @@ type result struct {
 	n       int
 	elapsed time.Duration
 	// resent counts the records the processor sent to the sink again after the sink had accepted them
-	// (processor.ResentObserver): 0 unless something regressed, a keyed window's row says so.
+	// (processor.Observer.Resent): 0 unless something regressed, a keyed window's row says so.
 	resent int
 }
 
@@ -282,10 +282,30 @@ func lastRow(tb testing.TB, db *pgtest.DB, table string) (string, time.Time) {
 	return id, at
 }
 
+// nopObserver is told everything and keeps nothing: an observer of the bench embeds it and overrides what
+// it counts.
+type nopObserver struct{}
+
+func (nopObserver) Batch(string, int)                    {}
+func (nopObserver) PassedOver(string)                    {}
+func (nopObserver) SourceWaiting(string, string, bool)   {}
+func (nopObserver) Handled(string, time.Duration, error) {}
+func (nopObserver) InFlight(string, int, time.Duration)  {}
+func (nopObserver) Resent(string, int)                   {}
+func (nopObserver) Retrying(string, bool)                {}
+func (nopObserver) Halted(string, bool)                  {}
+func (nopObserver) SinkUnavailable(string, bool)         {}
+func (nopObserver) Position(string, time.Time)           {}
+func (nopObserver) Locked(string, bool)                  {}
+func (nopObserver) Hold(string, time.Duration)           {}
+func (nopObserver) Connected(string, bool)               {}
+func (nopObserver) CredentialsRefused(string, string)    {}
+
 // endObserver signals when the processor's position reaches the last row's time (see lastRow). With a checkpoint
 // per batch it is told before the commit; the caller then waits for the position. It counts the reads
 // that brought records, and notes the round trips a proxy had counted at the first of them.
 type endObserver struct {
+	nopObserver
 	at   time.Time
 	once sync.Once
 	done chan struct{}
@@ -297,7 +317,7 @@ type endObserver struct {
 	resent    atomic.Int64 // records sent again after the sink had accepted them
 }
 
-// Resent implements processor.ResentObserver.
+// Resent implements processor.Observer.
 func (o *endObserver) Resent(_ string, records int) { o.resent.Add(int64(records)) }
 
 func newEndObserver(at time.Time, proxy *tcpproxy.Proxy) *endObserver {

@@ -93,12 +93,12 @@ func measureNatsRaw(tb testing.TB, publishers, n int) result {
 				key := "k" + strconv.Itoa(g%natsKeys)
 				m := nats.NewMsg("bench." + key)
 				m.Data = fmt.Appendf(nil, `{"booking":%d,"seats":2,"status":"created"}`, g)
-				m.Header.Set(jetstream.HeaderMsgID, "bench:"+strconv.Itoa(g))
-				m.Header.Set(jetstream.HeaderID, strconv.Itoa(g))
-				m.Header.Set(jetstream.HeaderProcess, "bench")
-				m.Header.Set(jetstream.HeaderCreatedAt, time.Now().UTC().Format(time.RFC3339Nano))
-				m.Header.Set(jetstream.HeaderKey, key)
-				m.Header.Set(jetstream.HeaderEventType, "booking.created")
+				m.Header.Set(njs.MsgIDHeader, "bench:"+strconv.Itoa(g))
+				m.Header.Set(handlers.HeaderID, strconv.Itoa(g))
+				m.Header.Set(handlers.HeaderProcess, "bench")
+				m.Header.Set(handlers.HeaderCreatedAt, time.Now().UTC().Format(time.RFC3339Nano))
+				m.Header.Set(handlers.HeaderKey, key)
+				m.Header.Set(handlers.HeaderEventType, "booking.created")
 				if _, err := js.PublishMsg(ctx, m); err != nil {
 					tb.Errorf("publish: %v", err)
 					return

@@ -38,6 +38,7 @@ type partEnd struct {
 // partsObserver signals when every partition's position has reached its last row's created_at. With a
 // checkpoint per batch it is told before the commit; the caller then waits for the positions.
 type partsObserver struct {
+	nopObserver
 	mu      sync.Mutex
 	pending map[string]time.Time // partition process name -> created_at of its last row, until reached
 	done    chan struct{}

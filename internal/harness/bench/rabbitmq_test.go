@@ -109,11 +109,11 @@ func measureRabbitMQRaw(tb testing.TB, publishers, n int) result {
 				id := strconv.Itoa(g)
 				dc, err := ch.PublishWithDeferredConfirmWithContext(ctx, exchange, "k"+strconv.Itoa(g%rabbitKeys), true, false,
 					amqp.Publishing{
-						Headers: amqp.Table{rabbitmq.HeaderID: id, rabbitmq.HeaderProcess: "bench",
-							rabbitmq.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
-							rabbitmq.HeaderEventType: "booking.created"},
+						Headers: amqp.Table{handlers.HeaderID: id, handlers.HeaderProcess: "bench",
+							handlers.HeaderCreatedAt: time.Now().UTC().Format(time.RFC3339Nano),
+							handlers.HeaderEventType: "booking.created"},
 						DeliveryMode: amqp.Persistent, MessageId: "bench:" + id, Timestamp: time.Now(),
-						AppId: rabbitmq.AppID, Type: "booking.created",
+						AppId: "inorder", Type: "booking.created",
 						Body: fmt.Appendf(nil, `{"booking":%d,"seats":2,"status":"created"}`, g),
 					})
 				if err == nil {

@@ -1,4 +1,4 @@
-package cursor_test
+package xmin_test
 
 import (
 	"context"
@@ -10,9 +10,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/harness/pgcluster"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/xmin"
 )
 
 // TestXminHoldNamesAStandbysFeedbackAndItsSlot: a query on a standby with hot_standby_feedback holds the
@@ -48,10 +48,10 @@ func TestXminHoldNamesAStandbysFeedbackAndItsSlot(t *testing.T) {
 	_, err = report.Exec(ctx, "SELECT 1")
 	require.NoError(t, err)
 	const after = time.Second
-	watch := cursor.NewXminWatch(after)
-	standbyOf := func(hold cursor.XminHold) *cursor.XminHolder {
+	watch := xmin.NewWatch(after)
+	standbyOf := func(hold xmin.Hold) *xmin.Holder {
 		for i := range hold.Holders {
-			if hold.Holders[i].Kind == cursor.XminStandby {
+			if hold.Holders[i].Kind == xmin.Standby {
 				return &hold.Holders[i]
 			}
 		}
@@ -78,24 +78,24 @@ func TestXminHoldNamesAStandbysFeedbackAndItsSlot(t *testing.T) {
 	x := standbyOf(hold)
 	require.NotNil(t, x, "named at once")
 	require.GreaterOrEqual(t, x.Held, after)
-	require.Equal(t, cursor.SinceFirstSeen, x.SinceFrom, "Postgres keeps no start for it")
+	require.Equal(t, xmin.SinceFirstSeen, x.SinceFrom, "Postgres keeps no start for it")
 	require.Empty(t, x.Database, "it holds every database")
 	require.NotZero(t, x.PID, "the walsender")
 	require.NotEmpty(t, x.Application, "the standby's name")
 
-	named := func(kind cursor.XminHolderKind, what string, check func(c *assert.CollectT, x cursor.XminHolder)) {
+	named := func(kind xmin.HolderKind, what string, check func(c *assert.CollectT, x xmin.Holder)) {
 		t.Helper()
 		require.EventuallyWithT(t, func(c *assert.CollectT) {
 			hold, err := watch.Look(ctx, conn)
 			require.NoError(c, err)
-			var x *cursor.XminHolder
+			var x *xmin.Holder
 			for i := range hold.Holders {
 				if hold.Holders[i].Kind == kind {
 					x = &hold.Holders[i]
 				}
 			}
 			require.NotNil(c, x, what)
-			require.Equal(c, cursor.SinceFirstSeen, x.SinceFrom)
+			require.Equal(c, xmin.SinceFirstSeen, x.SinceFrom)
 			require.GreaterOrEqual(c, x.Held, after)
 			require.Empty(c, x.Database, "it holds every database")
 			check(c, *x)
@@ -110,14 +110,14 @@ func TestXminHoldNamesAStandbysFeedbackAndItsSlot(t *testing.T) {
 	require.NoError(t, err)
 	_, err = stby.Exec(ctx, "SELECT pg_reload_conf()")
 	require.NoError(t, err)
-	named(cursor.XminSlot, "the slot the standby streams through", func(c *assert.CollectT, x cursor.XminHolder) {
+	named(xmin.Slot, "the slot the standby streams through", func(c *assert.CollectT, x xmin.Holder) {
 		require.Equal(c, "standby_slot", x.Slot)
 		require.Equal(c, "active", x.State)
 		require.NotZero(c, x.PID)
 	})
 
 	require.NoError(t, standby.Stop())
-	named(cursor.XminSlot, "the slot, with its standby gone", func(c *assert.CollectT, x cursor.XminHolder) {
+	named(xmin.Slot, "the slot, with its standby gone", func(c *assert.CollectT, x xmin.Holder) {
 		require.Equal(c, "inactive", x.State)
 		require.Zero(c, x.PID)
 		require.Equal(c, "replication slot 'standby_slot' (inactive)", x.Name())

@@ -1,4 +1,10 @@
-package cursor
+// Package xmin says who holds the database's xmin horizon, vacuum's, past a threshold: a session (of this
+// database, or of another by its transaction id), a prepared transaction, a replication slot or a
+// standby's feedback, with what the looking role may see of it, for `inorder status`, `inorder xmin`, the
+// console and the metrics. A single look (Look) times what has a start the role may read; a Watch, which
+// looks again and again, times the rest from when it first saw them. Everything is read from catalog
+// views any role may read.
+package xmin
 
 import (
 	"context"
@@ -9,6 +15,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
@@ -17,56 +25,61 @@ import (
 // report in REPEATABLE READ, a nightly pg_dump, a prepared transaction, a replication slot or a standby's
 // hot_standby_feedback holds it for as long as it lasts. (It is not the stream's own horizon, below which a
 // processor reads: see docs/horizon.md.) inorder's bookkeeping does not suffer from it, since positions are
-// appended rather than rewritten; but the rows Prune deletes from an outbox stay as dead rows, and the
-// table and its indexes grow, until the holder lets go. LookXminHold and XminWatch say who holds it and
+// appended rather than rewritten; but the rows cursor.Prune deletes from an outbox stay as dead rows, and the
+// table and its indexes grow, until the holder lets go. Look and Watch say who holds it and
 // since when.
 
-// DefaultXminHoldAfter is how long a holder may hold the xmin horizon before it is reported, when no
-// threshold is given.
-const DefaultXminHoldAfter = time.Minute
+// DB is what a look reads through: a connection, a pool or a transaction (cursor.DB is one).
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
 
-// XminHoldCost says what a held xmin horizon costs, for status, the console and the metrics' help.
-const XminHoldCost = "inorder is unaffected (it appends its positions rather than rewriting a row), but vacuum " +
+// DefaultHoldAfter is how long a holder may hold the xmin horizon before it is reported, when no
+// threshold is given.
+const DefaultHoldAfter = time.Minute
+
+// HoldCost says what a held xmin horizon costs, for status, the console and the metrics' help.
+const HoldCost = "inorder is unaffected (it appends its positions rather than rewriting a row), but vacuum " +
 	"cannot remove the rows that became dead since then, anywhere in the database: the rows prune deletes " +
 	"from an outbox stay as dead rows, and the table and its indexes grow, until the holder lets go"
 
-// XminHolderKind says what holds the xmin horizon.
-type XminHolderKind string
+// HolderKind says what holds the xmin horizon.
+type HolderKind string
 
 // The kinds of holder.
 const (
-	// XminBackend is a session: of this database by its transaction id or its snapshot, of another
+	// Backend is a session: of this database by its transaction id or its snapshot, of another
 	// database by its transaction id only (a snapshot of another database holds only the shared catalogs).
-	XminBackend XminHolderKind = store.XminBackend
-	// XminStandby is a standby's hot_standby_feedback, held by the walsender serving it without a slot.
-	XminStandby XminHolderKind = store.XminStandby
-	// XminPrepared is a prepared transaction: it holds its transaction id until COMMIT PREPARED or
+	Backend HolderKind = store.XminBackend
+	// Standby is a standby's hot_standby_feedback, held by the walsender serving it without a slot.
+	Standby HolderKind = store.XminStandby
+	// Prepared is a prepared transaction: it holds its transaction id until COMMIT PREPARED or
 	// ROLLBACK PREPARED, whatever becomes of the session that prepared it.
-	XminPrepared XminHolderKind = store.XminPrepared
-	// XminSlot is a replication slot's xmin: a standby's feedback kept in its slot, also while the standby
+	Prepared HolderKind = store.XminPrepared
+	// Slot is a replication slot's xmin: a standby's feedback kept in its slot, also while the standby
 	// is away.
-	XminSlot XminHolderKind = store.XminSlot
+	Slot HolderKind = store.XminSlot
 )
 
-// XminSince says what an XminHolder's Since is.
-type XminSince string
+// Since says what an Holder's Since is.
+type Since string
 
 const (
 	// SinceTransactionStart: the session's transaction began then (xact_start). A transaction's snapshot
 	// dates from its first statement in REPEATABLE READ, and from its latest statement in READ COMMITTED,
 	// which a single look cannot tell apart; a watch that saw it with an older xmin no longer dates it so.
-	SinceTransactionStart XminSince = "transaction start"
+	SinceTransactionStart Since = "transaction start"
 	// SincePrepared: the prepared transaction was prepared then; it held its id from before.
-	SincePrepared XminSince = "prepared"
+	SincePrepared Since = "prepared"
 	// SinceFirstSeen: the watch first saw it holding this transaction id then; it has held it at least
 	// since. So it is for what keeps no start the looking role may read: another role's session, when the
 	// role has neither pg_read_all_stats nor pg_monitor, a slot, a standby's feedback.
-	SinceFirstSeen XminSince = "first seen"
+	SinceFirstSeen Since = "first seen"
 )
 
-// XminHolder is one holder of the database's xmin horizon, with what the looking role may see of it.
-type XminHolder struct {
-	Kind XminHolderKind
+// Holder is one holder of the database's xmin horizon, with what the looking role may see of it.
+type Holder struct {
+	Kind HolderKind
 	// PID is the backend's, the walsender's, or a slot's active_pid; 0 for a prepared transaction and a
 	// slot no one uses.
 	PID int
@@ -95,43 +108,43 @@ type XminHolder struct {
 	// Since is when it began holding Xmin, as closely as known, by SinceFrom's rule; Held how long that
 	// is, by the database's clock.
 	Since     time.Time
-	SinceFrom XminSince
+	SinceFrom Since
 	Held      time.Duration
 }
 
-// XminHold is a look at the holders of the database's xmin horizon.
-type XminHold struct {
+// Hold is a look at the holders of the database's xmin horizon.
+type Hold struct {
 	// Now is the database's clock at the look; Database the database looked from.
 	Now      time.Time
 	Database string
 	// After is the threshold: Holders are those that have held it longer, the oldest xmin first.
 	After   time.Duration
-	Holders []XminHolder
+	Holders []Holder
 	// Oldest is the holder of the oldest xmin at the look, however briefly it has held it; nil when none.
 	// It names a holder whose start the looking role may not see, which a single look cannot time.
-	Oldest *XminHolder
+	Oldest *Holder
 	// Next is how long until the first holder seen under the threshold passes it, if it holds on: when a
 	// watch should look again so as to name it on time. Zero when none was seen under it.
 	Next time.Duration
 }
 
 // Held reports whether a holder has held the xmin horizon past the threshold.
-func (h XminHold) Held() bool { return len(h.Holders) > 0 }
+func (h Hold) Held() bool { return len(h.Holders) > 0 }
 
-// LookXminHold looks once at who holds the xmin horizon of db's database, and reports those that have held
-// it longer than after (zero means DefaultXminHoldAfter). A single look can time only a session whose
+// Look looks once at who holds the xmin horizon of db's database, and reports those that have held
+// it longer than after (zero means DefaultHoldAfter). A single look can time only a session whose
 // start the role may read, and a prepared transaction: for the others (another role's session without
-// pg_read_all_stats, a slot, a standby's feedback) it names the oldest in Oldest, and an XminWatch, which
+// pg_read_all_stats, a slot, a standby's feedback) it names the oldest in Oldest, and an Watch, which
 // looks again and again, times them from when it first saw them.
-func LookXminHold(ctx context.Context, db DB, after time.Duration) (XminHold, error) {
-	return NewXminWatch(after).Look(ctx, db)
+func Look(ctx context.Context, db DB, after time.Duration) (Hold, error) {
+	return NewWatch(after).Look(ctx, db)
 }
 
-// XminWatch looks at the holders of the xmin horizon again and again, for a program that runs (the
+// Watch looks at the holders of the xmin horizon again and again, for a program that runs (the
 // console, the metrics), and remembers since when it has seen each holding its transaction id: so it
 // times holders whose start a look cannot read, and dates a session whose xmin moved since its previous
 // look from then rather than from its transaction's start. It is safe for concurrent use.
-type XminWatch struct {
+type Watch struct {
 	after time.Duration
 
 	mu   sync.Mutex
@@ -139,32 +152,32 @@ type XminWatch struct {
 	seen map[string]time.Time // each holder of the latest look, by xminKey: its Since
 }
 
-// NewXminWatch returns a watch that reports holders past after (zero means DefaultXminHoldAfter).
-func NewXminWatch(after time.Duration) *XminWatch {
+// NewWatch returns a watch that reports holders past after (zero means DefaultHoldAfter).
+func NewWatch(after time.Duration) *Watch {
 	if after <= 0 {
-		after = DefaultXminHoldAfter
+		after = DefaultHoldAfter
 	}
-	return &XminWatch{after: after, seen: map[string]time.Time{}}
+	return &Watch{after: after, seen: map[string]time.Time{}}
 }
 
 // After is the watch's threshold.
-func (w *XminWatch) After() time.Duration { return w.after }
+func (w *Watch) After() time.Duration { return w.after }
 
 // Look looks at who holds the xmin horizon of db's database now, and reports those that have held it past
 // the threshold. inorder's own cursor transactions whose start the role may not see are left out: each
 // lasts one batch, and a look that cannot read their start cannot tell one batch from the next. So is a
 // holder whose xmin no transaction id has been handed out after: it holds nothing back yet.
-func (w *XminWatch) Look(ctx context.Context, db DB) (XminHold, error) {
+func (w *Watch) Look(ctx context.Context, db DB) (Hold, error) {
 	tx, err := db.Begin(ctx)
 	if err != nil {
-		return XminHold{}, fmt.Errorf("look at the xmin horizon: %w", err)
+		return Hold{}, fmt.Errorf("look at the xmin horizon: %w", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // read-only
 	look, err := store.XminHolders(ctx, tx)
 	if err != nil {
-		return XminHold{}, err
+		return Hold{}, err
 	}
-	h := XminHold{Now: look.Now, Database: look.Database, After: w.after}
+	h := Hold{Now: look.Now, Database: look.Database, After: w.after}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	first := w.last.IsZero()
@@ -215,7 +228,7 @@ func (w *XminWatch) Look(ctx context.Context, db DB) (XminHold, error) {
 // a prepared transaction when it was prepared; a session whose start the role reads, at its first look,
 // when its transaction began; otherwise now, when it is first seen (a session not seen holding this id at
 // the previous look took it since).
-func (w *XminWatch) since(s store.XminHolder, now time.Time, first bool) time.Time {
+func (w *Watch) since(s store.XminHolder, now time.Time, first bool) time.Time {
 	switch {
 	case s.Kind == store.XminPrepared && !s.Prepared.IsZero():
 		return s.Prepared
@@ -238,8 +251,8 @@ func xminKey(s store.XminHolder) string {
 }
 
 // holderOf is the holder as the store read it, before it is timed.
-func holderOf(s store.XminHolder) XminHolder {
-	return XminHolder{Kind: XminHolderKind(s.Kind), PID: s.PID, Database: s.Database, User: s.User,
+func holderOf(s store.XminHolder) Holder {
+	return Holder{Kind: HolderKind(s.Kind), PID: s.PID, Database: s.Database, User: s.User,
 		Application: s.Application, State: s.State, XactStart: s.XactStart, QueryStart: s.QueryStart,
 		StartHidden: s.StartHidden, GID: s.GID, Prepared: s.Prepared, Slot: s.Slot, Xmin: s.Xmin,
 		XminAge: s.XminAge, OwnXid: s.OwnXid}
@@ -249,7 +262,7 @@ func holderOf(s store.XminHolder) XminHolder {
 // application psql)", "prepared transaction 'nightly' of database app (owner billing)", "replication slot
 // 'replica_1' (inactive)", "the hot_standby_feedback of a standby, through walsender pid 812 (application
 // replica_1)".
-func (x XminHolder) Name() string {
+func (x Holder) Name() string {
 	db := ""
 	if x.Database != "" {
 		db = " of database " + x.Database
@@ -257,7 +270,7 @@ func (x XminHolder) Name() string {
 	var who []string
 	if x.User != "" {
 		label := "user "
-		if x.Kind == XminPrepared {
+		if x.Kind == Prepared {
 			label = "owner "
 		}
 		who = append(who, label+x.User)
@@ -270,15 +283,15 @@ func (x XminHolder) Name() string {
 		paren = " (" + strings.Join(who, ", ") + ")"
 	}
 	switch x.Kind {
-	case XminPrepared:
+	case Prepared:
 		return fmt.Sprintf("prepared transaction %s%s%s", sqlString(x.GID), db, paren)
-	case XminSlot:
+	case Slot:
 		state := x.State
 		if x.PID != 0 {
 			state += fmt.Sprintf(", walsender pid %d", x.PID)
 		}
 		return fmt.Sprintf("replication slot %s (%s)%s%s", sqlString(x.Slot), state, db, paren)
-	case XminStandby:
+	case Standby:
 		return fmt.Sprintf("the hot_standby_feedback of a standby, through walsender pid %d%s", x.PID, paren)
 	}
 	return fmt.Sprintf("backend pid %d%s%s", x.PID, db, paren)
@@ -289,9 +302,9 @@ func sqlString(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") 
 
 // MarshalJSON encodes h as `inorder status --json` prints it under "xmin_hold"; the form is documented in
 // docs/operating.md and only ever added to.
-func (h XminHold) MarshalJSON() ([]byte, error) { return json.Marshal(h.report()) }
+func (h Hold) MarshalJSON() ([]byte, error) { return json.Marshal(h.report()) }
 
-// xminHoldJSON is the documented JSON form of an XminHold.
+// xminHoldJSON is the documented JSON form of an Hold.
 type xminHoldJSON struct {
 	Database  string           `json:"database"`
 	CheckedAt time.Time        `json:"checked_at"`
@@ -303,28 +316,28 @@ type xminHoldJSON struct {
 }
 
 type xminHolderJSON struct {
-	Kind        XminHolderKind `json:"kind"`
-	PID         int            `json:"pid"`
-	Database    string         `json:"database"`
-	User        string         `json:"user"`
-	Application string         `json:"application"`
-	State       string         `json:"state"`
-	XactStart   *time.Time     `json:"xact_start"`
-	QueryStart  *time.Time     `json:"query_start"`
-	StartHidden bool           `json:"start_hidden"`
-	GID         string         `json:"gid,omitempty"`
-	Prepared    *time.Time     `json:"prepared_at,omitempty"`
-	Slot        string         `json:"slot,omitempty"`
-	Xmin        uint32         `json:"xmin"`
-	XminAge     int64          `json:"xmin_age"`
-	OwnXid      bool           `json:"own_xid"`
-	Since       time.Time      `json:"since"`
-	SinceFrom   XminSince      `json:"since_from"`
-	Held        float64        `json:"held_seconds"`
+	Kind        HolderKind `json:"kind"`
+	PID         int        `json:"pid"`
+	Database    string     `json:"database"`
+	User        string     `json:"user"`
+	Application string     `json:"application"`
+	State       string     `json:"state"`
+	XactStart   *time.Time `json:"xact_start"`
+	QueryStart  *time.Time `json:"query_start"`
+	StartHidden bool       `json:"start_hidden"`
+	GID         string     `json:"gid,omitempty"`
+	Prepared    *time.Time `json:"prepared_at,omitempty"`
+	Slot        string     `json:"slot,omitempty"`
+	Xmin        uint32     `json:"xmin"`
+	XminAge     int64      `json:"xmin_age"`
+	OwnXid      bool       `json:"own_xid"`
+	Since       time.Time  `json:"since"`
+	SinceFrom   Since      `json:"since_from"`
+	Held        float64    `json:"held_seconds"`
 }
 
 // report is h in its JSON form.
-func (h XminHold) report() xminHoldJSON {
+func (h Hold) report() xminHoldJSON {
 	r := xminHoldJSON{Database: h.Database, CheckedAt: h.Now.UTC(), After: h.After.Seconds(), Held: h.Held(),
 		Holders: make([]xminHolderJSON, 0, len(h.Holders))}
 	for _, x := range h.Holders {
@@ -335,15 +348,23 @@ func (h XminHold) report() xminHoldJSON {
 		r.Oldest = &o
 	}
 	if r.Held {
-		r.Cost = XminHoldCost
+		r.Cost = HoldCost
 	}
 	return r
 }
 
 // report is x in its JSON form.
-func (x XminHolder) report() xminHolderJSON {
+func (x Holder) report() xminHolderJSON {
 	return xminHolderJSON{Kind: x.Kind, PID: x.PID, Database: x.Database, User: x.User, Application: x.Application,
 		State: x.State, XactStart: timeOrNil(x.XactStart), QueryStart: timeOrNil(x.QueryStart),
 		StartHidden: x.StartHidden, GID: x.GID, Prepared: timeOrNil(x.Prepared), Slot: x.Slot, Xmin: x.Xmin,
 		XminAge: x.XminAge, OwnXid: x.OwnXid, Since: x.Since.UTC(), SinceFrom: x.SinceFrom, Held: x.Held.Seconds()}
+}
+
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	t = t.UTC()
+	return &t
 }

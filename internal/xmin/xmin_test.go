@@ -1,4 +1,4 @@
-package cursor_test
+package xmin_test
 
 import (
 	"context"
@@ -10,13 +10,13 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 	"github.com/inorder-dev/inorder/internal/store"
+	"github.com/inorder-dev/inorder/internal/xmin"
 )
 
 // holderOf returns the holder of kind with pid among holders, or nil.
-func holderOf(holders []cursor.XminHolder, kind cursor.XminHolderKind, pid int) *cursor.XminHolder {
+func holderOf(holders []xmin.Holder, kind xmin.HolderKind, pid int) *xmin.Holder {
 	for i := range holders {
 		if holders[i].Kind == kind && holders[i].PID == pid {
 			return &holders[i]
@@ -43,19 +43,19 @@ func TestXminHoldNamesASessionPastTheThreshold(t *testing.T) {
 	db := pgtest.New(t)
 	h := pgtest.HoldSnapshot(t, db.URL, "nightly-report")
 
-	hold, err := cursor.LookXminHold(ctx, db.Pool, time.Hour)
+	hold, err := xmin.Look(ctx, db.Pool, time.Hour)
 	require.NoError(t, err)
-	require.Nil(t, holderOf(hold.Holders, cursor.XminBackend, h.PID), "held for less than the threshold: not reported")
+	require.Nil(t, holderOf(hold.Holders, xmin.Backend, h.PID), "held for less than the threshold: not reported")
 	require.Positive(t, hold.Next, "it passes the threshold in under an hour, if it holds on")
 	require.LessOrEqual(t, hold.Next, time.Hour)
 
 	const after = time.Second
-	watch := cursor.NewXminWatch(after)
-	var x *cursor.XminHolder
+	watch := xmin.NewWatch(after)
+	var x *xmin.Holder
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		hold, err := watch.Look(ctx, db.Pool)
 		require.NoError(c, err)
-		x = holderOf(hold.Holders, cursor.XminBackend, h.PID)
+		x = holderOf(hold.Holders, xmin.Backend, h.PID)
 		require.NotNil(c, x, "the report is named within a few seconds of the threshold")
 		require.True(c, hold.Held())
 	}, 20*time.Second, 20*time.Millisecond)
@@ -67,21 +67,21 @@ func TestXminHoldNamesASessionPastTheThreshold(t *testing.T) {
 	require.False(t, x.XactStart.IsZero())
 	require.False(t, x.QueryStart.IsZero())
 	require.Equal(t, x.XactStart, x.Since, "held since its transaction began")
-	require.Equal(t, cursor.SinceTransactionStart, x.SinceFrom)
+	require.Equal(t, xmin.SinceTransactionStart, x.SinceFrom)
 	require.False(t, x.OwnXid, "a snapshot, not a transaction id of its own")
 	require.NotZero(t, x.Xmin)
 	require.GreaterOrEqual(t, x.XminAge, int64(0))
 
 	// A single look times it too, since its start is visible.
-	hold, err = cursor.LookXminHold(ctx, db.Pool, after)
+	hold, err = xmin.Look(ctx, db.Pool, after)
 	require.NoError(t, err)
-	require.NotNil(t, holderOf(hold.Holders, cursor.XminBackend, h.PID))
+	require.NotNil(t, holderOf(hold.Holders, xmin.Backend, h.PID))
 
 	h.End()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		hold, err := watch.Look(ctx, db.Pool)
 		require.NoError(c, err)
-		require.Nil(c, holderOf(hold.Holders, cursor.XminBackend, h.PID), "it ended")
+		require.Nil(c, holderOf(hold.Holders, xmin.Backend, h.PID), "it ended")
 	}, 20*time.Second, 20*time.Millisecond)
 }
 
@@ -101,25 +101,25 @@ func TestXminHoldNamesAnotherRolesSessionWithoutItsStart(t *testing.T) {
 
 	// One look: named, as the oldest holder, once older transactions of other tests have ended.
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		hold, err := cursor.LookXminHold(ctx, conn, time.Second)
+		hold, err := xmin.Look(ctx, conn, time.Second)
 		require.NoError(c, err)
 		require.NotNil(c, hold.Oldest)
 		require.Equal(c, h.PID, hold.Oldest.PID, "the report of another role holds the oldest xmin")
-		require.Nil(c, holderOf(hold.Holders, cursor.XminBackend, h.PID), "a single look cannot time it")
+		require.Nil(c, holderOf(hold.Holders, xmin.Backend, h.PID), "a single look cannot time it")
 	}, 20*time.Second, 20*time.Millisecond)
 
 	const after = time.Second
-	watch := cursor.NewXminWatch(after)
-	var x *cursor.XminHolder
+	watch := xmin.NewWatch(after)
+	var x *xmin.Holder
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		hold, err := watch.Look(ctx, conn)
 		require.NoError(c, err)
-		x = holderOf(hold.Holders, cursor.XminBackend, h.PID)
+		x = holderOf(hold.Holders, xmin.Backend, h.PID)
 		require.NotNil(c, x, "the watch times it from when it first saw it")
-		require.Nil(c, holderOf(hold.Holders, cursor.XminBackend, ours.PID), "inorder's own transaction is left out")
+		require.Nil(c, holderOf(hold.Holders, xmin.Backend, ours.PID), "inorder's own transaction is left out")
 	}, 20*time.Second, 20*time.Millisecond)
 	require.True(t, x.StartHidden)
-	require.Equal(t, cursor.SinceFirstSeen, x.SinceFrom)
+	require.Equal(t, xmin.SinceFirstSeen, x.SinceFrom)
 	require.GreaterOrEqual(t, x.Held, after)
 	require.Equal(t, "pg_dump", x.Application, "named by what every role sees")
 	require.Equal(t, db.Name, x.Database)
@@ -127,9 +127,9 @@ func TestXminHoldNamesAnotherRolesSessionWithoutItsStart(t *testing.T) {
 	require.Empty(t, x.State, "hidden")
 	require.True(t, x.XactStart.IsZero(), "hidden")
 
-	hold, err := cursor.LookXminHold(ctx, conn, after)
+	hold, err := xmin.Look(ctx, conn, after)
 	require.NoError(t, err)
-	require.Nil(t, holderOf(hold.Holders, cursor.XminBackend, h.PID), "a single look still cannot time it")
+	require.Nil(t, holderOf(hold.Holders, xmin.Backend, h.PID), "a single look still cannot time it")
 }
 
 // TestXminHoldNamesAPreparedTransaction: a prepared transaction holds the horizon from before it was
@@ -143,17 +143,17 @@ func TestXminHoldNamesAPreparedTransaction(t *testing.T) {
 	conn := watcher(t, pgtest.Unprivileged(t, db))
 
 	const after = time.Second
-	find := func(hold cursor.XminHold) *cursor.XminHolder {
+	find := func(hold xmin.Hold) *xmin.Holder {
 		for i := range hold.Holders {
-			if hold.Holders[i].Kind == cursor.XminPrepared && hold.Holders[i].GID == gid {
+			if hold.Holders[i].Kind == xmin.Prepared && hold.Holders[i].GID == gid {
 				return &hold.Holders[i]
 			}
 		}
 		return nil
 	}
-	var x *cursor.XminHolder
+	var x *xmin.Holder
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		hold, err := cursor.LookXminHold(ctx, conn, after)
+		hold, err := xmin.Look(ctx, conn, after)
 		require.NoError(c, err)
 		x = find(hold)
 		require.NotNil(c, x, "a single look times it by when it was prepared")
@@ -164,10 +164,10 @@ func TestXminHoldNamesAPreparedTransaction(t *testing.T) {
 	require.True(t, x.OwnXid)
 	require.False(t, x.Prepared.IsZero())
 	require.Equal(t, x.Prepared, x.Since)
-	require.Equal(t, cursor.SincePrepared, x.SinceFrom)
+	require.Equal(t, xmin.SincePrepared, x.SinceFrom)
 	require.GreaterOrEqual(t, x.Held, after)
 
-	hold, err := cursor.LookXminHold(ctx, conn, time.Hour)
+	hold, err := xmin.Look(ctx, conn, time.Hour)
 	require.NoError(t, err)
 	require.Nil(t, find(hold), "prepared less than an hour ago")
 }
@@ -192,14 +192,14 @@ func TestXminHoldOfAnotherDatabase(t *testing.T) {
 	writer.Exec(t, "CREATE TABLE w (id int)")
 
 	const after = time.Second
-	watch := cursor.NewXminWatch(after)
-	var x *cursor.XminHolder
+	watch := xmin.NewWatch(after)
+	var x *xmin.Holder
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		hold, err := watch.Look(ctx, db.Pool)
 		require.NoError(c, err)
-		x = holderOf(hold.Holders, cursor.XminBackend, writer.PID)
+		x = holderOf(hold.Holders, xmin.Backend, writer.PID)
 		require.NotNil(c, x, "the writer of another database is named")
-		require.Nil(c, holderOf(hold.Holders, cursor.XminBackend, reader.PID),
+		require.Nil(c, holderOf(hold.Holders, xmin.Backend, reader.PID),
 			"the reader of another database, which has held its snapshot longer, is not")
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, other.Name, x.Database)
@@ -211,11 +211,11 @@ func TestXminHoldOfAnotherDatabase(t *testing.T) {
 func TestXminHoldJSON(t *testing.T) {
 	t.Parallel()
 	now := time.Date(2026, 11, 21, 22, 5, 0, 0, time.UTC)
-	x := cursor.XminHolder{Kind: cursor.XminBackend, PID: 4242, Database: "app", User: "report",
+	x := xmin.Holder{Kind: xmin.Backend, PID: 4242, Database: "app", User: "report",
 		Application: "psql", State: "idle in transaction", XactStart: now.Add(-2 * time.Minute),
 		QueryStart: now.Add(-2 * time.Minute), Xmin: 1234, XminAge: 56, Since: now.Add(-2 * time.Minute),
-		SinceFrom: cursor.SinceTransactionStart, Held: 2 * time.Minute}
-	got, err := cursor.XminHold{Now: now, Database: "app", After: time.Minute, Holders: []cursor.XminHolder{x},
+		SinceFrom: xmin.SinceTransactionStart, Held: 2 * time.Minute}
+	got, err := xmin.Hold{Now: now, Database: "app", After: time.Minute, Holders: []xmin.Holder{x},
 		Oldest: &x}.MarshalJSON()
 	require.NoError(t, err)
 	holder := `{"kind":"backend","pid":4242,"database":"app","user":"report","application":"psql",` +
@@ -223,9 +223,9 @@ func TestXminHoldJSON(t *testing.T) {
 		`"start_hidden":false,"xmin":1234,"xmin_age":56,"own_xid":false,"since":"2026-11-21T22:03:00Z",` +
 		`"since_from":"transaction start","held_seconds":120}`
 	require.JSONEq(t, fmt.Sprintf(`{"database":"app","checked_at":"2026-11-21T22:05:00Z","threshold_seconds":60,`+
-		`"held":true,"holders":[%s],"oldest":%s,"cost":%q}`, holder, holder, cursor.XminHoldCost), string(got))
+		`"held":true,"holders":[%s],"oldest":%s,"cost":%q}`, holder, holder, xmin.HoldCost), string(got))
 
-	got, err = cursor.XminHold{Now: now, Database: "app", After: time.Minute}.MarshalJSON()
+	got, err = xmin.Hold{Now: now, Database: "app", After: time.Minute}.MarshalJSON()
 	require.NoError(t, err)
 	require.JSONEq(t, `{"database":"app","checked_at":"2026-11-21T22:05:00Z","threshold_seconds":60,`+
 		`"held":false,"holders":[],"oldest":null}`, string(got))
@@ -235,18 +235,18 @@ func TestXminHoldJSON(t *testing.T) {
 func TestXminHolderNames(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		x    cursor.XminHolder
+		x    xmin.Holder
 		want string
 	}{
-		{cursor.XminHolder{Kind: cursor.XminBackend, PID: 4242, Database: "app", User: "report", Application: "psql"},
+		{xmin.Holder{Kind: xmin.Backend, PID: 4242, Database: "app", User: "report", Application: "psql"},
 			"backend pid 4242 of database app (user report, application psql)"},
-		{cursor.XminHolder{Kind: cursor.XminBackend, PID: 7, Database: "app"}, "backend pid 7 of database app"},
-		{cursor.XminHolder{Kind: cursor.XminPrepared, GID: "it's", Database: "app", User: "billing"},
+		{xmin.Holder{Kind: xmin.Backend, PID: 7, Database: "app"}, "backend pid 7 of database app"},
+		{xmin.Holder{Kind: xmin.Prepared, GID: "it's", Database: "app", User: "billing"},
 			"prepared transaction 'it''s' of database app (owner billing)"},
-		{cursor.XminHolder{Kind: cursor.XminSlot, Slot: "replica_1", State: "active", PID: 812, Application: "replica_1"},
+		{xmin.Holder{Kind: xmin.Slot, Slot: "replica_1", State: "active", PID: 812, Application: "replica_1"},
 			"replication slot 'replica_1' (active, walsender pid 812) (application replica_1)"},
-		{cursor.XminHolder{Kind: cursor.XminSlot, Slot: "replica_1", State: "inactive"}, "replication slot 'replica_1' (inactive)"},
-		{cursor.XminHolder{Kind: cursor.XminStandby, PID: 812, Application: "replica_1"},
+		{xmin.Holder{Kind: xmin.Slot, Slot: "replica_1", State: "inactive"}, "replication slot 'replica_1' (inactive)"},
+		{xmin.Holder{Kind: xmin.Standby, PID: 812, Application: "replica_1"},
 			"the hot_standby_feedback of a standby, through walsender pid 812 (application replica_1)"},
 	} {
 		require.Equal(t, tc.want, tc.x.Name())

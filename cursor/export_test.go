@@ -1,0 +1,4 @@
+package cursor
+
+// StatusOf is statusOf, for the table of its rules.
+var StatusOf = statusOf
