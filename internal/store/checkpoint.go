@@ -168,12 +168,14 @@ const slotColumn = `(SELECT CASE WHEN t.is_called AND to_regclass('inorder.check
 // wherever it is, and the rotation empties a slot only when none of its entries is any process's newest.
 // What must hold is that the partition exists when the entry is inserted. The clock's three always do,
 // so the slot the lock named goes direct when it is one of them (one handler call late at most: the
-// previous slot is then emptied a moment later). A partition of a turn is dropped once empty, which it
-// may be between the lock and the append, so it goes direct only when it holds this process's newest
-// entry: that keeps it from being emptied, and so dropped, for as long as the transaction holds the row,
-// since only a fold of the row (never of a row locked, and only of a process idle for a rotation period:
-// hence the time since that entry was sent) lets the rotation empty it. The first entry after a turn
-// goes through the parent, which says where it went.
+// previous slot is then emptied a moment later). A partition of a turn is dropped once it is empty, which
+// it may be between the lock and the append, so it goes direct only when it holds this process's newest
+// entry, which keeps it from being emptied, and so dropped, for as long as the transaction holds the row:
+// only a fold of the row lets the rotation empty it, and the rotation folds no row that is locked, nor
+// the row of a process that appended within a rotation period (hence the time since the entry was sent),
+// and a fold before the lock changes the row's number, after which the lock takes nothing it knew as
+// durable (see scanLock). The first entry after a turn goes through the parent, which says where it
+// went.
 func (r *Repository) appendSlot() int {
 	s := r.slot
 	switch {
