@@ -28,8 +28,8 @@
 // Rotation.
 //
 // The database's clock names the current slot (inorder.checkpoint_slot()), a new one every rotationPeriod in
-// turn, and an entry goes into the slot current when it is inserted: an owner moves on with the clock, with
-// no write of its row. The other two slots are emptied by the prober of each instance (see Prober.rotate),
+// turn, and an entry goes into the slot that was current when its transaction locked the row, inserted into
+// that partition itself (see appendSlot): an owner moves on with the clock, with no write of its row. The other two slots are emptied by the prober of each instance (see Prober.rotate),
 // each in a short transaction of its own that takes the partition's lock with NOWAIT, folds the newest
 // entries of processes nobody is working (SKIP LOCKED) into their rows, and truncates it only when no entry
 // in it is any process's newest: the previous slot as soon as its owners have appended in the current one,
