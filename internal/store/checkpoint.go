@@ -28,8 +28,8 @@
 // Rotation.
 //
 // The database's clock names the current slot (inorder.checkpoint_slot()), a new one every rotationPeriod in
-// turn, and an entry goes into the slot current when it is inserted: an owner moves on with the clock, with
-// no write of its row. The other two slots are emptied by the prober of each instance (see Prober.rotate),
+// turn, and an entry goes into the slot that was current when its transaction locked the row, inserted into
+// that partition itself (see appendSlot): an owner moves on with the clock, with no write of its row. The other two slots are emptied by the prober of each instance (see Prober.rotate),
 // each in a short transaction of its own that takes the partition's lock with NOWAIT, folds the newest
 // entries of processes nobody is working (SKIP LOCKED) into their rows, and truncates it only when no entry
 // in it is any process's newest: the previous slot as soon as its owners have appended in the current one,
@@ -49,6 +49,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -106,19 +107,85 @@ func (c checkpoint) same(o checkpoint) bool {
 type recorded struct {
 	cp     checkpoint
 	rowSeq int64
+	// turn is the slot of the turn's partition (3 up) that holds the checkpoint's entry, 0 when the entry
+	// is in one of the clock's or the row holds the checkpoint; sent is when the entry's statement was
+	// sent (see appendSlot).
+	turn int
+	sent time.Time
 }
 
-// appendSQL appends a checkpoint entry (to the slot current now, the column's default): $1 the process, $2
-// and $3 the position, $4 the records handled, $5 and $6 what is in flight, under the owner's token $7
-// only. It fails (a division by zero,
-// SQLSTATE 22012) when the fence refuses, which aborts the transaction, with whatever a transactional
-// handler wrote in it, rather than let the COMMIT pipelined behind it keep that without the position.
+// appendColumns are the columns an entry is appended with, after its slot: $1 the process, $2 and $3 the
+// position, $4 the records handled, $5 and $6 what is in flight; the statements below take them from
+// the cursor row's WHERE clause, under the owner's token $7 only.
+const appendColumns = `process_name, position_created_at, position_id, records_handled, in_flight, in_flight_since`
+
+// appendFenced is the end of an append: the values under the fence, and the answer. It fails (a division
+// by zero, SQLSTATE 22012) when the fence refuses, which aborts the transaction, with whatever a
+// transactional handler wrote in it, rather than let the COMMIT pipelined behind it keep that without
+// the position; else it answers the slot the entry went into.
+const appendFenced = `$1, $2, $3, $4, $5, $6 FROM inorder.cursor WHERE process_name = $1 AND owner_token = $7
+	RETURNING slot)
+	SELECT 1 / count(*)::int, max(slot) FROM appended`
+
+// appendSQL appends a checkpoint entry through the parent, which routes it into the slot current when it
+// is inserted (the column's default, inorder.checkpoint_slot()). The function is planned anew at every
+// execution of the statement, and the routing opens the partition anew: together about five times the
+// cost of an insert into the partition itself, so this is only for an entry whose slot is not known
+// safe to name (see appendSlot).
 const appendSQL = `WITH appended AS (
-	INSERT INTO inorder.checkpoint (process_name, position_created_at, position_id, records_handled, in_flight,
-	                                in_flight_since)
-	SELECT $1, $2, $3, $4, $5, $6 FROM inorder.cursor WHERE process_name = $1 AND owner_token = $7
-	RETURNING 1)
-	SELECT 1 / count(*)::int FROM appended`
+	INSERT INTO inorder.checkpoint (` + appendColumns + `)
+	SELECT ` + appendFenced
+
+// maxSlots is how many partitions inorder.checkpoint may have (inorder.checkpoint_new_turn() refuses past
+// it), so the slots a lock may name.
+const maxSlots = 16
+
+// appendIntoSQL appends a checkpoint entry into slot i's partition itself, with no routing and no
+// function call: one prepared statement per partition.
+var appendIntoSQL = func() (out [maxSlots]string) {
+	for i := range out {
+		table := pgx.Identifier{"inorder", "checkpoint_" + strconv.Itoa(i)}.Sanitize()
+		out[i] = `WITH appended AS (
+	INSERT INTO ` + table + ` (slot, ` + appendColumns + `)
+	SELECT ` + strconv.Itoa(i) + `::smallint, ` + appendFenced
+	}
+	return out
+}()
+
+// slotColumn is the last column of the lock statement: the slot current as the transaction locks the
+// row, as inorder.checkpoint_slot() (migration 13) names it, written out rather than called (see
+// appendSQL). It reads the sequence of the turns, which adds no row version for a held snapshot to keep.
+// It says where the transaction's entry goes, which decides how soon a slot can be emptied, never a
+// position (see appendSlot).
+const slotColumn = `(SELECT CASE WHEN t.is_called AND to_regclass('inorder.checkpoint_' || t.last_value) IS NOT NULL
+	                    THEN t.last_value ELSE floor(extract(epoch FROM clock_timestamp()) / 10)::bigint % 3 END
+	        FROM inorder.checkpoint_turn AS t)`
+
+// appendSlot returns the slot whose partition the open transaction's entry is appended into directly, or
+// -1 when the parent must route it.
+//
+// An entry may go into any slot without harm to a position: a process's position is its newest entry,
+// wherever it is, and the rotation empties a slot only when none of its entries is any process's newest.
+// What must hold is that the partition exists when the entry is inserted. The clock's three always do,
+// so the slot the lock named goes direct when it is one of them (one handler call late at most: the
+// previous slot is then emptied a moment later). A partition of a turn is dropped once it is empty, which
+// it may be between the lock and the append, so it goes direct only when it holds this process's newest
+// entry, which keeps it from being emptied, and so dropped, for as long as the transaction holds the row:
+// only a fold of the row lets the rotation empty it, and the rotation folds no row that is locked, nor
+// the row of a process that appended within a rotation period (hence the time since the entry was sent),
+// and a fold before the lock changes the row's number, after which the lock takes nothing it knew as
+// durable (see scanLock). The first entry after a turn goes through the parent, which says where it
+// went.
+func (r *Repository) appendSlot() int {
+	s := r.slot
+	switch {
+	case s >= 0 && s < checkpointTables:
+		return s
+	case s < maxSlots && s == r.durable.turn && r.lockedAt.Sub(r.durable.sent) < rotationPeriod/2:
+		return s
+	}
+	return -1
+}
 
 // windowSet is the SET list that starts a new throughput window, once a minute, with the records handled so
 // far as the row counts them (status tells the throughput of the last minute from it): a row rewritten

@@ -328,3 +328,21 @@ func applySchemaUpTo(t *testing.T, db *pgtest.DB, last int) {
 		db.Exec(t, fmt.Sprintf("INSERT INTO inorder.schema_migration (version, name) VALUES (%d, '%s')", m.Version, m.Name))
 	}
 }
+
+// TestAnEntryGoesIntoTheSlotItsLockFoundCurrent: positions committed one by one go into the partition of
+// the slot the database's clock names, the one the rotation leaves alone.
+func TestAnEntryGoesIntoTheSlotItsLockFoundCurrent(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, db.URL)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	repo := openOrders(t, cfg)
+	current := currentSlot(t, conn)
+	pos := checkpoints(t, repo, 1, 50)
+	require.Equal(t, 50, entriesIn(t, db, current))
+	read, err := store.ReadPosition(ctx, db.Pool, "orders")
+	require.NoError(t, err)
+	require.Equal(t, pos, read)
+}

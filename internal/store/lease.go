@@ -109,7 +109,7 @@ func lockStatement(cfg Config, applicationName string) (string, []any) {
 	}
 	return `
 	SELECT ` + stateColumns + `, xmin::text, ` + leaseColumns + `, pg_backend_pid(), ` + marks + `,
-	       position_seq, records_handled, in_flight, in_flight_since
+	       position_seq, records_handled, in_flight, in_flight_since, ` + slotColumn + `
 	FROM inorder.cursor
 	WHERE process_name = $1
 	FOR UPDATE SKIP LOCKED`, args
@@ -677,10 +677,12 @@ func (r *Repository) scanLock(row pgx.Row) (bool, error) {
 		handled int64
 		flying  int32
 		since   pgtype.Timestamptz
+		slot    int
 	)
 	st, ok, err := scanState(row, append(append([]any{&r.version}, scanLease(&r.lease)...), &backend, &marks,
-		&rowSeq, &handled, &flying, &since)...)
+		&rowSeq, &handled, &flying, &since, &slot)...)
 	if ok && err == nil {
+		r.slot, r.lockedAt = slot, time.Now()
 		if r.backend != 0 && backend != r.backend {
 			r.movesBackends = true // a transaction pooler: sessions cannot be trusted from now on
 		}

@@ -126,17 +126,17 @@ func positionArgs(p inordertype.Position) [2]any {
 }
 
 // isFenced reports whether err is the refusal of a fenced write that aborts its transaction (appendSQL,
-// foldPositionSQL, commitSQL).
+// appendIntoSQL, foldPositionSQL, commitSQL).
 func isFenced(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && pgErr.Code == "22012"
 }
 
 // pendingWrite returns the statement that records r.next in the open transaction, when it differs from
-// what the transaction has recorded: an entry appended to inorder.checkpoint (into the slot the database's
-// clock names), or, when the row must be rewritten anyway (its halt state cleared, its lease renewed), a
-// fold of the position into the row. Neither depends on the slots' turns: an owner that appends moves on
-// with the clock, and one that does not has its newest entry folded by the rotation.
+// what the transaction has recorded: an entry appended to inorder.checkpoint (into the slot current when
+// the row was locked, see appendSlot), or, when the row must be rewritten anyway (its halt state cleared,
+// its lease renewed), a fold of the position into the row. An owner that appends moves on with the slots,
+// and one that does not has its newest entry folded by the rotation.
 func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
 	if r.next.same(r.open.cp) {
 		return "", nil, false, false
@@ -147,7 +147,11 @@ func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
 	if r.rowHalted || renewDue {
 		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.token}, true, true
 	}
-	return appendSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}, false, true
+	args = []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}
+	if slot := r.appendSlot(); slot >= 0 {
+		return appendIntoSQL[slot], args, false, true
+	}
+	return appendSQL, args, false, true
 }
 
 // commitPlan is what queueCommit queued: whether a write of the checkpoint goes first, and which kind, and
@@ -185,10 +189,14 @@ func (r *Repository) readCommit(br pgx.BatchResults, c commitPlan) error {
 // readWrite reads the result of pendingWrite's statement from br and takes in what it recorded.
 func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) error {
 	if !fold {
-		if _, err := br.Exec(); err != nil {
+		var one, slot int
+		if err := br.QueryRow().Scan(&one, &slot); err != nil {
 			return err
 		}
-		r.open.cp = r.next
+		r.open = recorded{cp: r.next, rowSeq: r.open.rowSeq, sent: sent}
+		if slot >= checkpointTables {
+			r.open.turn = slot
+		}
 		return nil
 	}
 	var one int

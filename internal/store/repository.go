@@ -156,9 +156,13 @@ type Repository struct {
 	durable, open recorded
 	next          checkpoint
 	known         bool
-	rowHalted     bool
-	claimed       bool
-	released      bool
+	// slot is the slot the lock of the open transaction found current, and lockedAt when its answer came
+	// (see appendSlot).
+	slot      int
+	lockedAt  time.Time
+	rowHalted bool
+	claimed   bool
+	released  bool
 	// registered says this repository created the row (rather than finding it), so that Unregister
 	// may remove it while nothing has used it.
 	registered bool

@@ -165,3 +165,52 @@ func TestATurnWithoutItsTableLeavesTheSlotToTheClock(t *testing.T) {
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT is_called FROM inorder.checkpoint_turn").Scan(&turn))
 	require.False(t, turn, "the rotation gives the turn back to the clock")
 }
+
+// entriesIn counts process "orders"'s entries in slot's partition.
+func entriesIn(t *testing.T, db *pgtest.DB, slot int) int {
+	t.Helper()
+	var n int
+	require.NoError(t, db.Pool.QueryRow(context.Background(), fmt.Sprintf(
+		"SELECT count(*) FROM inorder.checkpoint_%d WHERE process_name = 'orders'", slot)).Scan(&n))
+	return n
+}
+
+// TestAnAppendNeverNamesATurnsTableThatMayBeGone: a position goes into the partition of the slot its
+// transaction's lock found current. A turn's partition is dropped once it is empty and the clock names the
+// slot again, which may happen between the lock and the append, while a handler runs: the append must then
+// still land, and only a partition that holds the process's newest entry (which keeps it from being
+// emptied) is named directly. The entries appended while the turn rules go into its partition.
+func TestAnAppendNeverNamesATurnsTableThatMayBeGone(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	ctx := context.Background()
+	repo := openOrders(t, cfg)
+	checkpoints(t, repo, 1, 1)
+
+	// A turn, made current while the row is held: the next lock names its slot.
+	var slot int
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT inorder.checkpoint_new_turn()").Scan(&slot))
+	db.Exec(t, "SELECT inorder.checkpoint_set_turn($1::smallint)", slot)
+	checkpoints(t, repo, 2, 2) // appended where the lock before the turn said; the relock names the turn
+	require.Zero(t, entriesIn(t, db, slot))
+
+	// While the handler of record 3 runs, the dump ends: the turn goes back to the clock, and its partition,
+	// empty, is dropped.
+	db.Exec(t, "SELECT inorder.checkpoint_set_turn(NULL)")
+	var dropped bool
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT inorder.checkpoint_drop_turn($1::smallint)", slot).Scan(&dropped))
+	require.True(t, dropped, "nothing holds the turn's partition")
+	pos := checkpoints(t, repo, 3, 5)
+	read, err := store.ReadPosition(ctx, db.Pool, "orders")
+	require.NoError(t, err)
+	require.Equal(t, pos, read)
+
+	// A turn again: after the first entry in its partition, the rest go there directly.
+	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT inorder.checkpoint_new_turn()").Scan(&slot))
+	db.Exec(t, "SELECT inorder.checkpoint_set_turn($1::smallint)", slot)
+	pos = checkpoints(t, repo, 6, 20)
+	require.Equal(t, 14, entriesIn(t, db, slot), "every entry after the one the relock before the turn placed")
+	read, err = store.ReadPosition(ctx, db.Pool, "orders")
+	require.NoError(t, err)
+	require.Equal(t, pos, read)
+}
