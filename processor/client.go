@@ -133,14 +133,6 @@ func (c *Client) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// sharedConns is the client's connections, nil for a nil client.
-func (c *Client) sharedConns() *store.Shared {
-	if c == nil {
-		return nil
-	}
-	return c.shared
-}
-
 // Pool is the client's pool, for what else the instance asks the database (metrics, status) without a
 // connection of its own. What it holds, the processors wait for.
 func (c *Client) Pool() *pgxpool.Pool { return c.shared.Pool() }
@@ -151,6 +143,13 @@ func (c *Client) Instance() string { return c.shared.Instance() }
 // Close closes the client's connections, releasing the ownership locks its session holds. Call it after
 // the processors stopped.
 func (c *Client) Close() { c.shared.Close() }
+
+// ownClient makes the Client of a processor that was given none (a lone processor, or a partitioned
+// process's partitions), from its Config's database settings, bounded to maxConns connections.
+func ownClient[T any](cfg *Config[T], maxConns int) (*Client, error) {
+	return NewClient(ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: maxConns, Instance: cfg.Instance,
+		DatabaseTimeout: cfg.DatabaseTimeout, BeforeConnectFunc: cfg.BeforeConnectFunc})
+}
 
 // fit gives a processor's configuration the client's database and instance, or refuses another.
 func (c *Client) fit(cc **pgx.ConnConfig, instance *string) error {

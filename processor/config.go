@@ -207,14 +207,6 @@ type Config[T any] struct {
 	Listen bool
 }
 
-// beforeConnect is the function every connection of the processor is given first: its Client's, or its own.
-func (c *Config[T]) beforeConnect() dial.BeforeConnectFunc {
-	if c.Client != nil {
-		return c.Client.cfg.BeforeConnectFunc
-	}
-	return c.BeforeConnectFunc
-}
-
 // checkSigns refuses the negative settings the CLI refuses: zero means the default, a negative value is a
 // mistake rather than a request for the default.
 func (c *Config[T]) checkSigns() error {

@@ -32,8 +32,8 @@ const (
 // Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
 type Processor[T any] struct {
 	cfg Config[T]
-	// cursors owns the processor's cursor repository and idle probe: its Client's store, or, for a processor
-	// without a Client, a private one (see Client).
+	// cursors owns the processor's cursor repository and idle probe: its Client's store (the Client it was
+	// given, or, while it runs, its own: see Run).
 	cursors *store.Store
 	log     zerolog.Logger
 	generic bool
@@ -117,7 +117,7 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.Process == "" {
 		return nil, errors.New("processor: Config.Process is required")
 	}
-	cursors := store.New(nil) // a processor without a Client has its own connections
+	var cursors *store.Store // a processor without a Client makes one of its own when it runs
 	if cfg.Client != nil {
 		if err := cfg.Client.fit(&cfg.ConnConfig, &cfg.Instance); err != nil {
 			return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
@@ -243,6 +243,16 @@ type runHooks struct {
 // happened (a missing table or column, a missing index, no privilege). A lost database connection is not
 // such an error: Run reconnects with backoff and goes on.
 func (p *Processor[T]) Run(ctx context.Context) error {
+	if p.cfg.Client == nil {
+		// A lone processor runs on a Client of its own, which owns every connection it makes, as a
+		// shared one does: a session and one connection to work on (and the listener's, when it listens).
+		c, err := ownClient(&p.cfg, 2)
+		if err != nil {
+			return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+		}
+		p.cfg.Client, p.cursors = c, c.cursors
+		defer func() { p.cfg.Client, p.cursors = nil, nil; c.Close() }()
+	}
 	// work outlives ctx by at most ShutdownTimeout: the record in flight and the final commit use it.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -258,13 +268,14 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
 	// every processor holds it, whether it probes or not.
-	prober := p.cursors.Prober(p.cfg.ConnConfig, p.cfg.beforeConnect())
+	prober := p.cursors.Prober()
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
 		p.prober = prober
 		defer func() { p.prober = nil }()
 	}
 
+	p.cur.Detach() // the pooler's check takes connections of the pool
 	if err := p.detectPooler(work); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -455,14 +466,11 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	ccfg := store.Config{
 		Timeout:                  p.cfg.DatabaseTimeout,
-		ConnConfig:               p.cfg.ConnConfig,
-		BeforeConnect:            p.cfg.beforeConnect(),
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
 		// No Start: the process is registered (see register) only once the source and the handler's
 		// columns have been checked, so that a configuration error leaves no cursor row behind.
-		Instance:          p.cfg.Instance,
-		Shared:            p.cfg.Client.sharedConns(),
+		Shared:            p.cfg.Client.shared,
 		Transactional:     p.cfg.TxHandler != nil,
 		SynchronousCommit: p.cfg.SynchronousCommit,
 	}

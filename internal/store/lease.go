@@ -748,5 +748,6 @@ func (r *Repository) Release(ctx context.Context) error {
 			err = fmt.Errorf("release cursor %q: %w", r.name, cerr)
 		}
 	}
+	r.closeOwn()
 	return err
 }
