@@ -53,10 +53,12 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	}
 	restore := func() { db.Exec(t, "ALTER ROLE "+pgx.Identifier{role}.Sanitize()+" LOGIN") }
 
-	pool, err := ops.NewPool(ctx, cc)
+	// The processor's Client owns every connection: the metrics and the health check read through its pool.
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc})
 	require.NoError(t, err)
-	t.Cleanup(pool.Close)
-	cfg.ConnConfig = cc
+	t.Cleanup(client.Close)
+	pool := client.Pool()
+	cfg.ConnConfig, cfg.Client = cc, client
 	cfg.ReconnectMax = 200 * time.Millisecond
 	handled := make(chan int64, 100)
 	cfg.Handler = handlers.HandlerFunc[row](func(_ context.Context, rec *handlers.Record[row]) error {
