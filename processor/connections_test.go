@@ -123,7 +123,7 @@ func TestALoneProcessorHoldsItsClientsConnectionsOnly(t *testing.T) {
 	b.insert(t, 3)
 	waitFor(t, "the rows a notification announced", func() bool { return b.h.count() == len(rows)+3 })
 	b.db.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
-		WHERE application_name = 'inorder-listen:@lone' AND datname = current_database()`)
+		WHERE application_name LIKE 'inorder-listen:%' AND datname = current_database()`)
 	waitFor(t, "a new listener", func() bool { return logs.count("listening for insert notifications") == 2 })
 	waitFor(t, "the session, the connection to work on, the listener", func() bool { return len(backends(t, b.db)) == 3 })
 	most, names := w.seen()
@@ -132,18 +132,19 @@ func TestALoneProcessorHoldsItsClientsConnectionsOnly(t *testing.T) {
 }
 
 // TestAPartitionedProcessHoldsItsClientsConnectionsOnly counts the backends of a partitioned process given
-// no Client, four partitions on two slots: its own Client holds a session, a connection for each slot
-// (which the probe borrows too), and the coordinator's, which the pool made and gave up. At most four, each
-// named after the instance.
+// no Client, four partitions on two slots, listening: its own Client holds a session, a connection for each
+// slot (which the probe borrows too), and two that the pool made and gave up: the coordinator's and the
+// one listener of every partition. At most five, each named after the instance.
 func TestAPartitionedProcessHoldsItsClientsConnectionsOnly(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.partitionIndex(t, 4)
+	createNotifyTrigger(t, b)
 	for i := range 40 {
 		b.db.Exec(t, "INSERT INTO events (aggregate_id, seq) VALUES ($1, 1)", fmt.Sprintf("k%d", i))
 	}
 	cfg := b.cfg
-	cfg.Process, cfg.Instance = "partitioned", "parts"
+	cfg.Process, cfg.Instance, cfg.Listen = "partitioned", "parts", true
 	w := watchBackends(t, b.db)
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 4, Slots: 2})
 	require.NoError(t, err)
@@ -151,11 +152,11 @@ func TestAPartitionedProcessHoldsItsClientsConnectionsOnly(t *testing.T) {
 	waitFor(t, "every partition's rows", func() bool { return b.h.count() == 40 })
 	b.db.Exec(t, "INSERT INTO events (aggregate_id, seq) SELECT 'k' || g, 2 FROM generate_series(0, 39) g")
 	waitFor(t, "the rows after", func() bool { return b.h.count() == 80 })
-	waitFor(t, "the session and the coordinator", func() bool {
+	waitFor(t, "the coordinator and a listener", func() bool {
 		names := strings.Join(backends(t, b.db), " ")
-		return strings.Contains(names, "inorder-session:@parts") && strings.Contains(names, "partitioned@parts")
+		return strings.Contains(names, "partitioned@parts") && strings.Contains(names, "inorder-listen:")
 	})
 	most, names := w.seen()
-	require.LessOrEqual(t, len(most), 4, "the session, a connection per slot and the coordinator: %v", most)
+	require.LessOrEqual(t, len(most), 5, "the session, a connection per slot, the coordinator and the listener: %v", most)
 	requireTheInstances(t, "parts", names)
 }
