@@ -58,7 +58,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	pool := client.Pool()
-	cfg.ConnConfig, cfg.Client = cc, client
+	cfg.ClientConfig.ConnConfig, cfg.Client = cc, client
 	cfg.ReconnectMax = 200 * time.Millisecond
 	handled := make(chan int64, 100)
 	cfg.Handler = handlers.HandlerFunc[row](func(_ context.Context, rec *handlers.Record[row]) error {

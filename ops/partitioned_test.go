@@ -38,7 +38,7 @@ func TestAPartitionedProcessIsTrackedAsAWhole(t *testing.T) {
 	t.Cleanup(srv.Close)
 	require.NotEmpty(t, health.Check(context.Background()), "not ready before the process connects")
 
-	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig})
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ClientConfig.ConnConfig})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	cfg.Client = client

@@ -32,12 +32,21 @@ type ClientConfig struct {
 	// zero means DefaultMaxConns.
 	MaxConns int
 
-	// Instance names this instance (see Config.Instance); every process of the client runs as it. Empty
-	// means "<hostname>:<pid>".
+	// Instance names this instance in the cursor row's owner and in application_name, so that status can
+	// say who works a process; every process of the client runs as it. Any number of instances may run one
+	// process; one works it at a time. Empty means "<hostname>:<pid>".
 	Instance string
 
-	// DatabaseTimeout bounds each exchange on the client's session and each connection start-up, as
-	// Config.DatabaseTimeout does for a process. Zero means DefaultDatabaseTimeout.
+	// DatabaseTimeout bounds every exchange of the client and its processors with the database: a
+	// statement, a round trip of several, a commit, and a connection's start-up (TCP, TLS,
+	// authentication). A connection a NAT or a load balancer forgot never errors by itself (a request
+	// waits unanswered, and TCP keepalives do not fire while it does); once an exchange has received
+	// nothing for this long, the connection counts as dead, the processor says so in one line and
+	// reconnects. It bounds a silence, not a length: a read of big rows whose bytes keep arriving on a slow
+	// link goes on however long it takes (a start-up, though, must end within it). Where the system
+	// allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections are probed by
+	// keepalives. The statements of a TxHandler run under Config.HandlerTimeout instead. Zero means
+	// DefaultDatabaseTimeout (5s).
 	DatabaseTimeout time.Duration
 
 	// BeforeConnectFunc, when set, is called before each connection the client opens (its session, the
@@ -145,27 +154,33 @@ func (c *Client) Instance() string { return c.shared.Instance() }
 func (c *Client) Close() { c.shared.Close() }
 
 // ownClient makes the Client of a processor that was given none (a lone processor, or a partitioned
-// process's partitions), from its Config's database settings, bounded to maxConns connections.
+// process's partitions) from its Config.ClientConfig; maxConns is its MaxConns when that is zero.
 func ownClient[T any](cfg *Config[T], maxConns int) (*Client, error) {
-	return NewClient(ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: maxConns, Instance: cfg.Instance,
-		DatabaseTimeout: cfg.DatabaseTimeout, BeforeConnectFunc: cfg.BeforeConnectFunc})
+	cc := cfg.ClientConfig
+	if cc.MaxConns == 0 {
+		cc.MaxConns = maxConns
+	}
+	return NewClient(cc)
 }
 
-// fit gives a processor's configuration the client's database and instance, or refuses another.
-func (c *Client) fit(cc **pgx.ConnConfig, instance *string) error {
+// fit checks a processor's ClientConfig beside its Client: it may be left zero, or name the client's
+// database and instance; anything else it says would be a second place for what the connections are.
+func (c *Client) fit(cfg *ClientConfig) error {
 	mine := c.cfg.ConnConfig
-	switch o := *cc; {
+	switch o := cfg.ConnConfig; {
 	case o == nil:
-		*cc = mine
 	case o.Host != mine.Host || o.Port != mine.Port || o.Database != mine.Database || o.User != mine.User:
-		return fmt.Errorf("Config.ConnConfig names another database (%s@%s:%d/%s) than its Client's (%s@%s:%d/%s)",
+		return fmt.Errorf("Config.ClientConfig.ConnConfig names another database (%s@%s:%d/%s) than its Client's (%s@%s:%d/%s)",
 			o.User, o.Host, o.Port, o.Database, mine.User, mine.Host, mine.Port, mine.Database)
 	}
-	switch {
-	case *instance == "":
-		*instance = c.Instance()
-	case *instance != c.Instance():
-		return fmt.Errorf("Config.Instance %q differs from its Client's instance %q: a client is one instance", *instance, c.Instance())
+	if cfg.Instance != "" && cfg.Instance != c.Instance() {
+		return fmt.Errorf("Config.ClientConfig.Instance %q differs from its Client's instance %q: a client is one instance",
+			cfg.Instance, c.Instance())
+	}
+	if (cfg.DatabaseTimeout != 0 && cfg.DatabaseTimeout != c.cfg.DatabaseTimeout) || cfg.BeforeConnectFunc != nil ||
+		cfg.MaxConns != 0 {
+		return errors.New("Config.ClientConfig sets what its Client decides (DatabaseTimeout, BeforeConnectFunc, " +
+			"MaxConns): a processor on a Client runs on the client's connections, as its own ClientConfig says")
 	}
 	return nil
 }

@@ -113,7 +113,7 @@ func TestALoneProcessorHoldsItsClientsConnectionsOnly(t *testing.T) {
 	b := setup(t)
 	createNotifyTrigger(t, b)
 	var logs logBuffer
-	b.cfg.Listen, b.cfg.Instance = true, "lone"
+	b.cfg.Listen, b.cfg.ClientConfig.Instance = true, "lone"
 	b.cfg.Logger = zerolog.New(&logs)
 	rows := b.insert(t, 200)
 	w := watchBackends(t, b.db)
@@ -144,7 +144,7 @@ func TestAPartitionedProcessHoldsItsClientsConnectionsOnly(t *testing.T) {
 		b.db.Exec(t, "INSERT INTO events (aggregate_id, seq) VALUES ($1, 1)", fmt.Sprintf("k%d", i))
 	}
 	cfg := b.cfg
-	cfg.Process, cfg.Instance, cfg.Listen = "partitioned", "parts", true
+	cfg.Process, cfg.ClientConfig.Instance, cfg.Listen = "partitioned", "parts", true
 	w := watchBackends(t, b.db)
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 4, Slots: 2})
 	require.NoError(t, err)

@@ -150,7 +150,7 @@ func TestARecordAcceptedAheadIsSentAgainOnlyAfterALostConnection(t *testing.T) {
 	b.cfg.Handler, b.cfg.Observer = s, obs
 	b.cfg.Source.KeyColumn, b.cfg.MaxInFlight = "seq", 4 // one key per record: all three go out at once
 	b.cfg.RetryMin, b.cfg.RetryMax = 50*time.Millisecond, 50*time.Millisecond
-	b.cfg.Instance = "resender"
+	b.cfg.ClientConfig.Instance = "resender"
 	start(t, b.cfg)
 	waitFor(t, "the first record refused twice", func() bool { return len(s.sent(ids[0])) >= 2 })
 	require.Equal(t, []int{1}, s.sent(ids[1]), "accepted ahead of the refusal: not sent again")

@@ -107,8 +107,9 @@ func (p *Partitioned[T]) Run(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 		}
-		p.cfg.Client, p.cursors = c, c.cursors
-		defer func() { p.cfg.Client, p.cursors = nil, nil; c.Close() }()
+		own := p.cfg.ClientConfig
+		p.cfg.Client, p.cfg.ClientConfig, p.cursors = c, ClientConfig{}, c.cursors
+		defer func() { p.cfg.Client, p.cfg.ClientConfig, p.cursors = nil, own, nil; c.Close() }()
 	}
 	coord, err := p.connect(ctx)
 	if err != nil {

@@ -116,7 +116,7 @@ func TestWhatProcessorsShareIsTheirClient(t *testing.T) {
 	b := setup(t)
 	rows := b.insert(t, 2)
 	ctx := context.Background()
-	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: "client"})
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, Instance: "client"})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	var recs []*collector

@@ -56,6 +56,7 @@ type Processor[T any] struct {
 	clockOff, clockWarned time.Time
 	cur                   *store.Repository
 	deadline              *handlerDeadline
+	dbTimeout             time.Duration // the Client's DatabaseTimeout
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
@@ -119,13 +120,12 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	}
 	var cursors *store.Store // a processor without a Client makes one of its own when it runs
 	if cfg.Client != nil {
-		if err := cfg.Client.fit(&cfg.ConnConfig, &cfg.Instance); err != nil {
+		if err := cfg.Client.fit(&cfg.ClientConfig); err != nil {
 			return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
 		}
 		cursors = cfg.Client.cursors
-	}
-	if cfg.ConnConfig == nil {
-		return nil, fmt.Errorf("processor %q: Config.ConnConfig is required", cfg.Process)
+	} else if cfg.ClientConfig.ConnConfig == nil {
+		return nil, fmt.Errorf("processor %q: Config.ClientConfig.ConnConfig is required without a Config.Client", cfg.Process)
 	}
 	if (cfg.Handler == nil) == (cfg.TxHandler == nil) {
 		return nil, fmt.Errorf("processor %q: set exactly one of Config.Handler and Config.TxHandler", cfg.Process)
@@ -155,14 +155,15 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{cursors: cursors,
-		cfg:      cfg,
-		log:      defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:  newTracker(cfg.InsertLatency),
-		late:     newLateWatch(),
-		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout},
-		wake:     make(chan struct{}, 1),
-		obs:      cfg.Observer,
-		budget:   byteBudget{bytes: int64(cfg.BatchBytes)},
+		cfg:       cfg,
+		dbTimeout: cfg.databaseTimeout(),
+		log:       defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
+		tracker:   newTracker(cfg.InsertLatency),
+		late:      newLateWatch(),
+		deadline:  &handlerDeadline{timeout: cfg.HandlerTimeout},
+		wake:      make(chan struct{}, 1),
+		obs:       cfg.Observer,
+		budget:    byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
 	if p.obs == nil {
 		p.obs = nopObserver{}
@@ -408,8 +409,8 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	// The checks below take a few statements each; together they must not wait on a dead path forever.
-	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.cfg.DatabaseTimeout,
-		&store.UnansweredError{Timeout: 3 * p.cfg.DatabaseTimeout})
+	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.dbTimeout,
+		&store.UnansweredError{Timeout: 3 * p.dbTimeout})
 	defer cancelChecks()
 	src := p.cfg.Source
 	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
@@ -465,7 +466,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 // grants it needs) ends the start-up at once.
 func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	ccfg := store.Config{
-		Timeout:                  p.cfg.DatabaseTimeout,
+		Timeout:                  p.dbTimeout,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
 		// No Start: the process is registered (see register) only once the source and the handler's
@@ -550,7 +551,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	if _, refused := dial.CredentialsRefused(cause); refused {
 		p.refused(cause)
 	} else if store.Unanswered(work, cause) {
-		p.log.Warn().Err(cause).Str("database_timeout", p.cfg.DatabaseTimeout.String()).
+		p.log.Warn().Err(cause).Str("database_timeout", p.dbTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
 	} else {
 		p.log.Warn().Err(store.NameSetting(cause)).Msg("database connection lost; reconnecting")

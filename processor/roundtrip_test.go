@@ -61,14 +61,14 @@ func TestABatchCostsTwoRoundTrips(t *testing.T) {
 				rows = 3000
 			}
 			b.insert(t, rows)
-			proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ConnConfig.Host + ":" + itoa(int(b.cfg.ConnConfig.Port))})
+			proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ClientConfig.ConnConfig.Host + ":" + itoa(int(b.cfg.ClientConfig.ConnConfig.Port))})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = proxy.Close() })
 			cc, err := pgx.ParseConfig(proxy.URL(b.db.URL))
 			require.NoError(t, err)
 			obs := &exchangeCounter{proxy: proxy, instance: "roundtrips"}
 			cfg := b.cfg
-			cfg.ConnConfig, cfg.Observer, cfg.Checkpoint, cfg.Instance = cc, obs, tc.checkpoint, obs.instance
+			cfg.ClientConfig.ConnConfig, cfg.Observer, cfg.Checkpoint, cfg.ClientConfig.Instance = cc, obs, tc.checkpoint, obs.instance
 			cfg.BatchSize = 100
 			cfg.ProbeInterval = -1 // no probes between batches
 			start(t, cfg)
