@@ -599,7 +599,7 @@ const refusedRetryMax = 3 * time.Second
 // refused says, once per refusal, that the database refused the credentials (or they could not be had),
 // naming the user and the server, and tells the observer: the processor waits it out, reconnecting with
 // backoff, as for a lost connection, since a rotation changes a password under a running process and the
-// new one works once the rotation is done (see Config.BeforeConnectFunc).
+// new one works once the rotation is done (see ClientConfig.BeforeConnectFunc).
 func (p *Processor[T]) refused(err error) {
 	line, _ := dial.CredentialsRefused(err)
 	if line == p.refusal {
