@@ -50,8 +50,8 @@ type ClientConfig struct {
 	DatabaseTimeout time.Duration
 
 	// BeforeConnectFunc, when set, is called before each connection the client opens (its session, the
-	// connections of its pool, its processors' probe and wake-up listener, a partitioned process's
-	// coordinator), as pgxpool.Config.BeforeConnect is, with a copy of ConnConfig that it may change for
+	// connections of its pool, and those the pool makes for its wake-up listener, a partitioned process's
+	// coordinator and the pooler's check), as pgxpool.Config.BeforeConnect is, with a copy of ConnConfig that it may change for
 	// that connection alone: the password read again from where a rotation puts it, a token issued for
 	// this connection (an IAM token lives 15 minutes, a connection may live for hours: a connection
 	// made later gets a fresh one), a TLS configuration. An error it returns fails that connection: at
@@ -62,10 +62,10 @@ type ClientConfig struct {
 }
 
 // Client owns the Postgres connections of one instance and runs many processors on them, as River's
-// Client owns one pool for all its workers. Without a Client each processor opens its own connections
-// (its cursor connection and, when it stands by, the same), so a service that embeds forty processes in
-// three replicas would hold over a hundred connections; with one Client per replica it holds MaxConns
-// each, owning or standing by.
+// Client owns one pool for all its workers: every connection inorder makes is a Client's, made by its pool
+// or as its session. A processor given no Client makes one of its own (see Config.ClientConfig), so a
+// service that embeds forty lone processes in three replicas would hold over a hundred connections; with
+// one Client per replica it holds MaxConns each (and its listener's), owning or standing by.
 //
 // A processor runs on the client when its Config.Client is set. Add the processors to the client and Run
 // it, or run them in a lifecycle.Group: either way Close the client after they stopped.

@@ -38,7 +38,8 @@ type Config[T any] struct {
 	// and closes when it stops: every connection of the processor is that client's, as with a shared one.
 	// Its ConnConfig (the database to read from) is then required, and its Instance, BeforeConnectFunc and
 	// DatabaseTimeout are the processor's; its MaxConns zero means 2, a session and one connection to work
-	// on (for a Partitioned runner, one more per slot). With a Client it must be left zero.
+	// on (for a Partitioned runner, one more per slot). With a Client leave it zero: it may name the
+	// client's database and instance, and is refused when it says anything else.
 	ClientConfig ClientConfig
 	// Source is the table and the columns that order it.
 	Source inordertype.Source
