@@ -73,7 +73,7 @@ func (r *Repository) Detach() {
 	if !conn.IsClosed() {
 		r.shared.keepHandle(conn, h)
 	}
-	c.Release()
+	r.shared.giveBack(c)
 }
 
 // Contended reports whether, on shared connections, another process of the instance waits for a

@@ -233,7 +233,7 @@ func (p *Prober) rotate() {
 	if err != nil {
 		return
 	}
-	defer c.Release()
+	defer p.store.shared.giveBack(c)
 	if _, err := RotateCheckpoints(ctx, c.Conn()); err != nil && !answered(err) {
 		_ = c.Conn().Close(ctx) // the pool drops it
 	}
@@ -254,7 +254,7 @@ func (p *Prober) probePool(batch []*waiter) ([]bool, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("probe: %w", err)
 	}
-	defer c.Release()
+	defer p.store.shared.giveBack(c)
 	rows, versions, err := p.probe(c.Conn(), batch)
 	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

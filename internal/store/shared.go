@@ -172,6 +172,23 @@ func (s *Shared) acquire(ctx context.Context, wait time.Duration) (*pgxpool.Conn
 	return c, nil
 }
 
+// giveBack returns a connection lent by the pool. A closed one (dead, or closed after a statement the
+// deadline cut off) is taken out of the pool instead: given back, the pool would hold its place until its
+// clean-up ends (a cancel request on a dead path waits up to 15 seconds), and whoever waits for a
+// connection, a reconnect first of all, would wait for that.
+func (s *Shared) giveBack(c *pgxpool.Conn) {
+	conn := c.Conn()
+	if !conn.IsClosed() {
+		c.Release()
+		return
+	}
+	c.Hijack()
+	s.mu.Lock()
+	delete(s.handles, conn)
+	delete(s.pooled, conn)
+	s.mu.Unlock()
+}
+
 // Contended reports whether some repository waits for a connection of the pool now.
 func (s *Shared) Contended() bool { return s.waiting.Load() > 0 }
 
