@@ -76,6 +76,17 @@ func (r *Repository) Detach() {
 	r.shared.giveBack(c)
 }
 
+// letGo gives the connection back at Release whatever it holds: a transaction still open on it (its end
+// could not be sent or answered) ends with the connection, which the pool then drops. A connection kept
+// would keep the pool, and the Client's Close, waiting for it.
+func (r *Repository) letGo() {
+	if r.pconn != nil && r.tx != nil {
+		r.closeConn()
+		r.tx = nil
+	}
+	r.Detach()
+}
+
 // Contended reports whether, on shared connections, another process of the instance waits for a
 // connection now: an owner then ends its transaction with its batch rather than keep the row for the next.
 func (r *Repository) Contended() bool { return r.shared.Contended() }

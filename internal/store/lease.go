@@ -736,9 +736,7 @@ func (r *Repository) Release(ctx context.Context) error {
 	}
 	r.store.forget(r)
 	r.Unclaim()
-	if r.shared != nil {
-		r.Detach()
-	}
+	r.letGo()
 	r.mu.Lock()
 	r.released = true
 	conn := r.conn
