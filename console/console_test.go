@@ -329,7 +329,7 @@ func TestConsoleShowsASinkOutageWithoutASkip(t *testing.T) {
 	cc, err := pgx.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
-		Process: "outage", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "outage", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
 		Handler: handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error {
 			return handlers.Unavailable(&statusErr{code: 404}, "the URL: the receiver has no such endpoint")
@@ -362,7 +362,7 @@ func TestConsoleShowsAStreamWaitingForItsSource(t *testing.T) {
 	cc, err := pgx.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
-		Process: "shaped", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "shaped", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source:       inordertype.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
 		Handler:      handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error { return nil }),
 		PollInterval: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
@@ -408,7 +408,7 @@ func TestConsoleShowsTheTracking(t *testing.T) {
 	cc, err := pgx.ParseConfig(b.db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
-		Process: "refunds", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "refunds", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source:       inordertype.Source{Table: "refunds", Columns: []string{"id", "customer"}, Horizon: inordertype.HorizonWriters},
 		Handler:      handlers.HandlerFunc[payment](func(context.Context, *handlers.Record[payment]) error { return nil }),
 		PollInterval: 20 * time.Millisecond, Logger: zerolog.Nop(),

@@ -84,7 +84,7 @@ func (b *bundle) runProcess(t *testing.T, name string) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[payment]{
-		Process: name, ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: name, ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source:  inordertype.Source{Table: "payments", KeyColumn: "customer", Columns: []string{"id", "customer"}},
 		Handler: h, PollInterval: 20 * time.Millisecond, RetryMin: 20 * time.Millisecond, RetryMax: 200 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),

@@ -90,7 +90,7 @@ func startBillingLogged(t *testing.T, n int, refuse int64, retryMin, retryMax, p
 	logs := &logLines{}
 	cfg := processor.Config[booking]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "billing", ConnConfig: cc, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
+		Process:   "billing", ClientConfig: processor.ClientConfig{ConnConfig: cc}, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: poll, RetryMin: retryMin, RetryMax: retryMax, Logger: zerolog.New(logs),
 	}
 	for _, o := range opts {

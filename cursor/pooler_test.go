@@ -41,9 +41,9 @@ func TestActionsThroughATransactionPooler(t *testing.T) {
 	h := refusingRecorder(3)
 	p, err := processor.New(processor.Config[booking]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "billing", ConnConfig: cc, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
+		Process:   "billing", ClientConfig: processor.ClientConfig{ConnConfig: cc, Instance: "pooled-1"}, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 20 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
-		Instance: "pooled-1", Logger: zerolog.New(zerolog.NewTestWriter(t)),
+		Logger: zerolog.New(zerolog.NewTestWriter(t)),
 	})
 	require.NoError(t, err)
 	stop := testrun.Start(t, p.Run)

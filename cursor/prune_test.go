@@ -110,7 +110,7 @@ func (o *outbox) run(t *testing.T, process string, h handlers.Handler[booking]) 
 	t.Helper()
 	p, err := processor.New(processor.Config[booking]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
+		Process:   process, ClientConfig: processor.ClientConfig{ConnConfig: o.kit.ConnConfig(t)}, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -455,7 +455,7 @@ func ExamplePrune() {
 	}
 	relay, err := processor.New(processor.Config[booking]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "relay", ConnConfig: cc, Source: inordertype.Source{Table: "outbox", Columns: []string{"id"}},
+		Process:   "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, Source: inordertype.Source{Table: "outbox", Columns: []string{"id"}},
 		Handler:      handlers.HandlerFunc[booking](func(context.Context, *handlers.Record[booking]) error { return nil }),
 		PollInterval: 10 * time.Millisecond, Logger: zerolog.Nop(),
 	})
@@ -501,7 +501,7 @@ func (o *outbox) runSplit(t *testing.T, process string, h handlers.Handler[booki
 	o.db.Exec(t, source.PartitionIndexSQL("bookings", "aggregate_id", source.ClockAtExpr("created_at"), "id", 2))
 	p, err := processor.NewPartitioned(processor.Config[booking]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   process, ConnConfig: o.kit.ConnConfig(t), Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
+		Process:   process, ClientConfig: processor.ClientConfig{ConnConfig: o.kit.ConnConfig(t)}, Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}},
 		Handler: h, PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 	}, processor.PartitionOpts{Partitions: 2})
 	require.NoError(t, err)

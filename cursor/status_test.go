@@ -59,7 +59,7 @@ func TestReadAndMeasureAgreeOnTheState(t *testing.T) {
 	require.NoError(t, err)
 	h := &gated{hold: 2, holding: make(chan struct{}), release: make(chan struct{})}
 	p, err := processor.New(processor.Config[booking]{
-		StartFrom: inordertype.StartFromBeginning, Process: "billing", ConnConfig: cc,
+		StartFrom: inordertype.StartFromBeginning, Process: "billing", ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source: inordertype.Source{Table: "bookings", Columns: []string{"id"}}, Handler: h,
 		PollInterval: 10 * time.Millisecond, Logger: zerolog.Nop(),
 	})

@@ -69,10 +69,10 @@ func TestMigrateNeverMakesRunningProcessorsQueueBehindIt(t *testing.T) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	p, err := processor.New(processor.Config[event]{
-		StartFrom:  inordertype.StartFromBeginning,
-		Process:    "lock_test",
-		ConnConfig: cc,
-		Source:     inordertype.Source{Table: "events"},
+		StartFrom:    inordertype.StartFromBeginning,
+		Process:      "lock_test",
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
+		Source:       inordertype.Source{Table: "events"},
 		Handler: handlers.HandlerFunc[event](func(context.Context, *handlers.Record[event]) error {
 			mu.Lock()
 			delivered = append(delivered, time.Now())

@@ -6,12 +6,13 @@
 // # Wiring
 //
 //	m := ops.NewMetrics()
-//	cfg.Observer = m // processor.Config of every processor of the program
-//	pool, err := ops.NewPool(ctx, cfg.ConnConfig)
+//	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc})
 //	if err != nil {
 //		return err
 //	}
-//	defer pool.Close()
+//	defer client.Close()
+//	cfg.Client, cfg.Observer = client, m // processor.Config of every processor of the program
+//	pool := client.Pool()                // the Client owns every connection: ops takes none of its own
 //	m.Track(cfg.Process)
 //	h := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, Metrics: m})
 //	g := lifecycle.New(lifecycle.Config{})

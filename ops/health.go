@@ -13,8 +13,8 @@ const defaultPingTimeout = 2 * time.Second
 
 // HealthConfig configures a Health.
 type HealthConfig struct {
-	// Ping checks that the database answers; (*pgxpool.Pool).Ping fits (see NewPool). Nil skips the
-	// check.
+	// Ping checks that the database answers; the Ping of the program's processor.Client's pool
+	// (Client.Pool) fits. Nil skips the check.
 	Ping func(ctx context.Context) error
 	// PingTimeout bounds one check. Zero means 2 s.
 	PingTimeout time.Duration

@@ -31,7 +31,7 @@ func setup(t *testing.T) (*pgtest.DB, processor.Config[row]) {
 	require.NoError(t, err)
 	return db, processor.Config[row]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "jobs", ConnConfig: cc, Source: inordertype.Source{Table: "jobs", Columns: []string{"id"}},
+		Process:   "jobs", ClientConfig: processor.ClientConfig{ConnConfig: cc}, Source: inordertype.Source{Table: "jobs", Columns: []string{"id"}},
 		PollInterval: 20 * time.Millisecond,
 	}
 }

@@ -2,7 +2,6 @@ package ops
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"runtime"
@@ -20,7 +19,6 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/xmin"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -420,7 +418,8 @@ func b2f(b bool) float64 {
 // other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
 // measurement counts in inorder_lag_errors_total and leaves the lag gauges at their last value. A process
 // without a cursor row yet, or whose processor has not yet recorded its source, is skipped and looked at
-// again after a second rather than a whole interval. Give it a small pool of its own (see NewPool).
+// again after a second rather than a whole interval. Give it the pool of the program's processor.Client
+// (Client.Pool), which owns the program's connections: what it holds, the processors wait for.
 func (m *Metrics) WatchLag(pool *pgxpool.Pool, interval time.Duration) func(ctx context.Context) error {
 	if interval <= 0 {
 		interval = defaultLagInterval
@@ -617,50 +616,6 @@ func (m *Metrics) noteParked(name string, streams []cursor.Info) {
 	m.parkedKeys.WithLabelValues(name).Set(float64(keys))
 	m.parkedRecords.WithLabelValues(name).Set(float64(records))
 	m.parkedOldest.WithLabelValues(name).Set(age)
-}
-
-// NewPool returns a small, lazily connecting pool on the database cc names, for Health's ping and
-// WatchLag: at most two connections, named "inorder-ops" in pg_stat_activity (not "inorder:...", which
-// status counts as instances). It does not connect until first used, so a program starts while the
-// database is away. Close it when the group has stopped.
-func NewPool(ctx context.Context, cc *pgx.ConnConfig) (*pgxpool.Pool, error) {
-	return NewPoolWithConfig(ctx, PoolConfig{ConnConfig: cc})
-}
-
-// PoolConfig configures the pool of NewPoolWithConfig.
-type PoolConfig struct {
-	// ConnConfig is the database. Required.
-	ConnConfig *pgx.ConnConfig
-	// BeforeConnectFunc, when set, is called before each connection of the pool with a copy of ConnConfig
-	// that it may change for that connection alone (a password read again, a token), as
-	// processor.ClientConfig.BeforeConnectFunc is: give it the same function. Nil connects with ConnConfig
-	// as it is.
-	BeforeConnectFunc func(ctx context.Context, cc *pgx.ConnConfig) error
-}
-
-// NewPoolWithConfig is NewPool with the connections given to cfg.BeforeConnectFunc first.
-func NewPoolWithConfig(ctx context.Context, cfg PoolConfig) (*pgxpool.Pool, error) {
-	if cfg.ConnConfig == nil {
-		return nil, errors.New("ops pool: PoolConfig.ConnConfig is required")
-	}
-	pc, err := pgxpool.ParseConfig("")
-	if err != nil {
-		return nil, fmt.Errorf("ops pool: %w", err)
-	}
-	pc.BeforeConnect = dial.ForPool(cfg.BeforeConnectFunc)
-	cc := cfg.ConnConfig
-	pc.ConnConfig = cc.Copy()
-	if pc.ConnConfig.RuntimeParams == nil {
-		pc.ConnConfig.RuntimeParams = map[string]string{}
-	}
-	pc.ConnConfig.RuntimeParams["application_name"] = "inorder-ops"
-	pc.MaxConns = 2
-	pc.MinConns = 0
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("ops pool: %w", err)
-	}
-	return pool, nil
 }
 
 // perProcessCounter is a counter with one series per process.

@@ -38,12 +38,14 @@ func TestAPartitionedProcessIsTrackedAsAWhole(t *testing.T) {
 	t.Cleanup(srv.Close)
 	require.NotEmpty(t, health.Check(context.Background()), "not ready before the process connects")
 
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ClientConfig.ConnConfig})
+	require.NoError(t, err)
+	t.Cleanup(client.Close)
+	cfg.Client = client
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
-	pool, err := ops.NewPool(context.Background(), cfg.ConnConfig)
-	require.NoError(t, err)
-	t.Cleanup(pool.Close)
+	pool := client.Pool()
 	lagCtx, stopLag := context.WithCancel(context.Background())
 	lagDone := make(chan error, 1)
 	go func() { lagDone <- m.WatchLag(pool, 20*time.Millisecond)(lagCtx) }()

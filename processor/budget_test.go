@@ -89,7 +89,7 @@ func TestBigRecordsAreReadWithinTheByteBudget(t *testing.T) {
 			const budget = 3 << 20
 			c := &docCollector{Observer: nopObserver{}}
 			start(t, processor.Config[document]{
-				Process: "docs", ConnConfig: b.cfg.ConnConfig, StartFrom: b.cfg.StartFrom, Logger: b.cfg.Logger,
+				Process: "docs", ClientConfig: processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig}, StartFrom: b.cfg.StartFrom, Logger: b.cfg.Logger,
 				PollInterval: b.cfg.PollInterval, Checkpoint: mode, Observer: c,
 				Source:     inordertype.Source{Table: "docs", Columns: []string{"id", "body", "doc"}},
 				Handler:    c,

@@ -32,17 +32,26 @@ type ClientConfig struct {
 	// zero means DefaultMaxConns.
 	MaxConns int
 
-	// Instance names this instance (see Config.Instance); every process of the client runs as it. Empty
-	// means "<hostname>:<pid>".
+	// Instance names this instance in the cursor row's owner and in application_name, so that status can
+	// say who works a process; every process of the client runs as it. Any number of instances may run one
+	// process; one works it at a time. Empty means "<hostname>:<pid>".
 	Instance string
 
-	// DatabaseTimeout bounds each exchange on the client's session and each connection start-up, as
-	// Config.DatabaseTimeout does for a process. Zero means DefaultDatabaseTimeout.
+	// DatabaseTimeout bounds every exchange of the client and its processors with the database: a
+	// statement, a round trip of several, a commit, and a connection's start-up (TCP, TLS,
+	// authentication). A connection a NAT or a load balancer forgot never errors by itself (a request
+	// waits unanswered, and TCP keepalives do not fire while it does); once an exchange has received
+	// nothing for this long, the connection counts as dead, the processor says so in one line and
+	// reconnects. It bounds a silence, not a length: a read of big rows whose bytes keep arriving on a slow
+	// link goes on however long it takes (a start-up, though, must end within it). Where the system
+	// allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections are probed by
+	// keepalives. The statements of a TxHandler run under Config.HandlerTimeout instead. Zero means
+	// DefaultDatabaseTimeout (5s).
 	DatabaseTimeout time.Duration
 
 	// BeforeConnectFunc, when set, is called before each connection the client opens (its session, the
-	// connections of its pool, its processors' probe and wake-up listener, a partitioned process's
-	// coordinator), as pgxpool.Config.BeforeConnect is, with a copy of ConnConfig that it may change for
+	// connections of its pool, and those the pool makes for its wake-up listener, a partitioned process's
+	// coordinator and the pooler's check), as pgxpool.Config.BeforeConnect is, with a copy of ConnConfig that it may change for
 	// that connection alone: the password read again from where a rotation puts it, a token issued for
 	// this connection (an IAM token lives 15 minutes, a connection may live for hours: a connection
 	// made later gets a fresh one), a TLS configuration. An error it returns fails that connection: at
@@ -53,10 +62,10 @@ type ClientConfig struct {
 }
 
 // Client owns the Postgres connections of one instance and runs many processors on them, as River's
-// Client owns one pool for all its workers. Without a Client each processor opens its own connections
-// (its cursor connection and, when it stands by, the same), so a service that embeds forty processes in
-// three replicas would hold over a hundred connections; with one Client per replica it holds MaxConns
-// each, owning or standing by.
+// Client owns one pool for all its workers: every connection inorder makes is a Client's, made by its pool
+// or as its session. A processor given no Client makes one of its own (see Config.ClientConfig), so a
+// service that embeds forty lone processes in three replicas would hold over a hundred connections; with
+// one Client per replica it holds MaxConns each (and its listener's), owning or standing by.
 //
 // A processor runs on the client when its Config.Client is set. Add the processors to the client and Run
 // it, or run them in a lifecycle.Group: either way Close the client after they stopped.
@@ -133,14 +142,6 @@ func (c *Client) Run(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// sharedConns is the client's connections, nil for a nil client.
-func (c *Client) sharedConns() *store.Shared {
-	if c == nil {
-		return nil
-	}
-	return c.shared
-}
-
 // Pool is the client's pool, for what else the instance asks the database (metrics, status) without a
 // connection of its own. What it holds, the processors wait for.
 func (c *Client) Pool() *pgxpool.Pool { return c.shared.Pool() }
@@ -152,21 +153,34 @@ func (c *Client) Instance() string { return c.shared.Instance() }
 // the processors stopped.
 func (c *Client) Close() { c.shared.Close() }
 
-// fit gives a processor's configuration the client's database and instance, or refuses another.
-func (c *Client) fit(cc **pgx.ConnConfig, instance *string) error {
+// ownClient makes the Client of a processor that was given none (a lone processor, or a partitioned
+// process's partitions) from its Config.ClientConfig; maxConns is its MaxConns when that is zero.
+func ownClient[T any](cfg *Config[T], maxConns int) (*Client, error) {
+	cc := cfg.ClientConfig
+	if cc.MaxConns == 0 {
+		cc.MaxConns = maxConns
+	}
+	return NewClient(cc)
+}
+
+// fit checks a processor's ClientConfig beside its Client: it may be left zero, or name the client's
+// database and instance; anything else it says would be a second place for what the connections are.
+func (c *Client) fit(cfg *ClientConfig) error {
 	mine := c.cfg.ConnConfig
-	switch o := *cc; {
+	switch o := cfg.ConnConfig; {
 	case o == nil:
-		*cc = mine
 	case o.Host != mine.Host || o.Port != mine.Port || o.Database != mine.Database || o.User != mine.User:
-		return fmt.Errorf("Config.ConnConfig names another database (%s@%s:%d/%s) than its Client's (%s@%s:%d/%s)",
+		return fmt.Errorf("Config.ClientConfig.ConnConfig names another database (%s@%s:%d/%s) than its Client's (%s@%s:%d/%s)",
 			o.User, o.Host, o.Port, o.Database, mine.User, mine.Host, mine.Port, mine.Database)
 	}
-	switch {
-	case *instance == "":
-		*instance = c.Instance()
-	case *instance != c.Instance():
-		return fmt.Errorf("Config.Instance %q differs from its Client's instance %q: a client is one instance", *instance, c.Instance())
+	if cfg.Instance != "" && cfg.Instance != c.Instance() {
+		return fmt.Errorf("Config.ClientConfig.Instance %q differs from its Client's instance %q: a client is one instance",
+			cfg.Instance, c.Instance())
+	}
+	if (cfg.DatabaseTimeout != 0 && cfg.DatabaseTimeout != c.cfg.DatabaseTimeout) || cfg.BeforeConnectFunc != nil ||
+		cfg.MaxConns != 0 {
+		return errors.New("Config.ClientConfig sets what its Client decides (DatabaseTimeout, BeforeConnectFunc, " +
+			"MaxConns): a processor on a Client runs on the client's connections, as its own ClientConfig says")
 	}
 	return nil
 }

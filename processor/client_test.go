@@ -71,11 +71,11 @@ func TestClientRunsManyProcessesOnFewConnections(t *testing.T) {
 		collectors[i] = newCollector()
 	}
 	runInstance := func(instance string) (stop func() error) {
-		client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, MaxConns: maxConns, Instance: instance})
+		client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, MaxConns: maxConns, Instance: instance})
 		require.NoError(t, err)
 		for i := range processes {
 			cfg := b.cfg
-			cfg.ConnConfig = nil // the client's
+			cfg.ClientConfig.ConnConfig = nil // the client's
 			cfg.Client = client
 			cfg.Process = fmt.Sprintf("shared_%02d", i)
 			cfg.Handler = collectors[i]
@@ -124,15 +124,15 @@ func TestClientRunsManyProcessesOnFewConnections(t *testing.T) {
 func TestClientRefusesAnotherInstance(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: "one"})
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, Instance: "one"})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	cfg := b.cfg
-	cfg.Client, cfg.Instance = client, "two"
+	cfg.Client, cfg.ClientConfig.Instance = client, "two"
 	_, err = processor.New(cfg)
 	require.ErrorContains(t, err, `Config.Instance "two" differs from its Client's instance "one"`)
 
-	_, err = processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, MaxConns: 1})
+	_, err = processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, MaxConns: 1})
 	require.ErrorContains(t, err, "MaxConns must be at least 2")
 }
 
@@ -143,7 +143,7 @@ func TestClientProcessesShareOneListener(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	createNotifyTrigger(t, b)
-	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: "listening"})
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, Instance: "listening"})
 	require.NoError(t, err)
 	var logs logBuffer
 	collectors := []*collector{newCollector(), newCollector()}

@@ -2,8 +2,13 @@ package processor
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/inorder-dev/inorder/migrations"
 )
 
 // listener is a Client's one connection LISTENing for the insert trigger's notifications, for every
@@ -94,11 +99,16 @@ func (c *Client) runListener(ctx context.Context, done chan struct{}) {
 }
 
 func (c *Client) listenOnce(ctx context.Context, connected func()) error {
-	conn, err := dialListener(ctx, c.cfg.ConnConfig, c.cfg.BeforeConnectFunc, "inorder-listen:@"+c.Instance(), c.cfg.DatabaseTimeout)
+	// A session of its own, which LISTEN needs (Session refuses a pooler in transaction mode), named so
+	// that status does not count it as an instance of a process.
+	conn, err := c.shared.Session(ctx, "inorder-listen:@"+c.Instance())
 	if err != nil {
-		return err
+		return fmt.Errorf("connect listener: %w", err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
+	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{migrations.NotifyChannel}.Sanitize()); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
 	connected()
 	up := true
 	c.listener.each("", &up, func(s *subscription) { s.connected() })

@@ -117,7 +117,7 @@ func TestTheInsertClockNeverSkipsARowTheApplicationDates(t *testing.T) {
 			require.NoError(t, err)
 			sink := &sliceSink[stamped]{}
 			stop := start(t, processor.Config[stamped]{
-				Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+				Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 				Source:       inordertype.Source{Table: "outbox"},
 				Handler:      sink,
 				PollInterval: 20 * time.Millisecond,
@@ -179,7 +179,7 @@ func TestATableWithoutTheInsertClockIsRefused(t *testing.T) {
 	cc, err := pgx.ParseConfig(db.URL)
 	require.NoError(t, err)
 	cfg := processor.Config[stamped]{
-		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox"}, Handler: &sliceSink[stamped]{}, PollInterval: 20 * time.Millisecond,
 	}
 	p, err := processor.New(cfg)
@@ -209,7 +209,7 @@ func TestADumpDoesNotHoldTheInsertClock(t *testing.T) {
 	require.NoError(t, err)
 	sink := &sliceSink[stamped]{}
 	stop := start(t, processor.Config[stamped]{
-		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox"}, Handler: sink, PollInterval: 20 * time.Millisecond,
 	})
 	db.Exec(t, "INSERT INTO outbox (aggregate_id) VALUES ('before')")
@@ -244,7 +244,7 @@ func TestTakingUpTheClockDeliversAgainWhatItCouldPass(t *testing.T) {
 	require.NoError(t, err)
 	sink := &sliceSink[stamped]{}
 	cfg := processor.Config[stamped]{
-		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox", Horizon: inordertype.HorizonWriters}, Handler: sink,
 		PollInterval: 20 * time.Millisecond,
 	}
@@ -290,7 +290,7 @@ func TestALateRowIsCountedAndReported(t *testing.T) {
 	require.NoError(t, err)
 	sink := &sliceSink[stamped]{}
 	start(t, processor.Config[stamped]{
-		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox", Horizon: inordertype.HorizonWriters}, Handler: sink,
 		PollInterval: 20 * time.Millisecond,
 	})
@@ -326,7 +326,7 @@ func TestAColumnAddedToATableReadByTheClockAlone(t *testing.T) {
 	require.NoError(t, err)
 	got := make(chan handlers.Row, 10)
 	start(t, processor.Config[handlers.Row]{
-		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source: inordertype.Source{Table: "outbox"}, PollInterval: 20 * time.Millisecond,
 		Handler: handlers.HandlerFunc[handlers.Row](func(_ context.Context, rec *handlers.Record[handlers.Row]) error {
 			got <- rec.Value

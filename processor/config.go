@@ -1,7 +1,6 @@
 package processor
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -26,25 +25,22 @@ const (
 	CheckpointBatch Checkpoint = "batch"
 )
 
-// Config configures a Processor. Process, ConnConfig, Source.Table and one of Handler or TxHandler are
-// required; every other field has a documented default.
+// Config configures a Processor. Process, Source.Table, one of Handler or TxHandler, and either Client or
+// ClientConfig.ConnConfig are required; every other field has a documented default.
 type Config[T any] struct {
 	// Process names the stream and its cursor row, for example "booking_sms_outbox".
 	Process string
-	// ConnConfig is the database to read from; the processor opens one dedicated connection from it.
-	// With a Client it may be left nil: the client's is used.
-	ConnConfig *pgx.ConnConfig
-	// BeforeConnectFunc, when set, is called before each connection the processor opens (its cursor
-	// connection, the probe, the wake-up listener, a partitioned process's coordinator) with a copy of
-	// ConnConfig that it may change for that connection alone: a password read again, a token issued
-	// for it (an IAM token that lives 15 minutes), a TLS configuration. An error it returns fails that
-	// connection: at start-up Run returns it, later the processor retries as for a lost connection (see
-	// "Credentials" in the package documentation). With a Client, the client's ClientConfig.BeforeConnectFunc
-	// is used instead. Nil connects with ConnConfig as it is.
-	BeforeConnectFunc func(ctx context.Context, cc *pgx.ConnConfig) error
 	// Client, when set, runs the processor on the connections of the client's instance, shared with its
-	// other processors, instead of connections of its own (see Client). Instance is then the client's.
+	// other processors (see Client): the database, the instance, the credentials and the database timeout
+	// are the client's.
 	Client *Client
+	// ClientConfig configures, for a processor given no Client, the Client it makes for itself when it runs
+	// and closes when it stops: every connection of the processor is that client's, as with a shared one.
+	// Its ConnConfig (the database to read from) is then required, and its Instance, BeforeConnectFunc and
+	// DatabaseTimeout are the processor's; its MaxConns zero means 2, a session and one connection to work
+	// on (for a Partitioned runner, one more per slot). With a Client leave it zero: it may name the
+	// client's database and instance, and is refused when it says anything else.
+	ClientConfig ClientConfig
 	// Source is the table and the columns that order it.
 	Source inordertype.Source
 
@@ -165,17 +161,6 @@ type Config[T any] struct {
 	// cut off with an error that says which bound it met. A call of the keyed window (MaxInFlight) and an
 	// AsyncHandler's send and wait have the fixed bound.
 	HandlerTimeout time.Duration
-	// DatabaseTimeout bounds every exchange with the database: a statement, a round trip of several, a
-	// commit, and a connection's start-up (TCP, TLS, authentication). A connection a NAT or a load
-	// balancer forgot never errors by itself (a request waits unanswered, and TCP keepalives do not fire
-	// while it does); once an exchange has received nothing for this long, the connection counts as dead,
-	// the processor says so in one line and reconnects. It bounds a silence, not a length: a read of big
-	// rows whose bytes keep arriving on a slow link goes on however long it takes (a start-up, though, must
-	// end within it).
-	// Where the system allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections
-	// are probed by keepalives. The statements of a TxHandler run under HandlerTimeout instead. Zero means
-	// DefaultDatabaseTimeout (5s).
-	DatabaseTimeout time.Duration
 	// ShutdownTimeout bounds how long the record in flight may take to finish after Run's context is
 	// done. Zero means DefaultShutdownTimeout (15s).
 	ShutdownTimeout time.Duration
@@ -190,9 +175,6 @@ type Config[T any] struct {
 	// process name. The zero value logs at info level as JSON lines to standard error; zerolog.Nop()
 	// silences it.
 	Logger zerolog.Logger
-	// Instance names this instance in the cursor connection's application_name. Empty means host:pid.
-	Instance string
-
 	// Observer, when set, is told what the processor does (for metrics). Its methods must not block.
 	Observer Observer
 
@@ -209,14 +191,6 @@ type Config[T any] struct {
 	Listen bool
 }
 
-// beforeConnect is the function every connection of the processor is given first: its Client's, or its own.
-func (c *Config[T]) beforeConnect() dial.BeforeConnectFunc {
-	if c.Client != nil {
-		return c.Client.cfg.BeforeConnectFunc
-	}
-	return c.BeforeConnectFunc
-}
-
 // checkSigns refuses the negative settings the CLI refuses: zero means the default, a negative value is a
 // mistake rather than a request for the default.
 func (c *Config[T]) checkSigns() error {
@@ -230,7 +204,8 @@ func (c *Config[T]) checkSigns() error {
 		{"IdleInTransactionTimeout", int64(c.IdleInTransactionTimeout)}, {"Lease", int64(c.Lease)},
 		{"HandlerTimeout", int64(c.HandlerTimeout)}, {"ShutdownTimeout", int64(c.ShutdownTimeout)},
 		{"HoldWarnAfter", int64(c.HoldWarnAfter)}, {"ReconnectMax", int64(c.ReconnectMax)},
-		{"DatabaseTimeout", int64(c.DatabaseTimeout)},
+		{"ClientConfig.DatabaseTimeout", int64(c.ClientConfig.DatabaseTimeout)},
+		{"ClientConfig.MaxConns", int64(c.ClientConfig.MaxConns)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("Config.%s is negative; zero means its default", f.name)
@@ -240,6 +215,18 @@ func (c *Config[T]) checkSigns() error {
 		return fmt.Errorf("Config.RetryMax (%s) is below Config.RetryMin (%s)", c.RetryMax, c.RetryMin)
 	}
 	return nil
+}
+
+// databaseTimeout is the bound on the processor's exchanges with the database: its Client's
+// DatabaseTimeout.
+func (c *Config[T]) databaseTimeout() time.Duration {
+	if c.Client != nil {
+		return c.Client.cfg.DatabaseTimeout
+	}
+	if c.ClientConfig.DatabaseTimeout > 0 {
+		return c.ClientConfig.DatabaseTimeout
+	}
+	return DefaultDatabaseTimeout
 }
 
 // The defaults of Config, which the zero value of each field takes, and which the CLI's flags default to.
@@ -265,9 +252,6 @@ const (
 func (c *Config[T]) withDefaults() {
 	if c.BatchBytes <= 0 {
 		c.BatchBytes = DefaultBatchBytes
-	}
-	if c.DatabaseTimeout <= 0 {
-		c.DatabaseTimeout = DefaultDatabaseTimeout
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = DefaultPollInterval

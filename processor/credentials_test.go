@@ -159,7 +159,7 @@ func TestATokenThatExpiresEveryFewSecondsIsFreshAtEachConnection(t *testing.T) {
 	require.NoError(t, err)
 	obs := &refusalObserver{}
 	cfg := b.cfg
-	cfg.ConnConfig, cfg.Client, cfg.Observer = nil, client, obs
+	cfg.ClientConfig.ConnConfig, cfg.Client, cfg.Observer = nil, client, obs
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	client.Add(p)
@@ -214,7 +214,7 @@ func testCredentialsRefusedMidRun(t *testing.T, withClient bool) {
 	creds, cc := newCredentials(t, b.db, "first")
 	obs := &refusalObserver{}
 	cfg := b.cfg
-	cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
+	cfg.ClientConfig.ConnConfig, cfg.ClientConfig.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
 	var logs testrun.Buffer
 	cfg.Logger = cfg.Logger.Output(&logs)
 	run := func(cfg processor.Config[event]) func(context.Context) error {
@@ -227,7 +227,7 @@ func testCredentialsRefusedMidRun(t *testing.T, withClient bool) {
 			BeforeConnectFunc: creds.before})
 		require.NoError(t, err)
 		t.Cleanup(client.Close)
-		cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Client = nil, nil, client
+		cfg.ClientConfig.ConnConfig, cfg.ClientConfig.BeforeConnectFunc, cfg.Client = nil, nil, client
 		p, err := processor.New(cfg)
 		require.NoError(t, err)
 		client.Add(p)
@@ -297,8 +297,8 @@ func TestCredentialsTheHookCannotGiveAreWaitedOut(t *testing.T) {
 	down := false
 	obs := &refusalObserver{}
 	cfg := b.cfg
-	cfg.ConnConfig, cfg.Observer = cc, obs
-	cfg.BeforeConnectFunc = func(ctx context.Context, cc *pgx.ConnConfig) error {
+	cfg.ClientConfig.ConnConfig, cfg.Observer = cc, obs
+	cfg.ClientConfig.BeforeConnectFunc = func(ctx context.Context, cc *pgx.ConnConfig) error {
 		mu.Lock()
 		defer mu.Unlock()
 		if down {
@@ -340,7 +340,7 @@ func TestAPartitionedProcessWaitsOutRefusedCredentials(t *testing.T) {
 	obs := &refusalObserver{}
 	cfg := b.cfg
 	cfg.Process = "split"
-	cfg.ConnConfig, cfg.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
+	cfg.ClientConfig.ConnConfig, cfg.ClientConfig.BeforeConnectFunc, cfg.Observer = cc, creds.before, obs
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 4, Slots: 1})
 	require.NoError(t, err)
 	stop := testrun.Start(t, p.Run)

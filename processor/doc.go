@@ -6,8 +6,10 @@
 // A Client is the one way to run processes in a program: it owns the instance's connections (MaxConns,
 // four by default, however many processes) and its idle probe, and runs every Processor or Partitioned
 // runner Added to it; put it in a lifecycle.Group with the signals to stop cleanly on SIGTERM (see
-// Example_library). A Processor whose Config.Client is nil runs on connections of its own, as if on a
-// Client of its own: processors share nothing they were not given.
+// Example_library). A Processor whose Config.Client is nil makes a Client of its own from
+// Config.ClientConfig when it runs (a session and one connection to work on, and the listener's when it
+// listens), and closes it when it stops: every connection is a Client's, and processors share nothing
+// they were not given.
 //
 // # The loop
 //
@@ -20,7 +22,7 @@
 //
 // # Ownership
 //
-// Any number of instances may run one process (Config.Instance names each); one works it at a time. The
+// Any number of instances may run one process (ClientConfig.Instance names each); one works it at a time. The
 // owner holds a lease in the cursor row, renewed in its batch transactions, and every position it writes is
 // checked against the lease's token (drawn at random at every change of owner) in the transaction that
 // holds the row lock, so an instance whose lease another has taken can never write one. That holds through
@@ -91,8 +93,9 @@
 //
 // # Credentials
 //
-// Every connection the processor opens (with a Client, every connection of the client) is given first to
-// BeforeConnectFunc, when set, with a copy of its configuration: a password read again where a rotation
+// Every connection of the processor's Client (its session, its pool, and what the pool makes for the
+// listener, a partitioned process's coordinator and the pooler's check) is given first to
+// ClientConfig.BeforeConnectFunc, when set, with a copy of its configuration: a password read again where a rotation
 // puts it, or a token minted for that connection (an IAM token that lives 15 minutes), or a TLS
 // configuration. Once the process has connected, credentials the database refuses (SQLSTATE 28P01 or
 // 28000), or that BeforeConnectFunc cannot give, are an outage, not an exit: the processor says so once,

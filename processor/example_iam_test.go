@@ -26,9 +26,9 @@ var iamToken = func(ctx context.Context, endpoint, region, user string) (string,
 
 // ExampleClientConfig_beforeConnectFunc connects with an IAM token made for each connection: a
 // BeforeConnectFunc sets the password of the connection about to be made. Every connection of the client
-// goes through it (the session, the pool, the probe, the listener); give the same function to
-// ops.NewPoolWithConfig for a metrics pool of its own. Should the token service fail for a while, the processors wait it
-// out as an outage, once they have connected.
+// goes through it (the session, the pool, and what the pool makes for the listener; the probe and the
+// metrics borrow from the pool, see Client.Pool). Should the token service fail for a while, the
+// processors wait it out as an outage, once they have connected.
 func ExampleClientConfig_beforeConnectFunc() {
 	// No password in the URL; TLS verified against the provider's CA bundle.
 	cc, err := pgx.ParseConfig("postgres://app@mydb.abc123.eu-west-1.rds.amazonaws.com:5432/shop" +

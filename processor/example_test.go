@@ -45,10 +45,10 @@ func Example() {
 	delivered := 0
 	cc, _ := pgx.ParseConfig(url)
 	p, err := processor.New(processor.Config[Booking]{
-		StartFrom:  inordertype.StartFromBeginning,
-		Process:    "booking_sms",
-		ConnConfig: cc,
-		Source:     inordertype.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
+		StartFrom:    inordertype.StartFromBeginning,
+		Process:      "booking_sms",
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
+		Source:       inordertype.Source{Table: "bookings", Columns: []string{"id", "customer", "seats"}},
 		Handler: handlers.HandlerFunc[Booking](func(ctx context.Context, rec *handlers.Record[Booking]) error {
 			fmt.Printf("booking %d: %d seats for %s\n", rec.Value.ID, rec.Value.Seats, rec.Value.Customer)
 			if delivered++; delivered == 3 {

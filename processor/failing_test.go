@@ -147,7 +147,7 @@ func TestTheNextAttemptIsWaitedForOnTheDatabasesClock(t *testing.T) {
 	b.db.Exec(t, `CREATE SCHEMA skew;
 		CREATE FUNCTION skew.clock_timestamp() RETURNS timestamptz LANGUAGE sql AS
 		$$ SELECT pg_catalog.clock_timestamp() + interval '1 hour' $$`)
-	b.cfg.ConnConfig.RuntimeParams["search_path"] = "skew, pg_catalog, public"
+	b.cfg.ClientConfig.ConnConfig.RuntimeParams["search_path"] = "skew, pg_catalog, public"
 	b.cfg.RetryMin, b.cfg.RetryMax = 200*time.Millisecond, 200*time.Millisecond
 	ids := b.insert(t, 2)
 	b.h.setFail(ids[0], errors.New("503 Service Unavailable"))

@@ -49,7 +49,7 @@ func filterSetup(t *testing.T) filterBundle {
 
 func (b filterBundle) config(sink *sliceSink[typed], where string) processor.Config[typed] {
 	return processor.Config[typed]{
-		Process: "payments", ConnConfig: b.cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "payments", ClientConfig: processor.ClientConfig{ConnConfig: b.cc}, StartFrom: inordertype.StartFromBeginning,
 		Source:  inordertype.Source{Table: "outbox", Where: where},
 		Handler: sink, PollInterval: 20 * time.Millisecond,
 	}
@@ -281,7 +281,7 @@ func TestAFilterUnderTheAdversarialWriters(t *testing.T) {
 	require.NoError(t, err)
 	sink := &sliceSink[stamped]{}
 	stop := start(t, processor.Config[stamped]{
-		Process: "relay", ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+		Process: "relay", ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 		Source:  inordertype.Source{Table: "outbox", Where: "aggregate_id <> 'passed-over'"},
 		Handler: sink, PollInterval: 20 * time.Millisecond,
 	})

@@ -51,11 +51,11 @@ func TestAFleetSharesTheWorkAfterARollingRestart(t *testing.T) {
 		collectors[i] = newCollector()
 	}
 	start := func(instance string) (stop func() error) {
-		client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: instance})
+		client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, Instance: instance})
 		require.NoError(t, err)
 		for i := range processes {
 			cfg := b.cfg
-			cfg.ConnConfig, cfg.Client = nil, client
+			cfg.ClientConfig.ConnConfig, cfg.Client = nil, client
 			cfg.Process = fmt.Sprintf("fleet_%d", i)
 			cfg.Handler = collectors[i]
 			cfg.Lease = lease

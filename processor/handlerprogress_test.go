@@ -152,8 +152,8 @@ func TestALeaseBoundsAHandlerReportingProgress(t *testing.T) {
 	r := &reporter{t: t, b: b, reportFor: func(int) (time.Duration, bool) { return -1, false }}
 	b.cfg.HandlerTimeout, b.cfg.Lease = progressTimeout, time.Second
 	first, second := b.cfg, b.cfg
-	first.Instance, first.Handler = "first", r.handler("first")
-	second.Instance, second.Handler = "second", r.handler("second")
+	first.ClientConfig.Instance, first.Handler = "first", r.handler("first")
+	second.ClientConfig.Instance, second.Handler = "second", r.handler("second")
 	ids := b.insert(t, 1)
 	start(t, first)
 	waitFor(t, "the first instance to own the process", func() bool { return owner(t, b) == "first" })

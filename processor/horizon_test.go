@@ -326,7 +326,7 @@ func TestAnOpenWriterStallsTheStreamVisiblyAndItsRowsArriveInOrder(t *testing.T)
 				table = tc.table
 				b.cfg.Source.Table = table
 			}
-			b.cfg.ConnConfig.User = restrictedRole(t, b, table)
+			b.cfg.ClientConfig.ConnConfig.User = restrictedRole(t, b, table)
 			ctx := context.Background()
 			insert := func(n int) []int64 {
 				rows, err := b.db.Pool.Query(ctx, fmt.Sprintf(`INSERT INTO %s (aggregate_id, seq)

@@ -8,93 +8,28 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/migrations"
 )
 
-// listen keeps a connection LISTENing for the insert trigger's notifications (see
-// migrations.CreateNotifyTrigger) and wakes the loop when its table is named. It never decides what is
-// read: a notification only makes the processor look sooner, and while the listener is down the loop
+// listen keeps its Client's listener (see Client.listen) LISTENing for the insert trigger's notifications
+// (see migrations.CreateNotifyTrigger), and wakes the loop when its table is named. It never decides what
+// is read: a notification only makes the processor look sooner, and while the listener is down the loop
 // polls as it always does.
 func (p *Processor[T]) listen(ctx context.Context) {
-	warned := false
-	if p.cfg.Client != nil {
-		var checked atomic.Bool
-		// One listener for the client's processors: a connection per instance, not per process.
-		p.cfg.Client.listen(ctx, &subscription{table: p.listened.Qualified, wake: p.wakeUp,
-			connected: func() {
-				if !checked.Load() && p.checkNotifyTrigger(ctx) == nil {
-					checked.Store(true)
-				}
-				p.log.Info().Msg("listening for insert notifications")
-				p.wakeUp() // rows may have arrived while nobody listened
-			},
-			lost: func(err error) {
-				p.log.Warn().Err(err).Str("poll_interval", p.cfg.PollInterval.String()).
-					Msg("wake-up listener lost; polling until it is back")
-			}})
-		return
-	}
-	for attempt := 1; ctx.Err() == nil; attempt++ {
-		err := p.listenOnce(ctx, &warned, func() { attempt = 0 })
-		if ctx.Err() != nil {
-			return
-		}
-		p.log.Warn().Err(err).Str("poll_interval", p.cfg.PollInterval.String()).
-			Msg("wake-up listener lost; polling until it is back")
-		if !sleep(ctx, backoff(max(attempt, 1), 100*time.Millisecond, p.cfg.ReconnectMax)) {
-			return
-		}
-	}
-}
-
-// dialListener connects a session named name from base (given to before first) and LISTENs on the insert
-// trigger's channel.
-func dialListener(ctx context.Context, base *pgx.ConnConfig, before dial.BeforeConnectFunc, name string, timeout time.Duration) (*pgx.Conn, error) {
-	cc := base.Copy()
-	cc.RuntimeParams = map[string]string{}
-	for k, v := range base.RuntimeParams {
-		cc.RuntimeParams[k] = v
-	}
-	cc.RuntimeParams["application_name"] = name
-	dial.Configure(cc, timeout)
-	conn, err := dial.Connect(ctx, cc, before)
-	if err != nil {
-		return nil, fmt.Errorf("connect listener: %w", err)
-	}
-	if _, err := conn.Exec(ctx, "LISTEN "+pgx.Identifier{migrations.NotifyChannel}.Sanitize()); err != nil {
-		conn.Close(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("listen: %w", err)
-	}
-	return conn, nil
-}
-
-func (p *Processor[T]) listenOnce(ctx context.Context, warned *bool, connected func()) error {
-	// Not "inorder:…": status counts those as instances of the process.
-	conn, err := dialListener(ctx, p.cfg.ConnConfig, p.cfg.beforeConnect(), "inorder-listen:"+p.cfg.Process, p.cfg.DatabaseTimeout)
-	if err != nil {
-		return err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if !*warned {
-		if err := p.warnNoTrigger(ctx, conn); err != nil {
-			return err
-		}
-		*warned = true
-	}
-	connected()
-	p.log.Info().Msg("listening for insert notifications")
-	p.wakeUp() // rows may have arrived while nobody listened
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return err
-		}
-		if n.Payload == p.listened.Qualified {
-			p.log.Debug().Msg("woken by a notification")
-			p.wakeUp()
-		}
-	}
+	var checked atomic.Bool
+	// One listener for the client's processors: a connection per instance, not per process.
+	p.cfg.Client.listen(ctx, &subscription{table: p.listened.Qualified, wake: p.wakeUp,
+		connected: func() {
+			if !checked.Load() && p.checkNotifyTrigger(ctx) == nil {
+				checked.Store(true)
+			}
+			p.log.Info().Msg("listening for insert notifications")
+			p.wakeUp() // rows may have arrived while nobody listened
+		},
+		lost: func(err error) {
+			p.log.Warn().Err(err).Str("poll_interval", p.cfg.PollInterval.String()).
+				Msg("wake-up listener lost; polling until it is back")
+		}})
 }
 
 // warnNoTrigger warns when the table has no insert-notification trigger, which listening needs.

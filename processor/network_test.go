@@ -20,7 +20,7 @@ import (
 // it.
 func (b *bundle) through(t *testing.T) (*tcpproxy.Proxy, *pgx.ConnConfig) {
 	t.Helper()
-	proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ConnConfig.Host + ":" + strconv.Itoa(int(b.cfg.ConnConfig.Port))})
+	proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ClientConfig.ConnConfig.Host + ":" + strconv.Itoa(int(b.cfg.ClientConfig.ConnConfig.Port))})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = proxy.Close() })
 	cc, err := pgx.ParseConfig(proxy.URL(b.db.URL))
@@ -38,7 +38,7 @@ func TestADeadConnectionIsReplacedInSeconds(t *testing.T) {
 	proxy, cc := b.through(t)
 	logs := &logBuffer{}
 	cfg := b.cfg
-	cfg.ConnConfig, cfg.DatabaseTimeout = cc, time.Second
+	cfg.ClientConfig.ConnConfig, cfg.ClientConfig.DatabaseTimeout = cc, time.Second
 	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
 	start(t, cfg)
 	b.insert(t, 5)
@@ -116,14 +116,14 @@ func TestTheLeaseDecidesForABusyOwnerCutOff(t *testing.T) {
 	owner, standby := &timedCollector{took: 10 * time.Millisecond}, &timedCollector{took: 10 * time.Millisecond}
 	cfgFor := func(name string, cc *pgx.ConnConfig, h *timedCollector) processor.Config[event] {
 		cfg := b.cfg
-		cfg.ConnConfig, cfg.Instance, cfg.Handler = cc, name, h
+		cfg.ClientConfig.ConnConfig, cfg.ClientConfig.Instance, cfg.Handler = cc, name, h
 		cfg.Checkpoint, cfg.BatchSize, cfg.Lease = processor.CheckpointBatch, 300, lease
-		cfg.DatabaseTimeout, cfg.ProbeInterval = time.Second, -1
+		cfg.ClientConfig.DatabaseTimeout, cfg.ProbeInterval = time.Second, -1
 		return cfg
 	}
 	start(t, cfgFor("owner", cc, owner))
 	waitFor(t, "the owner to deliver", func() bool { calls, _ := owner.snapshot(); return len(calls) >= 20 })
-	start(t, cfgFor("standby", b.cfg.ConnConfig, standby))
+	start(t, cfgFor("standby", b.cfg.ClientConfig.ConnConfig, standby))
 	// Cut off for good, new connections too: only the standby can take over.
 	proxy.SwallowNew(true)
 	proxy.Swallow()
@@ -209,7 +209,7 @@ func TestAStartUpThatNeverAnswersIsGivenUp(t *testing.T) {
 	proxy, cc := b.through(t)
 	logs := &logBuffer{}
 	cfg := b.cfg
-	cfg.ConnConfig, cfg.DatabaseTimeout, cfg.ProbeInterval = cc, time.Second, -1
+	cfg.ClientConfig.ConnConfig, cfg.ClientConfig.DatabaseTimeout, cfg.ProbeInterval = cc, time.Second, -1
 	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
 	start(t, cfg)
 	b.insert(t, 3)

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -88,7 +86,7 @@ func NewPartitioned[T any](cfg Config[T], opts PartitionOpts) (*Partitioned[T], 
 		return nil, err
 	}
 	cfg.withDefaults()
-	cursors := store.New(nil)
+	var cursors *store.Store // without a Client, its own Client's, made when it runs
 	if cfg.Client != nil {
 		cursors = cfg.Client.cursors
 	}
@@ -102,6 +100,17 @@ func (p *Partitioned[T]) Name() string { return p.cfg.Process }
 // Run works partitions until ctx is done, then stops every partition cleanly (see Processor.Run). It
 // returns an error naming the partition when one fails in a way retrying cannot fix.
 func (p *Partitioned[T]) Run(ctx context.Context) error {
+	if p.cfg.Client == nil {
+		// Without a Client, the partitions run on one of the process's own: a session, a connection
+		// for each slot, and the coordinator's.
+		c, err := ownClient(&p.cfg, p.opts.Slots+1)
+		if err != nil {
+			return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+		}
+		own := p.cfg.ClientConfig
+		p.cfg.Client, p.cfg.ClientConfig, p.cursors = c, ClientConfig{}, c.cursors
+		defer func() { p.cfg.Client, p.cfg.ClientConfig, p.cursors = nil, own, nil; c.Close() }()
+	}
 	coord, err := p.connect(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -361,30 +370,21 @@ func (p *Partitioned[T]) countInstances(ctx context.Context, coord *coordinator)
 	}
 }
 
-// coordinator is the instance's one connection for choosing partitions, shared by its slots. Its
-// application_name (store.CoordinatorApplicationName) tells other instances this one is running the
-// process, and the process's instances lock, which it holds shared, tells `inorder repartition` (see
-// store.InstancesLockKey).
+// coordinator is the instance's one connection for choosing partitions, shared by its slots: a session of
+// its Client's (see Client.shared.Session). Its application_name (store.CoordinatorApplicationName) tells
+// other instances this one is running the process, and the process's instances lock, which it holds
+// shared, tells `inorder repartition` (see store.InstancesLockKey).
 type coordinator struct {
 	mu      sync.Mutex
-	cc      *pgx.ConnConfig
-	before  dial.BeforeConnectFunc
+	shared  *store.Shared
+	name    string // its application_name
 	conn    *pgx.Conn
 	process string // whose instances lock it holds
 }
 
 func (p *Partitioned[T]) connect(ctx context.Context) (*coordinator, error) {
-	inst := p.cfg.Instance
-	if inst == "" {
-		host, _ := os.Hostname()
-		inst = host + ":" + strconv.Itoa(os.Getpid())
-	}
-	cc := p.cfg.ConnConfig.Copy()
-	if cc.RuntimeParams == nil {
-		cc.RuntimeParams = map[string]string{}
-	}
-	cc.RuntimeParams["application_name"] = store.CoordinatorApplicationName(p.cfg.Process, inst)
-	c := &coordinator{cc: cc, before: p.cfg.beforeConnect(), process: p.cfg.Process}
+	c := &coordinator{shared: p.cfg.Client.shared, process: p.cfg.Process,
+		name: store.CoordinatorApplicationName(p.cfg.Process, p.cfg.Client.Instance())}
 	if err := c.do(ctx, func(*pgx.Conn) error { return nil }); err != nil {
 		return nil, fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -396,13 +396,12 @@ func (c *coordinator) do(ctx context.Context, f func(*pgx.Conn) error) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.conn == nil || c.conn.IsClosed() {
-		conn, err := dial.Connect(ctx, c.cc, c.before)
+		conn, err := c.shared.Session(ctx, c.name)
+		if errors.Is(err, store.ErrTransactionPooled) {
+			return ErrTransactionPooler
+		}
 		if err != nil {
 			return fmt.Errorf("connect: %w", pooler.Explain(err))
-		}
-		if err := needsSession(ctx, conn, c.cc, c.before); err != nil {
-			_ = conn.Close(context.WithoutCancel(ctx))
-			return err
 		}
 		// Waits only while a repartition commits; the partition count is checked after it.
 		if err := store.HoldInstances(ctx, conn, c.process); err != nil {
@@ -454,22 +453,6 @@ func (p *Partitioned[T]) resolveStart(ctx context.Context, c *pgx.Conn) error {
 var ErrTransactionPooler = errors.New("a partitioned process coordinates its instances through sessions of their own, " +
 	"which a pooler in transaction mode does not keep: give it a direct or session-pooled database URL " +
 	"(its partitions' ownership would hold, but the instance count and repartition's check would not)")
-
-// needsSession refuses a connection that goes through a pooler in transaction mode.
-func needsSession(ctx context.Context, conn *pgx.Conn, cc *pgx.ConnConfig, before dial.BeforeConnectFunc) error {
-	pooled, _, err := pooler.Pooled(ctx, conn)
-	if err != nil || !pooled {
-		return err
-	}
-	moves, err := pooler.PoolsTransactions(ctx, cc, before)
-	if err != nil {
-		return err
-	}
-	if moves {
-		return ErrTransactionPooler
-	}
-	return nil
-}
 
 func (c *coordinator) close() {
 	c.mu.Lock()

@@ -66,7 +66,7 @@ func partitionsSpreadOverInstancesAndKeepOrderPerKey(t *testing.T, horizon inord
 	instance := func(name string) processor.Config[event] {
 		cfg := b.cfg
 		cfg.Process = "partitioned"
-		cfg.Instance = name
+		cfg.ClientConfig.Instance = name
 		cfg.Handler = d.handler(name)
 		return cfg
 	}

@@ -30,15 +30,9 @@ func (p *Processor[T]) detectPooler(ctx context.Context) error {
 		p.pooling = poolingNone
 		return nil
 	case !moves:
-		var err error
-		if p.cfg.Client != nil {
-			// Asked once for the whole instance.
-			_, moves, err = p.cfg.Client.shared.Pooled(ctx)
-		} else {
-			cc := p.cfg.ConnConfig.Copy()
-			cc.RuntimeParams = map[string]string{"application_name": "inorder-check:" + p.cfg.Process}
-			moves, err = pooler.PoolsTransactions(ctx, cc, p.cfg.beforeConnect())
-		}
+		// Asked once for the whole instance, on connections of its Client.
+		_, m, err := p.cfg.Client.shared.Pooled(ctx)
+		moves = m
 		if pooler.Fatal(err) {
 			return pooler.Explain(err)
 		}

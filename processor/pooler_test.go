@@ -66,7 +66,7 @@ func twoInstancesThroughPgBouncer(t *testing.T, mode pgbouncer.Mode, exec string
 
 	cfgFor := func(instance string, h *collector, logs *logBuffer) processor.Config[event] {
 		cfg := b.cfg
-		cfg.ConnConfig, cfg.Instance, cfg.Handler = cc, instance, h
+		cfg.ClientConfig.ConnConfig, cfg.ClientConfig.Instance, cfg.Handler = cc, instance, h
 		cfg.Lease = time.Second // renewed several times while the test runs
 		cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
 		return cfg
@@ -173,7 +173,7 @@ func TestTransactionTimeHorizonThroughATransactionPooler(t *testing.T) {
 	cc, err := pgx.ParseConfig(url)
 	require.NoError(t, err)
 	cfg := b.cfg
-	cfg.ConnConfig = cc
+	cfg.ClientConfig.ConnConfig = cc
 	start(t, cfg)
 	first := b.insert(t, 3)
 	waitFor(t, "the first rows", func() bool { return b.h.count() == 3 })
@@ -226,7 +226,7 @@ func TestAPoolerRefusalSaysWhatToDo(t *testing.T) {
 		cc, err := pgx.ParseConfig(url)
 		require.NoError(t, err)
 		cfg := b.cfg
-		cfg.ConnConfig = cc
+		cfg.ClientConfig.ConnConfig = cc
 		p, err := processor.New(cfg)
 		require.NoError(t, err)
 		runCtx, cancel := context.WithCancel(ctx)
@@ -279,7 +279,7 @@ func TestListenThroughATransactionPoolerGivesWayToTheProbe(t *testing.T) {
 	require.NoError(t, err)
 	logs := &logBuffer{}
 	cfg := b.cfg
-	cfg.ConnConfig, cfg.Listen = cc, true
+	cfg.ClientConfig.ConnConfig, cfg.Listen = cc, true
 	cfg.PollInterval = time.Minute // only the probe can find the rows in time
 	cfg.Logger = zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel)
 	start(t, cfg)
@@ -300,7 +300,7 @@ func TestPartitionedRefusesATransactionPooler(t *testing.T) {
 	cc, err := pgx.ParseConfig(bouncer.URL(b.db.Name, "default_query_exec_mode=exec"))
 	require.NoError(t, err)
 	cfg := b.cfg
-	cfg.ConnConfig = cc
+	cfg.ClientConfig.ConnConfig = cc
 	cfg.Source.KeyColumn = "aggregate_id"
 	p, err := processor.NewPartitioned(cfg, processor.PartitionOpts{Partitions: 2})
 	require.NoError(t, err)

@@ -71,7 +71,13 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 	}
 	r := p.prober.Wait(ctx, req, d, wake)
 	if r.Err != nil {
-		p.log.Debug().Err(r.Err).Msg("probe failed; waiting for the next batch")
+		if store.Unanswered(ctx, r.Err) {
+			// The probe borrows a connection of the Client's pool, the one the batches take turns on: a dead
+			// one is found by whichever asks first, and said so either way.
+			p.log.Warn().Err(r.Err).Msg("the database did not answer in time: the connection counts as dead; reconnecting")
+		} else {
+			p.log.Debug().Err(r.Err).Msg("probe failed; waiting for the next batch")
+		}
 		return false, false
 	}
 	if rows {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -76,9 +75,10 @@ func TestTheProbeNeverLetsARowThroughThatTheHorizonHolds(t *testing.T) {
 	require.Equal(t, want, b.h.ids())
 }
 
-// TestAProbeThatLosesItsConnectionFallsBackAndRecovers ends the processor's session and the shared probe's
-// while the processor idles on the probe: the processor falls back to its poll interval, the next batch
-// reconnects, a row committed afterwards is delivered, and the probe connects again.
+// TestAProbeThatLosesItsConnectionFallsBackAndRecovers ends every connection of the processor (its
+// session, and the connection on which its batches and its probe take turns) while the processor idles on
+// the probe: the processor falls back to its poll interval, the next batch reconnects, a row committed
+// afterwards is delivered, and the probe works again.
 func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -93,26 +93,30 @@ func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 			WHERE application_name LIKE $1 AND datname = current_database()`, name).Scan(&n))
 		return n
 	}
-	waitFor(t, "the probe's session", func() bool { return sessions(store.ProbeApplicationName) == 1 })
+	waitFor(t, "the processor's connections", func() bool { return sessions("inorder%") == 2 })
 	var cut int
 	require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
-		WHERE application_name LIKE 'inorder:%' AND datname = current_database()`).Scan(&cut))
-	require.Equal(t, 2, cut, "the processor's session and the probe's ended")
+		WHERE application_name LIKE 'inorder%' AND datname = current_database()`).Scan(&cut))
+	require.Equal(t, 2, cut, "the processor's session and the connection it and the probe work on ended")
 	second := b.insert(t, 1)
 	waitFor(t, "the row after the reconnection", func() bool { return b.h.count() == 2 })
 	require.Equal(t, append(first, second...), b.h.ids())
-	waitFor(t, "the probe connected again", func() bool { return sessions(store.ProbeApplicationName) == 1 })
+	third := b.insert(t, 1)
+	waitFor(t, "a row found by the probe again", func() bool { return b.h.count() == 3 })
+	require.Equal(t, append(append(first, second...), third...), b.h.ids())
+	waitFor(t, "connected again: the session, and one to work on", func() bool { return sessions("inorder%") == 2 })
 }
 
 // TestWhatProcessorsShareIsTheirClient: the one thing processors of one Go process share is the Client
-// they were given. Three processes without a Client each hold their own connections and idle probe; three
-// on one Client probe through its pool. No store is shared behind the callers' backs.
+// they were given. Three processes without a Client each run on one of their own (a session, and one
+// connection on which its batches and its probe take turns); three on one Client share its. No store, and
+// no connection, is shared behind the callers' backs.
 func TestWhatProcessorsShareIsTheirClient(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	rows := b.insert(t, 2)
 	ctx := context.Background()
-	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, Instance: "client"})
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, Instance: "client"})
 	require.NoError(t, err)
 	t.Cleanup(client.Close)
 	var recs []*collector
@@ -130,11 +134,11 @@ func TestWhatProcessorsShareIsTheirClient(t *testing.T) {
 	for _, h := range recs {
 		waitFor(t, "every process delivered the rows", func() bool { return h.count() == len(rows) })
 	}
-	var probes int
-	waitFor(t, "a probe session per processor without a Client; the Client's three probe through its pool", func() bool {
+	var sessions int
+	waitFor(t, "a session per Client: three of their own, one shared", func() bool {
 		require.NoError(t, b.db.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND application_name = $1`, store.ProbeApplicationName).Scan(&probes))
-		return probes == 3
+			WHERE datname = current_database() AND application_name LIKE 'inorder-session:@%'`).Scan(&sessions))
+		return sessions == 4
 	})
 	more := b.insert(t, 1)
 	for _, h := range recs {

@@ -32,8 +32,8 @@ const (
 // Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
 type Processor[T any] struct {
 	cfg Config[T]
-	// cursors owns the processor's cursor repository and idle probe: its Client's store, or, for a processor
-	// without a Client, a private one (see Client).
+	// cursors owns the processor's cursor repository and idle probe: its Client's store (the Client it was
+	// given, or, while it runs, its own: see Run).
 	cursors *store.Store
 	log     zerolog.Logger
 	generic bool
@@ -55,6 +55,7 @@ type Processor[T any] struct {
 	// stamps), and clockWarned when that was last said.
 	clockOff, clockWarned time.Time
 	cur                   *store.Repository
+	dbTimeout             time.Duration // the Client's DatabaseTimeout
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
@@ -118,15 +119,14 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	if cfg.Process == "" {
 		return nil, errors.New("processor: Config.Process is required")
 	}
-	cursors := store.New(nil) // a processor without a Client has its own connections
+	var cursors *store.Store // a processor without a Client makes one of its own when it runs
 	if cfg.Client != nil {
-		if err := cfg.Client.fit(&cfg.ConnConfig, &cfg.Instance); err != nil {
+		if err := cfg.Client.fit(&cfg.ClientConfig); err != nil {
 			return nil, fmt.Errorf("processor %q: %w", cfg.Process, err)
 		}
 		cursors = cfg.Client.cursors
-	}
-	if cfg.ConnConfig == nil {
-		return nil, fmt.Errorf("processor %q: Config.ConnConfig is required", cfg.Process)
+	} else if cfg.ClientConfig.ConnConfig == nil {
+		return nil, fmt.Errorf("processor %q: Config.ClientConfig.ConnConfig is required without a Config.Client", cfg.Process)
 	}
 	if (cfg.Handler == nil) == (cfg.TxHandler == nil) {
 		return nil, fmt.Errorf("processor %q: set exactly one of Config.Handler and Config.TxHandler", cfg.Process)
@@ -160,13 +160,14 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 			"starts a record only while its lease covers the call", cfg.Process, cfg.HandlerTimeout, cfg.Lease)
 	}
 	p := &Processor[T]{cursors: cursors,
-		cfg:     cfg,
-		log:     defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker: newTracker(cfg.InsertLatency),
-		late:    newLateWatch(),
-		wake:    make(chan struct{}, 1),
-		obs:     cfg.Observer,
-		budget:  byteBudget{bytes: int64(cfg.BatchBytes)},
+		cfg:       cfg,
+		dbTimeout: cfg.databaseTimeout(),
+		log:       defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
+		tracker:   newTracker(cfg.InsertLatency),
+		late:      newLateWatch(),
+		wake:      make(chan struct{}, 1),
+		obs:       cfg.Observer,
+		budget:    byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
 	p.clockMargin = clockMargin
 	if p.obs == nil {
@@ -244,6 +245,16 @@ type runHooks struct {
 // happened (a missing table or column, a missing index, no privilege). A lost database connection is not
 // such an error: Run reconnects with backoff and goes on.
 func (p *Processor[T]) Run(ctx context.Context) error {
+	if p.cfg.Client == nil {
+		// A lone processor runs on a Client of its own, which owns every connection it makes, as a
+		// shared one does: a session and one connection to work on (and the listener's, when it listens).
+		c, err := ownClient(&p.cfg, 2)
+		if err != nil {
+			return fmt.Errorf("process %q: %w", p.cfg.Process, err)
+		}
+		p.cfg.Client, p.cursors = c, c.cursors
+		defer func() { p.cfg.Client, p.cursors = nil, nil; c.Close() }()
+	}
 	// work outlives ctx by at most ShutdownTimeout: the record in flight and the final commit use it.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
@@ -259,13 +270,14 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	// The database's prober also takes the steps of the checkpoint tables' rotation (see store.Prober), so
 	// every processor holds it, whether it probes or not.
-	prober := p.cursors.Prober(p.cfg.ConnConfig, p.cfg.beforeConnect())
+	prober := p.cursors.Prober()
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
 		p.prober = prober
 		defer func() { p.prober = nil }()
 	}
 
+	p.cur.Detach() // the pooler's check takes connections of the pool
 	if err := p.detectPooler(work); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -398,8 +410,8 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	// The checks below take a few statements each; together they must not wait on a dead path forever.
-	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.cfg.DatabaseTimeout,
-		&store.UnansweredError{Timeout: 3 * p.cfg.DatabaseTimeout})
+	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.dbTimeout,
+		&store.UnansweredError{Timeout: 3 * p.dbTimeout})
 	defer cancelChecks()
 	src := p.cfg.Source
 	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
@@ -455,15 +467,12 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 // grants it needs) ends the start-up at once.
 func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	ccfg := store.Config{
-		Timeout:                  p.cfg.DatabaseTimeout,
-		ConnConfig:               p.cfg.ConnConfig,
-		BeforeConnect:            p.cfg.beforeConnect(),
+		Timeout:                  p.dbTimeout,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
 		Lease:                    p.cfg.Lease,
 		// No Start: the process is registered (see register) only once the source and the handler's
 		// columns have been checked, so that a configuration error leaves no cursor row behind.
-		Instance:          p.cfg.Instance,
-		Shared:            p.cfg.Client.sharedConns(),
+		Shared:            p.cfg.Client.shared,
 		Transactional:     p.cfg.TxHandler != nil,
 		SynchronousCommit: p.cfg.SynchronousCommit,
 	}
@@ -543,7 +552,7 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	if _, refused := dial.CredentialsRefused(cause); refused {
 		p.refused(cause)
 	} else if store.Unanswered(work, cause) {
-		p.log.Warn().Err(cause).Str("database_timeout", p.cfg.DatabaseTimeout.String()).
+		p.log.Warn().Err(cause).Str("database_timeout", p.dbTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
 	} else {
 		p.log.Warn().Err(store.NameSetting(cause)).Msg("database connection lost; reconnecting")
@@ -591,7 +600,7 @@ const refusedRetryMax = 3 * time.Second
 // refused says, once per refusal, that the database refused the credentials (or they could not be had),
 // naming the user and the server, and tells the observer: the processor waits it out, reconnecting with
 // backoff, as for a lost connection, since a rotation changes a password under a running process and the
-// new one works once the rotation is done (see Config.BeforeConnectFunc).
+// new one works once the rotation is done (see ClientConfig.BeforeConnectFunc).
 func (p *Processor[T]) refused(err error) {
 	line, _ := dial.CredentialsRefused(err)
 	if line == p.refusal {

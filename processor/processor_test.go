@@ -83,7 +83,7 @@ func TestStructColumnsAreTheDefaultSelection(t *testing.T) {
 	}
 	p, err := processor.New(processor.Config[extra]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "extra", ConnConfig: b.cfg.ConnConfig, Source: inordertype.Source{Table: "events"},
+		Process:   "extra", ClientConfig: processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig}, Source: inordertype.Source{Table: "events"},
 		Handler: handlers.HandlerFunc[extra](func(context.Context, *handlers.Record[extra]) error { return nil }),
 	})
 	require.NoError(t, err)

@@ -79,16 +79,15 @@ func slowLink(t *testing.T, b *bundle, logs *logBuffer, h *blobCollector) (*tcpp
 	proxy, cc := b.through(t)
 	proxy.Trickle(linkRate)
 	return proxy, processor.Config[blob]{
-		StartFrom:       inordertype.StartFromBeginning,
-		Process:         "big_rows",
-		ConnConfig:      cc,
-		Source:          inordertype.Source{Table: "blobs", Columns: []string{"id", "body"}},
-		Handler:         h,
-		BatchSize:       10,
-		PollInterval:    20 * time.Millisecond,
-		DatabaseTimeout: slowLinkTimeout,
-		ProbeInterval:   -1,
-		Logger:          zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel),
+		StartFrom:     inordertype.StartFromBeginning,
+		Process:       "big_rows",
+		ClientConfig:  processor.ClientConfig{ConnConfig: cc, DatabaseTimeout: slowLinkTimeout},
+		Source:        inordertype.Source{Table: "blobs", Columns: []string{"id", "body"}},
+		Handler:       h,
+		BatchSize:     10,
+		PollInterval:  20 * time.Millisecond,
+		ProbeInterval: -1,
+		Logger:        zerolog.New(zerolog.MultiLevelWriter(logs, zerolog.NewTestWriter(t))).Level(zerolog.DebugLevel),
 	}
 }
 
@@ -116,11 +115,11 @@ func TestABatchOfBigRowsOnASlowLinkIsNotCutOff(t *testing.T) {
 				return p.Run(ctx)
 			}
 			if client {
-				c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig,
+				c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ClientConfig.ConnConfig,
 					DatabaseTimeout: slowLinkTimeout, Instance: "slow"})
 				require.NoError(t, err)
 				t.Cleanup(c.Close)
-				cfg.ConnConfig, cfg.Client = nil, c
+				cfg.ClientConfig.ConnConfig, cfg.Client = nil, c
 				p, err := processor.New(cfg)
 				require.NoError(t, err)
 				c.Add(p)

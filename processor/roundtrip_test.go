@@ -8,14 +8,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/tcpproxy"
-	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/processor"
 )
 
 // exchangeCounter notes, at each batch that read records, how many round trips the proxy had counted.
 type exchangeCounter struct {
 	nopObserver
-	proxy *tcpproxy.Proxy
+	proxy    *tcpproxy.Proxy
+	instance string
 
 	mu      sync.Mutex
 	records []int   // records read by each batch
@@ -29,8 +29,9 @@ func (o *exchangeCounter) Batch(_ string, n int) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.records = append(o.records, n)
-	// The prober's connection (the checkpoint tables' rotation runs on it) is not the batches'.
-	o.at = append(o.at, o.proxy.Exchanges()-o.proxy.ExchangesOf(store.ProbeApplicationName))
+	// The session's (it holds the ownership lock, and is asked now and then whether it is still there)
+	// are not the batches'.
+	o.at = append(o.at, o.proxy.Exchanges()-o.proxy.ExchangesOf("inorder-session:@"+o.instance))
 }
 
 func (o *exchangeCounter) batches() ([]int, []int64) {
@@ -60,14 +61,14 @@ func TestABatchCostsTwoRoundTrips(t *testing.T) {
 				rows = 3000
 			}
 			b.insert(t, rows)
-			proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ConnConfig.Host + ":" + itoa(int(b.cfg.ConnConfig.Port))})
+			proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ClientConfig.ConnConfig.Host + ":" + itoa(int(b.cfg.ClientConfig.ConnConfig.Port))})
 			require.NoError(t, err)
 			t.Cleanup(func() { _ = proxy.Close() })
 			cc, err := pgx.ParseConfig(proxy.URL(b.db.URL))
 			require.NoError(t, err)
-			obs := &exchangeCounter{proxy: proxy}
+			obs := &exchangeCounter{proxy: proxy, instance: "roundtrips"}
 			cfg := b.cfg
-			cfg.ConnConfig, cfg.Observer, cfg.Checkpoint = cc, obs, tc.checkpoint
+			cfg.ClientConfig.ConnConfig, cfg.Observer, cfg.Checkpoint, cfg.ClientConfig.Instance = cc, obs, tc.checkpoint, obs.instance
 			cfg.BatchSize = 100
 			cfg.ProbeInterval = -1 // no probes between batches
 			start(t, cfg)

@@ -124,7 +124,7 @@ func setup(t *testing.T) *bundle {
 	return &bundle{db: db, h: h, cfg: processor.Config[event]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "test_process",
-		ConnConfig:   cc,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source:       inordertype.Source{Table: "events", Columns: []string{"id", "aggregate_id", "seq", "created_at"}},
 		Handler:      h,
 		BatchSize:    10,

@@ -93,7 +93,7 @@ func setupOutbox(t *testing.T) *outboxBundle {
 	return &outboxBundle{db: db, sink: sink, cfg: processor.Config[handlers.Row]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "outbox_process",
-		ConnConfig:   cc,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source:       inordertype.Source{Table: "outbox"},
 		Handler:      sink,
 		BatchSize:    20,
@@ -262,7 +262,7 @@ func TestPgRepackOfTheOutbox(t *testing.T) {
 	stopWriting := b.write(t)
 	defer stopWriting()
 	b.allDelivered(t, b.mark(t))
-	cc := b.cfg.ConnConfig
+	cc := b.cfg.ClientConfig.ConnConfig
 	cmd := exec.Command(repack, "--wait-timeout=2", "--host="+cc.Host, "--port="+strconv.Itoa(int(cc.Port)),
 		"--username="+cc.User, "--dbname="+cc.Database, "--table=outbox")
 	cmd.Env = append(os.Environ(), "PGPASSWORD="+cc.Password)

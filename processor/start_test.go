@@ -48,7 +48,7 @@ func TestStartFromHasNoDefaultForATableWithRows(t *testing.T) {
 	waitFor(t, "the rows from the time on", func() bool { return h.count() == 1 })
 	require.Equal(t, first[2:], h.ids())
 
-	_, err = processor.New(processor.Config[event]{Process: "x#1/2", ConnConfig: b.cfg.ConnConfig, Handler: h,
+	_, err = processor.New(processor.Config[event]{Process: "x#1/2", ClientConfig: processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig}, Handler: h,
 		Source: b.cfg.Source})
 	require.ErrorContains(t, err, "the name has the form of a partition's")
 }

@@ -30,7 +30,7 @@ func TestOnlyTheInstanceThatRegistersAProcessSaysSo(t *testing.T) {
 	for _, instance := range []string{"one", "two"} {
 		cfg := b.cfg
 		cfg.StartFrom = inordertype.StartFrom{} // the table is empty: a new process starts at the beginning
-		cfg.Instance = instance
+		cfg.ClientConfig.Instance = instance
 		cfg.Logger = zerolog.New(&logs).With().Str("instance", instance).Logger()
 		start(t, cfg)
 	}
@@ -63,7 +63,7 @@ func TestANewOwnerDoesNotWaitOutTheBackoffOfTheOwnerBefore(t *testing.T) {
 	failing := newCollector()
 	failing.setFail(ids[0], errTest)
 	first := b.cfg
-	first.Instance, first.Handler = "wrong", failing
+	first.ClientConfig.Instance, first.Handler = "wrong", failing
 	first.RetryMin, first.RetryMax = time.Minute, time.Minute // the recorded next attempt is a minute away
 	stopFirst := start(t, first)
 	waitFor(t, "the failing record's next attempt to be recorded", func() bool {
@@ -76,7 +76,7 @@ func TestANewOwnerDoesNotWaitOutTheBackoffOfTheOwnerBefore(t *testing.T) {
 
 	began := time.Now()
 	second := b.cfg
-	second.Instance = "fixed"
+	second.ClientConfig.Instance = "fixed"
 	second.RetryMin, second.RetryMax = time.Minute, time.Minute
 	start(t, second)
 	waitFor(t, "the new owner to deliver the record that failed", func() bool { return b.h.count() >= len(ids) })

@@ -303,8 +303,8 @@ func TestAnOpenTransactionElsewhereHoldsATransactionTimeStream(t *testing.T) {
 	// The processors connect as a role that may only read the sources and inorder's own tables.
 	role := restrictedRole(t, b, "events")
 	b.db.Exec(t, fmt.Sprintf("GRANT SELECT ON nevents TO %s", pgx.Identifier{role}.Sanitize()))
-	ncfg.ConnConfig = b.cfg.ConnConfig.Copy()
-	ncfg.ConnConfig.User = role
+	ncfg.ClientConfig.ConnConfig = b.cfg.ClientConfig.ConnConfig.Copy()
+	ncfg.ClientConfig.ConnConfig.User = role
 	start(t, ncfg)
 	start(t, ccfg)
 

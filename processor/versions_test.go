@@ -91,10 +91,10 @@ func TestATransactionTimeoutOnTheDatabaseDoesNotStopABatch(t *testing.T) {
 			cfg.Checkpoint = processor.CheckpointBatch
 			cfg.BatchSize = 100
 			if shared {
-				client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ConnConfig, MaxConns: 3, Instance: "one"})
+				client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig, MaxConns: 3, Instance: "one"})
 				require.NoError(t, err)
 				t.Cleanup(client.Close)
-				cfg.ConnConfig, cfg.Client = nil, client
+				cfg.ClientConfig.ConnConfig, cfg.Client = nil, client
 				p, err := processor.New(cfg)
 				require.NoError(t, err)
 				client.Add(p)
@@ -149,7 +149,7 @@ func TestUUIDv7IDsOn18(t *testing.T) {
 	cfg := processor.Config[order]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "uuidv7_orders",
-		ConnConfig:   cc,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source:       inordertype.Source{Table: "orders"},
 		BatchSize:    7,
 		PollInterval: 20 * time.Millisecond,
@@ -197,8 +197,8 @@ func TestAnIdleSessionTimeoutIsNamedAndTheStreamGoesOn(t *testing.T) {
 		"ALTER ROLE %[1]s SET idle_session_timeout = '200ms'", pgx.Identifier{role}.Sanitize()))
 	var logs logBuffer
 	cfg := b.cfg
-	cfg.ConnConfig = b.cfg.ConnConfig.Copy()
-	cfg.ConnConfig.User = role
+	cfg.ClientConfig.ConnConfig = b.cfg.ClientConfig.ConnConfig.Copy()
+	cfg.ClientConfig.ConnConfig.User = role
 	cfg.PollInterval = time.Second // idle for longer than the timeout between looks
 	cfg.ProbeInterval = -1
 	cfg.Logger = zerolog.New(io.MultiWriter(&logs, zerolog.NewTestWriter(t)))

@@ -9,7 +9,7 @@ import (
 	"github.com/inorder-dev/inorder/console"
 	"github.com/inorder-dev/inorder/internal/xmin"
 	"github.com/inorder-dev/inorder/lifecycle"
-	"github.com/inorder-dev/inorder/ops"
+	"github.com/inorder-dev/inorder/processor"
 )
 
 // consoleCmd serves the web console until a signal.
@@ -44,12 +44,14 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	pool, err := ops.NewPoolWithConfig(ctx, ops.PoolConfig{ConnConfig: cc, BeforeConnectFunc: before})
+	// A Client that runs no processor owns the console's connections: a pool of two, made as every
+	// connection of inorder is (the credentials read at each, the deadlines).
+	client, err := processor.NewClient(processor.ClientConfig{ConnConfig: cc, BeforeConnectFunc: before, MaxConns: 3})
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	cfg.Pool = pool
+	defer client.Close()
+	cfg.Pool = client.Pool()
 	con, err := console.New(cfg)
 	if err != nil {
 		return err

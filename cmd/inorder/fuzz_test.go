@@ -118,11 +118,11 @@ func FuzzRunFlags(f *testing.F) {
 			err = cerr
 			if err == nil {
 				switch {
-				case cfg.Process == "" || cfg.Source.Table == "" || cfg.ConnConfig == nil:
+				case cfg.Process == "" || cfg.Source.Table == "" || cfg.ClientConfig.ConnConfig == nil:
 					t.Fatalf("config passed without a process, table or connection: %+v", cfg)
 				case cfg.BatchSize < 0 || cfg.PollInterval <= 0 || cfg.InsertLatency < 0 || cfg.RetryMin <= 0 ||
 					cfg.RetryMax < cfg.RetryMin || (cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.IdleInTransactionTimeout) ||
-					(cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.Lease) || cfg.DatabaseTimeout <= 0 ||
+					(cfg.HandlerTimeout != 0 && cfg.HandlerTimeout >= cfg.Lease) || cfg.ClientConfig.DatabaseTimeout <= 0 ||
 					rf.partitions < 0 || rf.maxPartitions < 0 || (rf.maxPartitions > 0 && rf.partitions == 0):
 					t.Fatalf("config passed with bounds out of range: %+v", cfg)
 				}

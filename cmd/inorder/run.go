@@ -231,6 +231,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	var runners []lifecycle.Runner
 	shared := &stdoutShare{}
 	clients := map[string]*processor.Client{} // one per database and instance: the instance's connections
+	timeouts := map[string]time.Duration{}    // each client's database timeout
 	var first *processor.Client
 	var databases []database // one per client, to say why one refused to write
 	defer func() {
@@ -238,17 +239,26 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 			c.Close()
 		}
 	}()
-	for _, pf := range procs {
+	cfgs := make([]processor.Config[handlers.Row], len(procs))
+	for i, pf := range procs {
 		cfg, err := pf.config(log)
 		if err != nil {
 			return pf.inEntry(err)
 		}
-		key := fmt.Sprintf("%s@%s:%d/%s\x00%s", cfg.ConnConfig.User, cfg.ConnConfig.Host, cfg.ConnConfig.Port,
-			cfg.ConnConfig.Database, cfg.Instance)
+		cfgs[i] = cfg
+		// The processes of one database and instance run on one Client (see below), whose database timeout
+		// is the longest --db-timeout among them, so that none is cut off sooner than it asked.
+		key := clientKey(cfg.ClientConfig)
+		timeouts[key] = max(timeouts[key], cfg.ClientConfig.DatabaseTimeout)
+	}
+	for i, pf := range procs {
+		cfg := cfgs[i]
+		cc := cfg.ClientConfig
+		key := clientKey(cc)
 		if clients[key] == nil {
-			databases = append(databases, database{cfg.ConnConfig, cfg.BeforeConnectFunc})
-			c, err := processor.NewClient(processor.ClientConfig{ConnConfig: cfg.ConnConfig, MaxConns: top.maxConns,
-				Instance: cfg.Instance, DatabaseTimeout: cfg.DatabaseTimeout, BeforeConnectFunc: cfg.BeforeConnectFunc})
+			databases = append(databases, database{cc.ConnConfig, cc.BeforeConnectFunc})
+			cc.MaxConns, cc.DatabaseTimeout = top.maxConns, timeouts[key]
+			c, err := processor.NewClient(cc)
 			if err != nil {
 				return pf.inEntry(usageErr("%v", err))
 			}
@@ -257,7 +267,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 				first = c
 			}
 		}
-		cfg.Client = clients[key]
+		cfg.Client, cfg.ClientConfig = clients[key], processor.ClientConfig{}
 		cfg.TracerProvider = tp
 		pf.stdoutHandler = shared.handler(stdoutW)
 		h, closeHandler, err := pf.newHandler(ctx, cfg, stdoutW)
@@ -326,6 +336,12 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 	}
 	// A signal stops it with a *lifecycle.SignalError: realMain exits 0.
 	return explainReadOnly(ctx, g.Run(runCtx), databases...)
+}
+
+// clientKey names the Client of the processes of one database and instance: the instance's connections.
+func clientKey(cc processor.ClientConfig) string {
+	return fmt.Sprintf("%s@%s:%d/%s\x00%s", cc.ConnConfig.User, cc.ConnConfig.Host, cc.ConnConfig.Port,
+		cc.ConnConfig.Database, cc.Instance)
 }
 
 // stopOnSignals returns the signal actor of a command that runs a group: SIGINT or SIGTERM stops the
@@ -554,9 +570,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		}
 	}
 	cfg = processor.Config[handlers.Row]{
-		Process:           f.process,
-		ConnConfig:        cc,
-		BeforeConnectFunc: before,
+		Process: f.process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc, BeforeConnectFunc: before, Instance: f.instance,
+			DatabaseTimeout: f.dbTimeout},
 		Source: inordertype.Source{
 			Table: f.table, IDColumn: f.idColumn, CreatedAtColumn: f.createdAtColumn,
 			KeyColumn: f.keyColumn, Columns: cols, Horizon: horizon, Where: f.where,
@@ -577,11 +593,9 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 		IdleInTransactionTimeout: f.idleTimeout,
 		Lease:                    f.lease,
 		HandlerTimeout:           f.handlerTimeout,
-		DatabaseTimeout:          f.dbTimeout,
 		ShutdownTimeout:          f.shutdownTimeout,
 		HoldWarnAfter:            f.holdWarnAfter,
 		Logger:                   log,
-		Instance:                 f.instance,
 		Listen:                   f.listen,
 	}
 	return cfg, nil

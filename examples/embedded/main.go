@@ -89,12 +89,12 @@ func run(ctx context.Context, databaseURL, addr string, stdout io.Writer, log ze
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	confirmations, err := processor.New(processor.Config[order]{
-		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
-		Process:    process,
-		ConnConfig: cc,
-		Source:     inordertype.Source{Table: "orders", Columns: []string{"id", "customer", "total_cents"}},
-		Handler:    sendConfirmation(log),
-		Logger:     log,
+		StartFrom:    inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		Process:      process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
+		Source:       inordertype.Source{Table: "orders", Columns: []string{"id", "customer", "total_cents"}},
+		Handler:      sendConfirmation(log),
+		Logger:       log,
 	})
 	if err != nil {
 		return err

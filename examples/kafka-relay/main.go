@@ -232,9 +232,9 @@ func run(ctx context.Context, databaseURL string, client *kgo.Client, log zerolo
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
-		Process:    process,
-		ConnConfig: cc,
+		StartFrom:    inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		Process:      process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		// The payload column becomes the value, type the event_type header, and the key column the
 		// record key.
 		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},

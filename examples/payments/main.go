@@ -171,9 +171,9 @@ func run(ctx context.Context, databaseURL string, psp *paymentProcessor, log zer
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
-		Process:    process,
-		ConnConfig: cc,
+		StartFrom:    inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		Process:      process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source: inordertype.Source{
 			Table:     "billing_events",
 			KeyColumn: "customer_id", // sent as "key" in each request

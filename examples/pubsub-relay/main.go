@@ -204,9 +204,9 @@ func run(ctx context.Context, databaseURL string, client *gpubsub.Client, log ze
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[handlers.Row]{
-		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
-		Process:    process,
-		ConnConfig: cc,
+		StartFrom:    inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		Process:      process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		// The payload column becomes the message data, type the event_type attribute, and the key
 		// column the ordering key.
 		Source:  inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},

@@ -135,9 +135,9 @@ func run(ctx context.Context, databaseURL string, checkpoint processor.Checkpoin
 		return fmt.Errorf("DATABASE_URL: %w", err)
 	}
 	cfg := processor.Config[accountEvent]{
-		StartFrom:  inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
-		Process:    process,
-		ConnConfig: cc,
+		StartFrom:    inordertype.StartFromBeginning, // registered anew: from the first row; once registered, its position
+		Process:      process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source: inordertype.Source{
 			Table:   "account_events",
 			Columns: []string{"id", "account_id", "type", "amount"}, // the fields of accountEvent

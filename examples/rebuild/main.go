@@ -141,13 +141,13 @@ func run(ctx context.Context, databaseURL string, v int, log zerolog.Logger, opt
 		return fmt.Errorf("setup: %w", err)
 	}
 	cfg := processor.Config[accountEvent]{
-		StartFrom:  inordertype.StartFromBeginning, // a new version projects every event
-		Process:    process(v),
-		ConnConfig: pool.Config().ConnConfig,
-		Source:     inordertype.Source{Table: "account_events", Columns: []string{"account_id", "amount"}},
-		TxHandler:  projection{table: table(v)},
-		BatchSize:  1000,
-		Logger:     log,
+		StartFrom:    inordertype.StartFromBeginning, // a new version projects every event
+		Process:      process(v),
+		ClientConfig: processor.ClientConfig{ConnConfig: pool.Config().ConnConfig},
+		Source:       inordertype.Source{Table: "account_events", Columns: []string{"account_id", "amount"}},
+		TxHandler:    projection{table: table(v)},
+		BatchSize:    1000,
+		Logger:       log,
 	}
 	for _, option := range options {
 		option(&cfg)

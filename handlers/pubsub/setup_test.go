@@ -199,7 +199,7 @@ func runWith(t *testing.T, d db, process, table string, h handlers.Handler[handl
 	cfg := processor.Config[handlers.Row]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      process,
-		ConnConfig:   cc,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source:       inordertype.Source{Table: table},
 		Handler:      h,
 		PollInterval: 20 * time.Millisecond,

@@ -47,12 +47,12 @@ func Example() {
 		log.Fatal(err)
 	}
 	p, err := processor.New(processor.Config[handlers.Row]{
-		Process:     "bookings_outbox",
-		StartFrom:   inordertype.StartFromBeginning,
-		ConnConfig:  cc,
-		Source:      inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
-		Handler:     h,
-		MaxInFlight: 8,
+		Process:      "bookings_outbox",
+		StartFrom:    inordertype.StartFromBeginning,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
+		Source:       inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
+		Handler:      h,
+		MaxInFlight:  8,
 	})
 	if err != nil {
 		log.Fatal(err)

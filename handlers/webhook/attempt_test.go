@@ -111,7 +111,7 @@ func setupAttempts(t *testing.T, s *attemptSink, inFlight int) *attemptBench {
 	require.NoError(t, err)
 	return &attemptBench{db: db, cfg: processor.Config[handlers.Row]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "billing", ConnConfig: cc, Handler: h, MaxInFlight: inFlight,
+		Process:   "billing", ClientConfig: processor.ClientConfig{ConnConfig: cc}, Handler: h, MaxInFlight: inFlight,
 		Source:       inordertype.Source{Table: "events", KeyColumn: "customer"},
 		PollInterval: 10 * time.Millisecond, RetryMin: time.Minute, RetryMax: time.Minute,
 		HandlerTimeout: 10 * time.Second,
@@ -257,7 +257,7 @@ func TestAttemptCountsDeliveriesAcrossAnOperatorsRetry(t *testing.T) {
 		b.halted(t, ids[0])
 		require.NoError(t, stop())
 		f.fix()
-		b.cfg.Instance = "another"
+		b.cfg.ClientConfig.Instance = "another"
 		b.start(t)
 		b.retry(t)
 		b.caughtUp(t, ids[len(ids)-1])

@@ -52,7 +52,7 @@ func (o *outbox) run(t *testing.T, h handlers.Handler[handlers.Row], inFlight in
 	p, err := processor.New(processor.Config[handlers.Row]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "billing",
-		ConnConfig:   o.db.ConnConfig(t),
+		ClientConfig: processor.ClientConfig{ConnConfig: o.db.ConnConfig(t)},
 		Source:       inordertype.Source{Table: "usage_outbox", KeyColumn: "customer"},
 		Handler:      h,
 		MaxInFlight:  inFlight,

@@ -147,7 +147,7 @@ func TestABodyStillGoingOutIsDeliveredOnce(t *testing.T) {
 	p, err := processor.New(processor.Config[handlers.Row]{
 		StartFrom:      inordertype.StartFromBeginning,
 		Process:        "documents",
-		ConnConfig:     cc,
+		ClientConfig:   processor.ClientConfig{ConnConfig: cc},
 		Source:         inordertype.Source{Table: "documents"},
 		Handler:        newHandler(t, s.srv.URL, func(c *webhook.Config) { c.Timeout = slowTimeout }),
 		HandlerTimeout: slowTimeout * 3 / 2,

@@ -659,7 +659,7 @@ func (e *e2e) run(t *testing.T, h handlers.Handler[handlers.Row]) (stop func()) 
 	p, err := processor.New(processor.Config[handlers.Row]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      e.process,
-		ConnConfig:   cc,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
 		Source:       inordertype.Source{Table: "bookings"},
 		Handler:      h,
 		PollInterval: 20 * time.Millisecond,

@@ -136,7 +136,7 @@ func setupWindow(t *testing.T, inFlight int, maxLatency time.Duration) *windowBe
 	require.NoError(t, err)
 	return &windowBench{db: db, sink: sink, cfg: processor.Config[handlers.Row]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   "billing", ConnConfig: cc, Handler: h, MaxInFlight: inFlight,
+		Process:   "billing", ClientConfig: processor.ClientConfig{ConnConfig: cc}, Handler: h, MaxInFlight: inFlight,
 		Source:       inordertype.Source{Table: "events", KeyColumn: "customer"},
 		PollInterval: 10 * time.Millisecond, RetryMin: 10 * time.Millisecond, RetryMax: 50 * time.Millisecond,
 		Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),

@@ -28,8 +28,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-
-	"github.com/inorder-dev/inorder/internal/dial"
 )
 
 // ErrPreparedStatements wraps the error of a statement that failed because the pooler does not keep
@@ -89,15 +87,18 @@ func Pooled(ctx context.Context, conn *pgx.Conn) (pooled bool, backend uint32, e
 	return backend != conn.PgConn().PID(), backend, nil
 }
 
-// PoolsTransactions reports whether the pooler that cc goes through (see Pooled) pools by transaction (its
-// connections given to beforeConnect first, see dial.Connect),
-// where it can tell. It opens two clients of its own: the first asks which backend serves it, the second
-// holds a transaction, and the first asks again. In session mode the first keeps its backend, which the
-// second never gets (with every server connection taken, the second waits: a session pooler). In
-// transaction mode the second gets the first's idle backend (PgBouncer reuses the one used last) or the
-// first gets another one, or waits for one while the second holds the last. A false answer means session
-// pooling or a pooler that could not be told apart from it.
-func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig, beforeConnect dial.BeforeConnectFunc) (bool, error) {
+// PoolsTransactions reports whether the pooler that its connections go through (see Pooled) pools by
+// transaction, where it can tell. It is given a client connection of the pooler, and a way to open a second
+// one, and closes both: the first asks which backend serves it, the second holds a transaction, and the
+// first asks again. In session
+// mode the first keeps its backend, which the second never gets (with every server connection taken, the
+// second waits: a session pooler). In transaction mode the second gets the first's idle backend (PgBouncer
+// reuses the one used last) or the first gets another one, or waits for one while the second holds the
+// last. A false answer means session pooling or a pooler that could not be told apart from it.
+//
+// The connections come from their owner (a processor.Client), so that they are made as its others are: its
+// credentials, its deadlines.
+func PoolsTransactions(ctx context.Context, first *pgx.Conn, connect func(context.Context) (*pgx.Conn, error)) (bool, error) {
 	const wait = 2 * time.Second
 	pid := func(q interface {
 		QueryRow(context.Context, string, ...any) pgx.Row
@@ -111,16 +112,12 @@ func PoolsTransactions(ctx context.Context, cc *pgx.ConnConfig, beforeConnect di
 		}
 		return pid, err == nil, err
 	}
-	first, err := dial.Connect(ctx, cc, beforeConnect)
-	if err != nil {
-		return false, err
-	}
 	defer first.Close(context.WithoutCancel(ctx))
 	before, ok, err := pid(first)
 	if err != nil || !ok {
 		return false, err
 	}
-	second, err := dial.Connect(ctx, cc, beforeConnect)
+	second, err := connect(ctx)
 	if err != nil {
 		return false, err
 	}

@@ -16,42 +16,20 @@ import (
 )
 
 func (r *Repository) connect(ctx context.Context) error {
-	if r.shared != nil {
-		r.mu.Lock()
-		r.tx, r.handle, r.rode, r.dirty, r.known = nil, nil, false, false, false
-		r.mu.Unlock()
-		return r.attach(ctx)
-	}
-	cc := r.cfg.ConnConfig.Copy()
-	// Only application_name: a pooler refuses start-up parameters it does not know, and a session setting
-	// would not hold through one anyway. The timeouts are set in each transaction (see lockStatement).
-	cc.RuntimeParams = map[string]string{}
-	for k, v := range r.cfg.ConnConfig.RuntimeParams {
-		cc.RuntimeParams[k] = v
-	}
-	cc.RuntimeParams["application_name"] = r.ApplicationName()
-	// A dead path is noticed in seconds, at start-up as on every exchange (see package dial).
-	dial.Configure(cc, r.cfg.timeout())
-	conn, err := dial.Connect(ctx, cc, r.cfg.BeforeConnect)
-	if err != nil {
-		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
-	}
-	pctx, cancel := r.boundedOn(ctx, conn) // not yet r.conn
-	pooled, backend, err := pooler.Pooled(pctx, conn)
-	cancel()
-	if err != nil {
-		conn.Close(ctx)
-		return fmt.Errorf("connect cursor %q: %w", r.name, pooler.Explain(err))
-	}
 	r.mu.Lock()
-	r.conn, r.tx, r.handle, r.rode, r.dirty, r.advisory, r.known = conn, nil, nil, false, false, false, false
-	r.pooled, r.backend = pooled, backend
+	r.tx, r.handle, r.rode, r.dirty, r.known = nil, nil, false, false, false
 	r.mu.Unlock()
-	return nil
+	return r.attach(ctx)
 }
 
-// Conn returns the repository's connection: its dedicated one, or one borrowed from the shared pool until
-// Detach (or the end of the transaction that holds the row). While the cursor is locked, statements on it
+// closeOwn closes the shared connections that are the repository's own, if it has them.
+func (r *Repository) closeOwn() {
+	if r.own != nil {
+		r.own.Close()
+	}
+}
+
+// Conn returns the repository's connection: one borrowed from the shared pool until Detach (or the end of the transaction that holds the row). While the cursor is locked, statements on it
 // run inside the lock-holding transaction.
 func (r *Repository) Conn(ctx context.Context) (*pgx.Conn, error) {
 	if err := r.attach(ctx); err != nil {
@@ -63,7 +41,7 @@ func (r *Repository) Conn(ctx context.Context) (*pgx.Conn, error) {
 // attach borrows a connection of the shared pool when the repository works on shared connections and has
 // none; it waits for one at most a third of the lease.
 func (r *Repository) attach(ctx context.Context) error {
-	if r.shared == nil || r.pconn != nil {
+	if r.pconn != nil {
 		return nil
 	}
 	if r.released {
@@ -83,9 +61,9 @@ func (r *Repository) attach(ctx context.Context) error {
 }
 
 // Detach gives a connection borrowed from the shared pool back when no transaction is open on it, so
-// that an idle process, or a standby, holds none. A no-op on a dedicated connection.
+// that an idle process, or a standby, holds none.
 func (r *Repository) Detach() {
-	if r.shared == nil || r.pconn == nil || r.tx != nil {
+	if r.pconn == nil || r.tx != nil {
 		return
 	}
 	r.mu.Lock()
@@ -95,12 +73,23 @@ func (r *Repository) Detach() {
 	if !conn.IsClosed() {
 		r.shared.keepHandle(conn, h)
 	}
-	c.Release()
+	r.shared.giveBack(c)
+}
+
+// letGo gives the connection back at Release whatever it holds: a transaction still open on it (its end
+// could not be sent or answered) ends with the connection, which the pool then drops. A connection kept
+// would keep the pool, and the Client's Close, waiting for it.
+func (r *Repository) letGo() {
+	if r.pconn != nil && r.tx != nil {
+		r.closeConn()
+		r.tx = nil
+	}
+	r.Detach()
 }
 
 // Contended reports whether, on shared connections, another process of the instance waits for a
 // connection now: an owner then ends its transaction with its batch rather than keep the row for the next.
-func (r *Repository) Contended() bool { return r.shared != nil && r.shared.Contended() }
+func (r *Repository) Contended() bool { return r.shared.Contended() }
 
 // Pooled reports whether the connection goes through a pooler, and transactions whether the pooler was
 // seen to pool by transaction (the backend serving the connection changed between transactions).
@@ -162,16 +151,10 @@ func (r *Repository) closeConn() {
 
 // Broken reports whether the connection is gone, so that the caller should Reconnect rather than give up.
 func (r *Repository) Broken(err error) bool {
-	if r.shared != nil {
-		return (r.conn != nil && r.conn.IsClosed()) || IsConnectionError(err)
-	}
-	if r.conn == nil || r.conn.IsClosed() {
-		return true
-	}
-	return IsConnectionError(err)
+	return (r.conn != nil && r.conn.IsClosed()) || IsConnectionError(err)
 }
 
-// Reconnect drops the current connection (and with it any lock) and opens a new one. The lease stays: if
+// Reconnect drops the current connection (and with it any lock) and borrows another. The lease stays: if
 // nobody took the process meanwhile, this instance goes on owning it. It does not register the process
 // again: a row gone while the instance ran is reported by the next TryLock (ErrForgotten).
 func (r *Repository) Reconnect(ctx context.Context) error {
@@ -182,30 +165,22 @@ func (r *Repository) Reconnect(ctx context.Context) error {
 	if r.backend != 0 && !r.pooled {
 		r.former = r.backend
 	}
-	if r.shared != nil {
-		// The pool's other connections most likely went the same way (a server restart, a failover): the
-		// idle ones are closed, and those lent out are not lent again.
+	// The pool's other connections most likely went the same way (a server restart, a failover): the
+	// idle ones are closed, and those lent out are not lent again.
+	r.closeConn()
+	r.Detach()
+	r.shared.pool.Reset()
+	if err := r.connect(ctx); err != nil {
+		return err
+	}
+	pctx, cancel := r.bounded(ctx)
+	defer cancel()
+	if err := r.conn.Ping(pctx); err != nil {
 		r.closeConn()
 		r.Detach()
-		r.shared.pool.Reset()
-		if err := r.connect(ctx); err != nil {
-			return err
-		}
-		pctx, cancel := r.bounded(ctx)
-		defer cancel()
-		if err := r.conn.Ping(pctx); err != nil {
-			r.closeConn()
-			r.Detach()
-			return fmt.Errorf("reconnect cursor %q: %w", r.name, err)
-		}
-		return nil
+		return fmt.Errorf("reconnect cursor %q: %w", r.name, err)
 	}
-	if r.conn != nil {
-		closeCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-		_ = r.conn.Close(closeCtx)
-		cancel()
-	}
-	return r.connect(ctx)
+	return nil
 }
 
 // IsConnectionError reports whether err means the database could not be reached or the session was cut

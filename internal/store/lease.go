@@ -738,9 +738,7 @@ func (r *Repository) Release(ctx context.Context) error {
 	}
 	r.store.forget(r)
 	r.Unclaim()
-	if r.shared != nil {
-		r.Detach()
-	}
+	r.letGo()
 	r.mu.Lock()
 	r.released = true
 	conn := r.conn
@@ -750,5 +748,6 @@ func (r *Repository) Release(ctx context.Context) error {
 			err = fmt.Errorf("release cursor %q: %w", r.name, cerr)
 		}
 	}
+	r.closeOwn()
 	return err
 }

@@ -34,10 +34,7 @@ import (
 	"github.com/inorder-dev/inorder/internal/dial"
 )
 
-// ProbeApplicationName is the probe connection's application_name.
-const ProbeApplicationName = "inorder:probe"
-
-// probeTimeout bounds one probe statement and the probe connection's start-up; a probe that takes
+// probeTimeout bounds one probe statement and the wait for a connection of the pool; a probe that takes
 // longer fails (the connection is closed as dead), and its waiters fall back to their poll interval.
 const probeTimeout = dial.DefaultTimeout
 
@@ -76,11 +73,8 @@ type ProbeResult struct {
 type Prober struct {
 	key   string
 	store *Store
-	cfg   *pgx.ConnConfig
-	// before is given each probe connection's configuration first (see dial.Connect).
-	before dial.BeforeConnectFunc
-	pool   *pgxpool.Pool // when set, each probe borrows a connection of it instead of keeping one
-	refs   int           // under store.probeMu
+	pool  *pgxpool.Pool // each probe borrows a connection of it
+	refs  int           // under store.probeMu
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
@@ -96,37 +90,19 @@ type waiter struct {
 	result chan ProbeResult
 }
 
-// Prober returns the prober of the store's processors on cfg's database (on the store's shared pool when
-// it has one, and cfg and before are then ignored), starting it if this is its first user. Its
-// connections are given to before first when it is set (see dial.Connect). Every Prober must be matched
-// by a Close.
-func (s *Store) Prober(cfg *pgx.ConnConfig, before dial.BeforeConnectFunc) *Prober {
-	var key string
-	if s.shared != nil {
-		key = fmt.Sprintf("pool %p", s.shared.Pool())
-	} else {
-		key = fmt.Sprintf("%s|%d|%s|%s", cfg.Host, cfg.Port, cfg.Database, cfg.User)
-	}
+// Prober returns the prober of the store's processors, on the store's shared pool, starting it if this is
+// its first user. The store must have been made over shared connections (New(shared)). Every Prober must
+// be matched by a Close.
+func (s *Store) Prober() *Prober {
+	key := fmt.Sprintf("pool %p", s.shared.Pool())
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	if p, ok := s.probers[key]; ok {
 		p.refs++
 		return p
 	}
-	p := &Prober{key: key, store: s, refs: 1, waiters: map[*waiter]struct{}{},
+	p := &Prober{key: key, store: s, refs: 1, pool: s.shared.Pool(), waiters: map[*waiter]struct{}{},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
-	if s.shared != nil {
-		p.pool = s.shared.Pool()
-	} else {
-		c := cfg.Copy()
-		c.RuntimeParams = map[string]string{}
-		for k, v := range cfg.RuntimeParams {
-			c.RuntimeParams[k] = v
-		}
-		// Only application_name: a pooler refuses start-up parameters it does not know.
-		c.RuntimeParams["application_name"] = ProbeApplicationName
-		p.cfg, p.before = c, before
-	}
 	if s.probers == nil {
 		s.probers = map[string]*Prober{}
 	}
@@ -189,15 +165,6 @@ func (p *Prober) nudge() {
 // within half its own gap, so that waiters at the same gap fall into step and share statements.
 func (p *Prober) loop() {
 	defer close(p.done)
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			_ = conn.Close(ctx)
-			cancel()
-		}
-	}()
-	var failedAt time.Time
 	rotation := time.NewTicker(rotateEvery)
 	defer rotation.Stop()
 	for {
@@ -229,7 +196,7 @@ func (p *Prober) loop() {
 			t.Stop()
 		}
 		if rotate {
-			conn = p.rotate(conn)
+			p.rotate()
 			continue
 		}
 		if kicked {
@@ -246,47 +213,10 @@ func (p *Prober) loop() {
 		}
 		p.mu.Unlock()
 		if len(batch) > 0 {
-			conn, failedAt = p.probeOn(conn, failedAt, batch)
+			rows, versions, err := p.probePool(batch)
+			p.answer(batch, rows, versions, err)
 		}
 	}
-}
-
-// probeOn runs one probe for batch, on a connection borrowed from the pool or on conn (connecting it when
-// nil), answers its waiters, and returns conn as it is after (nil when it failed) and when a connection
-// last failed.
-func (p *Prober) probeOn(conn *pgx.Conn, failedAt time.Time, batch []*waiter) (*pgx.Conn, time.Time) {
-	if p.pool != nil {
-		rows, versions, err := p.probePool(batch)
-		p.answer(batch, rows, versions, err)
-		return conn, failedAt
-	}
-	if conn == nil && time.Since(failedAt) < time.Second {
-		// A failed probe made its waiters fall back; they come back after their poll interval, and
-		// connecting again at most once a second spares a database in trouble.
-		p.answer(batch, nil, nil, errors.New("probe connection failed less than a second ago"))
-		return nil, failedAt
-	}
-	if conn == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
-		cc := p.cfg.Copy()
-		dial.Configure(cc, probeTimeout)
-		c, err := dial.Connect(ctx, cc, p.before)
-		cancel()
-		if err != nil {
-			p.answer(batch, nil, nil, fmt.Errorf("probe: connect: %w", err))
-			return nil, time.Now()
-		}
-		conn = c
-	}
-	rows, versions, err := p.probe(conn, batch)
-	if err != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_ = conn.Close(ctx)
-		cancel()
-		conn, failedAt = nil, time.Now()
-	}
-	p.answer(batch, rows, versions, err)
-	return conn, failedAt
 }
 
 // rotateEvery is how often the prober takes a step of the checkpoint tables' rotation (see
@@ -294,37 +224,19 @@ func (p *Prober) probeOn(conn *pgx.Conn, failedAt time.Time, batch []*waiter) (*
 // empty in time even when a step finds it in use.
 const rotateEvery = rotationPeriod / 4
 
-// rotate takes a step of the checkpoint tables' rotation on conn (connecting it when nil), or on a
-// connection borrowed from the pool, and returns conn as it is after: nil when it failed. A step that
-// fails is taken again at the next turn; the processors meanwhile append to their tables as before.
-func (p *Prober) rotate(conn *pgx.Conn) *pgx.Conn {
+// rotate takes a step of the checkpoint tables' rotation on a connection borrowed from the pool. A step
+// that fails is taken again at the next turn; the processors meanwhile append to their tables as before.
+func (p *Prober) rotate() {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
-	if p.pool != nil {
-		c, err := p.pool.Acquire(ctx)
-		if err != nil {
-			return conn
-		}
-		defer c.Release()
-		if _, err := RotateCheckpoints(ctx, c.Conn()); err != nil && !answered(err) {
-			_ = c.Conn().Close(ctx) // the pool drops it
-		}
-		return conn
+	c, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return
 	}
-	if conn == nil {
-		cc := p.cfg.Copy()
-		dial.Configure(cc, probeTimeout)
-		c, err := dial.Connect(ctx, cc, p.before)
-		if err != nil {
-			return nil
-		}
-		conn = c
+	defer p.store.shared.giveBack(c)
+	if _, err := RotateCheckpoints(ctx, c.Conn()); err != nil && !answered(err) {
+		_ = c.Conn().Close(ctx) // the pool drops it
 	}
-	if _, err := RotateCheckpoints(ctx, conn); err != nil && !answered(err) {
-		_ = conn.Close(ctx)
-		return nil
-	}
-	return conn
 }
 
 // answered reports whether err is the server's answer (the connection works) rather than a failure to
@@ -342,7 +254,7 @@ func (p *Prober) probePool(batch []*waiter) ([]bool, []string, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("probe: %w", err)
 	}
-	defer c.Release()
+	defer p.store.shared.giveBack(c)
 	rows, versions, err := p.probe(c.Conn(), batch)
 	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)

@@ -29,8 +29,8 @@ var ErrReleased = errors.New("cursor repository was released")
 
 // Config configures a cursor repository.
 type Config struct {
-	// ConnConfig is the database connection configuration. The repository copies it and names its
-	// session; it opens one dedicated connection from it. Required.
+	// ConnConfig is the database connection configuration. Without Shared the repository gets shared
+	// connections of its own made from it (a session and one to work on). Required without Shared.
 	ConnConfig *pgx.ConnConfig
 	// BeforeConnect, when set, is given a copy of ConnConfig before each connection (see
 	// dial.BeforeConnectFunc). With Shared, the Shared's is used.
@@ -123,6 +123,7 @@ type Repository struct {
 	// between them (see attach and Detach). advGen is the generation of the shared session under which
 	// this repository took its advisory lock.
 	shared *Shared
+	own    *Shared // shared when the repository's own (opened without Config.Shared): closed with it
 	pconn  *pgxpool.Conn
 	advGen uint64
 	dirty  bool // the open transaction changed the cursor row

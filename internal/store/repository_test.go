@@ -208,19 +208,25 @@ func TestEachStoreOwnsItsRepositories(t *testing.T) {
 	require.NoError(t, b.Release(ctx))
 }
 
-// TestAStoreProbesOncePerDatabase gives the processors of one store one probe per database, and those of
-// another store their own.
+// TestAStoreProbesOncePerDatabase gives the processors of one store one probe, and those of another store
+// their own.
 func TestAStoreProbesOncePerDatabase(t *testing.T) {
 	t.Parallel()
 	_, cfg := setup(t)
-	one, two := store.New(nil), store.New(nil)
-	p, q := one.Prober(cfg.ConnConfig, nil), one.Prober(cfg.ConnConfig, nil)
+	shared := func() *store.Shared {
+		s, err := store.NewShared(store.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: 2})
+		require.NoError(t, err)
+		t.Cleanup(s.Close)
+		return s
+	}
+	one, two := store.New(shared()), store.New(shared())
+	p, q := one.Prober(), one.Prober()
 	require.Same(t, p, q, "one probe per database in a store")
-	r := two.Prober(cfg.ConnConfig, nil)
+	r := two.Prober()
 	require.NotSame(t, p, r, "another store probes for its own processors")
 	p.Close()
 	q.Close()
-	next := one.Prober(cfg.ConnConfig, nil)
+	next := one.Prober()
 	require.NotSame(t, p, next, "the last Close ends the probe; the next user starts another")
 	next.Close()
 	r.Close()

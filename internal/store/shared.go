@@ -172,6 +172,23 @@ func (s *Shared) acquire(ctx context.Context, wait time.Duration) (*pgxpool.Conn
 	return c, nil
 }
 
+// giveBack returns a connection lent by the pool. A closed one (dead, or closed after a statement the
+// deadline cut off) is taken out of the pool instead: given back, the pool would hold its place until its
+// clean-up ends (a cancel request on a dead path waits up to 15 seconds), and whoever waits for a
+// connection, a reconnect first of all, would wait for that.
+func (s *Shared) giveBack(c *pgxpool.Conn) {
+	conn := c.Conn()
+	if !conn.IsClosed() {
+		c.Release()
+		return
+	}
+	c.Hijack()
+	s.mu.Lock()
+	delete(s.handles, conn)
+	delete(s.pooled, conn)
+	s.mu.Unlock()
+}
+
 // Contended reports whether some repository waits for a connection of the pool now.
 func (s *Shared) Contended() bool { return s.waiting.Load() > 0 }
 
@@ -211,7 +228,7 @@ func (s *Shared) isPooled(conn *pgx.Conn) bool {
 }
 
 // Pooled reports whether any connection went through a pooler, and whether it pools by transaction (asked
-// once, on a connection of its own, only when pooled).
+// once, on two connections taken out of the pool, only when pooled).
 func (s *Shared) Pooled(ctx context.Context) (pooled, transactions bool, err error) {
 	s.mu.Lock()
 	pooled = s.anyPool || s.sessionPooled
@@ -220,9 +237,69 @@ func (s *Shared) Pooled(ctx context.Context) (pooled, transactions bool, err err
 		return false, false, nil
 	}
 	s.transactions.once.Do(func() {
-		s.transactions.moves, s.transactions.err = pooler.PoolsTransactions(ctx, s.connConfig("inorder-check:@"+s.instance), s.cfg.BeforeConnect)
+		first, _, err := s.take(ctx)
+		if err != nil {
+			s.transactions.err = err
+			return
+		}
+		s.transactions.moves, s.transactions.err = pooler.PoolsTransactions(ctx, first,
+			func(ctx context.Context) (*pgx.Conn, error) {
+				conn, _, err := s.take(ctx)
+				return conn, err
+			})
 	})
 	return true, s.transactions.moves, s.transactions.err
+}
+
+// ErrTransactionPooled is returned by Session when the connections go through a pooler in transaction
+// mode, which keeps no session for a client: what a session holds (LISTEN, a session's advisory lock) would
+// land on a server connection that other clients then use.
+var ErrTransactionPooled = errors.New("the connection goes through a pooler in transaction mode, which keeps no session for a client")
+
+// Session returns a connection of the instance for what must hold a session of its own beside the pool (the
+// wake-up listener, a partitioned process's coordinator), named name in pg_stat_activity. It is made by the
+// pool, as every connection of the instance is (its credentials, its deadlines), and then taken out of it:
+// the caller owns it and closes it. It refuses a pooler in transaction mode (ErrTransactionPooled).
+func (s *Shared) Session(ctx context.Context, name string) (*pgx.Conn, error) {
+	conn, pooled, err := s.take(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if pooled {
+		_, moves, err := s.Pooled(ctx)
+		if err == nil && moves {
+			err = ErrTransactionPooled
+		}
+		if err != nil {
+			_ = conn.Close(context.WithoutCancel(ctx))
+			return nil, err
+		}
+	}
+	sctx, cancel := context.WithTimeoutCause(ctx, s.timeout(), &UnansweredError{Timeout: s.timeout()})
+	defer cancel()
+	if _, err := conn.Exec(sctx, "SELECT set_config('application_name', $1, false)", name); err != nil {
+		_ = conn.Close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return conn, nil
+}
+
+// take takes a connection out of the pool (the pool may make another in its place), reporting whether it
+// goes through a pooler.
+func (s *Shared) take(ctx context.Context) (*pgx.Conn, bool, error) {
+	actx, cancel := context.WithTimeoutCause(ctx, s.timeout(), &UnansweredError{Timeout: s.timeout()})
+	defer cancel()
+	c, err := s.pool.Acquire(actx)
+	if err != nil {
+		return nil, false, pooler.Explain(err)
+	}
+	conn := c.Hijack()
+	s.mu.Lock()
+	pooled := s.pooled[conn]
+	delete(s.handles, conn)
+	delete(s.pooled, conn)
+	s.mu.Unlock()
+	return conn, pooled, nil
 }
 
 // tryLock takes the advisory lock key on the session, connecting it first if need be. It returns the

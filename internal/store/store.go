@@ -7,11 +7,11 @@ import (
 	"sync"
 )
 
-// Store is the owner of the cursor repositories and the idle probes of whoever opens the connections: a
-// processor.Client holds one over its shared connections (New(shared)), and a processor without a Client
-// (or a partitioned process without one, for all its partitions) holds a private one (New(nil)), which
-// gives each repository a connection of its own and probes per database. There is no store shared behind
-// the callers' backs: what processors share, they share through the Client they were given.
+// Store is the owner of the cursor repositories and the idle probe of whoever owns the connections: a
+// processor.Client holds one over its shared connections (New(shared)); a processor without a Client is
+// given one of its own. A store made with New(nil) (the operator's tools and tests) gives each repository
+// it opens shared connections of its own, closed with it. There is no store shared behind the callers'
+// backs: what processors share, they share through the Client they were given.
 //
 // Within a store, Open hands out one Repository per database, process name and instance name: asking
 // twice gives the same one, so two parts of one program can never hold two locks, or two connections,
@@ -31,7 +31,7 @@ type Store struct {
 }
 
 // New returns a store whose repositories and probe work on shared's connections; nil shared gives a
-// store whose repositories each open a connection of their own (see Config.Shared).
+// store whose repositories each get shared connections of their own (see Config.Shared), and no probe.
 func New(shared *Shared) *Store { return &Store{shared: shared} }
 
 // Open returns the repository for process name on cfg's database as instance cfg.Instance, connecting and
@@ -51,21 +51,37 @@ func (s *Store) Open(ctx context.Context, name string, cfg Config) (*Repository,
 	if cfg.ConnConfig == nil {
 		return nil, fmt.Errorf("open cursor %q: Config.ConnConfig is required", name)
 	}
+	var own *Shared
+	if cfg.Shared == nil {
+		// Connections of its own, made as a Client's are: a session and one to work on.
+		var err error
+		own, err = NewShared(SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: 2, Instance: cfg.Instance,
+			Timeout: cfg.Timeout, BeforeConnect: cfg.BeforeConnect})
+		if err != nil {
+			return nil, fmt.Errorf("open cursor %q: %w", name, err)
+		}
+		cfg.Shared = own
+	}
 	key := fmt.Sprintf("%s:%d/%s/%s\x00%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, name, cfg.Instance)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if repo, ok := s.repos[key]; ok {
+		if own != nil {
+			own.Close()
+		}
 		return repo, nil
 	}
-	repo := &Repository{name: name, key: key, cfg: cfg, store: s, shared: cfg.Shared}
+	repo := &Repository{name: name, key: key, cfg: cfg, store: s, shared: cfg.Shared, own: own}
 	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
 	repo.lockSQL17 = withoutTransactionTimeout(repo.lockSQL)
 	if err := repo.connect(ctx); err != nil {
+		repo.closeOwn()
 		return nil, err
 	}
 	if err := repo.register(ctx); err != nil {
 		repo.closeConn()
 		repo.Detach()
+		repo.closeOwn()
 		return nil, err
 	}
 	repo.Detach()

@@ -16,11 +16,11 @@
 //
 //		rec := &processortest.Recorder[Booking]{}
 //		p, err := processor.New(processor.Config[Booking]{
-//			Process:    "booking_sms",
-//			ConnConfig: db.ConnConfig(t),
-//			Source:     inordertype.Source{Table: "bookings"},
-//			StartFrom:  inordertype.StartFromBeginning, // the rows inserted above
-//			Handler:    rec,
+//			Process:      "booking_sms",
+//			ClientConfig: processor.ClientConfig{ConnConfig: db.ConnConfig(t)},
+//			Source:       inordertype.Source{Table: "bookings"},
+//			StartFrom:    inordertype.StartFromBeginning, // the rows inserted above
+//			Handler:      rec,
 //		})
 //		require.NoError(t, err)
 //		processortest.Start(t, p, nil)

@@ -56,7 +56,7 @@ func Example() {
 	p, err := processor.New(processor.Config[Booking]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "booking_sms",
-		ConnConfig:   db.ConnConfig(t),
+		ClientConfig: processor.ClientConfig{ConnConfig: db.ConnConfig(t)},
 		Source:       inordertype.Source{Table: "bookings"},
 		Handler:      sms,
 		PollInterval: 10 * time.Millisecond,

@@ -53,7 +53,7 @@ func newProcessor(t *testing.T, db *processortest.DB, process string, h handlers
 	p, err := processor.New(processor.Config[booking]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      process,
-		ConnConfig:   db.ConnConfig(t),
+		ClientConfig: processor.ClientConfig{ConnConfig: db.ConnConfig(t)},
 		Source:       inordertype.Source{Table: "bookings"},
 		Handler:      h,
 		PollInterval: 10 * time.Millisecond,
@@ -184,7 +184,7 @@ func TestWaitCaughtUpPartitioned(t *testing.T) {
 	p, err := processor.NewPartitioned(processor.Config[event]{
 		StartFrom:    inordertype.StartFromBeginning,
 		Process:      "fanout",
-		ConnConfig:   db.ConnConfig(t),
+		ClientConfig: processor.ClientConfig{ConnConfig: db.ConnConfig(t)},
 		Source:       inordertype.Source{Table: "events"},
 		Handler:      rec,
 		PollInterval: 10 * time.Millisecond,

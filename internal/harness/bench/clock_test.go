@@ -238,7 +238,7 @@ func measureDumpLag(tb testing.TB, hold time.Duration, rate int) (map[string]tim
 			pgtest.AddClock(tb, db, table)
 		}
 		p, err := processor.New(processor.Config[lagRow]{
-			Process: s.key, ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+			Process: s.key, ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 			Source: inordertype.Source{Table: table, Columns: []string{"id", "sent"}, Horizon: s.horizon},
 			Handler: handlers.HandlerFunc[lagRow](func(_ context.Context, rec *handlers.Record[lagRow]) error {
 				took := time.Since(rec.Value.Sent)

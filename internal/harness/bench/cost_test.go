@@ -31,7 +31,7 @@ func runProcessor(tb testing.TB, db *pgtest.DB, process, mode string) {
 	}
 	cfg := processor.Config[event]{
 		StartFrom: inordertype.StartFromBeginning,
-		Process:   process, ConnConfig: cc, Handler: noopHandler,
+		Process:   process, ClientConfig: processor.ClientConfig{ConnConfig: cc}, Handler: noopHandler,
 		Source:       inordertype.Source{Table: "events", Columns: eventColumns},
 		PollInterval: latencyPoll, Checkpoint: processor.CheckpointRecord,
 	}

@@ -88,7 +88,7 @@ func measureFilter(tb testing.TB, n, every int) (filtered, only figure) {
 		obs := newEndObserver(last, nil)
 		handled := 0
 		p, err := processor.New(processor.Config[routed]{
-			Process: process, ConnConfig: cc, StartFrom: inordertype.StartFromBeginning,
+			Process: process, ClientConfig: processor.ClientConfig{ConnConfig: cc}, StartFrom: inordertype.StartFromBeginning,
 			Source: inordertype.Source{Table: "outbox", Where: where, Columns: []string{"id", "type"}},
 			Handler: handlers.HandlerFunc[routed](func(context.Context, *handlers.Record[routed]) error {
 				handled++

@@ -151,10 +151,10 @@ func measureLatency(tb testing.TB, mode string, rate int, d time.Duration) laten
 	}
 	process := "bench_latency_" + mode
 	p, err := processor.New(processor.Config[event]{
-		StartFrom:  inordertype.StartFromBeginning,
-		Process:    process,
-		ConnConfig: cc,
-		Source:     inordertype.Source{Table: "events", Columns: eventColumns},
+		StartFrom:    inordertype.StartFromBeginning,
+		Process:      process,
+		ClientConfig: processor.ClientConfig{ConnConfig: cc},
+		Source:       inordertype.Source{Table: "events", Columns: eventColumns},
 		Handler: handlers.HandlerFunc[event](func(_ context.Context, rec *handlers.Record[event]) error {
 			at := time.Now()
 			mu.Lock()

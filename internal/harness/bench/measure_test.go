@@ -378,7 +378,7 @@ func drainVia[T any](tb testing.TB, db *pgtest.DB, proxy *tcpproxy.Proxy, cfg pr
 		tb.Fatalf("parse url: %v", err)
 	}
 	obs := newEndObserver(lastAt, proxy)
-	cfg.ConnConfig = cc
+	cfg.ClientConfig.ConnConfig = cc
 	cfg.Observer = obs
 	cfg.PollInterval = 5 * time.Millisecond
 	p, err := processor.New(cfg)

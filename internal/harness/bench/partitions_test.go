@@ -120,10 +120,10 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 	runners := make([]*processor.Partitioned[event], instances)
 	for i := range runners {
 		runners[i], err = processor.NewPartitioned(processor.Config[event]{
-			StartFrom:  inordertype.StartFromBeginning,
-			Process:    process,
-			ConnConfig: cc,
-			Source:     inordertype.Source{Table: "events", Columns: eventColumns},
+			StartFrom:    inordertype.StartFromBeginning,
+			Process:      process,
+			ClientConfig: processor.ClientConfig{ConnConfig: cc, Instance: fmt.Sprintf("bench-%c", 'a'+i)},
+			Source:       inordertype.Source{Table: "events", Columns: eventColumns},
 			Handler: handlers.HandlerFunc[event](func(context.Context, *handlers.Record[event]) error {
 				time.Sleep(time.Millisecond) // the workload
 				handled.Add(1)
@@ -133,7 +133,6 @@ func measurePartitions(tb testing.TB, partitions, instances, n, keys int) (resul
 			PollInterval: 200 * time.Millisecond,
 			Checkpoint:   processor.CheckpointBatch,
 			Observer:     obs,
-			Instance:     fmt.Sprintf("bench-%c", 'a'+i),
 		}, processor.PartitionOpts{Partitions: partitions, Slots: partitions})
 		if err != nil {
 			tb.Fatalf("partitioned runner: %v", err)

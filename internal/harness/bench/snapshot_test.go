@@ -536,12 +536,12 @@ func measureHeld(tb testing.TB, o heldOpts) []heldRun {
 			s.db.Exec(tb, strings.ReplaceAll(eventsDDL, "events", st.table))
 			pgtest.AddClock(tb, s.db, st.table)
 			p, err := processor.New(processor.Config[event]{
-				StartFrom:  inordertype.StartFromBeginning,
-				Process:    st.process,
-				ConnConfig: cc,
-				Source:     inordertype.Source{Table: st.table, Columns: eventColumns},
-				Handler:    handlers.HandlerFunc[event](st.handle),
-				Checkpoint: so.checkpoint, // the CLI's defaults otherwise: adaptive batches, the probe, 200ms polls
+				StartFrom:    inordertype.StartFromBeginning,
+				Process:      st.process,
+				ClientConfig: processor.ClientConfig{ConnConfig: cc},
+				Source:       inordertype.Source{Table: st.table, Columns: eventColumns},
+				Handler:      handlers.HandlerFunc[event](st.handle),
+				Checkpoint:   so.checkpoint, // the CLI's defaults otherwise: adaptive batches, the probe, 200ms polls
 			})
 			if err != nil {
 				tb.Fatalf("processor: %v", err)
@@ -1129,10 +1129,10 @@ func measurePrune(tb testing.TB, forms []holdForm, backlog, rate int, quiet time
 			tb.Fatalf("parse url: %v", err)
 		}
 		p, err := processor.New(processor.Config[event]{
-			StartFrom:  inordertype.StartFromNow,
-			Process:    "bench_prune",
-			ConnConfig: cc,
-			Source:     inordertype.Source{Table: "events", Columns: eventColumns},
+			StartFrom:    inordertype.StartFromNow,
+			Process:      "bench_prune",
+			ClientConfig: processor.ClientConfig{ConnConfig: cc},
+			Source:       inordertype.Source{Table: "events", Columns: eventColumns},
 			Handler: handlers.HandlerFunc[event](func(_ context.Context, rec *handlers.Record[event]) error {
 				at := time.Now()
 				s.mu.Lock()

@@ -86,7 +86,7 @@ func Run(t *testing.T, db *processortest.DB, process string, h handlers.Handler[
 	p, err := processor.New(processor.Config[handlers.Row]{
 		StartFrom:      inordertype.StartFromBeginning,
 		Process:        process,
-		ConnConfig:     db.ConnConfig(t),
+		ClientConfig:   processor.ClientConfig{ConnConfig: db.ConnConfig(t)},
 		Source:         inordertype.Source{Table: "outbox", KeyColumn: "aggregate_id"},
 		Handler:        h,
 		MaxInFlight:    o.MaxInFlight,
