@@ -66,6 +66,7 @@ type Processor[T any] struct {
 	wake        chan struct{}
 	prober      *sharedProbe  // the probe shared with the other processors of the database, or nil
 	probeGap    time.Duration // the probe's current interval (see probe.go)
+	started     func()        // gives back the processor's start-up turn on its Client (see Client.startTurn)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
 	// connectedBefore says that the process had connected before this processor opened its cursor (set
@@ -248,6 +249,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	defer cancelWork()
 	defer p.cutOffAfterShutdownTimeout(ctx, cancelWork)()
 
+	p.started = p.cfg.Client.startTurn(ctx)
+	defer p.started()
 	if err := p.open(ctx, work); err != nil {
 		if ctx.Err() != nil && !isFatal(err) {
 			return nil
@@ -657,7 +660,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if !p.cur.Locked() {
 		p.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
 	}
-	if ok, err := p.lock(work); err != nil || !ok {
+	ok, err := p.lock(work)
+	if p.started != nil {
+		p.started() // the first look at the row is made: another processor of the client starts
+	}
+	if err != nil || !ok {
 		return 0, 0, err
 	}
 	// keep says that the batch ended with its position committed and the row locked again for the next
