@@ -182,9 +182,15 @@ func (p *Processor[T]) renewedWait(ctx context.Context, d time.Duration, rows bo
 		if left = min(left, time.Until(until.Add(-p.cfg.Lease/2))); left <= 0 {
 			return false, true
 		}
+		if p.fleet != nil {
+			left = min(left, p.fleetLookEvery())
+		}
 		found, ok = p.probeWait(ctx, left, rows, wake)
 		if found || !ok || ctx.Err() != nil || !time.Now().Before(end) {
 			return found, ok
+		}
+		if p.overShare(ctx) {
+			return true, true // a batch, after which the process is handed over (see shareWork)
 		}
 	}
 }
