@@ -478,7 +478,7 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) (probeAnswer, error) {
 	var marked string
 	var renewedIdx []int32
 	var renewedVersions []string
-	dest := make([]any, 0, 2*len(batch)+3)
+	dest := make([]any, 0, 5)
 	if len(renew) == 0 {
 		sql.WriteString("SELECT " + probeNoInsert)
 		dest = append(dest, &marked)
@@ -495,32 +495,40 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) (probeAnswer, error) {
 		args = append(args, idx, names, tokens, versions, leases, instances)
 		dest = append(dest, &marked, &renewedIdx, &renewedVersions)
 	}
-	for _, w := range batch {
-		sql.WriteString(", ")
+	// Two arrays, whatever the number of waiters: a column per waiter would end at Postgres' 1,664
+	// columns, some 830 waiters.
+	var exprs, lookups strings.Builder
+	for i, w := range batch {
+		if i > 0 {
+			exprs.WriteString(", ")
+			lookups.WriteString(", ")
+		}
 		if w.req.RowsFunc == nil {
-			sql.WriteString("false")
+			exprs.WriteString("false")
 		} else {
 			expr, a := w.req.RowsFunc(len(args) + 1)
 			args = append(args, a...)
-			sql.WriteString(expr)
+			exprs.WriteString(expr)
 		}
 		args = append(args, w.req.Cursor)
-		fmt.Fprintf(&sql, ", (SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))
+		fmt.Fprintf(&lookups, "(SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))
 	}
-	found := make([]bool, len(batch))
-	versions := make([]pgtype.Text, len(batch))
-	for i := range batch {
-		dest = append(dest, &found[i], &versions[i])
-	}
+	sql.WriteString(", ARRAY[" + exprs.String() + "]::boolean[], ARRAY[" + lookups.String() + "]::text[]")
+	found := make([]pgtype.Bool, 0, len(batch))
+	versions := make([]pgtype.Text, 0, len(batch))
+	dest = append(dest, &found, &versions)
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	a := probeAnswer{sent: time.Now()}
 	if err := conn.QueryRow(ctx, sql.String(), args...).Scan(dest...); err != nil {
 		return probeAnswer{}, fmt.Errorf("probe: %w", err)
 	}
-	a.rows, a.versions = found, make([]string, len(batch))
+	if len(found) != len(batch) || len(versions) != len(batch) {
+		return probeAnswer{}, fmt.Errorf("probe: %d answers and %d versions for %d waiters", len(found), len(versions), len(batch))
+	}
+	a.rows, a.versions = make([]bool, len(batch)), make([]string, len(batch))
 	for i, v := range versions {
-		a.versions[i] = v.String
+		a.rows[i], a.versions[i] = found[i].Bool, v.String
 	}
 	if len(renewedIdx) > 0 {
 		a.renewed = make(map[int]string, len(renewedIdx))
@@ -540,12 +548,10 @@ func (p *Prober) answer(batch []*waiter, a probeAnswer, err error) {
 	for i, w := range batch {
 		if _, ok := p.waiters[w]; !ok {
 			if v, ok := a.renewed[i]; ok && err == nil {
-				// Gone meanwhile, but its lease renewed and its row changed: kept for its next Wait.
-				if p.unclaimed == nil {
-					p.unclaimed = map[string]unclaimed{}
-				}
-				p.unclaimed[w.req.Cursor] = unclaimed{token: w.req.Renew.Token, from: w.req.Version,
-					renewed: &Renewed{Sent: a.sent, Version: v}}
+				// Gone meanwhile, but its lease renewed and its row changed: for its next Wait, or for
+				// the one that has begun since.
+				p.passOn(w, unclaimed{token: w.req.Renew.Token, from: w.req.Version,
+					renewed: &Renewed{Sent: a.sent, Version: v}})
 			}
 			continue
 		}
@@ -571,4 +577,21 @@ func (p *Prober) answer(batch []*waiter, a probeAnswer, err error) {
 		delete(p.waiters, w)
 		w.result <- r
 	}
+}
+
+// passOn hands a renewal made for gone, a waiter gone by the time the probe answered, to the Wait of the
+// same tenure that has begun since from the same row version, or keeps it for the next (see Wait).
+// Under p.mu.
+func (p *Prober) passOn(gone *waiter, u unclaimed) {
+	for w := range p.waiters {
+		if w.req.Cursor == gone.req.Cursor && w.req.Renew != nil && w.req.Renew.Token == u.token && w.req.Version == u.from {
+			w.req.Version, w.renewed = u.renewed.Version, u.renewed
+			w.req.Renew.Due = u.renewed.Sent.Add(w.req.Renew.Lease / 3)
+			return
+		}
+	}
+	if p.unclaimed == nil {
+		p.unclaimed = map[string]unclaimed{}
+	}
+	p.unclaimed[gone.req.Cursor] = u
 }
