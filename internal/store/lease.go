@@ -762,7 +762,7 @@ func (r *Repository) ProbeRenewal() *Renewal {
 	if beat := r.beat.Add(r.cfg.lease() / 3); !r.beat.IsZero() && beat.Before(due) {
 		due = beat
 	}
-	return &Renewal{Instance: r.instance(), Token: r.token, Lease: r.cfg.lease(), Due: due}
+	return &Renewal{Instance: r.instance(), Token: r.token, Lease: r.cfg.lease(), Due: due, ApplicationName: r.ApplicationName()}
 }
 
 // Renewed takes a renewal the probe made for this owner (see ProbeRenewal): the lease runs from when it

@@ -80,6 +80,9 @@ type Renewal struct {
 	Instance string
 	Token    int64
 	Lease    time.Duration
+	// ApplicationName names the write of the row, as every write of it is named for its process
+	// (Repository.ApplicationName), whichever connection makes it.
+	ApplicationName string
 	// Due is when the renewal is due: the probes from then on renew the lease.
 	Due time.Time
 }
@@ -442,22 +445,25 @@ func renewals(batch []*waiter, now time.Time) []int {
 }
 
 // renewSQL renews the leases of a probe (see Renewal), in the statement's WITH clause: $1 to $5 are arrays
-// of the waiters' indexes, process names, tokens, row versions and leases in milliseconds, $6 of their
-// instances. The probe's no-insert lock is taken first (marked), so that no processor's horizon counts
+// of the waiters' indexes, process names, tokens, row versions and leases in milliseconds, $6 and $7 of
+// their instances and application names. Each row's write is named for its process (SET LOCAL, in the
+// row's SET list, which is evaluated before the row's triggers see it), as every write of the row is. The probe's no-insert lock is taken first (marked), so that no processor's horizon counts
 // the probe's transaction, which writes, as a possible insert. A row is renewed only while it is owned
 // under the token with its lease running, at the version the owner last saw, and not locked.
 const renewSQL = `WITH marked AS MATERIALIZED (SELECT %s AS m),
 	renew AS MATERIALIZED (
-		SELECT r.i, c.process_name, r.lease_ms, r.instance
+		SELECT r.i, c.process_name, r.lease_ms, r.instance, r.app
 		FROM marked, inorder.cursor AS c
-		JOIN unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[])
-		     AS r(i, process_name, token, version, lease_ms, instance)
+		JOIN unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::text[])
+		     AS r(i, process_name, token, version, lease_ms, instance, app)
 		  ON c.process_name = r.process_name
 		WHERE c.owner_token = r.token AND c.xmin::text = r.version AND c.lease_expires_at > clock_timestamp()
 		FOR UPDATE OF c SKIP LOCKED),
 	renewed AS (
 		UPDATE inorder.cursor AS c
-		SET lease_expires_at = clock_timestamp() + r.lease_ms * interval '1 millisecond', ` + foldSet + `, ` + windowSet + `
+		SET lease_expires_at = clock_timestamp() + r.lease_ms * interval '1 millisecond',
+		    owner_instance = (SELECT c.owner_instance WHERE set_config('application_name', r.app, true) IS NOT NULL),
+		    ` + foldSet + `, ` + windowSet + `
 		FROM renew AS r, inorder.position AS p
 		WHERE c.process_name = r.process_name AND p.process_name = c.process_name
 		RETURNING r.i, c.xmin::text AS version),
@@ -484,15 +490,16 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) (probeAnswer, error) {
 		dest = append(dest, &marked)
 	} else {
 		idx := make([]int32, len(renew))
-		names, versions, instances := make([]string, len(renew)), make([]string, len(renew)), make([]string, len(renew))
+		names, versions, instances, apps := make([]string, len(renew)), make([]string, len(renew)), make([]string, len(renew)), make([]string, len(renew))
 		tokens, leases := make([]int64, len(renew)), make([]int64, len(renew))
 		for k, i := range renew {
 			w := batch[i]
 			idx[k], names[k], versions[k] = int32(i), w.req.Cursor, w.req.Version
 			tokens[k], leases[k], instances[k] = w.req.Renew.Token, w.req.Renew.Lease.Milliseconds(), w.req.Renew.Instance
+			apps[k] = w.req.Renew.ApplicationName
 		}
 		fmt.Fprintf(&sql, renewSQL, probeNoInsert)
-		args = append(args, idx, names, tokens, versions, leases, instances)
+		args = append(args, idx, names, tokens, versions, leases, instances, apps)
 		dest = append(dest, &marked, &renewedIdx, &renewedVersions)
 	}
 	// Two arrays, whatever the number of waiters: a column per waiter would end at Postgres' 1,664

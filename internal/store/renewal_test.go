@@ -38,6 +38,11 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 	}
 	// Cut the lease short, as time would, so that a renewal shows.
 	db.Exec(t, "UPDATE inorder.cursor SET lease_expires_at = clock_timestamp() + interval '10 seconds' WHERE process_name = 'orders'")
+	// Who writes the row: every write is named for its process, whichever connection makes it.
+	db.Exec(t, `CREATE TABLE writes (app text);
+		CREATE FUNCTION note_write() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO writes VALUES (current_setting('application_name')); RETURN NEW; END $$;
+		CREATE TRIGGER note_write BEFORE UPDATE ON inorder.cursor FOR EACH ROW EXECUTE FUNCTION note_write();`)
 	_, version := expires()
 	wait := func(token int64, version string) store.ProbeResult {
 		rn := repo.ProbeRenewal()
@@ -91,6 +96,16 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 		FROM inorder.instance WHERE process_name = 'orders'`).Scan(&ms))
 	seen = time.Duration(ms) * time.Millisecond
 	require.Greater(t, seen, 25*time.Second, "the instance said it is there with the renewal")
+	var apps []string
+	rows, err := db.Pool.Query(ctx, "SELECT app FROM writes")
+	require.NoError(t, err)
+	for rows.Next() {
+		var app string
+		require.NoError(t, rows.Scan(&app))
+		apps = append(apps, app)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{repo.ApplicationName()}, apps, "the renewal, named for its process, is the one write")
 	repo.Renewed(r.Renewed, repo.Tenure())
 	require.Equal(t, now, repo.Version())
 	require.Greater(t, repo.LeaseLeft(), 25*time.Second)
