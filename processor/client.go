@@ -81,6 +81,10 @@ type Client struct {
 	mu       sync.Mutex
 	runners  []lifecycle.Runner
 	listener listener // the processors' wake-up listener, shared (see Config.Listen)
+
+	// starting holds a token for each processor starting up (see startTurn): as many at once as the
+	// client has connections to work on.
+	starting chan struct{}
 }
 
 // NewClient makes a client. It connects nothing yet: the connections open as the processors need them.
@@ -102,7 +106,29 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Client{cfg: cfg, shared: shared, cursors: store.New(shared)}, nil
+	return &Client{cfg: cfg, shared: shared, cursors: store.New(shared), starting: make(chan struct{}, cfg.MaxConns-1)}, nil
+}
+
+// startTurn waits for a turn to start a processor on the client's connections, and returns the function
+// that gives it back (once, however often it is called): after the processor's first look at its cursor
+// row, which takes the process when it is free. A processor's start-up is a dozen statements (the checks
+// of the source, the registration, the first lock and the lease), each waiting for a connection of the
+// pool: a thousand processes starting at once would each wait behind all the others at every statement,
+// and every one would be owned only once the last had started. Started a few at a time, each goes
+// through its statements without waiting behind the rest, and the first are owned at once. The turn is
+// given back before any record is delivered, so a handler that waits for another process of the client
+// never keeps it from starting.
+func (c *Client) startTurn(ctx context.Context) func() {
+	if c == nil || c.starting == nil {
+		return func() {}
+	}
+	select {
+	case c.starting <- struct{}{}:
+	case <-ctx.Done():
+		return func() {}
+	}
+	var once sync.Once
+	return func() { once.Do(func() { <-c.starting }) }
 }
 
 // Add makes Run run r: a Processor, or a Partitioned runner. Add every processor before Run.

@@ -122,3 +122,19 @@ func (p *Processor[T]) shareWork(work context.Context) bool {
 	p.obs.Locked(p.cfg.Process, false)
 	return true
 }
+
+// overShare reports, for a quiet owner between the stretches of its wait, whether this instance owns more
+// than its share and may hand a process over now, from the instance's look at its fleet (read again at
+// most every fleetLookEvery, for all its processes): the owner then runs a batch, after which shareWork
+// hands the process over. A quiet owner otherwise runs a batch of its own only once a lease.
+func (p *Processor[T]) overShare(ctx context.Context) bool {
+	if p.fleet == nil || p.role != roleOwner || p.cur.Locked() || !p.fleet.MayGive(p.fleetPace()) {
+		return false
+	}
+	f, err := p.fleet.Look(ctx, p.cur, p.fleetLookEvery())
+	if err != nil {
+		p.log.Debug().Err(err).Msg("could not look at the fleet")
+		return false
+	}
+	return shouldGive(f, p.cur.Instance(), p.cfg.Process)
+}

@@ -78,7 +78,7 @@ func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool)
 	}
 	if p.prober != nil && p.role == roleOwner {
 		start := time.Now()
-		found, ok := p.probeWait(ctx, d, wakeable && p.probesRows(), wake)
+		found, ok := p.renewedWait(ctx, d, wakeable && p.probesRows(), wake)
 		if ok || ctx.Err() != nil {
 			return found
 		}
@@ -97,4 +97,35 @@ func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool)
 		return true
 	}
 	return false
+}
+
+// renewedWait is probeWait for up to d, in stretches that end where the lease would need the owner's own
+// batch: a wait longer than a third of the lease relies on the probe to renew it (see store.Renewal), and
+// goes on after each stretch only while the probe did. An owner whose lease the probe did not renew by half
+// of it (the probe failed, or the row was locked or changed) ends its wait there, and its batch renews the
+// lease as without the probe, or learns that the process is no longer its own.
+func (p *Processor[T]) renewedWait(ctx context.Context, d time.Duration, rows bool, wake <-chan struct{}) (found, ok bool) {
+	end := time.Now().Add(d)
+	for {
+		left := time.Until(end)
+		until := p.cur.LeaseUntil()
+		if until.IsZero() || p.cur.ProbeRenewal() == nil {
+			// The owner's own batch renews the lease, at a third of it.
+			return p.probeWait(ctx, min(left, p.cfg.Lease/3), rows, wake)
+		}
+		// Half the lease: the owner's own renewal is due at a third, and must have time to be made.
+		if left = min(left, time.Until(until.Add(-p.cfg.Lease/2))); left <= 0 {
+			return false, true
+		}
+		if p.fleet != nil {
+			left = min(left, p.fleetLookEvery())
+		}
+		found, ok = p.probeWait(ctx, left, rows, wake)
+		if found || !ok || ctx.Err() != nil || !time.Now().Before(end) {
+			return found, ok
+		}
+		if p.overShare(ctx) {
+			return true, true // a batch, after which the process is handed over (see shareWork)
+		}
+	}
 }

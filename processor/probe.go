@@ -65,11 +65,16 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 		limit *= 4
 	}
 	req := store.ProbeRequest{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
+	token := p.cur.Tenure()
+	if p.role == roleOwner {
+		req.Renew = p.cur.ProbeRenewal()
+	}
 	if rows {
 		req.RowsFunc = p.probeCond(p.cur.State().Position)
 		req.Gap = min(max(p.probeGap, probeFirst), limit)
 	}
 	r := p.prober.Wait(ctx, req, d, wake)
+	p.cur.Renewed(r.Renewed, token)
 	if r.Err != nil {
 		if store.Unanswered(ctx, r.Err) {
 			// The probe borrows a connection of the Client's pool, the one the batches take turns on: a dead

@@ -66,6 +66,7 @@ type Processor[T any] struct {
 	wake        chan struct{}
 	prober      *sharedProbe  // the probe shared with the other processors of the database, or nil
 	probeGap    time.Duration // the probe's current interval (see probe.go)
+	started     func()        // gives back the processor's start-up turn on its Client (see Client.startTurn)
 	lastRecords time.Time     // when a batch last handled records
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
 	// connectedBefore says that the process had connected before this processor opened its cursor (set
@@ -260,6 +261,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	defer cancelWork()
 	defer p.cutOffAfterShutdownTimeout(ctx, cancelWork)()
 
+	p.started = p.cfg.Client.startTurn(ctx)
+	defer p.started()
 	if err := p.open(ctx, work); err != nil {
 		if ctx.Err() != nil && !isFatal(err) {
 			return nil
@@ -392,14 +395,36 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 		case p.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():
-			// The probe watches for what a batch would look for; a batch still comes now and then to
-			// keep the session and the holds up to date.
-			wait *= idleTicks
+			// The probe watches for what a batch would look for, and renews the lease; a batch still
+			// comes now and then (see idleBatch).
+			wait = p.idleBatch()
+			if p.cur.ProbeRenewal() != nil {
+				return wait, wakeable // the wait itself sees that the lease is renewed (see idle)
+			}
 		}
 	}
 	// Look at the row often enough to renew the lease (the owner) or to say the instance is there (a
 	// standby), both due at a third of it.
 	return min(wait, p.cfg.Lease/3), wakeable
+}
+
+// idleBatch is how long a quiet owner whose probe watches its rows waits for the next batch of its own:
+// the probe's answer, an operator's action seen in the cursor row or a notification ends the wait
+// sooner, and the probe renews the lease meanwhile (see store.Renewal). Such a batch is no longer needed
+// to see anything; it comes a lease after the last (idleTicks poll intervals at least), or when the
+// oldest stretch delivered is due for its count of late rows, to keep the session and the holds up to
+// date at a cost that does not grow much with the processes: a thousand quiet processes with the default
+// lease make about 33 such batches a second.
+func (p *Processor[T]) idleBatch() time.Duration {
+	wait := max(idleTicks*p.cfg.PollInterval, p.cfg.Lease)
+	if len(p.late.spans) > 0 {
+		after := p.late.after
+		if after == 0 {
+			after = lateAfter
+		}
+		wait = min(wait, max(time.Until(p.late.spans[0].at.Add(after)), p.cfg.PollInterval))
+	}
+	return wait
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
@@ -641,7 +666,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if !p.cur.Locked() {
 		p.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
 	}
-	if ok, err := p.lock(work); err != nil || !ok {
+	ok, err := p.lock(work)
+	if p.started != nil {
+		p.started() // the first look at the row is made: another processor of the client starts
+	}
+	if err != nil || !ok {
 		return 0, 0, err
 	}
 	// keep says that the batch ended with its position committed and the row locked again for the next

@@ -140,6 +140,13 @@ func (w *FleetWatch) Fresh(every time.Duration) bool {
 	return !w.looked.IsZero() && time.Since(w.looked) < every
 }
 
+// MayGive reports whether the instance made no handover within pace: TryGive would reserve one.
+func (w *FleetWatch) MayGive(pace time.Duration) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return time.Since(w.gave) >= pace
+}
+
 // TryGive reserves the instance's next handover and reports true when none was made within pace; the
 // look at the fleet is then out of date, and the next Look reads it again.
 func (w *FleetWatch) TryGive(pace time.Duration) bool {

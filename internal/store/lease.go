@@ -751,3 +751,34 @@ func (r *Repository) Release(ctx context.Context) error {
 	r.closeOwn()
 	return err
 }
+
+// ProbeRenewal returns this owner's lease for the probe to renew while the processor waits (see Renewal),
+// or nil when its own batch must: it does not own the process, holds the row locked, or the row does not
+// say of its session what it should (only a batch's renewal sets that right).
+func (r *Repository) ProbeRenewal() *Renewal {
+	if r.token == 0 || r.tx != nil || r.leaseFrom.IsZero() || r.lease.session != r.session() {
+		return nil
+	}
+	due := r.leaseFrom.Add(r.cfg.lease() / 3)
+	if beat := r.beat.Add(r.cfg.lease() / 3); !r.beat.IsZero() && beat.Before(due) {
+		due = beat
+	}
+	return &Renewal{Instance: r.instance(), Token: r.token, Lease: r.cfg.lease(), Due: due, ApplicationName: r.ApplicationName()}
+}
+
+// Renewed takes a renewal the probe made for this owner (see ProbeRenewal): the lease runs from when it
+// was sent, the instance said it is there then, and the cursor row is at the version the renewal left. A
+// renewal made for an earlier tenure, or while the row is locked, is ignored.
+func (r *Repository) Renewed(rn *Renewed, token int64) {
+	if rn == nil || token != r.token || r.token == 0 || r.tx != nil {
+		return
+	}
+	if rn.Sent.After(r.leaseFrom) {
+		r.leaseFrom = rn.Sent
+	}
+	if rn.Sent.After(r.beat) {
+		r.beat = rn.Sent
+	}
+	r.version = rn.Version
+	r.lease.left = r.cfg.lease()
+}

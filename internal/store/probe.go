@@ -56,6 +56,41 @@ type ProbeRequest struct {
 	Cursor, Version string
 	// Gap is the wait before the first probe; each probe that finds nothing doubles it, up to MaxGap.
 	Gap, MaxGap time.Duration
+	// Renew, when set, is the waiting owner's lease, which the probe renews for it (see Renewal); nil
+	// leaves the lease to the owner's own batches.
+	Renew *Renewal
+}
+
+// Renewal is an owner's lease, renewed by the probe while the owner waits, so that the leases of an
+// instance's quiet processes are renewed together, in the statements that probe for them, rather than each
+// in a transaction of its own. A renewal rides a probe once it is due, and with it every other renewal of
+// that probe that falls due within a sixth of its lease, so that renewals fall into step.
+//
+// A renewal renews only a lease still owned under its token, and only while the cursor row is as the
+// owner last saw it (the version of the request): a row an operator or another instance changed in the
+// meantime is not renewed, and the probe's answer that it changed wakes the owner, whose batch renews the
+// lease as without the probe. A row locked at that moment is passed over (SKIP LOCKED) and renewed at the
+// next probe. With the lease, the renewal says that the instance is there (inorder.instance, as a batch's
+// heartbeat does) and folds the position into the row, as an owner's own renewal does.
+type Renewal struct {
+	// Instance and Token are the owner's, and Lease its lease.
+	Instance string
+	Token    int64
+	Lease    time.Duration
+	// ApplicationName names the write of the row, as every write of it is named for its process
+	// (Repository.ApplicationName), whichever connection makes it.
+	ApplicationName string
+	// Due is when the renewal is due: the probes from then on renew the lease.
+	Due time.Time
+}
+
+// Renewed is a renewal the probe made.
+type Renewed struct {
+	// Sent is when the statement that renewed the lease was sent: the lease runs at least until Sent plus
+	// the lease.
+	Sent time.Time
+	// Version is the cursor row's version after the renewal.
+	Version string
 }
 
 // ProbeResult says why Wait returned.
@@ -67,6 +102,9 @@ type ProbeResult struct {
 	Gap time.Duration
 	// Err is the probe's error, if one failed: the processor falls back to its poll interval.
 	Err error
+	// Renewed is the last renewal of the lease made for the request (see ProbeRequest.Renew); nil when
+	// none was made.
+	Renewed *Renewed
 }
 
 // Prober probes for every processor of one database in its Store.
@@ -78,16 +116,27 @@ type Prober struct {
 
 	mu      sync.Mutex
 	waiters map[*waiter]struct{}
-	kick    chan struct{}
-	stop    chan struct{}
-	done    chan struct{}
+	// unclaimed are renewals made for waiters gone by the time the probe answered, by cursor: the next
+	// Wait of the same tenure from the same row version takes it (see Wait).
+	unclaimed map[string]unclaimed
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+// unclaimed is a renewal whose waiter was gone: made under token, from the row version from.
+type unclaimed struct {
+	token   int64
+	from    string
+	renewed *Renewed
 }
 
 type waiter struct {
-	req    ProbeRequest
-	gap    time.Duration
-	due    time.Time
-	result chan ProbeResult
+	req     ProbeRequest
+	gap     time.Duration
+	due     time.Time
+	result  chan ProbeResult
+	renewed *Renewed // the last renewal made for it, under p.mu
 }
 
 // Prober returns the prober of the store's processors, on the store's shared pool, starting it if this is
@@ -129,9 +178,22 @@ func (p *Prober) Close() {
 // Wait probes for req until a probe answers for it, wake receives, ctx ends or d passes, whichever comes
 // first. It returns a zero Result (with the gap reached) when nothing happened.
 func (p *Prober) Wait(ctx context.Context, req ProbeRequest, d time.Duration, wake <-chan struct{}) ProbeResult {
+	if req.Renew != nil {
+		rn := *req.Renew // the prober moves its due time on
+		req.Renew = &rn
+	}
 	w := &waiter{req: req, gap: max(req.Gap, time.Millisecond), result: make(chan ProbeResult, 1)}
 	w.due = time.Now().Add(w.gap)
 	p.mu.Lock()
+	if u, ok := p.unclaimed[req.Cursor]; ok {
+		// The last Wait of this cursor ended while a probe renewed its lease: the row changed for that,
+		// and this wait takes it, unless the row was seen again since or the tenure ended.
+		delete(p.unclaimed, req.Cursor)
+		if req.Renew != nil && u.token == req.Renew.Token && u.from == req.Version {
+			w.req.Version, w.renewed = u.renewed.Version, u.renewed
+			w.req.Renew.Due = u.renewed.Sent.Add(req.Renew.Lease / 3)
+		}
+	}
 	p.waiters[w] = struct{}{}
 	p.mu.Unlock()
 	p.nudge()
@@ -150,6 +212,7 @@ func (p *Prober) Wait(ctx context.Context, req ProbeRequest, d time.Duration, wa
 	if r.Gap == 0 {
 		r.Gap = w.gap
 	}
+	r.Renewed = w.renewed
 	p.mu.Unlock()
 	return r
 }
@@ -213,8 +276,8 @@ func (p *Prober) loop() {
 		}
 		p.mu.Unlock()
 		if len(batch) > 0 {
-			rows, versions, err := p.probePool(batch)
-			p.answer(batch, rows, versions, err)
+			a, err := p.probePool(batch)
+			p.answer(batch, a, err)
 		}
 	}
 }
@@ -247,74 +310,182 @@ func answered(err error) bool {
 }
 
 // probePool runs one probe for batch on a connection borrowed from the pool.
-func (p *Prober) probePool(batch []*waiter) ([]bool, []string, error) {
+func (p *Prober) probePool(batch []*waiter) (probeAnswer, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	c, err := p.pool.Acquire(ctx)
 	cancel()
 	if err != nil {
-		return nil, nil, fmt.Errorf("probe: %w", err)
+		return probeAnswer{}, fmt.Errorf("probe: %w", err)
 	}
 	defer p.store.shared.giveBack(c)
-	rows, versions, err := p.probe(c.Conn(), batch)
+	a, err := p.probe(c.Conn(), batch)
 	if err != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = c.Conn().Close(ctx) // the pool drops it
 		cancel()
 	}
-	return rows, versions, err
+	return a, err
 }
 
+// probeAnswer is what one probe found: per waiter of its batch, whether a row lies after its position and
+// its cursor row's version; and the leases it renewed (see Renewal), by the waiter's index in the batch,
+// with the row's version after, and when the statement was sent.
+type probeAnswer struct {
+	rows     []bool
+	versions []string
+	renewed  map[int]string
+	sent     time.Time
+}
+
+// renewals picks the waiters of batch whose leases the probe renews at now: none unless one is due, and
+// then every one due within a sixth of its lease, so that renewals fall into step and share statements.
+func renewals(batch []*waiter, now time.Time) []int {
+	var picked []int
+	due := false
+	for i, w := range batch {
+		rn := w.req.Renew
+		if rn == nil || now.Before(rn.Due.Add(-rn.Lease/6)) {
+			continue
+		}
+		picked = append(picked, i)
+		due = due || !now.Before(rn.Due)
+	}
+	if !due {
+		return nil
+	}
+	return picked
+}
+
+// renewSQL renews the leases of a probe (see Renewal), in the statement's WITH clause: $1 to $5 are arrays
+// of the waiters' indexes, process names, tokens, row versions and leases in milliseconds, $6 and $7 of
+// their instances and application names. Each row's write is named for its process (SET LOCAL, in the
+// row's SET list, which is evaluated before the row's triggers see it), as every write of the row is. The probe's no-insert lock is taken first (marked), so that no processor's horizon counts
+// the probe's transaction, which writes, as a possible insert. A row is renewed only while it is owned
+// under the token with its lease running, at the version the owner last saw, and not locked.
+const renewSQL = `WITH marked AS MATERIALIZED (SELECT %s AS m),
+	renew AS MATERIALIZED (
+		SELECT r.i, c.process_name, r.lease_ms, r.instance, r.app
+		FROM marked, inorder.cursor AS c
+		JOIN unnest($1::int[], $2::text[], $3::bigint[], $4::text[], $5::bigint[], $6::text[], $7::text[])
+		     AS r(i, process_name, token, version, lease_ms, instance, app)
+		  ON c.process_name = r.process_name
+		WHERE c.owner_token = r.token AND c.xmin::text = r.version AND c.lease_expires_at > clock_timestamp()
+		FOR UPDATE OF c SKIP LOCKED),
+	renewed AS (
+		UPDATE inorder.cursor AS c
+		SET lease_expires_at = clock_timestamp() + r.lease_ms * interval '1 millisecond',
+		    owner_instance = (SELECT c.owner_instance WHERE set_config('application_name', r.app, true) IS NOT NULL),
+		    ` + foldSet + `, ` + windowSet + `
+		FROM renew AS r, inorder.position AS p
+		WHERE c.process_name = r.process_name AND p.process_name = c.process_name
+		RETURNING r.i, c.xmin::text AS version),
+	beat AS (
+		INSERT INTO inorder.instance (process_name, instance, seen_until)
+		SELECT process_name, instance, clock_timestamp() + lease_ms * interval '1 millisecond' FROM renew
+		ON CONFLICT (process_name, instance) DO UPDATE SET seen_until = EXCLUDED.seen_until)
+	SELECT (SELECT m FROM marked),
+	       (SELECT coalesce(array_agg(i ORDER BY i), '{}') FROM renewed),
+	       (SELECT coalesce(array_agg(version ORDER BY i), '{}') FROM renewed)`
+
 // probe runs one statement for batch: per waiter, whether a row lies after its position and its cursor
-// row's version.
-func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) ([]bool, []string, error) {
+// row's version; and with them, the renewals due (see Renewal).
+func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) (probeAnswer, error) {
 	var sql strings.Builder
 	var args []any
-	sql.WriteString("SELECT " + probeNoInsert)
-	for _, w := range batch {
-		sql.WriteString(", ")
+	renew := renewals(batch, time.Now())
+	var marked string
+	var renewedIdx []int32
+	var renewedVersions []string
+	dest := make([]any, 0, 5)
+	if len(renew) == 0 {
+		sql.WriteString("SELECT " + probeNoInsert)
+		dest = append(dest, &marked)
+	} else {
+		idx := make([]int32, len(renew))
+		names, versions, instances, apps := make([]string, len(renew)), make([]string, len(renew)), make([]string, len(renew)), make([]string, len(renew))
+		tokens, leases := make([]int64, len(renew)), make([]int64, len(renew))
+		for k, i := range renew {
+			w := batch[i]
+			idx[k], names[k], versions[k] = int32(i), w.req.Cursor, w.req.Version
+			tokens[k], leases[k], instances[k] = w.req.Renew.Token, w.req.Renew.Lease.Milliseconds(), w.req.Renew.Instance
+			apps[k] = w.req.Renew.ApplicationName
+		}
+		fmt.Fprintf(&sql, renewSQL, probeNoInsert)
+		args = append(args, idx, names, tokens, versions, leases, instances, apps)
+		dest = append(dest, &marked, &renewedIdx, &renewedVersions)
+	}
+	// Two arrays, whatever the number of waiters: a column per waiter would end at Postgres' 1,664
+	// columns, some 830 waiters.
+	var exprs, lookups strings.Builder
+	for i, w := range batch {
+		if i > 0 {
+			exprs.WriteString(", ")
+			lookups.WriteString(", ")
+		}
 		if w.req.RowsFunc == nil {
-			sql.WriteString("false")
+			exprs.WriteString("false")
 		} else {
 			expr, a := w.req.RowsFunc(len(args) + 1)
 			args = append(args, a...)
-			sql.WriteString(expr)
+			exprs.WriteString(expr)
 		}
 		args = append(args, w.req.Cursor)
-		fmt.Fprintf(&sql, ", (SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))
+		fmt.Fprintf(&lookups, "(SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))
 	}
-	found := make([]bool, len(batch))
-	versions := make([]pgtype.Text, len(batch))
-	var marked string
-	dest := make([]any, 0, 2*len(batch)+1)
-	dest = append(dest, &marked)
-	for i := range batch {
-		dest = append(dest, &found[i], &versions[i])
-	}
+	sql.WriteString(", ARRAY[" + exprs.String() + "]::boolean[], ARRAY[" + lookups.String() + "]::text[]")
+	found := make([]pgtype.Bool, 0, len(batch))
+	versions := make([]pgtype.Text, 0, len(batch))
+	dest = append(dest, &found, &versions)
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
+	a := probeAnswer{sent: time.Now()}
 	if err := conn.QueryRow(ctx, sql.String(), args...).Scan(dest...); err != nil {
-		return nil, nil, fmt.Errorf("probe: %w", err)
+		return probeAnswer{}, fmt.Errorf("probe: %w", err)
 	}
-	vs := make([]string, len(batch))
+	if len(found) != len(batch) || len(versions) != len(batch) {
+		return probeAnswer{}, fmt.Errorf("probe: %d answers and %d versions for %d waiters", len(found), len(versions), len(batch))
+	}
+	a.rows, a.versions = make([]bool, len(batch)), make([]string, len(batch))
 	for i, v := range versions {
-		vs[i] = v.String
+		a.rows[i], a.versions[i] = found[i].Bool, v.String
 	}
-	return found, vs, nil
+	if len(renewedIdx) > 0 {
+		a.renewed = make(map[int]string, len(renewedIdx))
+		for k, i := range renewedIdx {
+			a.renewed[int(i)] = renewedVersions[k]
+		}
+	}
+	return a, nil
 }
 
-// answer hands each waiter of batch its result, or schedules its next probe when nothing concerns it.
-func (p *Prober) answer(batch []*waiter, rows []bool, versions []string, err error) {
+// answer hands each waiter of batch its result, or schedules its next probe when nothing concerns it; it
+// notes the renewals made for them.
+func (p *Prober) answer(batch []*waiter, a probeAnswer, err error) {
 	now := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for i, w := range batch {
 		if _, ok := p.waiters[w]; !ok {
-			continue // gone meanwhile
+			if v, ok := a.renewed[i]; ok && err == nil {
+				// Gone meanwhile, but its lease renewed and its row changed: for its next Wait, or for
+				// the one that has begun since.
+				p.passOn(w, unclaimed{token: w.req.Renew.Token, from: w.req.Version,
+					renewed: &Renewed{Sent: a.sent, Version: v}})
+			}
+			continue
 		}
 		r := ProbeResult{Err: err}
 		if err == nil {
-			r.Rows = rows[i]
-			r.Changed = versions[i] != w.req.Version
+			r.Rows = a.rows[i]
+			r.Changed = a.versions[i] != w.req.Version
+			if v, ok := a.renewed[i]; ok {
+				// The row was at the version the waiter knows (the renewal asks for it), and is now at the
+				// renewal's: the next probe compares with that.
+				w.renewed = &Renewed{Sent: a.sent, Version: v}
+				w.req.Version = v
+				w.req.Renew.Due = a.sent.Add(w.req.Renew.Lease / 3)
+				r.Renewed = w.renewed
+			}
 		}
 		w.gap = min(2*w.gap, max(w.req.MaxGap, w.gap))
 		if err == nil && !r.Rows && !r.Changed {
@@ -325,4 +496,21 @@ func (p *Prober) answer(batch []*waiter, rows []bool, versions []string, err err
 		delete(p.waiters, w)
 		w.result <- r
 	}
+}
+
+// passOn hands a renewal made for gone, a waiter gone by the time the probe answered, to the Wait of the
+// same tenure that has begun since from the same row version, or keeps it for the next (see Wait).
+// Under p.mu.
+func (p *Prober) passOn(gone *waiter, u unclaimed) {
+	for w := range p.waiters {
+		if w.req.Cursor == gone.req.Cursor && w.req.Renew != nil && w.req.Renew.Token == u.token && w.req.Version == u.from {
+			w.req.Version, w.renewed = u.renewed.Version, u.renewed
+			w.req.Renew.Due = u.renewed.Sent.Add(w.req.Renew.Lease / 3)
+			return
+		}
+	}
+	if p.unclaimed == nil {
+		p.unclaimed = map[string]unclaimed{}
+	}
+	p.unclaimed[gone.req.Cursor] = u
 }

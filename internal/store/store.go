@@ -20,8 +20,12 @@ import (
 type Store struct {
 	shared *Shared
 
-	mu    sync.Mutex // held while a repository connects: not while a probe is handed out
+	mu    sync.Mutex // guards repos and opening; never held while a repository connects
 	repos map[string]*Repository
+	// opening holds, for each repository being opened, a channel closed once it is open or has failed:
+	// a second Open of the same waits for the first, and the repositories of other processes connect
+	// and register meanwhile, so that a thousand processes start side by side rather than one by one.
+	opening map[string]chan struct{}
 
 	probeMu sync.Mutex
 	probers map[string]*Prober
@@ -64,13 +68,53 @@ func (s *Store) Open(ctx context.Context, name string, cfg Config) (*Repository,
 	}
 	key := fmt.Sprintf("%s:%d/%s/%s\x00%s", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database, name, cfg.Instance)
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if repo, ok := s.repos[key]; ok {
-		if own != nil {
-			own.Close()
+	for {
+		if repo, ok := s.repos[key]; ok {
+			s.mu.Unlock()
+			if own != nil {
+				own.Close()
+			}
+			return repo, nil
 		}
-		return repo, nil
+		opening, ok := s.opening[key]
+		if !ok {
+			break
+		}
+		s.mu.Unlock()
+		select {
+		case <-opening:
+		case <-ctx.Done():
+			if own != nil {
+				own.Close()
+			}
+			return nil, fmt.Errorf("open cursor %q: %w", name, ctx.Err())
+		}
+		s.mu.Lock()
 	}
+	if s.opening == nil {
+		s.opening = map[string]chan struct{}{}
+	}
+	opened := make(chan struct{})
+	s.opening[key] = opened
+	s.mu.Unlock()
+	repo, err := s.open(ctx, name, key, cfg, own)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.opening, key)
+	close(opened)
+	if err != nil {
+		return nil, err
+	}
+	if s.repos == nil {
+		s.repos = map[string]*Repository{}
+	}
+	s.repos[key] = repo
+	return repo, nil
+}
+
+// open makes the repository of Open, on cfg.Shared (own, when it made those connections for this
+// repository alone), connecting it and registering the process.
+func (s *Store) open(ctx context.Context, name, key string, cfg Config, own *Shared) (*Repository, error) {
 	repo := &Repository{name: name, key: key, cfg: cfg, store: s, shared: cfg.Shared, own: own}
 	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
 	repo.lockSQL17 = withoutTransactionTimeout(repo.lockSQL)
@@ -85,10 +129,6 @@ func (s *Store) Open(ctx context.Context, name string, cfg Config) (*Repository,
 		return nil, err
 	}
 	repo.Detach()
-	if s.repos == nil {
-		s.repos = map[string]*Repository{}
-	}
-	s.repos[key] = repo
 	return repo, nil
 }
 

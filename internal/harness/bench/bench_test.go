@@ -254,6 +254,7 @@ func tableLines() []line {
 	ls = append(ls, rabbitmqLines()...)
 	ls = append(ls, redisLines()...)
 	ls = append(ls, fleetLines()...)
+	ls = append(ls, idleFleetLines()...)
 	ls = append(ls, networkLines()...)
 	ls = append(ls, bigLines()...)
 	ls = append(ls, clockLines()...)

@@ -1,0 +1,147 @@
+package store_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/store"
+)
+
+// TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt: a quiet owner's lease is renewed by the probe, in the
+// statement that probes for it, and the owner learns the row's new version; a renewal under another
+// token, from a version the row no longer has, or of a row held locked, renews nothing.
+func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	cfg.Lease = 30 * time.Second
+	ctx := context.Background()
+	cursors := store.New(sharedFor(t, cfg))
+	repo, err := cursors.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = repo.Release(ctx) })
+	ok, err := repo.TryLock(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, repo.Unlock(ctx))
+	prober := cursors.Prober()
+	t.Cleanup(prober.Close)
+
+	expires := func() (left time.Duration, version string) {
+		var ms int64
+		require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (extract(epoch FROM lease_expires_at - clock_timestamp()) * 1000)::bigint,
+			xmin::text FROM inorder.cursor WHERE process_name = 'orders'`).Scan(&ms, &version))
+		return time.Duration(ms) * time.Millisecond, version
+	}
+	// Cut the lease short, as time would, so that a renewal shows.
+	db.Exec(t, "UPDATE inorder.cursor SET lease_expires_at = clock_timestamp() + interval '10 seconds' WHERE process_name = 'orders'")
+	// Who writes the row: every write is named for its process, whichever connection makes it.
+	db.Exec(t, `CREATE TABLE writes (app text);
+		CREATE FUNCTION note_write() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN INSERT INTO writes VALUES (current_setting('application_name')); RETURN NEW; END $$;
+		CREATE TRIGGER note_write BEFORE UPDATE ON inorder.cursor FOR EACH ROW EXECUTE FUNCTION note_write();`)
+	_, version := expires()
+	wait := func(token int64, version string) store.ProbeResult {
+		rn := repo.ProbeRenewal()
+		require.NotNil(t, rn, "a quiet owner's lease is the probe's to renew")
+		rn.Token, rn.Due = token, time.Now()
+		return prober.Wait(ctx, store.ProbeRequest{Cursor: "orders", Version: version, Gap: time.Millisecond,
+			MaxGap: 5 * time.Millisecond, Renew: rn}, 300*time.Millisecond, nil)
+	}
+
+	// Another tenure's token: nothing renewed, and the row unchanged.
+	r := wait(repo.Tenure()+1, version)
+	require.NoError(t, r.Err)
+	require.Nil(t, r.Renewed)
+	left, now := expires()
+	require.Less(t, left, 11*time.Second)
+	require.Equal(t, version, now)
+
+	// A version the row no longer has (an operator's action the owner has not seen): nothing renewed,
+	// and the probe says that the row changed.
+	r = wait(repo.Tenure(), "1")
+	require.NoError(t, r.Err)
+	require.Nil(t, r.Renewed)
+	require.True(t, r.Changed)
+	left, _ = expires()
+	require.Less(t, left, 11*time.Second)
+
+	// The row locked by someone else: passed over, not waited for.
+	tx, err := db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	_, err = tx.Exec(ctx, "SELECT 1 FROM inorder.cursor WHERE process_name = 'orders' FOR UPDATE")
+	require.NoError(t, err)
+	r = wait(repo.Tenure(), version)
+	require.NoError(t, r.Err)
+	require.Nil(t, r.Renewed)
+	require.NoError(t, tx.Rollback(ctx))
+
+	// The owner's tenure at the version it saw: renewed, and the owner told the row's new version, at
+	// which the probe no longer says that the row changed.
+	sent := time.Now()
+	r = wait(repo.Tenure(), version)
+	require.NoError(t, r.Err)
+	require.NotNil(t, r.Renewed)
+	require.False(t, r.Changed)
+	left, now = expires()
+	require.Greater(t, left, 25*time.Second, "the lease runs a whole lease from the renewal")
+	require.Equal(t, now, r.Renewed.Version)
+	require.False(t, r.Renewed.Sent.Before(sent))
+	var seen time.Duration
+	var ms int64
+	require.NoError(t, db.Pool.QueryRow(ctx, `SELECT (extract(epoch FROM seen_until - clock_timestamp()) * 1000)::bigint
+		FROM inorder.instance WHERE process_name = 'orders'`).Scan(&ms))
+	seen = time.Duration(ms) * time.Millisecond
+	require.Greater(t, seen, 25*time.Second, "the instance said it is there with the renewal")
+	var apps []string
+	rows, err := db.Pool.Query(ctx, "SELECT app FROM writes")
+	require.NoError(t, err)
+	for rows.Next() {
+		var app string
+		require.NoError(t, rows.Scan(&app))
+		apps = append(apps, app)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{repo.ApplicationName()}, apps, "the renewal, named for its process, is the one write")
+	repo.Renewed(r.Renewed, repo.Tenure())
+	require.Equal(t, now, repo.Version())
+	require.Greater(t, repo.LeaseLeft(), 25*time.Second)
+}
+
+// TestOneProbeAnswersAThousandWaiters: the processors of a store wait on one probe whatever their number,
+// beyond the columns a statement may return (1,664).
+func TestOneProbeAnswersAThousandWaiters(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	ctx := context.Background()
+	cursors := store.New(sharedFor(t, cfg))
+	prober := cursors.Prober()
+	t.Cleanup(prober.Close)
+	const n = 1000
+	errs := make(chan error, n)
+	for i := range n {
+		go func() {
+			// No such cursor row: its version reads as empty, as asked, so nothing wakes the waiter but
+			// an error.
+			r := prober.Wait(ctx, store.ProbeRequest{Cursor: fmt.Sprintf("p%d", i), Gap: 50 * time.Millisecond,
+				MaxGap: 50 * time.Millisecond}, 2*time.Second, nil)
+			errs <- r.Err
+		}()
+	}
+	for range n {
+		require.NoError(t, <-errs)
+	}
+}
+
+// sharedFor makes connections shared as a Client's are over cfg's database, for a store whose probe the
+// test runs: a probe borrows from its store's pool.
+func sharedFor(t *testing.T, cfg store.Config) *store.Shared {
+	t.Helper()
+	s, err := store.NewShared(store.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	return s
+}
