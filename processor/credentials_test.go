@@ -249,6 +249,11 @@ func testCredentialsRefusedMidRun(t *testing.T, withClient bool) {
 
 	server := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	line := "the database refused the credentials of user " + creds.role + " on " + server
+	defer func() {
+		if t.Failed() {
+			t.Log(logs.String())
+		}
+	}()
 	waitFor(t, "the refusal said", func() bool {
 		refusal, _, connected := obs.now()
 		return strings.HasPrefix(refusal, line) && !connected

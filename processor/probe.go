@@ -67,7 +67,7 @@ func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool
 	req := store.ProbeRequest{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
 	token := p.cur.Tenure()
 	if p.role == roleOwner {
-		req.Renew = p.cur.ProbeRenewal()
+		req.Renew, req.Lost = p.cur.ProbeRenewal(), p.cur.SessionLost()
 	}
 	if rows {
 		req.RowsFunc = p.probeCond(p.cur.State().Position)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/dial"
 	"math/rand/v2"
 	"strconv"
 	"strings"
@@ -202,6 +203,19 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 	}()
 	if r.shared != nil && r.advisory && !r.shared.holds(r.advGen) {
 		r.advisory = false // the instance's session was lost, and the lock with it
+		if r.token != 0 && r.trySession() {
+			// The owner takes it again on the session connected anew. A session that cannot be reached
+			// only means that standbys wait out the lease should this instance vanish, but credentials
+			// the database refuses are said at once, as for any connection (the wait that the loss ended
+			// brought the owner here; see SessionLost).
+			took, gen, err := r.shared.tryLock(ctx, LockKey(r.name))
+			if _, refused := dial.CredentialsRefused(err); refused {
+				return false, fmt.Errorf("lock cursor %q: %w", r.name, err)
+			}
+			if err == nil && took {
+				r.advisory, r.advGen = true, gen
+			}
+		}
 	}
 	if r.tx != nil {
 		return r.keepLock(ctx)
@@ -764,6 +778,16 @@ func (r *Repository) ProbeRenewal() *Renewal {
 		due = beat
 	}
 	return &Renewal{Instance: r.instance(), Token: r.token, Lease: r.cfg.lease(), Due: due, ApplicationName: r.ApplicationName()}
+}
+
+// SessionLost returns a channel that closes when the instance's session that holds this owner's advisory
+// lock is lost (the server ended it, or it was cut off), so that a wait ends and the owner's next batch
+// learns why (a refusal of the credentials, say) at once; nil when the owner holds no such lock.
+func (r *Repository) SessionLost() <-chan struct{} {
+	if r.shared == nil || !r.advisory || r.advGen == 0 {
+		return nil
+	}
+	return r.shared.lostSignal(r.advGen)
 }
 
 // Renewed takes a renewal the probe made for this owner (see ProbeRenewal): the lease runs from when it

@@ -59,6 +59,10 @@ type ProbeRequest struct {
 	// Renew, when set, is the waiting owner's lease, which the probe renews for it (see Renewal); nil
 	// leaves the lease to the owner's own batches.
 	Renew *Renewal
+	// Lost, when set, ends the wait when it closes: the instance's session that holds the owner's advisory
+	// lock was lost (see Repository.SessionLost), and the owner's own batch must find out why at once,
+	// rather than at its next batch a lease later.
+	Lost <-chan struct{}
 }
 
 // Renewal is an owner's lease, renewed by the probe while the owner waits, so that the leases of an
@@ -205,6 +209,8 @@ func (p *Prober) Wait(ctx context.Context, req ProbeRequest, d time.Duration, wa
 	case <-t.C:
 	case <-ctx.Done():
 	case <-wake:
+		r.Woken = true
+	case <-req.Lost:
 		r.Woken = true
 	}
 	p.mu.Lock()

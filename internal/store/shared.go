@@ -58,6 +58,8 @@ type Shared struct {
 	sessionPooled bool
 	gen           atomic.Uint64
 	lost          atomic.Uint64 // the last gen known lost
+	// lostCh is closed when the session of the current gen is lost (see lostSignal).
+	lostCh chan struct{}
 
 	transactions struct { // whether the pooler pools by transaction, once asked
 		once  sync.Once
@@ -340,6 +342,20 @@ func (s *Shared) unlock(ctx context.Context, key int64, gen uint64) error {
 	return nil
 }
 
+// lostSignal returns a channel closed once the session a lock was taken on under gen is lost: already
+// closed when it is.
+func (s *Shared) lostSignal(gen uint64) <-chan struct{} {
+	s.sessionMu.Lock()
+	defer s.sessionMu.Unlock()
+	if s.session == nil || gen != s.gen.Load() || s.lost.Load() == gen {
+		return closedSignal
+	}
+	return s.lostCh
+}
+
+// closedSignal is a channel closed for good, for what has already happened.
+var closedSignal = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
 // holds reports whether a lock taken under gen is still held: the session it was taken on lives.
 func (s *Shared) holds(gen uint64) bool {
 	return gen != 0 && gen == s.gen.Load() && s.lost.Load() != gen
@@ -362,6 +378,7 @@ func (s *Shared) connectSession(ctx context.Context) error {
 		return fmt.Errorf("connect the session of the instance: %w", pooler.Explain(err))
 	}
 	s.session, s.sessionPooled = conn, pooled
+	s.lostCh = make(chan struct{})
 	s.gen.Add(1)
 	return nil
 }
@@ -372,6 +389,7 @@ func (s *Shared) loseSession() {
 		return
 	}
 	s.lost.Store(s.gen.Load())
+	close(s.lostCh)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	_ = s.session.Close(ctx)
 	cancel()
