@@ -11,7 +11,7 @@
 //		return err
 //	}
 //	defer client.Close()
-//	cfg.Client, cfg.Observer = client, m // processor.Config of every processor of the program
+//	cfg.Client, cfg.Observer = client, m.Observer() // processor.Config of every processor of the program
 //	pool := client.Pool()                // the Client owns every connection: ops takes none of its own
 //	m.Track(cfg.Process)
 //	h := ops.NewHealth(ops.HealthConfig{Ping: pool.Ping, Metrics: m})
@@ -94,7 +94,7 @@
 // read from when it first saw it), and comes round early when a holder it saw is about
 // to pass the threshold. They cost inorder nothing (its positions are appended), but vacuum cannot clean
 // the outbox that prune empties while they hold. The other series come from
-// the processor through the processor.Observer that Metrics implements.
+// the processor through the processor.Observer that Metrics.Observer returns.
 //
 // # Health
 //

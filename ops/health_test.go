@@ -66,7 +66,7 @@ func TestReadyzFollowsTheDatabase(t *testing.T) {
 		return nil
 	})
 	m := ops.NewMetrics()
-	cfg.Observer = m
+	cfg.Observer = m.Observer()
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 

@@ -40,7 +40,7 @@ func TestMetricNamesFileIsWhatAnInstanceServes(t *testing.T) {
 	cfg.Handler = handlers.HandlerFunc[row](func(context.Context, *handlers.Record[row]) error { return nil })
 	m := ops.NewMetrics()
 	m.SetXminHoldAfter(500 * time.Millisecond)
-	cfg.Observer = m
+	cfg.Observer = m.Observer()
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)

@@ -38,9 +38,9 @@ const (
 	lagPendingRetry = time.Second
 )
 
-// Metrics is a processor.Observer that keeps Prometheus series about the processors reporting to it, on a
-// registry of its own. Set it as processor.Config.Observer of every processor of the program (one Metrics
-// serves any number of processes), serve Handler (or NewHandler), and run WatchLag for the lag series.
+// Metrics keeps Prometheus series about the processors reporting to it, on a registry of its own. Set its
+// Observer as processor.Config.Observer of every processor of the program (one Metrics serves any number
+// of processes), serve Handler (or NewHandler), and run WatchLag for the lag series.
 // It also remembers whether each processor is connected, for Health.
 type Metrics struct {
 	reg *prometheus.Registry
@@ -104,7 +104,7 @@ const (
 )
 
 var (
-	_ processor.Observer = (*Metrics)(nil)
+	_ processor.Observer = (*observer)(nil)
 )
 
 // NewMetrics returns a Metrics with a fresh registry holding the inorder_* series and the Go runtime and
@@ -295,15 +295,26 @@ func (m *Metrics) processes() []string {
 	return names
 }
 
+// observer is the processor.Observer of a Metrics (see Metrics.Observer): the methods a processor reports
+// through, kept off the Metrics that a program handles.
+type observer Metrics
+
+// Observer returns the processor.Observer that keeps these metrics: the Config.Observer of every processor
+// of the program.
+func (m *Metrics) Observer() processor.Observer { return (*observer)(m) }
+
+// proc is Metrics.proc.
+func (m *observer) proc(process string) *procMetrics { return (*Metrics)(m).proc(process) }
+
 // Batch implements processor.Observer.
-func (m *Metrics) Batch(process string, n int) {
+func (m *observer) Batch(process string, n int) {
 	p := m.proc(process)
 	p.batches.Inc()
 	p.read.Add(float64(n))
 }
 
 // Handled implements processor.Observer.
-func (m *Metrics) Handled(process string, took time.Duration, err error) {
+func (m *observer) Handled(process string, took time.Duration, err error) {
 	p := m.proc(process)
 	p.duration.Observe(took.Seconds())
 	if err != nil {
@@ -314,21 +325,21 @@ func (m *Metrics) Handled(process string, took time.Duration, err error) {
 }
 
 // Position implements processor.Observer.
-func (m *Metrics) Position(process string, createdAt time.Time) {
+func (m *observer) Position(process string, createdAt time.Time) {
 	m.proc(process).position.Set(float64(createdAt.UnixNano()) / 1e9)
 }
 
 // Halted implements processor.Observer.
-func (m *Metrics) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
+func (m *observer) Halted(process string, halted bool) { m.proc(process).halted.Set(b2f(halted)) }
 
 // SinkUnavailable implements processor.Observer.
-func (m *Metrics) SinkUnavailable(process string, unavailable bool) {
+func (m *observer) SinkUnavailable(process string, unavailable bool) {
 	m.proc(process).unavailable.Set(b2f(unavailable))
 }
 
 // SourceWaiting implements processor.Observer: the process's one inorder_source_waiting series
 // names the column the stream waits for while it waits, and no column once it reads.
-func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
+func (m *observer) SourceWaiting(process, column string, waiting bool) {
 	p := m.proc(process)
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -341,28 +352,28 @@ func (m *Metrics) SourceWaiting(process, column string, waiting bool) {
 }
 
 // Retrying implements processor.Observer.
-func (m *Metrics) Retrying(process string, retrying bool) {
+func (m *observer) Retrying(process string, retrying bool) {
 	m.proc(process).retrying.Set(b2f(retrying))
 }
 
 // Locked implements processor.Observer.
-func (m *Metrics) Locked(process string, locked bool) { m.proc(process).locked.Set(b2f(locked)) }
+func (m *observer) Locked(process string, locked bool) { m.proc(process).locked.Set(b2f(locked)) }
 
 // Hold implements processor.Observer.
-func (m *Metrics) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
+func (m *observer) Hold(process string, held time.Duration) { m.proc(process).hold.Set(held.Seconds()) }
 
 // Resent implements processor.Observer.
-func (m *Metrics) Resent(process string, records int) { m.proc(process).resent.Add(float64(records)) }
+func (m *observer) Resent(process string, records int) { m.proc(process).resent.Add(float64(records)) }
 
 // InFlight implements processor.Observer.
-func (m *Metrics) InFlight(process string, records int, oldest time.Duration) {
+func (m *observer) InFlight(process string, records int, oldest time.Duration) {
 	p := m.proc(process)
 	p.inFlight.Set(float64(records))
 	p.inFlightOldest.Set(oldest.Seconds())
 }
 
 // Connected implements processor.Observer.
-func (m *Metrics) Connected(process string, ok bool) {
+func (m *observer) Connected(process string, ok bool) {
 	p := m.proc(process)
 	m.mu.Lock()
 	if ok {
@@ -376,7 +387,7 @@ func (m *Metrics) Connected(process string, ok bool) {
 }
 
 // CredentialsRefused implements processor.Observer.
-func (m *Metrics) CredentialsRefused(process string, refusal string) {
+func (m *observer) CredentialsRefused(process string, refusal string) {
 	p := m.proc(process)
 	m.mu.Lock()
 	p.refusal = refusal
@@ -557,7 +568,7 @@ func (m *Metrics) measureOne(ctx context.Context, conn *pgx.Conn, procs map[stri
 }
 
 // PassedOver counts a move of process's position past rows its filter passes over (processor.Observer).
-func (m *Metrics) PassedOver(process string) { m.proc(process).passOvers.Inc() }
+func (m *observer) PassedOver(process string) { m.proc(process).passOvers.Inc() }
 
 // lookXmin looks at who holds the database's xmin horizon, on a connection of pool, and sets the xmin
 // series: each holder past the threshold, and the longest hold. A failed look counts as an error unless the

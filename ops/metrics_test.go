@@ -137,7 +137,7 @@ func TestMetricsDescribeAKnownRun(t *testing.T) {
 	})
 	m := ops.NewMetrics()
 	m.Track("jobs")
-	cfg.Observer = m
+	cfg.Observer = m.Observer()
 	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 	url := srv.URL + "/metrics"
@@ -219,7 +219,7 @@ func TestLagErrorsAreCountedAndTheGaugesKept(t *testing.T) {
 	db, cfg := setup(t)
 	cfg.Handler = handlers.HandlerFunc[row](func(context.Context, *handlers.Record[row]) error { return nil })
 	m := ops.NewMetrics()
-	cfg.Observer = m
+	cfg.Observer = m.Observer()
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -264,7 +264,7 @@ func TestParkedKeysAreMeasured(t *testing.T) {
 		return nil
 	})
 	m := ops.NewMetrics()
-	cfg.Observer = m
+	cfg.Observer = m.Observer()
 	m.Track("jobs")
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
@@ -328,12 +328,12 @@ func TestSourceWaitingNamesTheColumn(t *testing.T) {
 		}
 		return out
 	}
-	m.Batch("jobs", 0)
+	m.Observer().Batch("jobs", 0)
 	require.Equal(t, map[string]float64{`inorder_source_waiting{column="",process="jobs"}`: 0}, waiting())
-	m.SourceWaiting("jobs", "payload", true)
+	m.Observer().SourceWaiting("jobs", "payload", true)
 	require.Equal(t, map[string]float64{`inorder_source_waiting{column="payload",process="jobs"}`: 1}, waiting())
-	m.SourceWaiting("jobs", "created_at", true)
+	m.Observer().SourceWaiting("jobs", "created_at", true)
 	require.Equal(t, map[string]float64{`inorder_source_waiting{column="created_at",process="jobs"}`: 1}, waiting())
-	m.SourceWaiting("jobs", "", false)
+	m.Observer().SourceWaiting("jobs", "", false)
 	require.Equal(t, map[string]float64{`inorder_source_waiting{column="",process="jobs"}`: 0}, waiting())
 }

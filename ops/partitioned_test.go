@@ -32,7 +32,7 @@ func TestAPartitionedProcessIsTrackedAsAWhole(t *testing.T) {
 	cfg.RetryMin, cfg.RetryMax = time.Second, time.Second
 	m := ops.NewMetrics()
 	m.Track("jobs")
-	cfg.Observer = m
+	cfg.Observer = m.Observer()
 	health := ops.NewHealth(ops.HealthConfig{Metrics: m})
 	srv := httptest.NewServer(ops.NewHandler(m, health))
 	t.Cleanup(srv.Close)

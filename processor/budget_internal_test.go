@@ -1,6 +1,7 @@
 package processor
 
 import (
+	"github.com/inorder-dev/inorder/internal/setting"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,12 +15,12 @@ func TestNextLimit(t *testing.T) {
 		full                  bool
 	}{
 		{"a full read doubles the bound", 100, 100, 100, 200, true},
-		{"up to the most", 4000, 4000, 4000, DefaultMaxBatchSize, true},
-		{"a short read goes back to the default", 800, 12, 800, DefaultBatchSize, false},
-		{"a read that took the last rows to the bound goes back too", 800, 800, 800, DefaultBatchSize, false},
+		{"up to the most", 4000, 4000, 4000, setting.DefaultMaxBatchSize, true},
+		{"a short read goes back to the default", 800, 12, 800, setting.DefaultBatchSize, false},
+		{"a read that took the last rows to the bound goes back too", 800, 800, 800, setting.DefaultBatchSize, false},
 		{"cut by the budget, twice what came back", 800, 12, 800, 24, true},
 		{"a record alone, twice that", 24, 1, 24, 2, true},
-		{"cut by the budget at the most stays there", 4000, 3000, 4000, DefaultMaxBatchSize, true},
+		{"cut by the budget at the most stays there", 4000, 3000, 4000, setting.DefaultMaxBatchSize, true},
 		{"records growing smaller fill the bound and double it", 24, 24, 24, 200, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -62,9 +63,9 @@ func TestByteBudgetCountsSizesOnlyWhereRecordsMayPassIt(t *testing.T) {
 		counted  bool // whether the next read counts sizes in its SQL
 	}{
 		{"the first read counts: nothing is known", nil, 100, true},
-		{"small records at the most a batch holds", []int64{200}, DefaultMaxBatchSize, false},
-		{"records of a kilobyte at the most: 4 MB, half the budget", []int64{1 << 10}, DefaultMaxBatchSize, false},
-		{"records of 2 KiB at the most: past half the budget", []int64{2 << 10}, DefaultMaxBatchSize, true},
+		{"small records at the most a batch holds", []int64{200}, setting.DefaultMaxBatchSize, false},
+		{"records of a kilobyte at the most: 4 MB, half the budget", []int64{1 << 10}, setting.DefaultMaxBatchSize, false},
+		{"records of 2 KiB at the most: past half the budget", []int64{2 << 10}, setting.DefaultMaxBatchSize, true},
 		{"a document among them", []int64{200, 1 << 20}, 100, true},
 		{"the document is remembered for a few reads", []int64{1 << 20, 200, 200, 200}, 100, true},
 		{"and forgotten once its half-life has passed", append([]int64{1 << 20}, make12(200)...), 100, false},

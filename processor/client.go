@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"sync"
 	"time"
 
@@ -13,10 +14,6 @@ import (
 	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/lifecycle"
 )
-
-// DefaultMaxConns is the ClientConfig.MaxConns that zero means: a session for the ownership locks and
-// three connections to work on, for any number of processes.
-const DefaultMaxConns = 4
 
 // ClientConfig configures a Client.
 type ClientConfig struct {
@@ -29,7 +26,7 @@ type ClientConfig struct {
 	// batch transaction, and to the idle probe and a standby's look at a lease between them. A process
 	// waiting for a connection waits its turn, so MaxConns bounds how many processes deliver at the same
 	// moment: slow handlers (a webhook that takes a second a batch) want more, fast ones few. At least 2;
-	// zero means DefaultMaxConns.
+	// zero means 4.
 	MaxConns int
 
 	// Instance names this instance in the cursor row's owner and in application_name, so that status can
@@ -46,7 +43,7 @@ type ClientConfig struct {
 	// link goes on however long it takes (a start-up, though, must end within it). Where the system
 	// allows, the socket is told the same bound (TCP_USER_TIMEOUT) and idle connections are probed by
 	// keepalives. The statements of a TxHandler run under Config.HandlerTimeout instead. Zero means
-	// DefaultDatabaseTimeout (5s).
+	// 5s.
 	DatabaseTimeout time.Duration
 
 	// BeforeConnectFunc, when set, is called before each connection the client opens (its session, the
@@ -93,13 +90,13 @@ func NewClient(cfg ClientConfig) (*Client, error) {
 		return nil, errors.New("processor client: ClientConfig.ConnConfig is required")
 	}
 	if cfg.MaxConns == 0 {
-		cfg.MaxConns = DefaultMaxConns
+		cfg.MaxConns = setting.DefaultMaxConns
 	}
 	if cfg.MaxConns < 2 {
 		return nil, fmt.Errorf("processor client: MaxConns must be at least 2 (a session and one connection to work on), got %d", cfg.MaxConns)
 	}
 	if cfg.DatabaseTimeout <= 0 {
-		cfg.DatabaseTimeout = DefaultDatabaseTimeout
+		cfg.DatabaseTimeout = setting.DefaultDatabaseTimeout
 	}
 	shared, err := store.NewShared(store.SharedConfig{ConnConfig: cfg.ConnConfig, MaxConns: cfg.MaxConns,
 		Instance: cfg.Instance, Timeout: cfg.DatabaseTimeout, BeforeConnect: cfg.BeforeConnectFunc})

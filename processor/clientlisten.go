@@ -3,6 +3,7 @@ package processor
 import (
 	"context"
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"sync"
 	"time"
 
@@ -92,7 +93,7 @@ func (c *Client) runListener(ctx context.Context, done chan struct{}) {
 		}
 		down := false
 		c.listener.each("", &down, func(s *subscription) { s.lost(err) })
-		if !sleep(ctx, backoff(max(attempt, 1), 100*time.Millisecond, DefaultReconnectMax)) {
+		if !sleep(ctx, backoff(max(attempt, 1), 100*time.Millisecond, setting.DefaultReconnectMax)) {
 			return
 		}
 	}

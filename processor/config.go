@@ -2,6 +2,7 @@ package processor
 
 import (
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,7 +11,6 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
-	"github.com/inorder-dev/inorder/internal/dial"
 )
 
 // Checkpoint says when an advanced position becomes durable.
@@ -56,9 +56,9 @@ type Config[T any] struct {
 	ScanFunc func(row pgx.CollectableRow) (T, error)
 
 	// BatchSize bounds the records read per batch; every read is bounded. Zero means adaptive: a batch
-	// reads up to DefaultBatchSize (100) records while the stream keeps up, so that a live stream's
+	// reads up to 100 records while the stream keeps up, so that a live stream's
 	// records are not held behind many others, and the bound doubles after every batch that came back
-	// full (a backlog), up to DefaultMaxBatchSize (4000), where each batch's round trips weigh little
+	// full (a backlog), up to 4000, where each batch's round trips weigh little
 	// against its records; the first batch that comes back short brings it back. A batch's position is
 	// committed with the statements that lock the row for the next one, so a backlog costs two round trips
 	// to the database per batch whatever its size. With MaxInFlight above 1, a batch holds at least sixteen
@@ -70,7 +70,7 @@ type Config[T any] struct {
 	// sized by it: about three times BatchBytes (a batch delivered, the next read ahead, and what the
 	// handler encodes), or three times the largest record where that is larger, plus a constant. A record
 	// larger than BatchBytes is read and delivered alone, never refused for its size. Zero means
-	// DefaultBatchBytes (8 MiB); see docs/operating.md for what to size a container for.
+	// 8 MiB; see docs/operating.md for what to size a container for.
 	BatchBytes int
 	// MaxInFlight is how many records a Handler may be given at once, in order per key (Record.Key, from
 	// Source.KeyColumn): records of one key go one at a time in (created_at, id) order, records of
@@ -82,18 +82,18 @@ type Config[T any] struct {
 	// means one record at a time. Not for a TxHandler, and an AsyncHandler keeps its own window.
 	MaxInFlight int
 	// PollInterval is the wait when there is nothing to read or another instance holds the cursor, and
-	// the fallback when the probe cannot help (see ProbeInterval). Zero means DefaultPollInterval (200ms).
+	// the fallback when the probe cannot help (see ProbeInterval). Zero means 200ms.
 	PollInterval time.Duration
 	// ProbeInterval is the longest wait between probes while there is nothing to read: a probe is one
 	// index-only statement asking whether any row lies after the position, and only a yes runs a batch,
 	// so a new row is delivered within a few milliseconds without the cost of a batch (pg_locks and the
 	// cursor lock) at that rate. Right after records were handled it probes after 2ms, doubling up to
 	// ProbeInterval; a stream with nothing for 10s probes at four times it. A negative value turns probing
-	// off: the processor then waits PollInterval. Zero means DefaultProbeInterval (25ms).
+	// off: the processor then waits PollInterval. Zero means 25ms.
 	ProbeInterval time.Duration
 	// InsertLatency is a safety margin subtracted from the horizon for clock steps (and, for transaction
 	// time, the microseconds between a statement's arrival and its transaction's lock). It is not what keeps
-	// rows from being skipped (tracking transactions is); keep it small. Zero means DefaultInsertLatency (5ms),
+	// rows from being skipped (tracking transactions is); keep it small. Zero means 5ms,
 	// or 1ms on a table with the insert clock, which stamps a row only after its transaction's lock is
 	// there to be seen, so that the margin covers the clock stepping back alone (see docs/horizon.md).
 	InsertLatency time.Duration
@@ -127,24 +127,24 @@ type Config[T any] struct {
 	OnHalt OnHalt
 
 	// RetryMin and RetryMax bound the exponential backoff between attempts at a failing record. Zero means
-	// DefaultRetryMin (1s) and DefaultRetryMax (1m). Permanent failures (handlers.Permanent) are retried at RetryMax.
+	// 1s and 1m. Permanent failures (handlers.Permanent) are retried at RetryMax.
 	RetryMin, RetryMax time.Duration
 	// HaltAfter is how long a record may fail with errors that may pass (a 5xx, a timeout) while the stream
 	// counts as retrying, before it counts as halted: a warning is logged when retrying begins, an error
 	// when the stream halts, and the inorder_halted metric (and the alert on it) only sees the latter. A
 	// permanent failure (handlers.Permanent) halts at once. Either way the record is retried until it goes
 	// through or an operator skips it; the state is what people are told. It is checked at each failed
-	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means DefaultHaltAfter (5m).
+	// attempt, so a stream counts as halted at most RetryMax after HaltAfter. Zero means 5m.
 	HaltAfter time.Duration
 	// IdleInTransactionTimeout is set (SET LOCAL) in every cursor transaction; an instance frozen while it
-	// holds the cursor row loses its session, and with it the row, after it. Zero means DefaultIdleInTransactionTimeout (60s).
+	// holds the cursor row loses its session, and with it the row, after it. Zero means 60s.
 	IdleInTransactionTimeout time.Duration
 	// Lease is how long an instance owns the process without renewing it. The owner renews it in its batch
 	// transactions once a third of it has passed, waiting at most a third of it between batches; another
 	// instance takes the process once it has run out. So a frozen or vanished owner is replaced within
 	// Lease (within IdleInTransactionTimeout if it froze holding the cursor row, whichever is longer) plus
 	// PollInterval; on a direct connection, as soon as its session ends. Ownership through a pooler rests on
-	// the lease alone. Zero means DefaultLease (30s).
+	// the lease alone. Zero means 30s.
 	Lease time.Duration
 	// HandlerTimeout bounds one handler call (and one wait on an async result). It must stay below
 	// IdleInTransactionTimeout, since the cursor transaction idles while the handler runs, and below Lease:
@@ -162,12 +162,12 @@ type Config[T any] struct {
 	// AsyncHandler's send and wait have the fixed bound.
 	HandlerTimeout time.Duration
 	// ShutdownTimeout bounds how long the record in flight may take to finish after Run's context is
-	// done. Zero means DefaultShutdownTimeout (15s).
+	// done. Zero means 15s.
 	ShutdownTimeout time.Duration
-	// HoldWarnAfter is how long a writer may hold the horizon before a warning is logged. Zero means DefaultHoldWarnAfter (1m).
+	// HoldWarnAfter is how long a writer may hold the horizon before a warning is logged. Zero means 1m.
 	HoldWarnAfter time.Duration
 	// ReconnectMax caps the backoff between reconnection attempts after the database went away. Zero
-	// means DefaultReconnectMax (30s).
+	// means 30s.
 	ReconnectMax time.Duration
 
 	// Logger receives the processor's logs: one line per change of state (locked, released, held,
@@ -226,85 +226,56 @@ func (c *Config[T]) databaseTimeout() time.Duration {
 	if c.ClientConfig.DatabaseTimeout > 0 {
 		return c.ClientConfig.DatabaseTimeout
 	}
-	return DefaultDatabaseTimeout
+	return setting.DefaultDatabaseTimeout
 }
 
-// The defaults of Config, which the zero value of each field takes, and which the CLI's flags default to.
-const (
-	DefaultBatchSize                = 100
-	DefaultMaxBatchSize             = 4000
-	DefaultBatchBytes               = 8 << 20
-	DefaultDatabaseTimeout          = dial.DefaultTimeout
-	DefaultPollInterval             = 200 * time.Millisecond
-	DefaultProbeInterval            = 25 * time.Millisecond
-	DefaultInsertLatency            = 5 * time.Millisecond
-	clockInsertLatency              = time.Millisecond // InsertLatency's default on a table with the insert clock
-	DefaultRetryMin                 = time.Second
-	DefaultRetryMax                 = time.Minute
-	DefaultHaltAfter                = 5 * time.Minute
-	DefaultIdleInTransactionTimeout = 60 * time.Second
-	DefaultLease                    = 30 * time.Second
-	DefaultShutdownTimeout          = 15 * time.Second
-	DefaultHoldWarnAfter            = time.Minute
-	DefaultReconnectMax             = 30 * time.Second
-)
+// clockInsertLatency is InsertLatency's default on a table with the insert clock.
+const clockInsertLatency = time.Millisecond
 
 func (c *Config[T]) withDefaults() {
 	if c.BatchBytes <= 0 {
-		c.BatchBytes = DefaultBatchBytes
+		c.BatchBytes = setting.DefaultBatchBytes
 	}
 	if c.PollInterval <= 0 {
-		c.PollInterval = DefaultPollInterval
+		c.PollInterval = setting.DefaultPollInterval
 	}
 	if c.ProbeInterval == 0 {
-		c.ProbeInterval = DefaultProbeInterval
+		c.ProbeInterval = setting.DefaultProbeInterval
 	}
 	if c.InsertLatency <= 0 {
-		c.InsertLatency = DefaultInsertLatency
+		c.InsertLatency = setting.DefaultInsertLatency
 	}
 	if c.Checkpoint == "" {
 		c.Checkpoint = CheckpointRecord
 	}
 	if c.RetryMin <= 0 {
-		c.RetryMin = DefaultRetryMin
+		c.RetryMin = setting.DefaultRetryMin
 	}
 	if c.RetryMax <= 0 {
-		c.RetryMax = DefaultRetryMax
+		c.RetryMax = setting.DefaultRetryMax
 	}
 	if c.HaltAfter <= 0 {
-		c.HaltAfter = DefaultHaltAfter
+		c.HaltAfter = setting.DefaultHaltAfter
 	}
 	if c.RetryMax < c.RetryMin {
 		c.RetryMax = c.RetryMin
 	}
 	if c.IdleInTransactionTimeout <= 0 {
-		c.IdleInTransactionTimeout = DefaultIdleInTransactionTimeout
+		c.IdleInTransactionTimeout = setting.DefaultIdleInTransactionTimeout
 	}
 	if c.Lease <= 0 {
-		c.Lease = DefaultLease
+		c.Lease = setting.DefaultLease
 	}
 	if c.HandlerTimeout <= 0 {
-		c.HandlerTimeout = DefaultHandlerTimeout(c.IdleInTransactionTimeout, c.Lease)
+		c.HandlerTimeout = setting.DefaultHandlerTimeout(c.IdleInTransactionTimeout, c.Lease)
 	}
 	if c.ShutdownTimeout <= 0 {
-		c.ShutdownTimeout = DefaultShutdownTimeout
+		c.ShutdownTimeout = setting.DefaultShutdownTimeout
 	}
 	if c.HoldWarnAfter <= 0 {
-		c.HoldWarnAfter = DefaultHoldWarnAfter
+		c.HoldWarnAfter = setting.DefaultHoldWarnAfter
 	}
 	if c.ReconnectMax <= 0 {
-		c.ReconnectMax = DefaultReconnectMax
+		c.ReconnectMax = setting.DefaultReconnectMax
 	}
-}
-
-// DefaultHandlerTimeout is the HandlerTimeout that a zero value means for the given idle-in-transaction
-// timeout and lease (their defaults when zero): the smaller of half the one and a third of the other.
-func DefaultHandlerTimeout(idleInTransaction, lease time.Duration) time.Duration {
-	if idleInTransaction <= 0 {
-		idleInTransaction = DefaultIdleInTransactionTimeout
-	}
-	if lease <= 0 {
-		lease = DefaultLease
-	}
-	return min(idleInTransaction/2, lease/3)
 }

@@ -50,10 +50,18 @@ func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
 // goroutine, possibly while this processor runs its next batch, so it holds a copy of what it needs and
 // reads nothing of the processor's.
 func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, []any) {
-	t, margin := p.table, p.margin()
+	t, margin, known := p.table, p.margin(), p.shape.known
 	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
-	// run batch after batch that read nothing.
-	return func(n int) (string, []any) { return t.ExistsAfter(pos, &margin, n) }
+	// run batch after batch that read nothing. Or the source's columns changed (a migration), which the
+	// next batch must see and say, however quiet the stream.
+	return func(n int) (string, []any) {
+		expr, args := t.ExistsAfter(pos, &margin, n)
+		if known == "" {
+			return expr, args
+		}
+		changed, more := t.ShapeIsNot(known, n+len(args))
+		return "(" + expr + " OR " + changed + ")", append(args, more...)
+	}
 }
 
 // probeWait waits up to d for the shared probe to see a row after the position (when rows is set) or a

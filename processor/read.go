@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"slices"
 	"time"
 
@@ -91,7 +92,7 @@ func (p *Processor[T]) batchLimit() int {
 		return p.cfg.BatchSize
 	}
 	if p.limit == 0 {
-		p.limit = DefaultBatchSize
+		p.limit = setting.DefaultBatchSize
 	}
 	return p.limit
 }
@@ -99,7 +100,7 @@ func (p *Processor[T]) batchLimit() int {
 // adapt moves the adaptive bound after a read of got records under limit: doubled when the read came
 // back full of records (a backlog lies behind it), kept near what came back when the byte budget cut it (a
 // backlog of big records: the rows the limit reads past the budget are looked at for nothing), back to
-// DefaultBatchSize when it came back short (the stream keeps up).
+// 100 when it came back short (the stream keeps up).
 func (p *Processor[T]) adapt(got, limit int, full bool) {
 	if p.cfg.BatchSize > 0 {
 		return
@@ -112,12 +113,12 @@ func (p *Processor[T]) adapt(got, limit int, full bool) {
 func nextLimit(cur, got, limit int, full bool) int {
 	switch {
 	case !full:
-		return DefaultBatchSize
+		return setting.DefaultBatchSize
 	case got >= limit:
-		return min(max(cur, DefaultBatchSize)*2, DefaultMaxBatchSize)
+		return min(max(cur, setting.DefaultBatchSize)*2, setting.DefaultMaxBatchSize)
 	}
 	// Cut by the byte budget: twice what came back leaves room for records that grow smaller.
-	return min(max(2*got, 1), DefaultMaxBatchSize)
+	return min(max(2*got, 1), setting.DefaultMaxBatchSize)
 }
 
 // scanItems scans the rows of a read (counted when it carries each row's size, see Table.Layout), each

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"io"
 	"os"
 	"strings"
@@ -116,11 +117,11 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.traceStateColumn, "trace-state-column", "", "column holding each row's W3C tracestate (default tracestate if present)")
 	fs.StringVar(&f.columns, "columns", "", "comma-separated columns to deliver (default all)")
 	fs.IntVar(&f.batchSize, "batch-size", 0, "records read per batch (default adaptive: 100 while the stream keeps up, doubling to 4000 over a backlog)")
-	f.batchBytes = processor.DefaultBatchBytes
+	f.batchBytes = setting.DefaultBatchBytes
 	fs.Var(&f.batchBytes, "batch-bytes", "`size` a batch reads at most, as well as --batch-size records (8MiB, 512KiB); a larger record is read alone. "+
 		"Memory is about three times this, or three times the largest record")
-	fs.DurationVar(&f.pollInterval, "poll-interval", processor.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
-	fs.DurationVar(&f.probeInterval, "probe-interval", processor.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", setting.DefaultPollInterval, "wait when idle and the probe cannot help, or when another instance holds the cursor")
+	fs.DurationVar(&f.probeInterval, "probe-interval", setting.DefaultProbeInterval, "longest wait between probes for new rows while idle (0: no probe, poll only)")
 	fs.DurationVar(&f.insertLatency, "insert-latency", 0, "safety margin below the horizon for clock steps (default 5ms, 1ms on a table with the insert clock)")
 	fs.StringVar(&f.checkpoint, "checkpoint", "record", "when the position becomes durable: record or batch")
 	fs.BoolVar(&f.syncCommit, "synchronous-commit", false, "make each position commit wait for its WAL flush "+
@@ -129,22 +130,22 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 		"(required when the table already has rows; an existing process keeps its position)")
 	fs.StringVar(&f.handler, "handler", "stdout", "where records go: stdout, webhook, pubsub, kafka, nats, rabbitmq or redis")
 	fs.StringVar(&f.logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.DurationVar(&f.idleTimeout, "idle-timeout", processor.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
-	fs.DurationVar(&f.lease, "lease", processor.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
+	fs.DurationVar(&f.idleTimeout, "idle-timeout", setting.DefaultIdleInTransactionTimeout, "idle_in_transaction_session_timeout of the cursor transactions")
+	fs.DurationVar(&f.lease, "lease", setting.DefaultLease, "how long an instance owns the process without renewing; a frozen owner is replaced after it")
 	fs.DurationVar(&f.handlerTimeout, "handler-timeout", 0, "how long a handler call may go without finishing or, one record at a time, without moving bytes (a webhook's body going out); a call still moving ends within the lease (default the smaller of half the idle timeout and a third of the lease)")
-	fs.DurationVar(&f.dbTimeout, "db-timeout", processor.DefaultDatabaseTimeout, "how long an exchange with the database (a statement, a read, a commit) may receive nothing, "+
+	fs.DurationVar(&f.dbTimeout, "db-timeout", setting.DefaultDatabaseTimeout, "how long an exchange with the database (a statement, a read, a commit) may receive nothing, "+
 		"and a connection's start-up may take; past it the connection counts as dead and is replaced")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", processor.DefaultShutdownTimeout, "how long the record in flight may take after a signal")
-	fs.DurationVar(&f.retryMin, "retry-min", processor.DefaultRetryMin, "first wait before retrying a failing record")
-	fs.DurationVar(&f.retryMax, "retry-max", processor.DefaultRetryMax, "longest wait between retries of a failing record")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", setting.DefaultShutdownTimeout, "how long the record in flight may take after a signal")
+	fs.DurationVar(&f.retryMin, "retry-min", setting.DefaultRetryMin, "first wait before retrying a failing record")
+	fs.DurationVar(&f.retryMax, "retry-max", setting.DefaultRetryMax, "longest wait between retries of a failing record")
 	fs.StringVar(&f.onHalt, "on-halt", string(processor.OnHaltHalt), "what a record that would halt the stream does: halt (every key waits) "+
 		"or park (its key waits, parked, until inorder redrive; the other keys go on; a record without a key halts)")
-	fs.DurationVar(&f.haltAfter, "halt-after", processor.DefaultHaltAfter, "how long a record may fail (retrying) before the stream counts as halted; a refusal halts at once")
-	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", processor.DefaultHoldWarnAfter, "warn when a writer holds the stream longer than this")
+	fs.DurationVar(&f.haltAfter, "halt-after", setting.DefaultHaltAfter, "how long a record may fail (retrying) before the stream counts as halted; a refusal halts at once")
+	fs.DurationVar(&f.holdWarnAfter, "hold-warn-after", setting.DefaultHoldWarnAfter, "warn when a writer holds the stream longer than this")
 	fs.StringVar(&f.instance, "instance", "", "this instance's name in status (default host:pid)")
 	fs.IntVar(&f.partitions, "partitions", 0, "split the process into N ordered streams by a hash of the key column (default: one stream)")
 	fs.IntVar(&f.maxPartitions, "max-partitions", 0, "partitions this instance works at once, one connection each (default all)")
-	fs.IntVar(&f.maxConns, "max-conns", processor.DefaultMaxConns, "the most connections this instance opens to the database for its processes, however many "+
+	fs.IntVar(&f.maxConns, "max-conns", setting.DefaultMaxConns, "the most connections this instance opens to the database for its processes, however many "+
 		"it runs or stands by for: a session for the ownership locks and a pool the batches take turns on (--listen and --partitions add their own)")
 	fs.BoolVar(&f.listen, "listen", false, "wake at once on inserts (needs the trigger that inorder migrate --notify TABLE creates); the probe and polling stay the fallback")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve /metrics, /healthz and /readyz on this address, e.g. :9187 (default off)")
@@ -292,7 +293,7 @@ func runCmd(ctx context.Context, args []string, stdoutW, stderr io.Writer) error
 			cfg.MaxInFlight = pf.redis.maxInFlight
 		}
 		if metrics != nil {
-			cfg.Observer = metrics
+			cfg.Observer = metrics.Observer()
 		}
 		var p lifecycle.Runner
 		if pf.partitions > 0 {
@@ -465,7 +466,7 @@ func handlerTimeout(cfg processor.Config[handlers.Row]) time.Duration {
 	if cfg.HandlerTimeout > 0 {
 		return cfg.HandlerTimeout
 	}
-	return processor.DefaultHandlerTimeout(cfg.IdleInTransactionTimeout, cfg.Lease)
+	return setting.DefaultHandlerTimeout(cfg.IdleInTransactionTimeout, cfg.Lease)
 }
 
 // sinkTimeout is a sink's own timeout: set, or four fifths of the handler timeout bound, so that the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"os"
 	osexec "os/exec"
 	"path/filepath"
@@ -15,19 +16,18 @@ import (
 	"time"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
-	"github.com/inorder-dev/inorder/processor"
 )
 
 // Sizes and settings of the fleet measures: N processes on N tables of their own, run by one instance of
 // `inorder run --config` and, as the reference, by N `inorder run` OS processes of one process each.
 const (
-	fleetRows        = 10                        // rows in each table before the processes start
-	fleetWindow      = 3 * time.Second           // each sampling period, once the state has settled
-	fleetSampleEvery = 25 * time.Millisecond     // pg_stat_activity is read this often within it
-	fleetFlowEvery   = 100 * time.Millisecond    // while rows flow: a row into every table this often
-	fleetMaxConns    = processor.DefaultMaxConns // the CLI's --max-conns, left at its default
-	fleetLimit       = time.Minute               // bound on every wait for a state
-	fleetStop        = 20 * time.Second          // bound on an OS process's clean stop
+	fleetRows        = 10                      // rows in each table before the processes start
+	fleetWindow      = 3 * time.Second         // each sampling period, once the state has settled
+	fleetSampleEvery = 25 * time.Millisecond   // pg_stat_activity is read this often within it
+	fleetFlowEvery   = 100 * time.Millisecond  // while rows flow: a row into every table this often
+	fleetMaxConns    = setting.DefaultMaxConns // the CLI's --max-conns, left at its default
+	fleetLimit       = time.Minute             // bound on every wait for a state
+	fleetStop        = 20 * time.Second        // bound on an OS process's clean stop
 	fleetBinary      = "github.com/inorder-dev/inorder/cmd/inorder"
 	fleetOwner       = "own"  // --instance of the owners (a suffix -NN for each OS process of the reference)
 	fleetStandby     = "stby" // ... and of the standbys

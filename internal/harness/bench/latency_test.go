@@ -212,8 +212,8 @@ func measureLatency(tb testing.TB, mode string, rate int, d time.Duration) laten
 		waitFor("the processor's listener", 30*time.Second, func() bool {
 			var ok bool
 			err := db.Pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE application_name = $1 AND state = 'idle' AND query <> '')`, // LISTEN done
-				"inorder-listen:"+process).Scan(&ok)
+				WHERE datname = current_database() AND application_name LIKE 'inorder-listen:%' AND state = 'idle'
+				AND query <> '')`).Scan(&ok) // LISTEN done, on the listener of the processor's Client
 			return err == nil && ok
 		})
 		lconn := connect(tb, db)
