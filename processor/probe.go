@@ -27,6 +27,9 @@ const (
 	probeFirst      = 2 * time.Millisecond
 	probeQuietAfter = 10 * time.Second
 	idleTicks       = 10
+	// shapeProbeEvery is how often at most the probe asks, for one waiter, whether its source's columns
+	// changed (see probeCond).
+	shapeProbeEvery = time.Second
 )
 
 // probesRows reports whether an idle wait probes for rows after the position: not while a transaction
@@ -54,11 +57,15 @@ func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, 
 	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
 	// run batch after batch that read nothing. Or the source's columns changed (a migration), which the
 	// next batch must see and say, however quiet the stream.
+	// The fingerprint is asked at most once every shapeProbeEvery for a waiter: it costs the server a
+	// look at the catalog each time, which a thousand waiters at every probe would make a load of its own.
+	var shapeAsked time.Time
 	return func(n int) (string, []any) {
 		expr, args := t.ExistsAfter(pos, &margin, n)
-		if known == "" {
+		if known == "" || time.Since(shapeAsked) < shapeProbeEvery {
 			return expr, args
 		}
+		shapeAsked = time.Now()
 		changed, more := t.ShapeIsNot(known, n+len(args))
 		return "(" + expr + " OR " + changed + ")", append(args, more...)
 	}
