@@ -336,10 +336,25 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		wait, wakeable := p.nextWait(n, wait, woken)
 		woken = false
 		if wait > 0 {
+			p.endKeptLock(work)
 			woken = p.idle(ctx, wait, wakeable)
 		}
 	}
 	return nil
+}
+
+// endKeptLock ends, before a wait on the probe, the transaction in which the last batch locked the row again
+// for the next one: the probe borrows a connection of the Client's pool, which a lone processor's Client
+// has one of, and renews only a lease whose row no transaction holds, so a wait on it must hold neither.
+// Without the probe the wait keeps the transaction, as the next batch goes on in it.
+func (p *Processor[T]) endKeptLock(work context.Context) {
+	if p.prober == nil || !p.cur.Locked() {
+		return
+	}
+	if err := p.cur.Unlock(work); err != nil {
+		p.log.Debug().Err(err).Msg("could not end the transaction kept for the next batch; the next batch connects again")
+	}
+	p.cur.Detach()
 }
 
 // release gives the cursor up when Run ends: the position stays as committed, the lease is given up so that
