@@ -123,9 +123,13 @@ type Prober struct {
 	// unclaimed are renewals made for waiters gone by the time the probe answered, by cursor: the next
 	// Wait of the same tenure from the same row version takes it (see Wait).
 	unclaimed map[string]unclaimed
-	kick      chan struct{}
-	stop      chan struct{}
-	done      chan struct{}
+	// missed are the failures of probes whose waiters were gone by the time the probe answered, by cursor:
+	// the next Wait of the cursor returns it at once, so that a connection found dead is said by the
+	// processor it was probing for even when the probe took longer than that processor's wait.
+	missed map[string]error
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
 }
 
 // unclaimed is a renewal whose waiter was gone: made under token, from the row version from.
@@ -189,6 +193,11 @@ func (p *Prober) Wait(ctx context.Context, req ProbeRequest, d time.Duration, wa
 	w := &waiter{req: req, gap: max(req.Gap, time.Millisecond), result: make(chan ProbeResult, 1)}
 	w.due = time.Now().Add(w.gap)
 	p.mu.Lock()
+	if err, ok := p.missed[req.Cursor]; ok {
+		delete(p.missed, req.Cursor)
+		p.mu.Unlock()
+		return ProbeResult{Err: err, Gap: w.gap}
+	}
 	if u, ok := p.unclaimed[req.Cursor]; ok {
 		// The last Wait of this cursor ended while a probe renewed its lease: the row changed for that,
 		// and this wait takes it, unless the row was seen again since or the tenure ended.
@@ -308,6 +317,19 @@ func (p *Prober) rotate() {
 	}
 }
 
+// acquireError is a probe's failure to borrow a connection of the pool (all in use), as opposed to the
+// failure of its statement.
+type acquireError struct{ error }
+
+func (e acquireError) Unwrap() error { return e.error }
+
+// deadConnection reports whether err is a probe statement that went unanswered: its connection is dead
+// (see Unanswered), which the processors it probed for must hear of.
+func deadConnection(err error) bool {
+	var ae acquireError
+	return err != nil && errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &ae)
+}
+
 // answered reports whether err is the server's answer (the connection works) rather than a failure to
 // reach it.
 func answered(err error) bool {
@@ -321,7 +343,7 @@ func (p *Prober) probePool(batch []*waiter) (probeAnswer, error) {
 	c, err := p.pool.Acquire(ctx)
 	cancel()
 	if err != nil {
-		return probeAnswer{}, fmt.Errorf("probe: %w", err)
+		return probeAnswer{}, fmt.Errorf("probe: %w", acquireError{err})
 	}
 	defer p.store.shared.giveBack(c)
 	a, err := p.probe(c.Conn(), batch)
@@ -472,6 +494,12 @@ func (p *Prober) answer(batch []*waiter, a probeAnswer, err error) {
 	defer p.mu.Unlock()
 	for i, w := range batch {
 		if _, ok := p.waiters[w]; !ok {
+			if deadConnection(err) {
+				if p.missed == nil {
+					p.missed = map[string]error{}
+				}
+				p.missed[w.req.Cursor] = err
+			}
 			if v, ok := a.renewed[i]; ok && err == nil {
 				// Gone meanwhile, but its lease renewed and its row changed: for its next Wait, or for
 				// the one that has begun since.
