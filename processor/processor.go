@@ -336,7 +336,9 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		wait, wakeable := p.nextWait(n, wait, woken)
 		woken = false
 		if wait > 0 {
-			p.endKeptLock(work)
+			if wakeable {
+				p.endKeptLock(work) // a wait for rows, on the probe; a retry's backoff keeps its transaction
+			}
 			woken = p.idle(ctx, wait, wakeable)
 		}
 	}
