@@ -201,7 +201,7 @@ func (r *Repository) TryLock(ctx context.Context) (bool, error) {
 			r.Detach()
 		}
 	}()
-	if r.shared != nil && r.advisory && !r.shared.holds(r.advGen) {
+	if r.advisory && !r.shared.holds(r.advGen) {
 		r.advisory = false // the instance's session was lost, and the lock with it
 		if r.token != 0 && r.trySession() {
 			// The owner takes it again on the session connected anew. A session that cannot be reached
@@ -571,19 +571,15 @@ func (r *Repository) trySession() bool { return !r.pooled && !r.movesBackends &&
 // the owner held).
 func (r *Repository) vacant(ctx context.Context) (bool, error) {
 	var took bool
-	err := r.conn.QueryRow(ctx, `
-		SELECT `+leaseColumns+`,
-		       CASE WHEN $2 AND owner_session AND lease_expires_at > clock_timestamp()
-		            THEN pg_try_advisory_lock($3) ELSE false END
-		FROM inorder.cursor WHERE process_name = $1`, r.name, r.trySession() && r.shared == nil, LockKey(r.name)).
-		Scan(append(scanLease(&r.lease), &took)...)
+	err := r.conn.QueryRow(ctx, `SELECT `+leaseColumns+` FROM inorder.cursor WHERE process_name = $1`, r.name).
+		Scan(scanLease(&r.lease)...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, fmt.Errorf("cursor %q: %w", r.name, ErrForgotten)
 	}
 	if err != nil {
 		return false, fmt.Errorf("read lease of cursor %q: %w", r.name, pooler.Explain(err))
 	}
-	if r.shared != nil && r.trySession() && r.lease.session && !r.lease.free {
+	if r.trySession() && r.lease.session && !r.lease.free {
 		// The instance's session takes the lock, not the connection borrowed for this look.
 		var gen uint64
 		if took, gen, err = r.shared.tryLock(ctx, LockKey(r.name)); err != nil {
@@ -610,22 +606,18 @@ func (r *Repository) exists(ctx context.Context) error {
 }
 
 // claim takes the process (take: a new epoch and token) or renews this instance's lease, inside the
-// row-locked transaction, and takes the advisory lock on a direct connection if it can.
+// row-locked transaction, and takes the advisory lock on the instance's session if it can.
 func (r *Repository) claim(ctx context.Context, take bool) error {
 	epoch, token := r.epoch, r.token
 	if take {
 		epoch, token = r.lease.epoch+1, newToken()
 	}
-	session, try := r.session(), r.trySession()
-	if r.shared != nil {
-		// The instance's session takes the lock; a session that cannot be reached only means that
-		// standbys wait out the lease should this instance vanish.
-		if try {
-			if took, gen, err := r.shared.tryLock(ctx, LockKey(r.name)); err == nil && took {
-				r.advisory, r.advGen = true, gen
-			}
+	// The instance's session takes the lock; a session that cannot be reached only means that standbys
+	// wait out the lease should this instance vanish.
+	if r.trySession() {
+		if took, gen, err := r.shared.tryLock(ctx, LockKey(r.name)); err == nil && took {
+			r.advisory, r.advGen = true, gen
 		}
-		session, try = r.session(), false
 	}
 	// The row is rewritten for the lease anyway: the position as it stands goes into it (a fold), so that
 	// the row alone is at most a third of the lease behind (an instance of the version before the
@@ -633,15 +625,15 @@ func (r *Repository) claim(ctx context.Context, take bool) error {
 	var seq int64
 	err := r.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor AS c
-		SET owner_epoch = $2, owner_token = $9, owner_instance = $3,
+		SET owner_epoch = $2, owner_token = $7, owner_instance = $3,
 		    lease_expires_at = clock_timestamp() + $4::interval,
-		    owner_since = CASE WHEN owner_token = $9 THEN owner_since ELSE clock_timestamp() END,
-		    owner_session = $5 OR ($6 AND pg_try_advisory_lock($7)),
+		    owner_since = CASE WHEN owner_token = $7 THEN owner_since ELSE clock_timestamp() END,
+		    owner_session = $5,
 		    `+foldSet+`, `+windowSet+`
 		FROM inorder.position AS p
-		WHERE c.process_name = $1 AND c.owner_token = $8 AND p.process_name = c.process_name
+		WHERE c.process_name = $1 AND c.owner_token = $6 AND p.process_name = c.process_name
 		RETURNING c.owner_session, c.position_seq`,
-		r.name, epoch, r.instance(), r.cfg.lease(), session, try, LockKey(r.name), r.lease.token, token).
+		r.name, epoch, r.instance(), r.cfg.lease(), r.session(), r.lease.token, token).
 		Scan(&r.advisory, &seq)
 	if err != nil {
 		return err
@@ -664,21 +656,14 @@ func newToken() int64 {
 // session reports whether this instance holds the process's advisory lock on a session of its own, which
 // a standby can rely on: a pooler that turned out to pool by transaction makes its session no one's.
 func (r *Repository) session() bool {
-	return r.advisory && !r.pooled && !r.movesBackends && (r.shared == nil || r.shared.holds(r.advGen))
+	return r.advisory && !r.pooled && !r.movesBackends && r.shared.holds(r.advGen)
 }
 
 // giveUpSession releases the advisory lock held by an instance that does not own the process, so that
 // only an owner ever holds it (owner_session relies on that).
 func (r *Repository) giveUpSession(ctx context.Context) {
-	if r.advisory && r.shared != nil {
+	if r.advisory {
 		_ = r.shared.unlock(ctx, LockKey(r.name), r.advGen) // a session that failed took the lock with it
-		r.advisory = false
-		return
-	}
-	if !r.advisory || r.conn == nil || r.conn.IsClosed() {
-		return
-	}
-	if err := unlockSession(ctx, r.conn, LockKey(r.name)); err == nil {
 		r.advisory = false
 	}
 }
@@ -723,7 +708,7 @@ func (r *Repository) Release(ctx context.Context) error {
 	ctx, cancel := r.bounded(ctx)
 	defer cancel()
 	err := r.Unlock(ctx)
-	if r.shared != nil && (r.token != 0 || !r.beat.IsZero()) {
+	if r.token != 0 || !r.beat.IsZero() {
 		if aerr := r.attach(ctx); aerr != nil && err == nil {
 			err = fmt.Errorf("release cursor %q: %w", r.name, aerr)
 		}
@@ -735,15 +720,7 @@ func (r *Repository) Release(ctx context.Context) error {
 		}
 		r.epoch, r.token = 0, 0
 	}
-	if r.advisory && r.shared != nil {
-		r.giveUpSession(ctx)
-	}
-	if r.advisory && r.conn != nil && !r.conn.IsClosed() {
-		if uerr := unlockSession(ctx, r.conn, LockKey(r.name)); uerr != nil && err == nil {
-			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
-		}
-		r.advisory = false
-	}
+	r.giveUpSession(ctx)
 	if !r.beat.IsZero() && r.conn != nil && !r.conn.IsClosed() {
 		if _, uerr := r.conn.Exec(ctx, "DELETE FROM inorder.instance WHERE process_name = $1 AND instance = $2",
 			r.name, r.instance()); uerr != nil && err == nil {
@@ -755,13 +732,7 @@ func (r *Repository) Release(ctx context.Context) error {
 	r.letGo()
 	r.mu.Lock()
 	r.released = true
-	conn := r.conn
 	r.mu.Unlock()
-	if conn != nil && r.shared == nil {
-		if cerr := conn.Close(ctx); err == nil && cerr != nil {
-			err = fmt.Errorf("release cursor %q: %w", r.name, cerr)
-		}
-	}
 	r.closeOwn()
 	return err
 }
@@ -784,7 +755,7 @@ func (r *Repository) ProbeRenewal() *Renewal {
 // lock is lost (the server ended it, or it was cut off), so that a wait ends and the owner's next batch
 // learns why (a refusal of the credentials, say) at once; nil when the owner holds no such lock.
 func (r *Repository) SessionLost() <-chan struct{} {
-	if r.shared == nil || !r.advisory || r.advGen == 0 {
+	if !r.advisory || r.advGen == 0 {
 		return nil
 	}
 	return r.shared.lostSignal(r.advGen)
