@@ -5,12 +5,13 @@ package testrun
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/require"
+	"github.com/stretchr/testify/assert"
 )
 
 // StopTimeout bounds how long stop waits for run to return after its context was cancelled.
@@ -79,13 +80,24 @@ const eventuallyTick = 5 * time.Millisecond
 // take longer binds EventuallyWithin.
 func Eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	require.Eventually(t, cond, EventuallyTimeout, eventuallyTick, "waiting for %s", what)
+	eventually(t, what, cond, EventuallyTimeout)
 }
 
 // EventuallyWithin returns Eventually bounded by timeout rather than EventuallyTimeout.
 func EventuallyWithin(timeout time.Duration) func(t testing.TB, what string, cond func() bool) {
 	return func(t testing.TB, what string, cond func() bool) {
 		t.Helper()
-		require.Eventually(t, cond, timeout, eventuallyTick, "waiting for %s", what)
+		eventually(t, what, cond, timeout)
+	}
+}
+
+// eventually is Eventually within timeout. A wait that runs out is also said on the test binary's standard
+// error at once, a line of its own: a parallel test's log is printed only when it ends, often thousands of
+// lines long, and a CI log cut short keeps its first and last lines, not the failure amid them.
+func eventually(t testing.TB, what string, cond func() bool, timeout time.Duration) {
+	t.Helper()
+	if !assert.Eventually(t, cond, timeout, eventuallyTick, "waiting for %s", what) {
+		fmt.Fprintf(os.Stderr, "%s: still waiting for %s after %s\n", t.Name(), what, timeout)
+		t.FailNow()
 	}
 }
