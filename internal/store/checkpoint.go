@@ -58,10 +58,10 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 )
 
-// checkpointTables is how many slots (partitions of inorder.checkpoint) take turns: the current one, the
+// CheckpointTables is how many slots (partitions of inorder.checkpoint) take turns: the current one, the
 // previous one (whose entries the current one's supersede as its owners append), and the one emptied for
 // the next turn.
-const checkpointTables = 3
+const CheckpointTables = 3
 
 // rotationPeriod is how long the database's clock names one slot current, as inorder.checkpoint_slot()
 // (migration 13) says: the tables hold about one to two periods of entries, at 1,000 records a second
@@ -179,7 +179,7 @@ const slotColumn = `(SELECT CASE WHEN t.is_called AND to_regclass('inorder.check
 func (r *Repository) appendSlot() int {
 	s := r.slot
 	switch {
-	case s >= 0 && s < checkpointTables:
+	case s >= 0 && s < CheckpointTables:
 		return s
 	case s < maxSlots && s == r.durable.turn && r.lockedAt.Sub(r.durable.sent) < rotationPeriod/2:
 		return s

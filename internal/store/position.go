@@ -194,7 +194,7 @@ func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) e
 			return err
 		}
 		r.open = recorded{cp: r.next, rowSeq: r.open.rowSeq, sent: sent}
-		if slot >= checkpointTables {
+		if slot >= CheckpointTables {
 			r.open.turn = slot
 		}
 		return nil

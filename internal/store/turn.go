@@ -133,7 +133,7 @@ func (st rotationState) steps() []slotStep {
 		used[s.slot] = s.used
 	}
 	if !st.turn {
-		next, prev := (st.current+1)%checkpointTables, (st.current+2)%checkpointTables
+		next, prev := (st.current+1)%CheckpointTables, (st.current+2)%CheckpointTables
 		for _, step := range []slotStep{{next, foldAll}, {prev, foldNone}} {
 			if used[step.slot] {
 				out = append(out, step)
@@ -141,7 +141,7 @@ func (st rotationState) steps() []slotStep {
 		}
 	}
 	for _, s := range st.slots {
-		if s.used && s.slot != st.current && (st.turn || s.slot >= checkpointTables) {
+		if s.used && s.slot != st.current && (st.turn || s.slot >= CheckpointTables) {
 			out = append(out, slotStep{s.slot, foldIdle})
 		}
 	}
@@ -171,7 +171,7 @@ func (st rotationState) nextTurn(freshAt int64) turnAction {
 		return turnAction{}
 	}
 	for _, s := range st.slots {
-		if s.slot >= checkpointTables && s.slot != st.current && !s.used && !s.held {
+		if s.slot >= CheckpointTables && s.slot != st.current && !s.used && !s.held {
 			return turnAction{set: true, slot: s.slot}
 		}
 	}
@@ -181,7 +181,7 @@ func (st rotationState) nextTurn(freshAt int64) turnAction {
 // clockHeld reports whether a transaction that appends nothing holds one of the clock's slots.
 func (st rotationState) clockHeld() bool {
 	for _, s := range st.slots {
-		if s.slot < checkpointTables && s.held {
+		if s.slot < CheckpointTables && s.held {
 			return true
 		}
 	}
@@ -242,7 +242,7 @@ func dropTurns(ctx context.Context, conn *pgx.Conn, st rotationState, done []Rot
 		emptied[res.Table] = res.Truncated
 	}
 	for _, s := range st.slots {
-		if s.slot < checkpointTables || s.slot == st.current || (s.used && !emptied[s.slot]) {
+		if s.slot < CheckpointTables || s.slot == st.current || (s.used && !emptied[s.slot]) {
 			continue
 		}
 		err := pgx.BeginFunc(ctx, conn, func(tx pgx.Tx) error {

@@ -1,6 +1,7 @@
 package tcpproxy
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -59,12 +60,16 @@ type Proxy struct {
 	dialCtx   context.Context
 	stopDials context.CancelFunc
 	exchanges atomic.Int64
+	pings     atomic.Int64   // the exchanges that were a client's health check (see Pings)
+	prepares  atomic.Int64   // the exchanges that began with a Parse message (see Prepares)
 	toClients atomic.Int64   // bytes written to clients
 	trickle   atomic.Int64   // the bytes per second toward each client under Trickle; 0 for no bound
 	wg        sync.WaitGroup // the accept loop and every connection's goroutines
 
-	appsMu sync.Mutex
-	apps   map[string]*atomic.Int64 // exchanges by the application_name of the connection's start-up
+	appsMu  sync.Mutex
+	apps    map[string]*atomic.Int64 // exchanges by the application_name of the connection's start-up
+	pingsOf map[string]*atomic.Int64 // pings by the same
+	prepOf  map[string]*atomic.Int64 // prepares by the same
 
 	mu         sync.Mutex
 	conns      map[*conn]struct{}
@@ -199,19 +204,44 @@ func (p *Proxy) ExchangesOf(app string) int64 {
 	return p.appCounter(app).Load()
 }
 
+// Pings returns how many of the Exchanges were a client's health check of its connection: pgx's ping, the
+// simple query "-- ping", which a pgxpool sends before it lends a connection that sat idle for a second.
+// A test that counts the round trips of a client's work leaves them out: a loaded machine makes more of
+// them, the work the same.
+func (p *Proxy) Pings() int64 { return p.pings.Load() }
+
+// PingsOf returns the Pings of the connections whose start-up message named application app.
+func (p *Proxy) PingsOf(app string) int64 { return p.appCounters(app).pings.Load() }
+
+// Prepares returns how many of the Exchanges began with a Parse message that names its statement: pgx
+// preparing a statement for its cache, which it does once per statement and connection, in a round trip
+// of its own before the statement's first use. A test of a client's round trips in steady state leaves
+// them out, and bounds them apart. (A Parse of the unnamed statement, as a query sent with its
+// description each time makes, is not one.)
+func (p *Proxy) Prepares() int64 { return p.prepares.Load() }
+
+// PreparesOf returns the Prepares of the connections whose start-up message named application app.
+func (p *Proxy) PreparesOf(app string) int64 { return p.appCounters(app).prepares.Load() }
+
 // appCounter returns the exchange counter of application app, making it on first use.
-func (p *Proxy) appCounter(app string) *atomic.Int64 {
+func (p *Proxy) appCounter(app string) *atomic.Int64 { return p.appCounters(app).exchanges }
+
+// counters are the counts of one application's connections.
+type counters struct{ exchanges, pings, prepares *atomic.Int64 }
+
+// appCounters returns the counters of application app, making them on first use.
+func (p *Proxy) appCounters(app string) counters {
 	p.appsMu.Lock()
 	defer p.appsMu.Unlock()
 	if p.apps == nil {
-		p.apps = map[string]*atomic.Int64{}
+		p.apps, p.pingsOf, p.prepOf = map[string]*atomic.Int64{}, map[string]*atomic.Int64{}, map[string]*atomic.Int64{}
 	}
 	c, ok := p.apps[app]
 	if !ok {
 		c = new(atomic.Int64)
-		p.apps[app] = c
+		p.apps[app], p.pingsOf[app], p.prepOf[app] = c, new(atomic.Int64), new(atomic.Int64)
 	}
-	return c
+	return counters{exchanges: c, pings: p.pingsOf[app], prepares: p.prepOf[app]}
 }
 
 // ResetExchanges sets the count of Exchanges back to zero.
@@ -297,7 +327,7 @@ type conn struct {
 	// The application the start-up message named (see learnApp), read by the client's direction only.
 	startup []byte
 	appDone bool
-	app     atomic.Pointer[atomic.Int64]
+	app     atomic.Pointer[counters]
 }
 
 // run dials the target and copies both directions until both are over, then closes both sockets.
@@ -386,16 +416,33 @@ func (c *conn) closeWrite(dst net.Conn) {
 	c.close()
 }
 
-// passing reports whether bytes pass now, and counts an exchange when bytes toward the server follow
-// bytes toward the client (or are the first).
-func (c *conn) passing(dir int32) bool {
+// ping is pgx's health check of a connection as it travels: a simple query of a comment.
+var ping = append([]byte{'Q', 0, 0, 0, byte(4 + len("-- ping") + 1)}, "-- ping\x00"...)
+
+// passing reports whether bytes b pass now in the direction dir, and counts an exchange when bytes toward
+// the server follow bytes toward the client (or are the first), and a ping or a prepare when those bytes
+// are one.
+func (c *conn) passing(dir int32, b []byte) bool {
 	if c.state.Load() != passing {
 		return false
 	}
 	if prev := c.last.Swap(dir); dir == toServer && prev != toServer {
+		app := c.app.Load()
 		c.p.exchanges.Add(1)
-		if app := c.app.Load(); app != nil {
-			app.Add(1)
+		if app != nil {
+			app.exchanges.Add(1)
+		}
+		switch {
+		case bytes.Equal(b, ping):
+			c.p.pings.Add(1)
+			if app != nil {
+				app.pings.Add(1)
+			}
+		case len(b) > 5 && b[0] == 'P' && b[5] != 0: // a Parse whose statement has a name
+			c.p.prepares.Add(1)
+			if app != nil {
+				app.prepares.Add(1)
+			}
 		}
 	}
 	return true
@@ -436,7 +483,8 @@ func (c *conn) learnApp(b []byte) {
 				app = fields[i+1]
 			}
 		}
-		c.app.Store(c.p.appCounter(app))
+		counts := c.p.appCounters(app)
+		c.app.Store(&counts)
 		c.appDone, c.startup = true, nil
 		return
 	}
@@ -473,7 +521,7 @@ func (c *conn) pipe(src, dst net.Conn, dir int32) {
 		if n > 0 && dir == toServer {
 			c.learnApp((*buf)[:n])
 		}
-		if n > 0 && c.passing(dir) {
+		if n > 0 && c.passing(dir, (*buf)[:n]) {
 			if queue != nil {
 				queue <- chunk{due: time.Now().Add(delay), buf: buf, n: n}
 				buf = nil

@@ -2,6 +2,7 @@ package tcpproxy
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -11,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/inorder-dev/inorder/internal/harness/pgtest"
 )
 
 // await is how long a test waits for a condition that should hold at once.
@@ -318,4 +322,44 @@ func TestExchangesOfCountsByTheStartupsApplication(t *testing.T) {
 	require.EqualValues(t, 4, p.ExchangesOf("app b"), "from its start-up message on")
 	require.Zero(t, p.ExchangesOf("nobody"))
 	require.EqualValues(t, 8, p.Exchanges())
+}
+
+// A real pgx ping through the proxy counts as an exchange and as a ping, by its connection's application,
+// and a statement pgx prepares for its cache as a prepare, once; other queries count as exchanges only.
+func TestPingsAndPreparesAreCountedApart(t *testing.T) {
+	t.Parallel()
+	db := pgtest.New(t)
+	direct, err := pgx.ParseConfig(db.URL)
+	require.NoError(t, err)
+	p := startProxy(t, net.JoinHostPort(direct.Host, strconv.Itoa(int(direct.Port))), 0)
+	cc, err := pgx.ParseConfig(p.URL(db.URL))
+	require.NoError(t, err)
+	cc.RuntimeParams["application_name"] = "pinger"
+	conn, err := pgx.ConnectConfig(context.Background(), cc)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	before := p.ExchangesOf("pinger")
+	require.NoError(t, conn.Ping(context.Background()))
+	require.NoError(t, conn.Ping(context.Background()))
+	_, err = conn.Exec(context.Background(), "-- not a ping")
+	require.NoError(t, err)
+	require.EqualValues(t, 3, p.ExchangesOf("pinger")-before)
+	require.EqualValues(t, 2, p.PingsOf("pinger"))
+	require.EqualValues(t, 2, p.Pings())
+	require.Zero(t, p.PingsOf("nobody"))
+	require.Zero(t, p.PreparesOf("pinger"))
+
+	before = p.ExchangesOf("pinger")
+	for i := range 3 {
+		var n int
+		require.NoError(t, conn.QueryRow(context.Background(), "SELECT $1::int", i).Scan(&n))
+	}
+	// The first use prepares (a round trip) and runs (another); the next two only run.
+	require.EqualValues(t, 4, p.ExchangesOf("pinger")-before)
+	require.EqualValues(t, 1, p.PreparesOf("pinger"))
+	require.EqualValues(t, 1, p.Prepares())
+	require.EqualValues(t, 2, p.PingsOf("pinger"))
+	_, err = conn.Exec(context.Background(), "SELECT $1::int", pgx.QueryExecModeDescribeExec, 5)
+	require.NoError(t, err)
+	require.EqualValues(t, 1, p.PreparesOf("pinger"), "a description of the unnamed statement is not a prepare")
 }
