@@ -497,7 +497,7 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 		if err != nil {
 			return nil, err
 		}
-		lag, err := t.Behind(ctx, tx, s.Position)
+		lag, err := source.AdminOf(t).Behind(ctx, tx, s.Position)
 		if err != nil {
 			return nil, err
 		}
@@ -530,5 +530,5 @@ func repartitionStart(ctx context.Context, tx pgx.Tx, t *source.Table) (inordert
 	// Nothing was in flight when the locks were read: every row dated before then is visible now. Rows
 	// dated after it may still come from transactions begun since: the new partitions start before them,
 	// so they are delivered, perhaps again, never skipped.
-	return t.TailBefore(ctx, tx, o.Now.Add(-repartitionGuard))
+	return source.AdminOf(t).TailBefore(ctx, tx, o.Now.Add(-repartitionGuard))
 }

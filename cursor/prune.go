@@ -199,7 +199,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	res.Table, res.Readers, res.Passed, res.Limit = p.table.Qualified, p.readers, p.passed(), p.limit
 	sel := source.Prunable{Cut: res.Cut, Passed: p.positions, Lowest: p.lowest, From: from}
 	if opts.DryRun {
-		n, last, err := p.table.CountPrunable(ctx, tx, sel)
+		n, last, err := source.AdminOf(p.table).CountPrunable(ctx, tx, sel)
 		if err != nil {
 			return fail(err)
 		}
@@ -208,7 +208,7 @@ func pruneBatch(ctx context.Context, db DB, opts PruneOpts, res *PruneResult, fr
 	}
 	n, last := int64(0), inordertype.Position{}
 	if !p.passed().IsBeginning() {
-		if n, last, err = p.table.DeletePrunable(ctx, tx, sel, batch); err != nil {
+		if n, last, err = source.AdminOf(p.table).DeletePrunable(ctx, tx, sel, batch); err != nil {
 			return fail(err)
 		}
 	}
@@ -415,7 +415,7 @@ func (p *prunePlan) checkHalts(ctx context.Context, tx pgx.Tx, bounds []pruneBou
 			continue
 		}
 		h := b.row.Halt
-		rec, err := p.table.Find(ctx, tx, h.RecordID)
+		rec, err := source.AdminOf(p.table).Find(ctx, tx, h.RecordID)
 		if errors.Is(err, source.ErrNoRecord) {
 			rec = b.pos // gone from the table: it was after the position, so judge by that
 		} else if err != nil {
@@ -438,7 +438,7 @@ func (p *prunePlan) rank(ctx context.Context, tx pgx.Tx, bounds []pruneBound, cu
 	for _, b := range bounds {
 		p.positions = append(p.positions, b.pos)
 	}
-	ranked, err := p.table.Order(ctx, tx, p.positions)
+	ranked, err := source.AdminOf(p.table).Order(ctx, tx, p.positions)
 	if err != nil {
 		return err
 	}

@@ -201,6 +201,6 @@ func behind(ctx context.Context, db DB, in Info) (Lag, error) {
 	if err != nil {
 		return Lag{}, err
 	}
-	lag, err := t.Behind(ctx, tx, in.Position)
+	lag, err := source.AdminOf(t).Behind(ctx, tx, in.Position)
 	return Lag(lag), err
 }

@@ -33,20 +33,20 @@ type Lag struct {
 const LagCountCap = 1_000_000
 
 // Behind measures the rows of t after pos. It reads the committed rows now, horizon or not.
-func (t *Table) Behind(ctx context.Context, q Querier, pos inordertype.Position) (Lag, error) {
-	where, args := t.After(pos, "", 1)
-	if t.Part != nil {
-		where += fmt.Sprintf(" AND %s = %d", t.PartExpr(""), t.Part.Index)
+func (a Admin) Behind(ctx context.Context, q Querier, pos inordertype.Position) (Lag, error) {
+	where, args := a.t.After(pos, "", 1)
+	if a.t.Part != nil {
+		where += fmt.Sprintf(" AND %s = %d", a.t.PartExpr(""), a.t.Part.Index)
 	}
-	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
+	ca, id := a.t.AtExpr(""), quote(a.t.Spec.IDColumn)
 	var lag Lag
 	var oldest *time.Time
 	sql := fmt.Sprintf(`SELECT clock_timestamp(),
 		(SELECT count(*) FROM (SELECT 1 FROM %[1]s WHERE %[2]s LIMIT %[3]d) AS s),
 		(SELECT %[4]s::timestamptz FROM %[1]s WHERE %[2]s ORDER BY %[4]s, %[5]s LIMIT 1)`,
-		t.Ident, where, LagCountCap+1, ca, id)
+		a.t.Ident, where, LagCountCap+1, ca, id)
 	if err := q.QueryRow(ctx, sql, args...).Scan(&lag.Now, &lag.Rows, &oldest); err != nil {
-		return Lag{}, fmt.Errorf("measure lag of %s: %w", t.Qualified, err)
+		return Lag{}, fmt.Errorf("measure lag of %s: %w", a.t.Qualified, err)
 	}
 	if lag.Rows > LagCountCap {
 		lag.Rows, lag.Capped = LagCountCap, true
@@ -58,14 +58,14 @@ func (t *Table) Behind(ctx context.Context, q Querier, pos inordertype.Position)
 }
 
 // TailBefore is the position of the last row of t created before at (the beginning when there is none).
-func (t *Table) TailBefore(ctx context.Context, q Querier, at time.Time) (inordertype.Position, error) {
-	ca, id := t.AtExpr(""), quote(t.Spec.IDColumn)
+func (a Admin) TailBefore(ctx context.Context, q Querier, at time.Time) (inordertype.Position, error) {
+	ca, id := a.t.AtExpr(""), quote(a.t.Spec.IDColumn)
 	var when *time.Time
 	var last *string
 	sql := fmt.Sprintf("SELECT %[1]s::timestamptz, %[2]s::text FROM %[3]s WHERE %[1]s < $1 ORDER BY %[1]s DESC, %[2]s DESC LIMIT 1",
-		ca, id, t.Ident)
+		ca, id, a.t.Ident)
 	if err := q.QueryRow(ctx, sql, at).Scan(&when, &last); err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return inordertype.Position{}, fmt.Errorf("find the last row of %s before %s: %w", t.Qualified, at, err)
+		return inordertype.Position{}, fmt.Errorf("find the last row of %s before %s: %w", a.t.Qualified, at, err)
 	}
 	if when == nil {
 		return inordertype.Position{}, nil
