@@ -176,7 +176,7 @@ const slotColumn = `(SELECT CASE WHEN t.is_called AND to_regclass('inorder.check
 // and a fold before the lock changes the row's number, after which the lock takes nothing it knew as
 // durable (see scanLock). The first entry after a turn goes through the parent, which says where it
 // went.
-func (r *Repository) appendSlot() int {
+func (r *Position) appendSlot() int {
 	s := r.slot
 	switch {
 	case s >= 0 && s < CheckpointTables:

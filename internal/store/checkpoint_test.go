@@ -51,15 +51,15 @@ func openOrders(t *testing.T, cfg store.Config) *store.Repository {
 func checkpoints(t *testing.T, repo *store.Repository, from, to int) inordertype.Position {
 	t.Helper()
 	ctx := context.Background()
-	if !repo.Locked() {
-		ok, err := repo.TryLock(ctx)
+	if !repo.Lock.Locked() {
+		ok, err := repo.Lock.TryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
 	var pos inordertype.Position
 	for i := from; i <= to; i++ {
 		pos = inordertype.Position{CreatedAt: base.Add(time.Duration(i) * time.Millisecond), ID: fmt.Sprint(i)}
-		ok, err := repo.Checkpoint(ctx, pos, 1, store.InFlight{})
+		ok, err := repo.Lock.Checkpoint(ctx, pos, 1, store.InFlight{})
 		require.NoError(t, err)
 		require.True(t, ok)
 	}
@@ -91,7 +91,7 @@ func TestAPositionPerRecordAppendsAndRewritesTheRowOnlyForTheLease(t *testing.T)
 	require.EqualValues(t, records+1, rows[0].RecordsHandled)
 
 	// A clean stop leaves the position in the row itself, for whatever reads only the row.
-	require.NoError(t, repo.Unlock(ctx))
+	require.NoError(t, repo.Lock.Unlock(ctx))
 	require.NoError(t, repo.Release(ctx))
 	var at time.Time
 	var id string
@@ -133,7 +133,7 @@ func TestAnOperatorsPositionOutranksEveryEntryBeforeIt(t *testing.T) {
 	ctx := context.Background()
 	repo := openOrders(t, cfg)
 	checkpoints(t, repo, 1, 5)
-	require.NoError(t, repo.Unlock(ctx))
+	require.NoError(t, repo.Lock.Unlock(ctx))
 
 	rewound := inordertype.Position{CreatedAt: base.Add(2 * time.Millisecond), ID: "2"}
 	tx, err := db.Pool.Begin(ctx)
@@ -149,12 +149,12 @@ func TestAnOperatorsPositionOutranksEveryEntryBeforeIt(t *testing.T) {
 	require.Equal(t, rewound, read)
 
 	// The owner sees the operator's position at its next lock, and appends after it.
-	ok, err := repo.TryLock(ctx)
+	ok, err := repo.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, rewound, repo.State().Position)
+	require.Equal(t, rewound, repo.Position.State().Position)
 	next := checkpoints(t, repo, 3, 3)
-	require.NoError(t, repo.Unlock(ctx))
+	require.NoError(t, repo.Lock.Unlock(ctx))
 	read, err = store.ReadPosition(ctx, db.Pool, "orders")
 	require.NoError(t, err)
 	require.Equal(t, next, read)

@@ -47,12 +47,12 @@ func TestAnAnswerStillComingIsNotCutOff(t *testing.T) {
 			// Closed first too: pgx drains a connection it gave up until the server's end comes (15s at most),
 			// which the proxy's close brings to a swallowed one.
 			t.Cleanup(func() { _ = proxy.Close() })
-			conn, err := r.Conn(ctx)
+			conn, err := r.Session.Conn(ctx)
 			require.NoError(t, err)
 
 			proxy.Trickle(rate)
 			began := time.Now()
-			ectx, cancel := r.Bounded(ctx)
+			ectx, cancel := r.Session.Bounded(ctx)
 			var got string
 			err = conn.QueryRow(ectx, "SELECT repeat('x', $1)", size).Scan(&got)
 			cancel()
@@ -64,15 +64,15 @@ func TestAnAnswerStillComingIsNotCutOff(t *testing.T) {
 
 			proxy.Swallow()
 			began = time.Now()
-			ectx, cancel = r.Bounded(ctx)
+			ectx, cancel = r.Session.Bounded(ctx)
 			_, err = conn.Exec(ectx, "SELECT 1")
 			cancel()
 			require.Error(t, err)
 			require.True(t, store.Unanswered(ctx, err), "a silence counts as the database not answering: %v", err)
 			require.GreaterOrEqual(t, time.Since(began), timeout)
-			require.True(t, r.Broken(err), "the connection counts as dead")
+			require.True(t, r.Session.Broken(err), "the connection counts as dead")
 			if shared {
-				r.Detach()
+				r.Session.Detach()
 			}
 		})
 	}

@@ -29,7 +29,7 @@ type Failure struct {
 	// next attempt is the failure's time, stamped by the statement that writes it, plus RetryIn.
 	RetryIn time.Duration
 	// Halt says that the failure halts the stream (refused for good, or failing for longer than HaltAfter
-	// by the database's clock, see Repository.Now).
+	// by the database's clock, see Lease.Now).
 	Halt bool
 	// Unavailable, when not empty, records the failure as the sink's outage (see Halt.Unavailable).
 	Unavailable string
@@ -41,10 +41,10 @@ type Failure struct {
 // Every time the statement stamps is one reading of the database's clock: the failure's, from which the
 // next attempt is RetryIn on, so that the returned Halt's NextAttemptAt less its LastFailureAt is f.RetryIn
 // exactly, and a wait for the next attempt needs no other clock.
-func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position, f Failure) (inordertype.Halt, error) {
-	ctx, cancel := r.bounded(ctx)
+func (r *Position) RecordFailure(ctx context.Context, pos inordertype.Position, f Failure) (inordertype.Halt, error) {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return inordertype.Halt{}, fmt.Errorf("record failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
 	r.next.Position = pos
@@ -62,7 +62,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	sent := time.Now()
 	// The position goes into the row, numbered anew, with the halt state: the checkpoint of the last record
 	// that succeeded, which the halt state stands beside.
-	err := r.tx.QueryRow(ctx, `
+	err := r.sess.tx.QueryRow(ctx, `
 		UPDATE inorder.cursor
 		SET position_created_at = $2, position_id = $3, position_seq = nextval('inorder.checkpoint_seq'),
 		    records_handled = $14, in_flight = $15, in_flight_since = $16,
@@ -85,7 +85,7 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 		RETURNING halted_first_failure_at, halted_last_failure_at, halted_next_attempt_at, halted_status, halted_at,
 		          position_seq`,
 		r.name, args[0], args[1], f.RecordID, f.Error, f.Attempts, f.RetryIn, f.Permanent, status, f.Halt,
-		r.cfg.lease(), r.token, unavailable, r.next.Handled, n, since).
+		r.cfg.lease(), r.owner.token, unavailable, r.next.Handled, n, since).
 		Scan(&h.FirstFailureAt, &h.LastFailureAt, &h.NextAttemptAt, &stored, &haltedAt, &seq)
 	if errors.Is(err, pgx.ErrNoRows) {
 		err = ErrFenced
@@ -99,28 +99,6 @@ func (r *Repository) RecordFailure(ctx context.Context, pos inordertype.Position
 	r.state = inordertype.State{Position: pos, Halt: &h, Paused: r.state.Paused, RedriveRequestedAt: r.state.RedriveRequestedAt}
 	r.open = recorded{cp: r.next, rowSeq: seq}
 	r.rowHalted = true
-	r.dirty, r.renewing = true, sent
+	r.sess.dirty, r.owner.renewing = true, sent
 	return h, nil
-}
-
-// SetHold records which open transaction holds the stream's horizon back, by its backend pid (0 for a
-// prepared transaction) and since when; a zero since clears it.
-func (r *Repository) SetHold(ctx context.Context, pid int, since time.Time) error {
-	ctx, cancel := r.bounded(ctx)
-	defer cancel()
-	if r.tx == nil {
-		return fmt.Errorf("set hold of cursor %q: %w", r.name, ErrNotLocked)
-	}
-	var p, s any
-	if !since.IsZero() {
-		p, s = pid, since
-	}
-	tag, err := r.tx.Exec(ctx, `
-		UPDATE inorder.cursor SET held_by_pid = $2, held_since = $3
-		WHERE process_name = $1 AND (held_by_pid, held_since) IS DISTINCT FROM ($2, $3)`, r.name, p, s)
-	if err != nil {
-		return fmt.Errorf("set hold of cursor %q: %w", r.name, err)
-	}
-	r.dirty = r.dirty || tag.RowsAffected() > 0
-	return nil
 }

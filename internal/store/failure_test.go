@@ -26,13 +26,13 @@ func TestAFailureIsRecordedAsJudged(t *testing.T) {
 	defer repo.Release(ctx) //nolint:errcheck // the test's end
 	fail := func(halt bool, attempts int) inordertype.Halt {
 		t.Helper()
-		ok, err := repo.TryLock(ctx)
+		ok, err := repo.Lock.TryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		h, err := repo.RecordFailure(ctx, inordertype.Position{}, store.Failure{RecordID: "7", Error: "503 from the sink",
+		h, err := repo.Position.RecordFailure(ctx, inordertype.Position{}, store.Failure{RecordID: "7", Error: "503 from the sink",
 			Attempts: attempts, RetryIn: time.Second, Halt: halt})
 		require.NoError(t, err)
-		require.NoError(t, repo.Unlock(ctx))
+		require.NoError(t, repo.Lock.Unlock(ctx))
 		return h
 	}
 	h := fail(false, 1)
@@ -44,8 +44,8 @@ func TestAFailureIsRecordedAsJudged(t *testing.T) {
 	require.True(t, h.HaltedAt.IsZero(), "failing for an hour, but the verdict is to retry")
 	var dbNow time.Time
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT clock_timestamp()").Scan(&dbNow))
-	require.WithinDuration(t, dbNow, repo.Now(), time.Second, "the processor's clock is the database's")
-	require.InDelta(t, time.Hour.Seconds(), repo.Now().Sub(h.FirstFailureAt).Seconds(), 5,
+	require.WithinDuration(t, dbNow, repo.Lease.Now(), time.Second, "the processor's clock is the database's")
+	require.InDelta(t, time.Hour.Seconds(), repo.Lease.Now().Sub(h.FirstFailureAt).Seconds(), 5,
 		"measured on the row's clock, the record has failed for an hour")
 
 	h = fail(true, 3)
@@ -91,12 +91,12 @@ func TestAFailureIsWrittenAsHanded(t *testing.T) {
 		{"judged by the processor alone", store.Failure{RecordID: "8", Error: "410 from the sink", Attempts: 3,
 			Permanent: true, Status: 410, RetryIn: time.Second, Halt: true, Unavailable: outage}},
 	} {
-		ok, err := repo.TryLock(ctx)
+		ok, err := repo.Lock.TryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
-		h, err := repo.RecordFailure(ctx, inordertype.Position{}, tc.f)
+		h, err := repo.Position.RecordFailure(ctx, inordertype.Position{}, tc.f)
 		require.NoError(t, err, tc.name)
-		require.NoError(t, repo.Unlock(ctx))
+		require.NoError(t, repo.Lock.Unlock(ctx))
 
 		var row store.Failure
 		var halted bool
@@ -136,17 +136,17 @@ func TestAParkedRecordIsWrittenAsHanded(t *testing.T) {
 		return got
 	}
 	for _, write := range []func() error{
-		func() error { return repo.Park(ctx, pk) },
+		func() error { return repo.Parking.Park(ctx, pk) },
 		func() error {
 			pk.Error, pk.Status, pk.Permanent, pk.Attempts = "503 from the sink", 503, false, 9
-			return repo.RedriveFailed(ctx, pk)
+			return repo.Parking.RedriveFailed(ctx, pk)
 		},
 	} {
-		ok, err := repo.TryLock(ctx)
+		ok, err := repo.Lock.TryLock(ctx)
 		require.NoError(t, err)
 		require.True(t, ok)
 		require.NoError(t, write())
-		require.NoError(t, repo.Unlock(ctx))
+		require.NoError(t, repo.Lock.Unlock(ctx))
 		require.Equal(t, pk, read(), "the parked row holds the value handed in")
 	}
 }

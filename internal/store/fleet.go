@@ -69,20 +69,20 @@ func ReadFleet(ctx context.Context, q Querier, instance string) (Fleet, error) {
 // for the moment it takes, when it has none), within the repository's timeout, outside the row lock's
 // transaction: it refuses while the row is locked.
 func (r *Repository) ReadFleet(ctx context.Context) (Fleet, error) {
-	if r.tx != nil {
+	if r.Session.tx != nil {
 		// A failing statement would end the batch's transaction with it.
 		return Fleet{}, fmt.Errorf("read the fleet of cursor %q: the row lock is held", r.name)
 	}
-	if r.pconn == nil {
+	if r.Session.pconn == nil {
 		// Borrowed for the look, unless the caller (TryLock) holds one already.
-		defer r.Detach()
+		defer r.Session.Detach()
 	}
-	if err := r.attach(ctx); err != nil {
+	if err := r.Session.attach(ctx); err != nil {
 		return Fleet{}, fmt.Errorf("cursor %q: %w", r.name, err)
 	}
-	ctx, cancel := r.bounded(ctx)
+	ctx, cancel := r.Session.bounded(ctx)
 	defer cancel()
-	return ReadFleet(ctx, r.conn, r.instance())
+	return ReadFleet(ctx, r.Session.conn, instanceName(r.cfg))
 }
 
 // FleetWatch keeps an instance's last look at its fleet for every processor of the instance in one store,
@@ -98,7 +98,7 @@ type FleetWatch struct {
 // FleetWatch returns the watch shared by the repositories of this one's instance and database in its
 // store.
 func (r *Repository) FleetWatch() *FleetWatch {
-	return r.store.fleetWatch(r.cfg.ConnConfig, r.instance())
+	return r.store.fleetWatch(r.cfg.ConnConfig, instanceName(r.cfg))
 }
 
 // fleetWatch returns the watch of instance on cfg's database in this store.
@@ -163,11 +163,11 @@ func (w *FleetWatch) TryGive(pace time.Duration) bool {
 // the process free how long to leave it to other instances (which the fleet's rule prefers), and take it
 // only once it has seen it free that long at its looks. nil, or zero from decide, takes it at once.
 // decide may read the fleet on the repository (see ReadFleet).
-func (r *Repository) DeferTake(decide func(context.Context) time.Duration) { r.takeAfter = decide }
+func (r *Lease) DeferTake(decide func(context.Context) time.Duration) { r.takeAfter = decide }
 
 // mayTake reports, when a look found the process free, whether this instance takes it now (see DeferTake
 // and HandOver).
-func (r *Repository) mayTake(ctx context.Context) bool {
+func (r *Lease) mayTake(ctx context.Context) bool {
 	now := time.Now()
 	if now.Before(r.notBefore) {
 		return false
@@ -191,22 +191,22 @@ func (r *Repository) mayTake(ctx context.Context) bool {
 // The instance stays registered as running the process. Nothing is delivered again: whoever takes the
 // process next starts at the committed position.
 func (r *Repository) HandOver(ctx context.Context, holdOff time.Duration) error {
-	if err := r.Unlock(ctx); err != nil {
+	if err := r.Lock.Unlock(ctx); err != nil {
 		return err
 	}
-	if r.token == 0 {
+	if r.Lease.token == 0 {
 		return nil // fenced at the commit: the process was someone else's already
 	}
-	ctx, cancel := r.bounded(ctx)
+	ctx, cancel := r.Session.bounded(ctx)
 	defer cancel()
-	if err := r.attach(ctx); err != nil {
+	if err := r.Session.attach(ctx); err != nil {
 		return fmt.Errorf("hand cursor %q over: %w", r.name, err)
 	}
-	defer r.Detach()
-	err := r.giveUpLease(ctx)
-	r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
-	r.giveUpSession(ctx)
-	r.notBefore, r.freeSince = time.Now().Add(holdOff), time.Time{}
+	defer r.Session.Detach()
+	err := r.Lease.giveUpLease(ctx)
+	r.Lease.lost()
+	r.Lease.giveUpSession(ctx)
+	r.Lease.notBefore, r.Lease.freeSince = time.Now().Add(holdOff), time.Time{}
 	if err != nil {
 		return fmt.Errorf("hand cursor %q over: %w", r.name, pooler.Explain(err))
 	}
@@ -218,16 +218,16 @@ func (r *Repository) HandOver(ctx context.Context, holdOff time.Duration) error 
 // own statement's transaction), as every write of the row is, whichever connection makes it. The position
 // as it stands goes into the row with it (a fold), so that the row alone says where the process stands:
 // an instance of the version before the checkpoint log reads only the row.
-func (r *Repository) giveUpLease(ctx context.Context) error {
-	_, err := r.conn.Exec(ctx, `
+func (r *Lease) giveUpLease(ctx context.Context) error {
+	_, err := r.sess.conn.Exec(ctx, `
 		WITH named AS (SELECT set_config('application_name', $3, true))
 		UPDATE inorder.cursor AS c
 		SET lease_expires_at = NULL, owner_session = false, `+foldSet+`
 		FROM named, inorder.position AS p
 		WHERE c.process_name = $1 AND c.owner_token = $2 AND p.process_name = c.process_name`,
-		r.name, r.token, r.ApplicationName())
+		r.name, r.token, applicationName(r.name, r.cfg))
 	return err
 }
 
 // Instance names the instance the repository works the process as.
-func (r *Repository) Instance() string { return r.instance() }
+func (r *Repository) Instance() string { return instanceName(r.cfg) }

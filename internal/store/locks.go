@@ -32,11 +32,11 @@ import (
 // (the functions below). Four statements of this package also take one as a part of a larger statement,
 // so that it costs no round trip of its own:
 //
-//   - the cursor transaction's row lock (lockStatement, repository.go) takes the no-insert lock unless
+//   - the cursor transaction's row lock (lockStatement, lock.go) takes the no-insert lock unless
 //     the transaction carries a handler's writes;
-//   - the look at a vacant lease (Repository.vacant, repository.go) tries the owner's lock, in the
+//   - the look at a vacant lease (Lease.vacant, lease.go) tries the owner's lock, in the
 //     statement that reads the lease, when the lease says its owner held it on a session that may be gone;
-//   - the claim (Repository.claim, repository.go) tries the owner's lock in the UPDATE that records
+//   - the claim (Lease.claim, lease.go) tries the owner's lock in the UPDATE that records
 //     owner_session;
 //   - the idle probe's statement (Prober.probe, probe.go) takes the no-insert lock (probeNoInsert).
 //

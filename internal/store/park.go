@@ -44,19 +44,27 @@ func nullStatus(code int) any {
 	return code
 }
 
+// Parking is a process's parked records (inorder.parked): parking one in the open transaction, and the
+// redrives an operator asks for.
+type Parking struct {
+	name string
+	sess *Session
+	pos  *Position
+}
+
 // Park stores a parked record in the open transaction; it commits with the position that moves past it.
 // Parking a record again (delivered again after a crash) changes nothing.
-func (r *Repository) Park(ctx context.Context, p Parked) error {
-	ctx, cancel := r.bounded(ctx)
+func (r *Parking) Park(ctx context.Context, p Parked) error {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
 	}
 	status, first := nullStatus(p.Status), any(nil)
 	if !p.FirstFailureAt.IsZero() {
 		first = p.FirstFailureAt
 	}
-	_, err := r.tx.Exec(ctx, `
+	_, err := r.sess.tx.Exec(ctx, `
 		INSERT INTO inorder.parked (process_name, key, record_created_at, record_id, error, status, permanent,
 		                            attempts, first_failure_at, last_failure_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, coalesce($9, CASE WHEN $5 <> '' THEN clock_timestamp() END),
@@ -66,19 +74,19 @@ func (r *Repository) Park(ctx context.Context, p Parked) error {
 	if err != nil {
 		return fmt.Errorf("park record %s on cursor %q: %w", p.Position.ID, r.name, err)
 	}
-	r.dirty = true
+	r.sess.dirty = true
 	return nil
 }
 
 // MayPark reports whether the role may read and write parked records (migration 11 grants it to the
 // roles that could update cursor rows before it; a role granted by hand since may lack it).
-func (r *Repository) MayPark(ctx context.Context) (read, write bool, err error) {
-	if err := r.attach(ctx); err != nil {
+func (r *Parking) MayPark(ctx context.Context) (read, write bool, err error) {
+	if err := r.sess.attach(ctx); err != nil {
 		return false, false, fmt.Errorf("check the privileges on inorder.parked: %w", err)
 	}
-	ctx, cancel := r.bounded(ctx)
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	err = r.conn.QueryRow(ctx, `SELECT has_table_privilege('inorder.parked', 'SELECT'),
+	err = r.sess.conn.QueryRow(ctx, `SELECT has_table_privilege('inorder.parked', 'SELECT'),
 		has_table_privilege('inorder.parked', 'SELECT, INSERT, UPDATE, DELETE')`).Scan(&read, &write)
 	if err != nil {
 		return false, false, fmt.Errorf("check the privileges on inorder.parked: %w", err)
@@ -87,13 +95,13 @@ func (r *Repository) MayPark(ctx context.Context) (read, write bool, err error) 
 }
 
 // ParkedKeys returns the keys parked in this stream.
-func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
-	ctx, cancel := r.bounded(ctx)
+func (r *Parking) ParkedKeys(ctx context.Context) ([]string, error) {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return nil, fmt.Errorf("read parked keys of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	rows, err := r.tx.Query(ctx, `SELECT DISTINCT key FROM inorder.parked WHERE process_name = $1`, r.name)
+	rows, err := r.sess.tx.Query(ctx, `SELECT DISTINCT key FROM inorder.parked WHERE process_name = $1`, r.name)
 	if err == nil {
 		var keys []string
 		if keys, err = pgx.CollectRows(rows, pgx.RowTo[string]); err == nil {
@@ -105,13 +113,13 @@ func (r *Repository) ParkedKeys(ctx context.Context) ([]string, error) {
 
 // RedriveQueue returns the parked records of the keys an operator asked to redrive (every record of such
 // a key, marked or parked since), key by key, each key's in the stream's order.
-func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
-	ctx, cancel := r.bounded(ctx)
+func (r *Parking) RedriveQueue(ctx context.Context) ([]Parked, error) {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return nil, fmt.Errorf("read redrives of cursor %q: %w", r.name, ErrNotLocked)
 	}
-	rows, err := r.tx.Query(ctx, `
+	rows, err := r.sess.tx.Query(ctx, `
 		SELECT key, record_created_at, record_id, error, coalesce(status, 0), permanent, attempts,
 		       first_failure_at
 		FROM inorder.parked p
@@ -137,33 +145,33 @@ func (r *Repository) RedriveQueue(ctx context.Context) ([]Parked, error) {
 
 // Unpark removes a parked record that has been delivered, in the open transaction: it commits with the
 // handler's writes, if any.
-func (r *Repository) Unpark(ctx context.Context, p Parked) error {
-	ctx, cancel := r.bounded(ctx)
+func (r *Parking) Unpark(ctx context.Context, p Parked) error {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return fmt.Errorf("unpark record %s on cursor %q: %w", p.Position.ID, r.name, ErrNotLocked)
 	}
-	_, err := r.tx.Exec(ctx, `DELETE FROM inorder.parked
+	_, err := r.sess.tx.Exec(ctx, `DELETE FROM inorder.parked
 		WHERE process_name = $1 AND key = $2 AND record_created_at = $3 AND record_id = $4`,
 		r.name, p.Key, p.Position.CreatedAt, p.Position.ID)
 	if err != nil {
 		return fmt.Errorf("unpark record %s on cursor %q: %w", p.Position.ID, r.name, err)
 	}
-	r.dirty = true
+	r.sess.dirty = true
 	return nil
 }
 
 // RedriveFailed keeps a key parked whose first record failed again during its redrive: the record takes
 // the new error and the attempts counted with it, and the key's redrive request ends, so that it waits
 // for the next.
-func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
-	ctx, cancel := r.bounded(ctx)
+func (r *Parking) RedriveFailed(ctx context.Context, p Parked) error {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, ErrNotLocked)
 	}
 	status := nullStatus(p.Status)
-	_, err := r.tx.Exec(ctx, `
+	_, err := r.sess.tx.Exec(ctx, `
 		UPDATE inorder.parked
 		SET error = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $5 ELSE error END,
 		    status = CASE WHEN record_created_at = $3 AND record_id = $4 THEN $6 ELSE status END,
@@ -179,23 +187,23 @@ func (r *Repository) RedriveFailed(ctx context.Context, p Parked) error {
 	if err != nil {
 		return fmt.Errorf("record redrive failure on cursor %q: %w", r.name, err)
 	}
-	r.dirty = true
+	r.sess.dirty = true
 	return nil
 }
 
 // RedriveSeen ends an operator's redrive request once the processor has acted on every request made up
 // to seen (the RedriveRequestedAt it read); a request made since stays for the next batch.
-func (r *Repository) RedriveSeen(ctx context.Context, seen time.Time) error {
-	ctx, cancel := r.bounded(ctx)
+func (r *Parking) RedriveSeen(ctx context.Context, seen time.Time) error {
+	ctx, cancel := r.sess.bounded(ctx)
 	defer cancel()
-	if r.tx == nil {
+	if r.sess.tx == nil {
 		return fmt.Errorf("end redrive request on cursor %q: %w", r.name, ErrNotLocked)
 	}
-	if _, err := r.tx.Exec(ctx, `UPDATE inorder.cursor SET redrive_requested_at = NULL
+	if _, err := r.sess.tx.Exec(ctx, `UPDATE inorder.cursor SET redrive_requested_at = NULL
 		WHERE process_name = $1 AND redrive_requested_at <= $2`, r.name, seen); err != nil {
 		return fmt.Errorf("end redrive request on cursor %q: %w", r.name, err)
 	}
-	r.state.RedriveRequestedAt = time.Time{}
-	r.dirty = true
+	r.pos.state.RedriveRequestedAt = time.Time{}
+	r.sess.dirty = true
 	return nil
 }

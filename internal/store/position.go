@@ -14,17 +14,38 @@ import (
 	"github.com/inorder-dev/inorder/internal/pooler"
 )
 
-// Tx returns the transaction that holds the cursor row lock, or nil when the cursor is not locked. A
-// TxHandler's writes go through it so that they commit with the position.
-func (r *Repository) Tx() pgx.Tx { return r.tx }
+// Position is the process's checkpoint (see checkpoint.go) and the cursor row's state, as the lock read
+// them and the open transaction changed them.
+type Position struct {
+	name  string
+	cfg   Config
+	sess  *Session
+	owner *Lease
+
+	state   inordertype.State
+	version string // the row's xmin when it was last locked
+	// durable is what the database holds as of the last commit, open what the open transaction has
+	// recorded (durable until it records more), next what the process has reached, which the next commit
+	// records first. known says that durable is what the database holds; when it is not (a new tenure, an
+	// operator's write, a commit whose answer was lost), the next lock reads it. rowHalted says that the
+	// row holds a halt state, which only rewriting the row clears.
+	durable, open recorded
+	next          checkpoint
+	known         bool
+	// slot is the slot the lock of the open transaction found current, and lockedAt when its answer came
+	// (see appendSlot).
+	slot      int
+	lockedAt  time.Time
+	rowHalted bool
+}
 
 // Version returns the row version (its xmin) read when the lock was last taken. A row changed since, by
 // this instance's own commits or by an operator, has another: the idle probe watches for that.
-func (r *Repository) Version() string { return r.version }
+func (r *Position) Version() string { return r.version }
 
 // State returns the position and halt state read when the lock was taken, as changed since by this
 // repository.
-func (r *Repository) State() inordertype.State { return r.state }
+func (r *Position) State() inordertype.State { return r.state }
 
 // stateColumns are the columns of a cursor row that scanState reads, in its order.
 const stateColumns = `position_created_at, position_id, ` + haltColumns
@@ -71,8 +92,8 @@ func scanState(row pgx.Row, extra ...any) (inordertype.State, bool, error) {
 // (Checkpoint, Commit or Unlock) records it, and it is durable once that commits. It clears the halt state,
 // since a record past the halted one succeeded, and what is in flight. No statement is sent: a batch that
 // moves its position per record in one transaction records only where it ended.
-func (r *Repository) SetPosition(ctx context.Context, pos inordertype.Position, handled int) error {
-	if r.tx == nil {
+func (r *Position) SetPosition(ctx context.Context, pos inordertype.Position, handled int) error {
+	if r.sess.tx == nil {
 		return fmt.Errorf("set position of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	r.next = checkpoint{Position: pos, Handled: r.next.Handled + int64(handled)}
@@ -95,8 +116,8 @@ func (f InFlight) args() (any, any) {
 
 // SetInFlight records what is in flight now; the commit that ends the open transaction records it, as
 // SetPosition's position.
-func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
-	if r.tx == nil {
+func (r *Position) SetInFlight(ctx context.Context, f InFlight) error {
+	if r.sess.tx == nil {
 		return fmt.Errorf("set in flight of cursor %q: %w", r.name, ErrNotLocked)
 	}
 	if f.Records == 0 {
@@ -105,6 +126,27 @@ func (r *Repository) SetInFlight(ctx context.Context, f InFlight) error {
 	r.next.InFlight = f
 	return nil
 }
+
+// locked takes in what a lock read of the cursor row: its state, the checkpoint the row holds and the
+// slot current. ours says that this instance owns the process, as it did before the lock.
+func (r *Position) locked(st inordertype.State, row recorded, slot int, ours bool) {
+	r.slot, r.lockedAt = slot, time.Now()
+	r.rowHalted = st.Halt != nil
+	if r.known && ours && row.rowSeq == r.durable.rowSeq {
+		// Nobody but this owner has written a position since it last looked: its own is the newest.
+		st.Position = r.durable.cp.Position
+	} else {
+		// The row's position, until readCheckpoint has looked for newer entries.
+		r.durable = row
+		r.known = false
+	}
+	r.open, r.next = r.durable, r.durable.cp
+	r.state = st
+}
+
+// rollBack forgets what the open transaction recorded, which ends without committing: what the process
+// has reached is what the database holds.
+func (r *Position) rollBack() { r.open, r.next = r.durable, r.durable.cp }
 
 // clearHalt is the SET list that clears every column of a failing record's state: a position that moves
 // past the record (the processor's or an operator's) clears it with this, and nothing else does.
@@ -137,17 +179,17 @@ func isFenced(err error) bool {
 // the row was locked, see appendSlot), or, when the row must be rewritten anyway (its halt state cleared,
 // its lease renewed), a fold of the position into the row. An owner that appends moves on with the slots,
 // and one that does not has its newest entry folded by the rotation.
-func (r *Repository) pendingWrite() (sql string, args []any, fold, ok bool) {
+func (r *Position) pendingWrite() (sql string, args []any, fold, ok bool) {
 	if r.next.same(r.open.cp) {
 		return "", nil, false, false
 	}
 	pos := positionArgs(r.next.Position)
 	n, since := r.next.InFlight.args()
-	renewDue := r.leaseFrom.IsZero() || time.Since(r.leaseFrom) >= r.cfg.lease()/3
+	renewDue := r.owner.leaseFrom.IsZero() || time.Since(r.owner.leaseFrom) >= r.cfg.lease()/3
 	if r.rowHalted || renewDue {
-		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.token}, true, true
+		return foldPositionSQL, []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.cfg.lease(), r.owner.token}, true, true
 	}
-	args = []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.token}
+	args = []any{r.name, pos[0], pos[1], r.next.Handled, n, since, r.owner.token}
 	if slot := r.appendSlot(); slot >= 0 {
 		return appendIntoSQL[slot], args, false, true
 	}
@@ -163,7 +205,7 @@ type commitPlan struct {
 
 // queueCommit queues in b the write that records the checkpoint reached (see pendingWrite), if one is
 // needed, and the COMMIT.
-func (r *Repository) queueCommit(b *pgx.Batch) commitPlan {
+func (r *Position) queueCommit(b *pgx.Batch) commitPlan {
 	write, args, fold, writes := r.pendingWrite()
 	if writes {
 		b.Queue(write, args...)
@@ -173,7 +215,7 @@ func (r *Repository) queueCommit(b *pgx.Batch) commitPlan {
 }
 
 // readCommit reads the answers to what queueCommit queued: ErrFenced when the fence refused the write.
-func (r *Repository) readCommit(br pgx.BatchResults, c commitPlan) error {
+func (r *Position) readCommit(br pgx.BatchResults, c commitPlan) error {
 	if c.writes {
 		if err := r.readWrite(br, c.fold, c.sent); err != nil {
 			if isFenced(err) {
@@ -187,7 +229,7 @@ func (r *Repository) readCommit(br pgx.BatchResults, c commitPlan) error {
 }
 
 // readWrite reads the result of pendingWrite's statement from br and takes in what it recorded.
-func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) error {
+func (r *Position) readWrite(br pgx.BatchResults, fold bool, sent time.Time) error {
 	if !fold {
 		var one, slot int
 		if err := br.QueryRow().Scan(&one, &slot); err != nil {
@@ -205,13 +247,13 @@ func (r *Repository) readWrite(br pgx.BatchResults, fold bool, sent time.Time) e
 		return err
 	}
 	r.open = recorded{cp: r.next, rowSeq: seq}
-	r.rowHalted, r.renewing = false, sent
+	r.rowHalted, r.owner.renewing = false, sent
 	return nil
 }
 
 // readCheckpoint reads, in the transaction that holds the row, the newest checkpoint entry newer than the
 // row's own position, when the repository does not know that its own is the newest.
-func (r *Repository) readCheckpoint(ctx context.Context) error {
+func (r *Position) readCheckpoint(ctx context.Context) error {
 	if r.known {
 		return nil
 	}
@@ -222,7 +264,7 @@ func (r *Repository) readCheckpoint(ctx context.Context) error {
 		flying  int32
 		since   pgtype.Timestamptz
 	)
-	err := r.tx.QueryRow(ctx, readCheckpointSQL, r.name).Scan(&at, &id, &handled, &flying, &since)
+	err := r.sess.tx.QueryRow(ctx, readCheckpointSQL, r.name).Scan(&at, &id, &handled, &flying, &since)
 	if err != nil {
 		return fmt.Errorf("read the checkpoint of cursor %q: %w", r.name, pooler.Explain(err))
 	}
@@ -234,176 +276,4 @@ func (r *Repository) readCheckpoint(ctx context.Context) error {
 	r.open, r.next, r.known = r.durable, cp, true
 	r.state.Position = cp.Position
 	return nil
-}
-
-// Checkpoint commits pos now (durable as SynchronousCommit says), counting handled records and recording
-// what is in flight, and locks the row again in a new transaction, all in one round trip. It reports false
-// when someone else took the row in the instant between the commit and the new lock: an operator action
-// (Owner stays true), or another instance that found the lease run out (Owner turns false). The repository
-// is then unlocked, and the next TryLock reads what they changed.
-func (r *Repository) Checkpoint(ctx context.Context, pos inordertype.Position, handled int, flying InFlight) (bool, error) {
-	if r.tx == nil {
-		return false, fmt.Errorf("checkpoint cursor %q: %w", r.name, ErrNotLocked)
-	}
-	if flying.Records == 0 {
-		flying = InFlight{}
-	}
-	r.next = checkpoint{Position: pos, Handled: r.next.Handled + int64(handled), InFlight: flying}
-	return r.commitRelock(ctx, "checkpoint")
-}
-
-// Commit commits what the open transaction holds now (durable as SynchronousCommit says), counting handled
-// records without moving the position (a parked record delivered, and removed, by a redrive), and locks
-// the row again, as Checkpoint does; it reports false as Checkpoint does.
-func (r *Repository) Commit(ctx context.Context, handled int) (bool, error) {
-	if r.tx == nil {
-		return false, fmt.Errorf("commit cursor %q: %w", r.name, ErrNotLocked)
-	}
-	r.next.Handled += int64(handled)
-	return r.commitRelock(ctx, "commit")
-}
-
-// commitRelock records the checkpoint reached (see pendingWrite), commits, and locks the row again in a
-// new transaction with the rider after the lock, all in one round trip.
-func (r *Repository) commitRelock(ctx context.Context, what string) (bool, error) {
-	ctx, cancel := r.bounded(ctx)
-	defer cancel()
-	b := &pgx.Batch{}
-	commit := r.queueCommit(b)
-	b.Queue("BEGIN")
-	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
-	ride := r.rider != nil && r.rideNext
-	if ride {
-		b.Queue(r.rider.SQL, r.rider.Args...)
-	}
-	r.rode, r.rideNext = false, false
-	br := r.conn.SendBatch(ctx, b)
-	err := r.readCommit(br, commit)
-	done := err == nil
-	if !done && !errors.Is(err, ErrFenced) {
-		// The server may have run the whole round trip, commit included, before the answer was lost: what
-		// it holds is read again at the next lock.
-		r.known = false
-	}
-	if done {
-		r.durable = r.open
-		if !r.renewing.IsZero() {
-			r.leaseFrom, r.renewing = r.renewing, time.Time{}
-		}
-	}
-	if err == nil {
-		_, err = br.Exec()
-	}
-	var ok bool
-	if err == nil {
-		ok, err = r.scanLock(br.QueryRow())
-	}
-	if err == nil && ok && ride {
-		err = r.ride(br)
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil && ok && r.lease.token == r.token {
-		err = r.readCheckpoint(ctx)
-	}
-	pos := r.durable.cp.Position
-	if err != nil {
-		r.dropTx(ctx)
-		if done {
-			r.state = inordertype.State{Position: pos}
-		}
-		if errors.Is(err, ErrFenced) {
-			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
-		}
-		return false, fmt.Errorf("%s cursor %q: %w", what, r.name, pooler.Explain(err))
-	}
-	if !ok || r.lease.token != r.token {
-		r.dropTx(ctx)
-		r.state = inordertype.State{Position: pos}
-		if ok { // relocked, but the lease is another's
-			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
-			r.giveUpSession(ctx)
-		}
-		return false, nil
-	}
-	r.dirty = false // committed; the new transaction holds only the lock
-	return true, nil
-}
-
-// Unlock commits the open transaction, which makes the position durable and releases the row for other
-// instances. It is a no-op when the cursor is not locked. A transaction that changed nothing (an empty
-// poll) is rolled back instead: the row lock gave it a transaction id, and committing it would wait for a
-// WAL flush, once per poll, for nothing.
-func (r *Repository) Unlock(ctx context.Context) error {
-	if r.tx == nil {
-		return nil
-	}
-	ctx, cancel := r.bounded(ctx)
-	defer cancel()
-	defer r.Detach()
-	_, _, _, writes := r.pendingWrite()
-	dirty := r.dirty || writes
-	r.tx, r.dirty, r.rode = nil, false, false
-	if !dirty {
-		if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
-			r.closeConn()
-			return fmt.Errorf("unlock cursor %q: %w", r.name, err)
-		}
-		return nil
-	}
-	b := &pgx.Batch{}
-	commit := r.queueCommit(b)
-	br := r.conn.SendBatch(ctx, b)
-	err := r.readCommit(br, commit)
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		r.renewing, r.known = time.Time{}, false
-		r.open, r.next = r.durable, r.durable.cp
-		if errors.Is(err, ErrFenced) {
-			r.epoch, r.token, r.leaseFrom = 0, 0, time.Time{}
-		}
-		r.closeConn()
-		return fmt.Errorf("unlock cursor %q: %w", r.name, err)
-	}
-	r.durable = r.open
-	if !r.renewing.IsZero() {
-		r.leaseFrom, r.renewing = r.renewing, time.Time{}
-	}
-	return nil
-}
-
-// Abort rolls the open transaction back, dropping every change since the last durable position, and
-// releases the row. It is a no-op when the cursor is not locked.
-func (r *Repository) Abort(ctx context.Context) error {
-	if r.tx == nil {
-		return nil
-	}
-	ctx, cancel := r.bounded(ctx)
-	defer cancel()
-	defer r.Detach()
-	r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
-	r.open, r.next = r.durable, r.durable.cp
-	if r.conn.IsClosed() {
-		return nil
-	}
-	if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
-		r.closeConn()
-		return fmt.Errorf("abort cursor %q: %w", r.name, err)
-	}
-	return nil
-}
-
-func (r *Repository) dropTx(ctx context.Context) {
-	if r.tx != nil {
-		r.tx, r.dirty, r.rode, r.renewing = nil, false, false, time.Time{}
-		r.open, r.next = r.durable, r.durable.cp
-		if !r.conn.IsClosed() {
-			if _, err := r.conn.Exec(ctx, "ROLLBACK"); err != nil {
-				r.closeConn()
-			}
-		}
-	}
 }

@@ -60,7 +60,7 @@ type ProbeRequest struct {
 	// leaves the lease to the owner's own batches.
 	Renew *Renewal
 	// Lost, when set, ends the wait when it closes: the instance's session that holds the owner's advisory
-	// lock was lost (see Repository.SessionLost), and the owner's own batch must find out why at once,
+	// lock was lost (see Lease.SessionLost), and the owner's own batch must find out why at once,
 	// rather than at its next batch a lease later.
 	Lost <-chan struct{}
 }

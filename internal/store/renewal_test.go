@@ -23,10 +23,10 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 	repo, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = repo.Release(ctx) })
-	ok, err := repo.TryLock(ctx)
+	ok, err := repo.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, repo.Unlock(ctx))
+	require.NoError(t, repo.Lock.Unlock(ctx))
 	prober := cursors.Prober()
 	t.Cleanup(prober.Close)
 
@@ -45,7 +45,7 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 		CREATE TRIGGER note_write BEFORE UPDATE ON inorder.cursor FOR EACH ROW EXECUTE FUNCTION note_write();`)
 	_, version := expires()
 	wait := func(token int64, version string) store.ProbeResult {
-		rn := repo.ProbeRenewal()
+		rn := repo.Lease.ProbeRenewal()
 		require.NotNil(t, rn, "a quiet owner's lease is the probe's to renew")
 		rn.Token, rn.Due = token, time.Now()
 		return prober.Wait(ctx, store.ProbeRequest{Cursor: "orders", Version: version, Gap: time.Millisecond,
@@ -53,7 +53,7 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 	}
 
 	// Another tenure's token: nothing renewed, and the row unchanged.
-	r := wait(repo.Tenure()+1, version)
+	r := wait(repo.Lease.Tenure()+1, version)
 	require.NoError(t, r.Err)
 	require.Nil(t, r.Renewed)
 	left, now := expires()
@@ -62,7 +62,7 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 
 	// A version the row no longer has (an operator's action the owner has not seen): nothing renewed,
 	// and the probe says that the row changed.
-	r = wait(repo.Tenure(), "1")
+	r = wait(repo.Lease.Tenure(), "1")
 	require.NoError(t, r.Err)
 	require.Nil(t, r.Renewed)
 	require.True(t, r.Changed)
@@ -74,7 +74,7 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 	require.NoError(t, err)
 	_, err = tx.Exec(ctx, "SELECT 1 FROM inorder.cursor WHERE process_name = 'orders' FOR UPDATE")
 	require.NoError(t, err)
-	r = wait(repo.Tenure(), version)
+	r = wait(repo.Lease.Tenure(), version)
 	require.NoError(t, r.Err)
 	require.Nil(t, r.Renewed)
 	// A probe made for that wait may still be on its way when the wait ends: one answered after it (the
@@ -88,7 +88,7 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 	// The owner's tenure at the version it saw: renewed, and the owner told the row's new version, at
 	// which the probe no longer says that the row changed.
 	sent := time.Now()
-	r = wait(repo.Tenure(), version)
+	r = wait(repo.Lease.Tenure(), version)
 	require.NoError(t, r.Err)
 	require.NotNil(t, r.Renewed)
 	require.False(t, r.Changed)
@@ -112,9 +112,9 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{repo.ApplicationName()}, apps, "the renewal, named for its process, is the one write")
-	repo.Renewed(r.Renewed, repo.Tenure())
-	require.Equal(t, now, repo.Version())
-	require.Greater(t, repo.LeaseLeft(), 25*time.Second)
+	repo.Lock.Renewed(r.Renewed, repo.Lease.Tenure())
+	require.Equal(t, now, repo.Position.Version())
+	require.Greater(t, repo.Lease.LeaseLeft(), 25*time.Second)
 }
 
 // TestOneProbeAnswersAThousandWaiters: the processors of a store wait on one probe whatever their number,

@@ -6,11 +6,9 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
@@ -104,86 +102,52 @@ func (c *Config) lease() time.Duration {
 }
 
 // Repository owns the cursor row of one process: its lock, its position and its halt state. It works on
-// a connection of its own, since the row lock lives in a transaction on that connection. Its methods are
-// meant for one goroutine at a time, the processor that Claims it.
+// a connection of its own, since the row lock lives in a transaction on that connection. Its methods, and
+// its parts', are meant for one goroutine at a time, the processor that Claims it.
+//
+// Its work is done by its parts, each of which owns what it needs: Session the connection and the
+// transaction open on it, Lease the process's ownership, Lock the row lock of a batch and its commits,
+// Position the checkpoint and the row's state, Registration the row's existence, Source what the process
+// reads and waits for, Parking the parked records. Open sets them; they share the Session (and Lock the
+// others) by pointer.
 type Repository struct {
-	name     string
-	key      string // in its store
-	cfg      Config
-	store    *Store
-	lockSQL  string
-	lockArgs []any // after the name
-	// lockSQL17 is lockSQL for a server that has transaction_timeout (17 and later), which it turns off
-	// for the transaction (see withoutTransactionTimeout); lockQuery picks one per connection.
-	lockSQL17 string
+	name  string
+	key   string // in its store
+	cfg   Config
+	store *Store
+	// claimed says that a user works the repository (see Claim); guarded by the Session's mu, with its
+	// released.
+	claimed bool
 
-	mu   sync.Mutex // guards conn swaps against Close from another goroutine
-	conn *pgx.Conn
-	// shared, when set, lends conn (as pconn) for a cursor transaction or a look at the lease; conn is nil
-	// between them (see attach and Detach). advGen is the generation of the shared session under which
-	// this repository took its advisory lock.
-	shared *Shared
-	own    *Shared // shared when the repository's own (opened without Config.Shared): closed with it
-	pconn  *pgxpool.Conn
-	advGen uint64
-	dirty  bool // the open transaction changed the cursor row
-	// tx is the open transaction that holds the row lock, nil when none is open. It is always handle:
-	// pgx's handle of the connection's first transaction, kept for the connection's life, while the
-	// transactions themselves begin and end with BEGIN, COMMIT and ROLLBACK sent in the same round trip
-	// as the statements around them (see lock and commitRelock). pgx's handle only sends what it is asked
-	// to (savepoints, statements), so it serves every transaction of the connection alike.
-	tx, handle pgx.Tx
-	// rider travels after the lock in every round trip that locks the row (see SetRider); rode says that
-	// it ran in the open transaction and TakeRide has not reported it yet.
-	rider          *Rider
-	rode, rideNext bool
-	// leaseFrom is when this instance sent the last statement that renewed its lease and has committed
-	// since: the lease the row holds runs at least until leaseFrom + Lease. renewing is when the open
-	// transaction last renewed it (zero: it did not); it counts once committed.
-	leaseFrom, renewing time.Time
-	// staleTried says that ending a stale owner's session was refused (no privilege): not tried again.
-	staleTried bool
-	ended      Ended // the sessions TryLock ended, until EndedSessions reports them
-	// former is the backend that served this instance's cursor transactions before the last Reconnect,
-	// until a lock shows that it holds nothing (see endFormer).
-	former  uint32
-	state   inordertype.State
-	version string // the row's xmin when it was last locked
-	// The process's checkpoint (see checkpoint.go): durable is what the database holds as of the last commit,
-	// open what the open transaction has recorded (durable until it records more), next what the process
-	// has reached, which the next commit records first. known says that durable is what the database holds;
-	// when it is not (a new tenure, an operator's write, a commit whose answer was lost), the next lock reads
-	// it. rowHalted says that the row holds a halt state, which only rewriting the row clears.
-	durable, open recorded
-	next          checkpoint
-	known         bool
-	// slot is the slot the lock of the open transaction found current, and lockedAt when its answer came
-	// (see appendSlot).
-	slot      int
-	lockedAt  time.Time
-	rowHalted bool
-	claimed   bool
-	released  bool
-	// registered says this repository created the row (rather than finding it), so that Unregister
-	// may remove it while nothing has used it.
-	registered bool
-	missing    bool // opened with the zero Start, and the row is not there (see Missing)
+	// Session is the repository's connection and the transaction open on it.
+	Session *Session
+	// Lease is the process's ownership: this instance's tenure and its lease.
+	Lease *Lease
+	// Lock is the cursor row lock that a batch works under, and the commits that record its position.
+	Lock *Lock
+	// Position is the process's checkpoint and the row's state as the lock read it.
+	Position *Position
+	// Registration is the process's cursor row: registering it, and removing it while nothing used it.
+	Registration *Registration
+	// Source records what the process reads, what it waits for and what it found late.
+	Source *Source
+	// Parking is the process's parked records and their redrives.
+	Parking *Parking
+}
 
-	// Ownership (see the package documentation).
-	epoch    int64 // the epoch of this instance's tenure, for people; 0 when it does not own the process
-	token    int64 // the tenure's random token, for the fence; 0 when it does not own the process
-	advisory bool  // this session holds the process's advisory lock
-	lease    lease // what the row said of its owner when last read
-	// The connection: whether it goes through a pooler, and whether the backend serving it changed
-	// between transactions (transaction pooling).
-	pooled, movesBackends bool
-	backend               uint32    // the backend that served the last cursor transaction
-	beat                  time.Time // when this instance last said it is there (see heartbeat)
-	// Taking a free process (see fleet.go): not before notBefore (this instance handed it over), and only
-	// once it has been seen free since freeSince for deferFor, which takeAfter decided at that first sight.
-	notBefore, freeSince time.Time
-	deferFor             time.Duration
-	takeAfter            func(context.Context) time.Duration
+// newRepository returns the repository of process name (key in its store), with its parts, working on
+// cfg.Shared (own, when those connections are the repository's own).
+func newRepository(name, key string, cfg Config, s *Store, own *Shared) *Repository {
+	sess := &Session{name: name, cfg: cfg, shared: cfg.Shared, own: own}
+	owner := &Lease{name: name, cfg: cfg, sess: sess}
+	pos := &Position{name: name, cfg: cfg, sess: sess, owner: owner}
+	lock := &Lock{name: name, cfg: cfg, sess: sess, owner: owner, pos: pos}
+	lock.lockSQL, lock.lockArgs = lockStatement(cfg, applicationName(name, cfg))
+	lock.lockSQL17 = withoutTransactionTimeout(lock.lockSQL)
+	return &Repository{name: name, key: key, cfg: cfg, store: s, Session: sess, Lease: owner, Lock: lock, Position: pos,
+		Registration: &Registration{name: name, cfg: cfg, sess: sess},
+		Source:       &Source{name: name, sess: sess},
+		Parking:      &Parking{name: name, sess: sess, pos: pos}}
 }
 
 // Name returns the process name the repository was opened for. No method takes a name: a repository can
@@ -196,9 +160,9 @@ func (r *Repository) Name() string { return r.name }
 // same name (two Clients of one program, both left to the default "<hostname>:<pid>"), they share the
 // instance's row in inorder.instance: give each Client its own Config.Instance.
 func (r *Repository) Claim() error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.released {
+	r.Session.mu.Lock()
+	defer r.Session.mu.Unlock()
+	if r.Session.released {
 		return ErrReleased
 	}
 	if r.claimed {
@@ -210,27 +174,65 @@ func (r *Repository) Claim() error {
 
 // Unclaim ends a Claim.
 func (r *Repository) Unclaim() {
-	r.mu.Lock()
+	r.Session.mu.Lock()
 	r.claimed = false
-	r.mu.Unlock()
+	r.Session.mu.Unlock()
 }
 
 // ApplicationName is the application_name of the repository's connection: "inorder:<process>@<instance>",
 // or "inorder-tx:<process>@<instance>" when Config.Transactional is set. Status counts the sessions of a
 // process's instances by it.
-func (r *Repository) ApplicationName() string {
+func (r *Repository) ApplicationName() string { return applicationName(r.name, r.cfg) }
+
+// applicationName is the application_name of process name's connection as cfg says (see ApplicationName).
+func applicationName(name string, cfg Config) string {
 	prefix := "inorder:"
-	if r.cfg.Transactional {
+	if cfg.Transactional {
 		prefix = "inorder-tx:"
 	}
-	return prefix + r.name + "@" + r.instance()
+	return prefix + name + "@" + instanceName(cfg)
 }
 
-// instance is the instance's name: Config.Instance, or "<hostname>:<pid>".
-func (r *Repository) instance() string {
-	if r.cfg.Instance != "" {
-		return r.cfg.Instance
+// instanceName is the instance's name: cfg.Instance, or "<hostname>:<pid>".
+func instanceName(cfg Config) string {
+	if cfg.Instance != "" {
+		return cfg.Instance
 	}
 	host, _ := os.Hostname()
 	return host + ":" + strconv.Itoa(os.Getpid())
+}
+
+// Release ends the open transaction (committing it), gives up ownership, closes the connection and
+// removes the repository from its store. Opening the name again afterwards makes a new repository.
+func (r *Repository) Release(ctx context.Context) error {
+	ctx, cancel := r.Session.bounded(ctx)
+	defer cancel()
+	err := r.Lock.Unlock(ctx)
+	if r.Lease.token != 0 || !r.Lease.beat.IsZero() {
+		if aerr := r.Session.attach(ctx); aerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, aerr)
+		}
+	}
+	if r.Lease.token != 0 && r.Session.conn != nil && !r.Session.conn.IsClosed() {
+		// Give up the lease now, so a standby takes over at once rather than when it runs out.
+		if uerr := r.Lease.giveUpLease(ctx); uerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
+		}
+		r.Lease.epoch, r.Lease.token = 0, 0
+	}
+	r.Lease.giveUpSession(ctx)
+	if !r.Lease.beat.IsZero() && r.Session.conn != nil && !r.Session.conn.IsClosed() {
+		if _, uerr := r.Session.conn.Exec(ctx, "DELETE FROM inorder.instance WHERE process_name = $1 AND instance = $2",
+			r.name, instanceName(r.cfg)); uerr != nil && err == nil {
+			err = fmt.Errorf("release cursor %q: %w", r.name, uerr)
+		}
+	}
+	r.store.forget(r)
+	r.Unclaim()
+	r.Session.letGo()
+	r.Session.mu.Lock()
+	r.Session.released = true
+	r.Session.mu.Unlock()
+	r.Session.closeOwn()
+	return err
 }

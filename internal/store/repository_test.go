@@ -49,7 +49,7 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	a.Unclaim()
 
 	// No start-up parameter a pooler would refuse: the session is named, nothing else.
-	conn, err := a.Conn(ctx)
+	conn, err := a.Session.Conn(ctx)
 	require.NoError(t, err)
 	rows, err := conn.Query(ctx, "SELECT name FROM pg_settings WHERE source = 'client' ORDER BY name")
 	require.NoError(t, err)
@@ -57,18 +57,18 @@ func TestOneRepositoryPerNameAndNoOther(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"application_name"}, fromClient)
 	// The idle timeout is set in each cursor transaction, and ends with it.
-	ok, err := a.TryLock(ctx)
+	ok, err := a.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
 	var idle string
-	require.NoError(t, a.Tx().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
+	require.NoError(t, a.Lock.Tx().QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
 	require.Equal(t, "5s", idle, "the cursor transaction carries its idle timeout")
-	require.NoError(t, a.Unlock(ctx))
+	require.NoError(t, a.Lock.Unlock(ctx))
 	require.NoError(t, conn.QueryRow(ctx, "SELECT current_setting('idle_in_transaction_session_timeout')").Scan(&idle))
 	require.Equal(t, "0", idle, "and it ends with the transaction")
 
 	require.NoError(t, a.Release(ctx))
-	_, err = a.TryLock(ctx)
+	_, err = a.Lock.TryLock(ctx)
 	require.ErrorIs(t, err, store.ErrReleased)
 	fresh, err := cursors.Open(ctx, "orders", cfg)
 	require.NoError(t, err)
@@ -91,29 +91,29 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	second, err := cursors.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
 
-	ok, err := first.TryLock(ctx)
+	ok, err := first.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	pos := first.State().Position
+	pos := first.Position.State().Position
 	require.False(t, pos.IsBeginning())
 	require.Empty(t, pos.ID, "start from now: after every row created before registration")
 	require.WithinDuration(t, before, pos.CreatedAt, time.Minute)
 
-	ok, err = second.TryLock(ctx)
+	ok, err = second.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "held elsewhere is an answer, not an error")
-	require.NoError(t, first.Unlock(ctx))
-	ok, err = second.TryLock(ctx)
+	require.NoError(t, first.Lock.Unlock(ctx))
+	ok, err = second.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "the owner keeps the process between batches")
 
 	require.NoError(t, first.Release(ctx))
-	ok, err = second.TryLock(ctx)
+	ok, err = second.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok, "the standby takes over as soon as the owner released the process")
 	moved := inordertype.Position{CreatedAt: pos.CreatedAt.Add(time.Second), ID: "7"}
-	require.NoError(t, second.SetPosition(ctx, moved, 1))
-	require.NoError(t, second.Unlock(ctx))
+	require.NoError(t, second.Position.SetPosition(ctx, moved, 1))
+	require.NoError(t, second.Lock.Unlock(ctx))
 	var id string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_id FROM inorder.position WHERE process_name = 'now_process'").Scan(&id))
 	require.Equal(t, "7", id)
@@ -123,10 +123,10 @@ func TestLockIsExclusiveAndRegistrationStartsWhereAsked(t *testing.T) {
 	cfg.Instance = "third"
 	third, err := cursors.Open(ctx, "now_process", cfg)
 	require.NoError(t, err)
-	ok, err = third.TryLock(ctx)
+	ok, err = third.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, "7", third.State().Position.ID, "an existing process keeps its position whatever StartFrom says")
+	require.Equal(t, "7", third.Position.State().Position.ID, "an existing process keeps its position whatever StartFrom says")
 	require.NoError(t, third.Release(ctx))
 }
 
@@ -148,27 +148,27 @@ func TestATakeLostInAFailoverDoesNotMakeTwoOwners(t *testing.T) {
 	require.NoError(t, err)
 	defer second.Release(ctx) //nolint:errcheck // cleanup
 
-	ok, err := first.TryLock(ctx)
+	ok, err := first.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.Equal(t, int64(1), first.Epoch())
-	require.NoError(t, first.Unlock(ctx))
+	require.Equal(t, int64(1), first.Lease.Epoch())
+	require.NoError(t, first.Lock.Unlock(ctx))
 	// The promoted standby never saw the take.
 	db.Exec(t, `UPDATE inorder.cursor SET owner_epoch = 0, owner_token = 0, owner_instance = NULL, owner_session = false,
 		lease_expires_at = NULL WHERE process_name = 'orders'`)
 	require.NoError(t, first.Reconnect(ctx)) // its session and advisory lock went with the old primary
-	ok, err = second.TryLock(ctx)
+	ok, err = second.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok, "the lease ran out: the second takes the process")
-	require.Equal(t, int64(1), second.Epoch(), "under the epoch the first had")
-	require.NoError(t, second.SetPosition(ctx, inordertype.Position{CreatedAt: time.Now(), ID: "2"}, 1))
-	require.NoError(t, second.Unlock(ctx))
+	require.Equal(t, int64(1), second.Lease.Epoch(), "under the epoch the first had")
+	require.NoError(t, second.Position.SetPosition(ctx, inordertype.Position{CreatedAt: time.Now(), ID: "2"}, 1))
+	require.NoError(t, second.Lock.Unlock(ctx))
 
-	ok, err = first.TryLock(ctx)
+	ok, err = first.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "the first does not own the process")
-	require.False(t, first.Owner())
-	require.Equal(t, "second", first.Holder())
+	require.False(t, first.Lease.Owner())
+	require.Equal(t, "second", first.Lease.Holder())
 	var owner string
 	require.NoError(t, db.Pool.QueryRow(ctx, "SELECT owner_instance FROM inorder.cursor WHERE process_name = 'orders'").Scan(&owner))
 	require.Equal(t, "second", owner)
@@ -197,11 +197,11 @@ func TestEachStoreOwnsItsRepositories(t *testing.T) {
 	require.NoError(t, a.Claim())
 	require.ErrorIs(t, again.Claim(), store.ErrInUse, "one repository, one user")
 	require.NoError(t, b.Claim())
-	ok, err := a.TryLock(ctx)
+	ok, err := a.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.True(t, ok)
-	require.NoError(t, a.Unlock(ctx))
-	ok, err = b.TryLock(ctx)
+	require.NoError(t, a.Lock.Unlock(ctx))
+	ok, err = b.Lock.TryLock(ctx)
 	require.NoError(t, err)
 	require.False(t, ok, "the other store's instance stands by while the first owns the process")
 	require.NoError(t, a.Release(ctx))

@@ -47,7 +47,7 @@ type Shared struct {
 	waiting  atomic.Int64 // repositories waiting for a connection of the pool
 
 	mu      sync.Mutex
-	handles map[*pgx.Conn]pgx.Tx // pgx's handle of each pool connection's first transaction (see Repository.tx)
+	handles map[*pgx.Conn]pgx.Tx // pgx's handle of each pool connection's first transaction (see Session.tx)
 	pooled  map[*pgx.Conn]bool   // the pool connections that go through a pooler
 	anyPool bool                 // some connection went through a pooler
 
@@ -81,7 +81,7 @@ func NewShared(cfg SharedConfig) (*Shared, error) {
 	}
 	s := &Shared{cfg: cfg, handles: map[*pgx.Conn]pgx.Tx{}, pooled: map[*pgx.Conn]bool{},
 		stop: make(chan struct{}), done: make(chan struct{})}
-	s.instance = (&Repository{cfg: Config{Instance: cfg.Instance}}).instance()
+	s.instance = instanceName(Config{Instance: cfg.Instance})
 	pc, err := pgxpool.ParseConfig("")
 	if err != nil {
 		return nil, err

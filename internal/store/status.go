@@ -20,7 +20,7 @@ type CursorRow struct {
 	HeldByPID int
 	HeldSince time.Time
 	// SourceWait, when not empty, says that the stream waits for its source to fit again after a
-	// migration, what it waits for and what to do (see Repository.SetSourceWait).
+	// migration, what it waits for and what to do (see Source.SetSourceWait).
 	SourceWait string
 	UpdatedAt  time.Time
 	// RecordsHandled counts the records the process advanced past; Throughput is records per second

@@ -115,20 +115,18 @@ func (s *Store) Open(ctx context.Context, name string, cfg Config) (*Repository,
 // open makes the repository of Open, on cfg.Shared (own, when it made those connections for this
 // repository alone), connecting it and registering the process.
 func (s *Store) open(ctx context.Context, name, key string, cfg Config, own *Shared) (*Repository, error) {
-	repo := &Repository{name: name, key: key, cfg: cfg, store: s, shared: cfg.Shared, own: own}
-	repo.lockSQL, repo.lockArgs = lockStatement(cfg, repo.ApplicationName())
-	repo.lockSQL17 = withoutTransactionTimeout(repo.lockSQL)
-	if err := repo.connect(ctx); err != nil {
-		repo.closeOwn()
+	repo := newRepository(name, key, cfg, s, own)
+	if err := repo.Session.connect(ctx); err != nil {
+		repo.Session.closeOwn()
 		return nil, err
 	}
 	if err := repo.register(ctx); err != nil {
-		repo.closeConn()
-		repo.Detach()
-		repo.closeOwn()
+		repo.Session.closeConn()
+		repo.Session.Detach()
+		repo.Session.closeOwn()
 		return nil, err
 	}
-	repo.Detach()
+	repo.Session.Detach()
 	return repo, nil
 }
 
