@@ -1351,7 +1351,7 @@ func snapshotLines() []line {
 
 		{key: "long_record_clean", label: fmt.Sprintf("long: burst of %s %s, default flags", thousands(longBurst), longFlow), limit: true},
 		{key: "long_record", label: "the same, ACCESS SHARE on every table and a snapshot held", ref: "long_record_clean",
-			refLabel: clean, target: &target{v: 0.8}},
+			refLabel: clean, target: &target{v: 0.9}},
 		{key: "long_batch_clean", label: fmt.Sprintf("long: burst of %s %s, checkpoint batch", thousands(longBurst), longFlow), limit: true},
 		{key: "long_batch", label: "the same, ACCESS SHARE on every table and a snapshot held", ref: "long_batch_clean",
 			refLabel: clean, target: &target{v: 0.8}},
