@@ -18,6 +18,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -341,10 +342,10 @@ func (h *Handler) values(ctx context.Context, rec *handlers.Record[handlers.Row]
 		return nil, handlers.Permanent(fmt.Errorf("redisstream: encode record %s: %w", rec.ID, err))
 	}
 	if h.envelope != nil {
-		if data, err = json.Marshal(cloudevent.Of(ctx, h.envelope, rec, typ, data)); err != nil {
+		if data, err = json.Marshal(ceformat.Of(ctx, (*ceformat.Envelope)(h.envelope), rec, typ, data)); err != nil {
 			return nil, handlers.Permanent(fmt.Errorf("redisstream: encode record %s as a CloudEvent: %w", rec.ID, err))
 		}
-		v = append(v, FieldContentType, cloudevent.StructuredContentType)
+		v = append(v, FieldContentType, ceformat.StructuredContentType)
 	}
 	if data != nil {
 		v = append(v, FieldData, string(data))
