@@ -556,7 +556,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 			return cfg, usageErr("--start-from must be beginning, now or an RFC 3339 time, got %q", f.startFrom)
 		}
 	}
-	horizon, err := inordertype.ParseHorizon(f.horizon)
+	horizon, err := parseHorizon(f.horizon)
 	if err != nil {
 		return cfg, usageErr("--horizon: %v", err)
 	}

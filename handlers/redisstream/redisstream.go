@@ -163,9 +163,6 @@ func New(cfg Config) (*Handler, error) {
 // (not the default payload column, which a record may lack: it is then sent whole).
 func (h *Handler) ReadsColumns() []string { return h.reads }
 
-// PerKey reports whether each key has a stream of its own (Config.Stream has handlers.KeyPlaceholder).
-func (h *Handler) PerKey() bool { return h.perKey }
-
 // StreamOf returns the stream the records of key go to.
 func (h *Handler) StreamOf(key string) string {
 	if !h.perKey {
