@@ -240,8 +240,8 @@ func moduleVersion(info *debug.BuildInfo, ok bool) (version, revision string) {
 // Registry returns the registry the series live on, for a program to add its own collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus exposition format, for /metrics.
-func (m *Metrics) Handler() http.Handler {
+// handler serves the registry in the Prometheus exposition format, for /metrics.
+func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
