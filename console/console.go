@@ -404,23 +404,3 @@ func back(r *http.Request) string {
 	// "./" first: a last segment such as "https:evil.example" must not read as a URL of its own.
 	return "./" + url.PathEscape(path.Base(r.URL.Path))
 }
-
-// ErrExposed is returned by CheckAddr for an address other than loopback with no token.
-var ErrExposed = errors.New("console: an address other than loopback needs a token")
-
-// CheckAddr refuses to serve a console without a token on addr unless addr is a loopback address
-// (127.0.0.1, ::1, localhost): anyone who can reach it could read every stream's errors and, with
-// actions allowed, skip records. An empty host (":8080") listens on every interface, so it needs a token
-// too. The console itself also answers only loopback clients when it has no token.
-func CheckAddr(addr string, cfg Config) error {
-	if cfg.Token != "" {
-		return nil
-	}
-	if _, _, err := net.SplitHostPort(addr); err != nil {
-		return fmt.Errorf("console: address %q: %w", addr, err)
-	}
-	if loopbackHost(addr) {
-		return nil
-	}
-	return fmt.Errorf("%w: %q listens beyond this machine; set a token (INORDER_CONSOLE_TOKEN) or listen on 127.0.0.1", ErrExposed, addr)
-}

@@ -14,10 +14,11 @@
 // Skip, Rewind, Pause, Resume and Repartition change a cursor row on behalf of an operator, from the CLI
 // or from a service's own admin endpoint, on a connection, a pool or a transaction (DB). Each locks the
 // process's row (waiting for a running batch to finish, within ActionOpts.Wait), checks its rules, makes
-// the change and writes an audit entry, all in one transaction, and returns the entry or an error that
-// wraps a sentinel (ErrNotHalted, ErrWrongRecord, ErrForward, ErrNotDrained, ...). No action moves a
-// position past a record that was not delivered, except Skip, which moves past exactly the record the
-// stream is halted on, with a reason. Audit lists the entries.
+// the change and writes an audit entry, all in one transaction, and returns the entry or an error. An
+// error a caller may branch on wraps a sentinel (ErrUnknownProcess, ErrNotHalted, ErrWrongRecord, ErrBusy,
+// ...); any other refusal says what to do first. No action moves a position past a record that was not
+// delivered, except Skip, which moves past exactly the record the stream is halted on, with a reason.
+// Audit lists the entries.
 //
 // A process run with processor.OnHaltPark parks a failing key rather than halting: Parked lists the parked
 // keys, Redrive has the owning processor deliver them in order, and Skip drops a parked key's first record

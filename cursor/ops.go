@@ -16,8 +16,9 @@ import (
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
-// Sentinel errors of operator actions, for callers that branch on them. Every action error wraps one of
-// them, or a database error.
+// Sentinel errors of operator actions, for callers that branch on them. An action's other refusals
+// (a rewind ahead of the position, a repartition of a process that is not drained) say in their message
+// what to do first; there is nothing for a caller to branch on.
 var (
 	// ErrUnknownProcess: no cursor row has the name.
 	ErrUnknownProcess = errors.New("no such process")
@@ -29,21 +30,25 @@ var (
 	ErrWrongRecord = errors.New("the stream is halted on another record")
 	// ErrNoRecord: the source has no record with the id.
 	ErrNoRecord = source.ErrNoRecord
-	// ErrForward: Rewind was asked for a place ahead of the position; moving there would skip the records
-	// in between.
-	ErrForward = errors.New("it is ahead of the position")
-	// ErrNeverRan: the process has never run, so its source is unknown.
-	ErrNeverRan = errors.New("the process has never run")
 	// ErrBusy: the cursor row stayed locked by a running batch for longer than the action would wait, or
 	// (for Repartition and Forget) an instance is running the process, or (for Prune) a lock it needs
 	// stayed held for longer than it would wait.
 	ErrBusy = errors.New("the cursor is busy")
-	// ErrNotDrained: Repartition was asked while a stream of the process is halted or has records behind
+)
+
+// The refusals of operator actions that say what to fix.
+var (
+	// errForward: Rewind was asked for a place ahead of the position; moving there would skip the records
+	// in between.
+	errForward = errors.New("it is ahead of the position")
+	// errNeverRan: the process has never run, so its source is unknown.
+	errNeverRan = errors.New("the process has never run")
+	// errNotDrained: Repartition was asked while a stream of the process is halted or has records behind
 	// its position.
-	ErrNotDrained = errors.New("the process is not drained")
-	// ErrInFlight: Repartition was asked while transactions that could still add rows before the new
+	errNotDrained = errors.New("the process is not drained")
+	// errInFlight: Repartition was asked while transactions that could still add rows before the new
 	// partitions' start are open.
-	ErrInFlight = errors.New("transactions are in flight on the source")
+	errInFlight = errors.New("transactions are in flight on the source")
 )
 
 // DB is what operator actions and status run on: a *pgx.Conn, a *pgxpool.Pool or a pgx.Tx. Each action
@@ -180,7 +185,7 @@ type RewindTarget struct {
 }
 
 // Rewind moves the position back so that the records from the target on are delivered again, in order.
-// It refuses a target ahead of the position (ErrForward): moving forward would skip the records in
+// It refuses a target ahead of the position: moving forward would skip the records in
 // between, which only Skip may do, one halted record at a time. It clears any halt state.
 func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts ActionOpts) (AuditEntry, error) {
 	if (to.RecordID == "") == to.Time.IsZero() {
@@ -205,7 +210,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 			}
 			if loc.Ahead {
 				return nil, fmt.Errorf("rewind %q to record %s: %w, and moving there would skip the records in between; "+
-					"rewind only moves back", name, to.RecordID, ErrForward)
+					"rewind only moves back", name, to.RecordID, errForward)
 			}
 			back := loc.Before
 			return &back, store.MovePosition(ctx, tx, name, back)
@@ -214,7 +219,7 @@ func Rewind(ctx context.Context, db DB, name string, to RewindTarget, opts Actio
 		back := inordertype.Position{CreatedAt: to.Time.UTC().Add(-time.Microsecond)}
 		if cur.IsBeginning() || !back.CreatedAt.Before(cur.CreatedAt) {
 			return nil, fmt.Errorf("rewind %q to %s: %w (%s); rewind only moves back", name,
-				to.Time.UTC().Format(time.RFC3339Nano), ErrForward, cur)
+				to.Time.UTC().Format(time.RFC3339Nano), errForward, cur)
 		}
 		return &back, store.MovePosition(ctx, tx, name, back)
 	})
@@ -265,7 +270,7 @@ type cursorRow struct{ store.ActionRow }
 // table resolves the row's source in the catalog.
 func (r cursorRow) table(ctx context.Context, q source.Querier) (*source.Table, error) {
 	if r.Source.Table == "" {
-		return nil, fmt.Errorf("%w, so its source is unknown", ErrNeverRan)
+		return nil, fmt.Errorf("%w, so its source is unknown", errNeverRan)
 	}
 	return source.Inspect(ctx, q, r.Source)
 }
@@ -415,9 +420,9 @@ const repartitionGuard = 5 * time.Millisecond
 // Repartition splits process name into n partitions anew (n = 1 included), every one starting after the
 // last row of the source, in one transaction, audited. Positions do not carry over between splits, so it
 // refuses unless that start skips nothing: an instance running the process (ErrBusy), a stream that never
-// ran (ErrNeverRan), is halted or has records behind its position (ErrNotDrained), has keys parked
-// (ErrParked: a key's parked records belong to the stream that parked them), or a transaction in flight
-// that could still add rows before the start (ErrInFlight).
+// ran, is halted or has records behind its position, has keys parked (ErrParked: a key's parked records
+// belong to the stream that parked them), or a transaction in flight that could still add rows before the
+// start. The error says which, and what to do first.
 func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts) (AuditEntry, error) {
 	if n < 1 {
 		return AuditEntry{}, fmt.Errorf("repartition %q: at least 1 partition, got %d", name, n)
@@ -439,7 +444,7 @@ func Repartition(ctx context.Context, db DB, name string, n int, opts ActionOpts
 		// A single stream becomes partitioned, or the partitions are split anew.
 		if len(proc.Unregistered) > 0 {
 			return fail("%w: only %d of its %d partitions ever ran; run them until they are drained first",
-				ErrNeverRan, len(proc.Streams), proc.Info.Partitions)
+				errNeverRan, len(proc.Streams), proc.Info.Partitions)
 		}
 		t, err := drained(ctx, tx, proc.Streams)
 		if err != nil {
@@ -486,9 +491,9 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 			if s.Halt.Retrying() {
 				what = "retrying"
 			}
-			return nil, fmt.Errorf("%w: %s is %s record %s; resolve that first", ErrNotDrained, s.Process, what, s.Halt.RecordID)
+			return nil, fmt.Errorf("%w: %s is %s record %s; resolve that first", errNotDrained, s.Process, what, s.Halt.RecordID)
 		case s.Source.Table == "":
-			return nil, fmt.Errorf("%w: %s has never run; run it until it is drained first", ErrNeverRan, s.Process)
+			return nil, fmt.Errorf("%w: %s has never run; run it until it is drained first", errNeverRan, s.Process)
 		case s.ParkedKeys > 0:
 			return nil, fmt.Errorf("%w: %s has %d keys parked (%d records); redrive or skip them first (inorder parked)",
 				ErrParked, s.Process, s.ParkedKeys, s.ParkedRecords)
@@ -503,7 +508,7 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 		}
 		if lag.Rows > 0 {
 			return nil, fmt.Errorf("%w: %s is %d rows behind; let it drain, then stop it, then repartition",
-				ErrNotDrained, s.Process, lag.Rows)
+				errNotDrained, s.Process, lag.Rows)
 		}
 	}
 	whole := streams[0].Source
@@ -512,7 +517,7 @@ func drained(ctx context.Context, tx pgx.Tx, streams []Info) (*source.Table, err
 }
 
 // repartitionStart is where the new partitions start: after the last row dated before the instant at
-// which nothing was in flight, less the guard the processors use. It refuses (ErrInFlight) while a
+// which nothing was in flight, less the guard the processors use. It refuses (errInFlight) while a
 // transaction that could still add rows before it is open.
 func repartitionStart(ctx context.Context, tx pgx.Tx, t *source.Table) (inordertype.Position, error) {
 	// The backends' status was read for the list above: read it anew for the transactions in flight.
@@ -525,7 +530,7 @@ func repartitionStart(ctx context.Context, tx pgx.Tx, t *source.Table) (inordert
 	}
 	if pids := o.InFlight(t); len(pids) > 0 {
 		return inordertype.Position{}, fmt.Errorf("%w on %s (backends %v), and their rows would be behind the new partitions' start; "+
-			"try again when they are done", ErrInFlight, t.Qualified, pids)
+			"try again when they are done", errInFlight, t.Qualified, pids)
 	}
 	// Nothing was in flight when the locks were read: every row dated before then is visible now. Rows
 	// dated after it may still come from transactions begun since: the new partitions start before them,

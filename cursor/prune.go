@@ -10,19 +10,20 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
-// Sentinel errors of Prune.
+// The refusals of Prune, which say what to fix.
 var (
-	// ErrNoReaders: Prune was asked for a table that no process reads, so nothing says which of its rows
+	// errNoReaders: Prune was asked for a table that no process reads, so nothing says which of its rows
 	// were delivered.
-	ErrNoReaders = errors.New("no process reads the table")
-	// ErrHalted: Prune was asked for a cut-off at or after the record a process of the table is halted on.
+	errNoReaders = errors.New("no process reads the table")
+	// errHalted: Prune was asked for a cut-off at or after the record a process of the table is halted on.
 	// The record's fate (fixed, or skipped by an operator) is undecided, so the prune waits for it. A
 	// process only retrying a record does not refuse a prune; its position holds it back.
-	ErrHalted = errors.New("a process of the table is halted before the cut-off")
+	errHalted = errors.New("a process of the table is halted before the cut-off")
 )
 
 // holdOffPrune waits for a prune batch in progress and keeps the next from starting until the caller's
@@ -34,9 +35,6 @@ func holdOffPrune(ctx context.Context, tx pgx.Tx) error {
 	}
 	return err
 }
-
-// DefaultPruneBatch is the number of rows a prune batch deletes when PruneOpts.BatchSize is zero.
-const DefaultPruneBatch = 1000
 
 // PruneOpts says what Prune deletes, and who asks. Set exactly one of OlderThan and Before.
 type PruneOpts struct {
@@ -56,7 +54,7 @@ type PruneOpts struct {
 	// no audit entry.
 	DryRun bool
 	// BatchSize bounds the rows each batch deletes, each batch in a short transaction of its own. Zero
-	// means DefaultPruneBatch.
+	// means 1000.
 	BatchSize int
 }
 
@@ -108,8 +106,8 @@ type PruneResult struct {
 // created before the cut-off and at or before the committed position of every process of the table (every
 // partition of a partitioned process). A process that is behind, paused or halted limits it to its
 // position; one that never ran limits it to the beginning, since nothing says which table it will read
-// (run it, or Forget it). Prune refuses a table no process reads (ErrNoReaders), and a cut-off at or
-// after the record a process of the table is halted on (ErrHalted).
+// (run it, or Forget it). Prune refuses a table no process reads, and a cut-off at or after the record a
+// process of the table is halted on, in an error that names the table or the process.
 //
 // It deletes in batches of at most BatchSize rows, oldest first, each in a short transaction of its own
 // that reads the positions anew under a lock that rewinds and newly registering processes wait for: a
@@ -142,7 +140,7 @@ func Prune(ctx context.Context, db DB, opts PruneOpts) (PruneResult, error) {
 	}
 	batch := opts.BatchSize
 	if batch == 0 {
-		batch = DefaultPruneBatch
+		batch = setting.DefaultPruneBatch
 	}
 	var from inordertype.Position
 	for {
@@ -385,7 +383,7 @@ func (p *prunePlan) boundsOf(procs []Process, qualified string) ([]pruneBound, i
 			never = fmt.Sprintf(" (never ran, so their tables are unknown: %s)", strings.Join(names, ", "))
 		}
 		return nil, inordertype.Source{}, fmt.Errorf("%w: no process has %s as its source%s, so nothing says which of its rows were delivered",
-			ErrNoReaders, qualified, never)
+			errNoReaders, qualified, never)
 	}
 	return bounds, *spec, nil
 }
@@ -423,7 +421,7 @@ func (p *prunePlan) checkHalts(ctx context.Context, tx pgx.Tx, bounds []pruneBou
 		}
 		if !rec.CreatedAt.After(cut) {
 			return fmt.Errorf("%w: %s is halted on record %s, created %s, at or before the cut-off %s; "+
-				"resolve the halt first (inorder status --process %s), or prune to an earlier time", ErrHalted, b.stream,
+				"resolve the halt first (inorder status --process %s), or prune to an earlier time", errHalted, b.stream,
 				h.RecordID, rec.CreatedAt.UTC().Format(time.RFC3339Nano), cut.UTC().Format(time.RFC3339Nano),
 				p.readers[b.reader].Process)
 		}

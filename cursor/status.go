@@ -174,7 +174,8 @@ func holderOnSession(ctx context.Context, tx pgx.Tx, in *Info) error {
 
 // Lag is how far a process is behind its source.
 type Lag struct {
-	// Rows counts the rows after the position, up to LagCountCap; Capped says the count stopped there.
+	// Rows counts the rows after the position, up to 1,000,000, so that status stays cheap on a stream
+	// far behind; Capped says the count stopped there.
 	Rows   int64
 	Capped bool
 	// Oldest is the created_at of the first row after the position; zero when there is none.
@@ -183,14 +184,11 @@ type Lag struct {
 	Now time.Time
 }
 
-// LagCountCap bounds the rows Info.Measure counts, so that status stays cheap on a stream far behind.
-const LagCountCap = source.LagCountCap
-
 // behind measures the rows of the process's source after its position (committed rows, horizon or not).
-// It fails with ErrNeverRan for a process that has not run yet.
+// It fails with errNeverRan for a process that has not run yet.
 func behind(ctx context.Context, db DB, in Info) (Lag, error) {
 	if in.Source.Table == "" {
-		return Lag{}, fmt.Errorf("measure lag of %q: %w, so its source is unknown", in.Process, ErrNeverRan)
+		return Lag{}, fmt.Errorf("measure lag of %q: %w, so its source is unknown", in.Process, errNeverRan)
 	}
 	tx, err := db.Begin(ctx)
 	if err != nil {

@@ -45,14 +45,10 @@ func ExampleParseStartFrom() {
 // A Source for a table whose created_at the application writes with now(): the processor then waits for
 // every transaction of the database that could still insert.
 func ExampleSource() {
-	h, err := inordertype.ParseHorizon("transactions")
-	if err != nil {
-		panic(err)
-	}
 	src := inordertype.Source{
 		Table:     "sales.bookings",
 		KeyColumn: "booking_id",
-		Horizon:   h,
+		Horizon:   inordertype.HorizonTransactions,
 		Partition: &inordertype.Partition{Index: 2, Count: 8},
 	}
 	fmt.Println(src.Table, src.Horizon == inordertype.HorizonTransactions, src.Partition.Index, "of", src.Partition.Count)

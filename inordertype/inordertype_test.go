@@ -37,21 +37,6 @@ func TestStartFromRoundTrip(t *testing.T) {
 	}
 }
 
-// TestParseHorizon: the CLI's spellings, and a refusal that names them.
-func TestParseHorizon(t *testing.T) {
-	t.Parallel()
-	for in, want := range map[string]inordertype.Horizon{
-		"": inordertype.HorizonAuto, "auto": inordertype.HorizonAuto,
-		"clock": inordertype.HorizonClock, "writers": inordertype.HorizonWriters, "transactions": inordertype.HorizonTransactions,
-	} {
-		got, err := inordertype.ParseHorizon(in)
-		require.NoError(t, err, in)
-		require.Equal(t, want, got, in)
-	}
-	_, err := inordertype.ParseHorizon("writer")
-	require.ErrorContains(t, err, "none of auto, clock, writers and transactions")
-}
-
 // TestHaltStates: a halt is retrying until HaltedAt is set, and the sink's outage is told apart.
 func TestHaltStates(t *testing.T) {
 	t.Parallel()

@@ -1,7 +1,5 @@
 package inordertype
 
-import "fmt"
-
 // Source names the table a process reads and the columns that order it. It is the one description of a
 // source: a processor is configured with it (processor.Config.Source), and its cursor row records the
 // part that status, lag and operator actions need (cursor.Info.Source). Each field says whether the cursor
@@ -113,15 +111,3 @@ const (
 	// created_at the application wrote is skipped when it is earlier than the position.
 	HorizonTransactions Horizon = "transactions"
 )
-
-// ParseHorizon reads "auto" (or ""), "clock", "writers" or "transactions", as the CLI's --horizon takes
-// them.
-func ParseHorizon(s string) (Horizon, error) {
-	switch Horizon(s) {
-	case "auto", HorizonAuto:
-		return HorizonAuto, nil
-	case HorizonClock, HorizonWriters, HorizonTransactions:
-		return Horizon(s), nil
-	}
-	return "", fmt.Errorf("horizon %q is none of auto, clock, writers and transactions", s)
-}

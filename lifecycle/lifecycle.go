@@ -83,7 +83,7 @@ func (g *Group) AddRunner(r Runner) {
 // and Run returns the actor's *SignalError as it is, with no name before it.
 func (g *Group) AddSignals(a *SignalActor) {
 	ctx, cancel := context.WithCancel(context.Background())
-	g.add(func() error { return a.Execute(ctx) }, func(error) {
+	g.add(func() error { return a.execute(ctx) }, func(error) {
 		a.interrupt()
 		cancel()
 	})

@@ -52,8 +52,7 @@ func (o *SignalOpts) signals() []os.Signal {
 //
 // It listens from NewSignalActor on, so that a signal during the program's start-up, before the group
 // runs, stops the start-up (Context) and then the group at once, rather than killing the program. Add it
-// to a group with Group.AddSignals (or Group.Add with its Execute), and call Stop once the group has
-// returned.
+// to a group with Group.AddSignals, and call Stop once the group has returned.
 type SignalActor struct {
 	opts    SignalOpts
 	c       chan os.Signal
@@ -65,7 +64,7 @@ type SignalActor struct {
 
 	mu       sync.Mutex
 	sig      os.Signal // the first signal
-	stopping bool      // Execute has returned: the group is stopping
+	stopping bool      // execute has returned: the group is stopping
 }
 
 // NewSignalActor starts listening for opts.Signals and returns the actor. Its Context is derived from ctx.
@@ -82,7 +81,7 @@ func NewSignalActor(ctx context.Context, opts SignalOpts) *SignalActor {
 	return a
 }
 
-// listen takes the signals until Stop: the first cancels Context and ends Execute; every later one, or
+// listen takes the signals until Stop: the first cancels Context and ends execute; every later one, or
 // one that arrives once the group is stopping, goes to WhileStopping.
 func (a *SignalActor) listen() {
 	for {
@@ -122,10 +121,10 @@ func (a *SignalActor) stopListeningUnlessAsked() {
 // before Run stops there. Stop cancels it too.
 func (a *SignalActor) Context() context.Context { return a.ctx }
 
-// Execute is the actor (for Group.Add; Group.AddSignals adds it without a name before its error): it
+// execute is the actor (Group.AddSignals adds it without a name before its error): it
 // returns a *SignalError when the first signal arrives, at once if it arrived already, and nil when ctx
 // is done, the group stopping for another reason.
-func (a *SignalActor) Execute(ctx context.Context) error {
+func (a *SignalActor) execute(ctx context.Context) error {
 	select {
 	case <-a.first:
 		return &SignalError{Signal: a.sig}

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/inorder-dev/inorder/internal/clock"
+	"github.com/inorder-dev/inorder/internal/setting"
 )
 
 // ClockColumn is the insert clock's column, which AddClock adds to a table: leave it out of what the
@@ -35,7 +36,7 @@ type ClockOpts struct {
 	// IDColumn is the table's id column; empty means "id".
 	IDColumn string
 	// LockTimeout bounds each wait for the table's lock (lock_timeout, SET LOCAL); zero means
-	// DefaultLockTimeout. While the ALTER TABLE waits, every insert into the table queues behind it.
+	// 2s. While the ALTER TABLE waits, every insert into the table queues behind it.
 	LockTimeout time.Duration
 	// WaitedFunc, when set, is called after each attempt that gave up waiting for the table's lock, before
 	// the pause that precedes the next one: `inorder migrate --table` prints it.
@@ -123,7 +124,7 @@ func clockTarget(ctx context.Context, conn *pgx.Conn, table string, opts ClockOp
 func (t *clockTable) stamp(ctx context.Context, conn *pgx.Conn, opts ClockOpts) error {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
-		timeout = DefaultLockTimeout
+		timeout = setting.DefaultLockTimeout
 	}
 	var last *LockWait
 	for attempt := 1; ; attempt++ {
@@ -298,7 +299,7 @@ func ClockSQL(table string, opts ClockOpts) string {
 	ident := pgx.Identifier(parts).Sanitize()
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- the insert clock on %s: one short transaction (try again while its lock_timeout passes), then the index\n", table)
-	fmt.Fprintf(&b, "BEGIN;\nSET LOCAL lock_timeout = '%s';\n", DefaultLockTimeout)
+	fmt.Fprintf(&b, "BEGIN;\nSET LOCAL lock_timeout = '%s';\n", setting.DefaultLockTimeout)
 	for _, s := range clockStatements(ident) {
 		b.WriteString(s + ";\n")
 	}

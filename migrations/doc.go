@@ -9,7 +9,7 @@
 //
 // A migration may need a table's ACCESS EXCLUSIVE lock (ALTER TABLE inorder.cursor), and while it waits
 // for one every statement of the running processors on that table queues behind it. So each attempt
-// waits at most DefaultLockTimeout for a lock, rolls back and tries again after a growing pause, until
+// waits at most 2s for a lock, rolls back and tries again after a growing pause, until
 // the context ends; MigrateWith sets the timeout and hears of each wait.
 //
 // # Own tooling

@@ -13,6 +13,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/inorder-dev/inorder/internal/setting"
 )
 
 //go:embed *.sql
@@ -92,20 +94,14 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// DefaultLockTimeout is how long Migrate waits for a table lock at each attempt (lock_timeout). A
-// migration that alters inorder.cursor needs its ACCESS EXCLUSIVE lock, and while it waits for one (a
-// pg_dump holds ACCESS SHARE on every table it dumps, for the dump's whole length) every other statement
-// on the table queues behind it: every running processor stalls. So a wait is cut short at this, well
-// below a processor's default database timeout (5s), after which it would count its connection as dead.
-const DefaultLockTimeout = 2 * time.Second
-
 // maxRetryIn caps the pause between two attempts of Migrate.
 const maxRetryIn = 30 * time.Second
 
 // Options tune MigrateWith.
 type Options struct {
-	// LockTimeout bounds each wait for a lock on a table (lock_timeout, SET LOCAL); zero means
-	// DefaultLockTimeout.
+	// LockTimeout bounds each wait for a lock on a table (lock_timeout, SET LOCAL); zero means 2s,
+	// well below a processor's default database timeout (5s), after which it would count its connection
+	// as dead.
 	LockTimeout time.Duration
 	// Waited, when set, is called after each attempt that gave up waiting for a lock, before the pause
 	// that precedes the next one: `inorder migrate` prints it.
@@ -140,7 +136,7 @@ func (w LockWait) String() string {
 
 // Migrate applies the migrations the database does not have yet, in one transaction, and records each in
 // inorder.schema_migration, as MigrateWith does with the default Options: concurrent calls are safe, and
-// a wait for a table lock is cut short at DefaultLockTimeout and tried again until ctx ends, so that
+// a wait for a table lock is cut short at 2s and tried again until ctx ends, so that
 // running processors never queue behind it for long.
 func Migrate(ctx context.Context, db DB) (Applied, error) {
 	return MigrateWith(ctx, db, Options{})
@@ -161,7 +157,7 @@ func MigrateWith(ctx context.Context, db DB, opts Options) (Applied, error) {
 func migrate(ctx context.Context, db DB, all []Migration, opts Options) (Applied, error) {
 	timeout := opts.LockTimeout
 	if timeout <= 0 {
-		timeout = DefaultLockTimeout
+		timeout = setting.DefaultLockTimeout
 	}
 	var last *LockWait
 	for attempt := 1; ; attempt++ {

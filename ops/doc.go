@@ -56,7 +56,7 @@
 //	                                                 that had connected (a rotated password, an expired token):
 //	                                                 it reconnects until they are accepted; else 0
 //	inorder_lag_rows                     gauge      committed source rows after the durable position,
-//	                                                 counted up to 1,000,000 (cursor.LagCountCap)
+//	                                                 counted up to 1,000,000 (cursor.Lag.Capped)
 //	inorder_lag_seconds                  gauge      age of the oldest of those rows (database clock); 0 when
 //	                                                 none
 //	inorder_lag_errors_total             counter    lag measurements that failed (the lag gauges keep their

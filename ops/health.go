@@ -89,7 +89,7 @@ func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 func NewHandler(m *Metrics, h *Health) http.Handler {
 	mux := http.NewServeMux()
 	if m != nil {
-		mux.Handle("/metrics", m.Handler())
+		mux.Handle("/metrics", m.handler())
 	}
 	if h != nil {
 		mux.Handle("/healthz", h)

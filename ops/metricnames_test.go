@@ -49,11 +49,11 @@ func TestMetricNamesFileIsWhatAnInstanceServes(t *testing.T) {
 	db.Exec(t, "INSERT INTO jobs SELECT FROM generate_series(1, 5)") // transaction ids go on past the holder's
 
 	described := describedNames(t, m.Registry())
-	srv := httptest.NewServer(m.Handler())
+	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 	var served []string
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
-		names, err := servedNames(srv.URL)
+		names, err := servedNames(srv.URL + "/metrics")
 		require.NoError(c, err)
 		served = names
 		for _, name := range described {

@@ -240,8 +240,8 @@ func moduleVersion(info *debug.BuildInfo, ok bool) (version, revision string) {
 // Registry returns the registry the series live on, for a program to add its own collectors.
 func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 
-// Handler serves the registry in the Prometheus exposition format, for /metrics.
-func (m *Metrics) Handler() http.Handler {
+// handler serves the registry in the Prometheus exposition format, for /metrics.
+func (m *Metrics) handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 }
 
@@ -425,7 +425,7 @@ func b2f(b bool) float64 {
 // WatchLag returns an actor (for lifecycle.Group.Add) that measures the lag of every tracked process every interval
 // (zero means 15 s) until its context is done, and then returns nil. Each measurement reads
 // the process's cursor row (cursor.Read) and counts the source rows after its durable position
-// (cursor.Info.Measure, bounded by cursor.LagCountCap) on one connection of pool. Rounds run one after the
+// (cursor.Info.Measure, up to 1,000,000 rows) on one connection of pool. Rounds run one after the
 // other, never piling up, and each is cut off after the interval (at least 5s, at most 30s). A failed
 // measurement counts in inorder_lag_errors_total and leaves the lag gauges at their last value. A process
 // without a cursor row yet, or whose processor has not yet recorded its source, is skipped and looked at

@@ -225,7 +225,7 @@ func TestLagErrorsAreCountedAndTheGaugesKept(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx) }()
-	srv := httptest.NewServer(m.Handler())
+	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 
 	lagCtx, stopLag := context.WithCancel(context.Background())
@@ -233,7 +233,7 @@ func TestLagErrorsAreCountedAndTheGaugesKept(t *testing.T) {
 	go func() { lagDone <- m.WatchLag(db.Pool, 20*time.Millisecond)(lagCtx) }()
 	t.Cleanup(func() { stopLag(); require.NoError(t, <-lagDone) })
 	require.Eventually(t, func() bool {
-		s := scraped(srv.URL)
+		s := scraped(srv.URL + "/metrics")
 		return is(s, "inorder_records_handled_total", 5) && is(s, "inorder_lag_rows", 0)
 	}, 20*time.Second, 10*time.Millisecond)
 	cancel()
@@ -242,9 +242,9 @@ func TestLagErrorsAreCountedAndTheGaugesKept(t *testing.T) {
 	// The source goes away: the measurement fails, is counted, and the last lag stays.
 	db.Exec(t, "DROP TABLE jobs")
 	require.Eventually(t, func() bool {
-		return scraped(srv.URL)[series("inorder_lag_errors_total")] >= 2
+		return scraped(srv.URL + "/metrics")[series("inorder_lag_errors_total")] >= 2
 	}, 20*time.Second, 10*time.Millisecond)
-	require.Equal(t, 0.0, value(t, scrape(t, srv.URL), "inorder_lag_rows"))
+	require.Equal(t, 0.0, value(t, scrape(t, srv.URL+"/metrics"), "inorder_lag_rows"))
 }
 
 // TestParkedKeysAreMeasured: with a key parked, the parked series say how many keys and records, and since
@@ -269,12 +269,12 @@ func TestParkedKeysAreMeasured(t *testing.T) {
 	p, err := processor.New(cfg)
 	require.NoError(t, err)
 	testrun.Start(t, p.Run)
-	srv := httptest.NewServer(m.Handler())
+	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 	testrun.Start(t, m.WatchLag(db.Pool, 20*time.Millisecond))
 
 	require.Eventually(t, func() bool {
-		s := scraped(srv.URL)
+		s := scraped(srv.URL + "/metrics")
 		return is(s, "inorder_parked_keys", 1) && is(s, "inorder_parked_records", 4) && s[series("inorder_parked_oldest_seconds")] > 0
 	}, 20*time.Second, 10*time.Millisecond)
 	refuse.Store(false)
@@ -282,7 +282,7 @@ func TestParkedKeysAreMeasured(t *testing.T) {
 		ActionOpts: cursor.ActionOpts{Actor: "test", Reason: "accepted again"}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		s := scraped(srv.URL)
+		s := scraped(srv.URL + "/metrics")
 		return is(s, "inorder_parked_keys", 0) && is(s, "inorder_parked_records", 0) && is(s, "inorder_parked_oldest_seconds", 0)
 	}, 20*time.Second, 10*time.Millisecond)
 }
@@ -292,11 +292,11 @@ func TestParkedKeysAreMeasured(t *testing.T) {
 func TestBuildInfoIsOneSeries(t *testing.T) {
 	t.Parallel()
 	m := ops.NewMetrics()
-	srv := httptest.NewServer(m.Handler())
+	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 	buildInfo := func() map[string]float64 {
 		out := map[string]float64{}
-		for k, v := range scrape(t, srv.URL) {
+		for k, v := range scrape(t, srv.URL+"/metrics") {
 			if strings.HasPrefix(k, "inorder_build_info{") {
 				out[k] = v
 			}
@@ -317,11 +317,11 @@ func TestBuildInfoIsOneSeries(t *testing.T) {
 func TestSourceWaitingNamesTheColumn(t *testing.T) {
 	t.Parallel()
 	m := ops.NewMetrics()
-	srv := httptest.NewServer(m.Handler())
+	srv := httptest.NewServer(ops.NewHandler(m, nil))
 	t.Cleanup(srv.Close)
 	waiting := func() map[string]float64 {
 		out := map[string]float64{}
-		for k, v := range scrape(t, srv.URL) {
+		for k, v := range scrape(t, srv.URL+"/metrics") {
 			if strings.HasPrefix(k, "inorder_source_waiting{") {
 				out[k] = v
 			}

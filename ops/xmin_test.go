@@ -31,10 +31,10 @@ func TestXminSeriesNameTheHolder(t *testing.T) {
 	serve := func(pool *pgxpool.Pool) string {
 		m := ops.NewMetrics()
 		m.SetXminHoldAfter(after)
-		srv := httptest.NewServer(m.Handler())
+		srv := httptest.NewServer(ops.NewHandler(m, nil))
 		t.Cleanup(srv.Close)
 		testrun.Start(t, m.WatchLag(pool, 20*time.Millisecond))
-		return srv.URL
+		return srv.URL + "/metrics"
 	}
 	super, watcher := serve(db.Pool), serve(unprivileged)
 	require.Equal(t, 0.0, scrape(t, super)["inorder_xmin_errors_total"])

@@ -2,8 +2,11 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/inorder-dev/inorder/console"
@@ -37,7 +40,7 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 		return usageErr("--xmin-hold-after must be positive, got %s", *holdAfter)
 	}
 	cfg := console.Config{Token: os.Getenv("INORDER_CONSOLE_TOKEN"), AllowActions: *allow, XminHoldAfter: *holdAfter}
-	if err := console.CheckAddr(*addr, cfg); err != nil {
+	if err := checkAddr(*addr, cfg.Token); err != nil {
 		return usageErr("--addr: %v", err)
 	}
 	cc, before, err := dbURL.connConfig()
@@ -65,4 +68,23 @@ func consoleCmd(ctx context.Context, args []string, _, stderr io.Writer) error {
 	}
 	log.Info().Str("addr", a.String()).Bool("actions", *allow).Bool("token", cfg.Token != "").Msg("serving the console")
 	return g.Run(runCtx) // a signal stops it with a *lifecycle.SignalError: realMain exits 0
+}
+
+// checkAddr refuses to serve a console without a token on addr unless addr is a loopback address
+// (127.0.0.1, ::1, localhost): anyone who can reach it could read every stream's errors and, with
+// actions allowed, skip records. An empty host (":8080") listens on every interface, so it needs a token
+// too. The console itself also answers only loopback clients when it has no token.
+func checkAddr(addr, token string) error {
+	if token != "" {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("console: address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); strings.EqualFold(host, "localhost") || ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("console: an address other than loopback needs a token: %q listens beyond this machine; "+
+		"set a token (INORDER_CONSOLE_TOKEN) or listen on 127.0.0.1", addr)
 }

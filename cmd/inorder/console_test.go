@@ -21,6 +21,20 @@ func TestConsoleRefusesAnOpenAddressWithoutAToken(t *testing.T) {
 	require.Contains(t, stderr, `inorder console: --addr: console: an address other than loopback needs a token: ":0" listens beyond this machine`)
 }
 
+// TestConsoleAddressesWithoutAToken: without a token, only a loopback address is served.
+func TestConsoleAddressesWithoutAToken(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr string
+		ok   bool
+	}{{"127.0.0.1:8080", true}, {"localhost:8080", true}, {"[::1]:8080", true}, {":8080", false}, {"0.0.0.0:8080", false}, {"10.0.0.5:8080", false}} {
+		err := checkAddr(tc.addr, "")
+		require.Equal(t, tc.ok, err == nil, "%s: %v", tc.addr, err)
+		require.NoError(t, checkAddr(tc.addr, "console-topsecret-0123456789abcdef"), "with a token, any address")
+	}
+	require.ErrorContains(t, checkAddr("8080", ""), `console: address "8080"`)
+}
+
 func TestConsoleServesWithItsToken(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

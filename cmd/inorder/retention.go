@@ -12,6 +12,7 @@ import (
 
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
+	"github.com/inorder-dev/inorder/internal/setting"
 )
 
 // parseAge reads a duration as Go writes one (90m, 720h) or a whole number of days (30d).
@@ -34,7 +35,7 @@ func pruneCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	olderThan := fs.String("older-than", "", "delete rows created longer ago than this by the database's clock (720h, 30d)")
 	before := fs.String("before", "", "delete rows created before this RFC 3339 time")
 	dryRun := fs.Bool("dry-run", false, "say how many rows and up to where, delete nothing")
-	batch := fs.Int("batch", cursor.DefaultPruneBatch, "rows deleted per batch, each batch its own short transaction")
+	batch := fs.Int("batch", setting.DefaultPruneBatch, "rows deleted per batch, each batch its own short transaction")
 	var actorFlag flagWithDefault
 	registerActor(fs, &actorFlag, "whoever prunes")
 	reason := fs.String("reason", "", "why, recorded in the audit")

@@ -171,8 +171,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pubsubProject, "pubsub-project", "", "pubsub: Google Cloud project (PUBSUB_EMULATOR_HOST is honoured)")
 	fs.StringVar(&f.pubsubTopic, "pubsub-topic", "", "pubsub: topic ID or full name")
 	fs.StringVar(&f.pubsubTopicTemplate, "pubsub-topic-template", "", "pubsub: topic per event type, e.g. events-{type}")
-	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", pubsub.DefaultMaxInFlight, "pubsub: publishes awaiting acknowledgement at once")
-	fs.IntVar(&f.pubsubMaxBytes, "pubsub-max-message-bytes", pubsub.DefaultMaxMessageBytes, "pubsub: a larger record halts the stream as a poison record")
+	fs.IntVar(&f.pubsubMaxInFlight, "pubsub-max-in-flight", setting.DefaultPubSubMaxInFlight, "pubsub: publishes awaiting acknowledgement at once")
+	fs.IntVar(&f.pubsubMaxBytes, "pubsub-max-message-bytes", setting.DefaultPubSubMaxMessageBytes, "pubsub: a larger record halts the stream as a poison record")
 	fs.StringVar(&f.pubsubPayloadColumn, "pubsub-payload-column", handlers.DefaultPayloadColumn, "pubsub: column sent as message data (whole record as JSON without it)")
 
 	f.kafka.register(fs)
@@ -556,7 +556,7 @@ func (f *runFlags) config(log zerolog.Logger) (processor.Config[handlers.Row], e
 			return cfg, usageErr("--start-from must be beginning, now or an RFC 3339 time, got %q", f.startFrom)
 		}
 	}
-	horizon, err := inordertype.ParseHorizon(f.horizon)
+	horizon, err := parseHorizon(f.horizon)
 	if err != nil {
 		return cfg, usageErr("--horizon: %v", err)
 	}

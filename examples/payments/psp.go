@@ -118,7 +118,7 @@ var errOutOfSequence = errors.New("out of sequence")
 // handleUsage charges one event. It answers 2xx once the charge is stored, or when it was stored before.
 func (p *paymentProcessor) handleUsage(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-	if err := webhook.VerifyRequest(p.secret, r, webhook.DefaultTolerance); err != nil {
+	if err := webhook.VerifyRequest(p.secret, r, 5*time.Minute); err != nil {
 		p.refuse(w, http.StatusUnauthorized, err.Error())
 		return
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/jetstream"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 	"github.com/inorder-dev/inorder/internal/harness/cetest"
 )
 
@@ -38,7 +39,7 @@ func TestCloudEvents(t *testing.T) {
 	msgs := b.messages(t, "ORDERS")
 	require.Len(t, msgs, n)
 	for _, m := range msgs {
-		require.Equal(t, cloudevent.StructuredContentType, m.Header.Get("Content-Type"))
+		require.Equal(t, ceformat.StructuredContentType, m.Header.Get("Content-Type"))
 		ev, err := (&cetest.Message{ContentType: m.Header.Get("Content-Type"), Body: m.Data}).Event(context.Background())
 		require.NoError(t, err)
 		w, ok := want[ev.ID()]

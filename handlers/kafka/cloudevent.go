@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 )
 
 // contentTypeHeader is the header the Kafka binding carries a message's content type in.
@@ -19,7 +20,7 @@ const contentTypeHeader = "content-type"
 // the value with content-type application/cloudevents+json (3.3). The key stays the record's key.
 func (h *Handler) cloudEvent(ctx context.Context, rec *handlers.Record[handlers.Row], r *kgo.Record) error {
 	typ, _ := rec.Value.Text(h.typeColumns...)
-	ev := cloudevent.Of(ctx, h.envelope, rec, typ, r.Value)
+	ev := ceformat.Of(ctx, (*ceformat.Envelope)(h.envelope), rec, typ, r.Value)
 	c := headerCarrier{r}
 	if h.envelope.Mode() == cloudevent.Structured {
 		v, err := json.Marshal(ev)
@@ -27,7 +28,7 @@ func (h *Handler) cloudEvent(ctx context.Context, rec *handlers.Record[handlers.
 			return handlers.Permanent(fmt.Errorf("kafka: encode record %s as a CloudEvent: %w", rec.ID, err))
 		}
 		r.Value = v
-		c.Set(contentTypeHeader, cloudevent.StructuredContentType)
+		c.Set(contentTypeHeader, ceformat.StructuredContentType)
 		return nil
 	}
 	for _, a := range ev.Attributes() {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 )
 
 // contentTypeAttr is the attribute Google's Pub/Sub binding carries a message's content type in.
@@ -19,14 +20,14 @@ const contentTypeAttr = "content-type"
 // format as the data with content-type application/cloudevents+json.
 func (h *Handler) cloudEvent(ctx context.Context, rec *handlers.Record[handlers.Row], msg *pubsub.Message) error {
 	typ, _ := eventType(rec.Value)
-	ev := cloudevent.Of(ctx, h.envelope, rec, typ, msg.Data)
+	ev := ceformat.Of(ctx, (*ceformat.Envelope)(h.envelope), rec, typ, msg.Data)
 	if h.envelope.Mode() == cloudevent.Structured {
 		data, err := json.Marshal(ev)
 		if err != nil {
 			return handlers.Permanent(fmt.Errorf("pubsub: encode record %s as a CloudEvent: %w", rec.ID, err))
 		}
 		msg.Data = data
-		msg.Attributes[contentTypeAttr] = cloudevent.StructuredContentType
+		msg.Attributes[contentTypeAttr] = ceformat.StructuredContentType
 		return nil
 	}
 	for _, a := range ev.Attributes() {

@@ -18,16 +18,8 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
-)
-
-const (
-	// DefaultMaxInFlight is the number of records published but not yet acknowledged that a handler allows
-	// when Config.MaxInFlight is zero.
-	DefaultMaxInFlight = 100
-	// DefaultMaxMessageBytes is the largest message a handler publishes when Config.MaxMessageBytes is zero:
-	// Pub/Sub's 10 MB request limit less 100 kB of headroom for the request's own framing.
-	DefaultMaxMessageBytes = 10_000_000 - 100_000
 )
 
 // typePlaceholder is replaced by the record's event type in Config.TopicTemplate.
@@ -57,7 +49,7 @@ type Config struct {
 
 	// MaxInFlight is how many records may be published and not yet acknowledged at once. Messages that
 	// share an ordering key stay in order whatever its value; a larger value hides the round trip to
-	// Pub/Sub. Zero means DefaultMaxInFlight (100); 1 publishes one record at a time.
+	// Pub/Sub. Zero means 100; 1 publishes one record at a time.
 	MaxInFlight int
 	// PayloadColumn names the column whose value is the message data: json and jsonb values and strings as
 	// their bytes, bytea as is, NULL as empty data and other values as their JSON encoding. A record without
@@ -66,7 +58,8 @@ type Config struct {
 	PayloadColumn string
 	// MaxMessageBytes bounds a message's size, counted as its data plus its attribute names and values
 	// plus its ordering key. A larger record halts the stream with a permanent error naming the record and
-	// its size, since Pub/Sub would refuse it. Zero means DefaultMaxMessageBytes (10 MB less 100 kB).
+	// its size, since Pub/Sub would refuse it. Zero means 10 MB less 100 kB, Pub/Sub's
+	// request limit less headroom for the request's own framing.
 	MaxMessageBytes int
 	// PublishSettings tunes batching, flow control and the publish timeout of every publisher the handler
 	// creates. Hedging cannot be combined with ordering keys and is refused. Nil means
@@ -169,7 +162,7 @@ func New(cfg Config) (*Handler, error) {
 		h.settings = &s
 	}
 	if h.maxInFlight == 0 {
-		h.maxInFlight = DefaultMaxInFlight
+		h.maxInFlight = setting.DefaultPubSubMaxInFlight
 	}
 	switch h.payloadColumn {
 	case "":
@@ -180,7 +173,7 @@ func New(cfg Config) (*Handler, error) {
 		h.reads = []string{h.payloadColumn}
 	}
 	if h.maxMessageBytes == 0 {
-		h.maxMessageBytes = DefaultMaxMessageBytes
+		h.maxMessageBytes = setting.DefaultPubSubMaxMessageBytes
 	}
 	return h, nil
 }

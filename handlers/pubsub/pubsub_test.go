@@ -15,6 +15,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/pubsub"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -408,7 +409,7 @@ func TestNewAndClose(t *testing.T) {
 	topic := f.topic(t, "t-1")
 	h, err := pubsub.New(pubsub.Config{Client: f.client, Topic: "t-1"})
 	require.NoError(t, err)
-	require.Equal(t, pubsub.DefaultMaxInFlight, h.MaxInFlight())
+	require.Equal(t, setting.DefaultPubSubMaxInFlight, h.MaxInFlight())
 	rec := &handlers.Record[handlers.Row]{Process: "p", ID: "1", Key: "k", CreatedAt: time.Now()}
 	res, err := h.Send(context.Background(), rec)
 	require.NoError(t, err)

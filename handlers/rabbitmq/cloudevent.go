@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 )
 
 // cloudEvent turns msg, rec's message, into its CloudEvent as the AMQP binding says: in binary mode
@@ -17,14 +18,14 @@ import (
 // format as the body with content-type application/cloudevents+json (3.2).
 func (h *Handler) cloudEvent(ctx context.Context, rec *handlers.Record[handlers.Row], msg *amqp.Publishing) error {
 	typ, _ := rec.Value.Text(h.typeColumns...)
-	ev := cloudevent.Of(ctx, h.envelope, rec, typ, msg.Body)
+	ev := ceformat.Of(ctx, (*ceformat.Envelope)(h.envelope), rec, typ, msg.Body)
 	if h.envelope.Mode() == cloudevent.Structured {
 		body, err := json.Marshal(ev)
 		if err != nil {
 			return handlers.Permanent(fmt.Errorf("rabbitmq: encode record %s as a CloudEvent: %w", rec.ID, err))
 		}
 		msg.Body = body
-		msg.ContentType = cloudevent.StructuredContentType
+		msg.ContentType = ceformat.StructuredContentType
 		return nil
 	}
 	for _, a := range ev.Attributes() {

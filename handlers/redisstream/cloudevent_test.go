@@ -12,6 +12,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
 	"github.com/inorder-dev/inorder/handlers/redisstream"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 	"github.com/inorder-dev/inorder/internal/harness/cetest"
 )
 
@@ -48,9 +49,9 @@ func TestCloudEvents(t *testing.T) {
 		require.NoError(t, err)
 		for _, m := range msgs {
 			got++
-			require.Equal(t, cloudevent.StructuredContentType, m.Values[redisstream.FieldContentType])
+			require.Equal(t, ceformat.StructuredContentType, m.Values[redisstream.FieldContentType])
 			data, _ := m.Values[redisstream.FieldData].(string)
-			ev, err := (&cetest.Message{ContentType: cloudevent.StructuredContentType, Body: []byte(data)}).Event(ctx)
+			ev, err := (&cetest.Message{ContentType: ceformat.StructuredContentType, Body: []byte(data)}).Event(ctx)
 			require.NoError(t, err)
 			w, ok := want[ev.ID()]
 			require.True(t, ok, "event id %q", ev.ID())

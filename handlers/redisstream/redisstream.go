@@ -18,6 +18,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 	"github.com/inorder-dev/inorder/internal/tracecontext"
 )
 
@@ -161,9 +162,6 @@ func New(cfg Config) (*Handler, error) {
 // ReadsColumns implements handlers.ColumnReader: the payload and type columns the configuration names
 // (not the default payload column, which a record may lack: it is then sent whole).
 func (h *Handler) ReadsColumns() []string { return h.reads }
-
-// PerKey reports whether each key has a stream of its own (Config.Stream has handlers.KeyPlaceholder).
-func (h *Handler) PerKey() bool { return h.perKey }
 
 // StreamOf returns the stream the records of key go to.
 func (h *Handler) StreamOf(key string) string {
@@ -341,10 +339,10 @@ func (h *Handler) values(ctx context.Context, rec *handlers.Record[handlers.Row]
 		return nil, handlers.Permanent(fmt.Errorf("redisstream: encode record %s: %w", rec.ID, err))
 	}
 	if h.envelope != nil {
-		if data, err = json.Marshal(cloudevent.Of(ctx, h.envelope, rec, typ, data)); err != nil {
+		if data, err = json.Marshal(ceformat.Of(ctx, (*ceformat.Envelope)(h.envelope), rec, typ, data)); err != nil {
 			return nil, handlers.Permanent(fmt.Errorf("redisstream: encode record %s as a CloudEvent: %w", rec.ID, err))
 		}
-		v = append(v, FieldContentType, cloudevent.StructuredContentType)
+		v = append(v, FieldContentType, ceformat.StructuredContentType)
 	}
 	if data != nil {
 		v = append(v, FieldData, string(data))

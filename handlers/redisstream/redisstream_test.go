@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -54,7 +55,7 @@ func TestOrderPerKey(t *testing.T) {
 			streams := b.entries(t, "orders*")
 			require.Zero(t, requireOrderedPerKey(t, streams, ids), "no failure, so no copy")
 			require.Equal(t, len(ids), count(streams))
-			if h.PerKey() {
+			if strings.Contains(tc.stream, handlers.KeyPlaceholder) {
 				require.Len(t, streams, tc.keys, "a stream per key")
 			} else {
 				require.Len(t, streams, 1)

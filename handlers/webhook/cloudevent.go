@@ -9,6 +9,7 @@ import (
 
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/handlers/cloudevent"
+	"github.com/inorder-dev/inorder/internal/ceformat"
 )
 
 // cloudEvent makes rec's CloudEvent of data, the request's body without an envelope, and returns the
@@ -18,13 +19,13 @@ func (h *Handler[T]) cloudEvent(ctx context.Context, rec *handlers.Record[T], da
 	if row, ok := any(rec.Value).(handlers.Row); ok {
 		typ, _ = row.Text("type", "event_type")
 	}
-	ev := cloudevent.Of(ctx, h.envelope, rec, typ, data)
+	ev := ceformat.Of(ctx, (*ceformat.Envelope)(h.envelope), rec, typ, data)
 	if h.envelope.Mode() == cloudevent.Structured {
 		body, err := json.Marshal(ev)
 		if err != nil {
 			return nil, "", nil, handlers.Permanent(fmt.Errorf("webhook: encode record %s as a CloudEvent: %w", rec.ID, err))
 		}
-		return body, cloudevent.StructuredContentType, nil, nil
+		return body, ceformat.StructuredContentType, nil, nil
 	}
 	hdr := http.Header{}
 	for _, a := range ev.Attributes() {

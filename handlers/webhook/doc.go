@@ -64,7 +64,7 @@
 // MAC so that it cannot be changed without the secret, which gives replay protection: a receiver rejects
 // requests signed too long ago, so a request captured on the wire cannot be replayed later. Receivers in
 // Go may also call Verify or VerifyRequest, which compare in constant time and accept timestamps within a
-// tolerance of their own clock (DefaultTolerance when none is given). Verify accepts several v1 entries in
+// tolerance of their own clock (5 minutes when none is given). Verify accepts several v1 entries in
 // one header and unknown entries are ignored, so that a sender can sign with an old and a new secret while
 // the secret is rotated, and later versions of the scheme can be added beside v1.
 //

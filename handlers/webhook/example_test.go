@@ -46,7 +46,7 @@ func ExampleVerifyRequest() {
 	secret := []byte("shared-secret")
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
-		if err := webhook.VerifyRequest(secret, r, webhook.DefaultTolerance); err != nil {
+		if err := webhook.VerifyRequest(secret, r, 5*time.Minute); err != nil {
 			http.Error(w, "bad signature", http.StatusUnauthorized)
 			return
 		}

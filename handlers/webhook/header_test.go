@@ -30,8 +30,8 @@ func TestNoSignatureSendsTheConfiguredHeaders(t *testing.T) {
 	require.Equal(t, "Bearer "+apiKey, hd.Get("Authorization"))
 	require.Equal(t, "2024-06-20", hd.Get("Stripe-Version"))
 	require.Equal(t, "booking_webhook:42", hd.Get(webhook.IdempotencyKeyHeader))
-	for _, name := range []string{webhook.SignatureHeader, webhook.StandardIDHeader, webhook.StandardTimestampHeader,
-		webhook.StandardSignatureHeader} {
+	for _, name := range []string{webhook.SignatureHeader, "webhook-id", "webhook-timestamp",
+		"webhook-signature"} {
 		require.Empty(t, hd.Values(name), "no signature: %s", name)
 	}
 	require.Contains(t, string(got[0].Body), `"process":"booking_webhook","id":"42"`, "the envelope by default")

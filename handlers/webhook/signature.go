@@ -47,9 +47,9 @@ const (
 	SignatureNone SignatureScheme = "none"
 )
 
-// DefaultTolerance is how far a signature's timestamp may be from the receiver's clock when Verify is given
+// defaultTolerance is how far a signature's timestamp may be from the receiver's clock when Verify is given
 // no tolerance.
-const DefaultTolerance = 5 * time.Minute
+const defaultTolerance = 5 * time.Minute
 
 // Errors returned by Verify and VerifyRequest; each failure wraps exactly one of them.
 var (
@@ -81,7 +81,7 @@ func mac(secret []byte, prefix string, body []byte) []byte {
 }
 
 // Verify checks that header, an Inorder-Signature value, signs body with secret, and that its timestamp is
-// within tolerance of now, before or after; a tolerance of zero or less means DefaultTolerance. It returns
+// within tolerance of now, before or after; a tolerance of zero or less means 5 minutes. It returns
 // nil for a genuine, fresh request, and otherwise an error wrapping ErrMalformedSignature, ErrBadSignature or
 // ErrSignatureExpired. The comparison takes constant time, and any one of several v1 entries may match.
 func Verify(secret []byte, header string, body []byte, tolerance time.Duration, now time.Time) error {
@@ -103,7 +103,7 @@ func Verify(secret []byte, header string, body []byte, tolerance time.Duration, 
 		return ErrBadSignature
 	}
 	if tolerance <= 0 {
-		tolerance = DefaultTolerance
+		tolerance = defaultTolerance
 	}
 	signed := time.Unix(ts, 0)
 	if age := now.Sub(signed); age > tolerance || age < -tolerance {

@@ -8,16 +8,17 @@ import (
 	"time"
 )
 
-// Header names of the Standard Webhooks scheme (SignatureStandardWebhooks). HTTP header names are
-// case-insensitive; the specification writes them in lower case.
+// Header names of the Standard Webhooks scheme (SignatureStandardWebhooks), as the specification names
+// them: its libraries read them. HTTP header names are case-insensitive; the specification writes them in
+// lower case.
 const (
-	// StandardIDHeader carries the message id, which the handler makes the idempotency key,
+	// standardIDHeader carries the message id, which the handler makes the idempotency key,
 	// <process>:<record id>: the same on every delivery of a record.
-	StandardIDHeader = "webhook-id"
-	// StandardTimestampHeader carries the Unix time, in seconds, the request was signed at.
-	StandardTimestampHeader = "webhook-timestamp"
-	// StandardSignatureHeader carries v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">.
-	StandardSignatureHeader = "webhook-signature"
+	standardIDHeader = "webhook-id"
+	// standardTimestampHeader carries the Unix time, in seconds, the request was signed at.
+	standardTimestampHeader = "webhook-timestamp"
+	// standardSignatureHeader carries v1,<base64 HMAC-SHA256 of "<id>.<timestamp>.<body>">.
+	standardSignatureHeader = "webhook-signature"
 )
 
 // standardSecretPrefix marks a Standard Webhooks secret: the rest is the key, in base64.

@@ -234,8 +234,8 @@ func checkHeaders(cfg Config) (string, error) {
 			return "", fmt.Errorf("webhook: Config.IdempotencyHeader %q is not an HTTP header name", cfg.IdempotencyHeader)
 		}
 		idempotency = http.CanonicalHeaderKey(cfg.IdempotencyHeader)
-		own := []string{"Content-Type", AttemptHeader, SignatureHeader, StandardIDHeader, StandardTimestampHeader,
-			StandardSignatureHeader}
+		own := []string{"Content-Type", AttemptHeader, SignatureHeader, standardIDHeader, standardTimestampHeader,
+			standardSignatureHeader}
 		for _, o := range own {
 			if idempotency == http.CanonicalHeaderKey(o) {
 				return "", fmt.Errorf("webhook: Config.IdempotencyHeader %q is a header the handler sets for "+
@@ -390,9 +390,9 @@ func (h *Handler[T]) setHeaders(hdr, ceHeaders http.Header, contentType, key str
 		hdr.Set(SignatureHeader, Sign(h.secret, now, body))
 	case SignatureStandardWebhooks:
 		ts, sig := signStandard(h.secret, key, now, body)
-		hdr.Set(StandardIDHeader, key)
-		hdr.Set(StandardTimestampHeader, ts)
-		hdr.Set(StandardSignatureHeader, sig)
+		hdr.Set(standardIDHeader, key)
+		hdr.Set(standardTimestampHeader, ts)
+		hdr.Set(standardSignatureHeader, sig)
 	}
 }
 

@@ -1,7 +1,7 @@
-// Package setting holds the defaults of the processor's settings: what the zero value of each field of
-// processor.Config and processor.ClientConfig takes, and what the CLI's flags default to. The fields'
-// documentation says each value; the constants live here so that the library and the CLI read one
-// number, without making them part of the library's API.
+// Package setting holds the defaults of the library's settings: what the zero value of each field of
+// processor.Config and processor.ClientConfig takes (and of the other settings the CLI has a flag for),
+// and what the CLI's flags default to. The fields' documentation says each value; the constants live here
+// so that the library and the CLI read one number, without making them part of the library's API.
 package setting
 
 import (
@@ -43,3 +43,24 @@ func DefaultHandlerTimeout(idleInTransaction, lease time.Duration) time.Duration
 	}
 	return min(idleInTransaction/2, lease/3)
 }
+
+// The defaults of handlers/pubsub.Config.
+const (
+	// DefaultPubSubMaxInFlight is the number of records published but not yet acknowledged that a handler
+	// allows when Config.MaxInFlight is zero.
+	DefaultPubSubMaxInFlight = 100
+	// DefaultPubSubMaxMessageBytes is the largest message a handler publishes when Config.MaxMessageBytes
+	// is zero: Pub/Sub's 10 MB request limit less 100 kB of headroom for the request's own framing.
+	DefaultPubSubMaxMessageBytes = 10_000_000 - 100_000
+)
+
+// DefaultLockTimeout is how long a migration waits for a table lock at each attempt (lock_timeout),
+// when migrations.Options.LockTimeout or migrations.ClockOpts.LockTimeout is zero. A migration that alters
+// inorder.cursor needs its ACCESS EXCLUSIVE lock, and while it waits for one (a pg_dump holds ACCESS SHARE
+// on every table it dumps, for the dump's whole length) every other statement on the table queues behind
+// it: every running processor stalls. So a wait is cut short at this, well below a processor's default
+// database timeout (5s), after which it would count its connection as dead.
+const DefaultLockTimeout = 2 * time.Second
+
+// DefaultPruneBatch is the number of rows a prune batch deletes when cursor.PruneOpts.BatchSize is zero.
+const DefaultPruneBatch = 1000

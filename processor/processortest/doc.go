@@ -74,5 +74,5 @@
 //
 // A process's cursor row stays in its database after the processor stops. On the databases NewDB gives
 // out that is harmless; a test that runs processors on a database shared by several tests can remove
-// them with ForgetOnCleanup.
+// them in a cleanup with cursor.Forget, once the processor has stopped.
 package processortest

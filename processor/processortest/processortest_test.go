@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
@@ -265,47 +264,4 @@ func TestStartFailsOnRunError(t *testing.T) {
 	}), nil)
 	f.cleanup()
 	require.Equal(t, []string{"processortest: runner: unclean stop"}, f.Errors())
-}
-
-// TestForgetOnCleanup checks that a process's cursor rows go when the test ends, and that forgetting a
-// process that still runs is refused.
-func TestForgetOnCleanup(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db := processortest.NewDB(t, nil)
-	db.Exec(t, bookingsDDL)
-	addClock(t, db, "bookings")
-	book(t, db, 2)
-	rows := func() []string {
-		procs, err := cursor.Read(ctx, db.Pool, cursor.ReadOpts{})
-		require.NoError(t, err)
-		var names []string
-		for _, p := range procs {
-			names = append(names, p.Name)
-			for _, s := range p.Streams {
-				if p.Partitioned() {
-					names = append(names, s.Process)
-				}
-			}
-		}
-		return names
-	}
-
-	t.Run("forgotten", func(t *testing.T) {
-		processortest.ForgetOnCleanup(t, db, "once")
-		processortest.Start(t, newProcessor(t, db, "once", &processortest.Recorder[booking]{}), nil)
-		processortest.WaitCaughtUp(t, db, "once", nil)
-		require.Equal(t, []string{"once"}, rows())
-	})
-	require.Empty(t, rows(), "the cursor row is gone after the test")
-
-	f := &fakeT{}
-	run := processortest.Start(f, newProcessor(t, db, "wrong_order", &processortest.Recorder[booking]{}), nil)
-	processortest.WaitCaughtUp(t, db, "wrong_order", nil)
-	processortest.ForgetOnCleanup(f, db, "wrong_order") // after Start: runs before the processor stops
-	f.cleanup()
-	require.NoError(t, run.Stop())
-	require.Len(t, f.Errors(), 1)
-	require.Contains(t, f.Errors()[0], `forget process "wrong_order": wrong_order still runs`)
-	require.Equal(t, []string{"wrong_order"}, rows(), "the row of a running process stays")
 }

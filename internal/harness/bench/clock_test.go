@@ -14,6 +14,7 @@ import (
 	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"github.com/inorder-dev/inorder/migrations"
 	"github.com/inorder-dev/inorder/processor"
 )
@@ -56,7 +57,7 @@ func clockLines() []line {
 }
 
 func init() {
-	fixed["locktimeout"] = figure{value: float64(migrations.DefaultLockTimeout / time.Millisecond), unit: millis}
+	fixed["locktimeout"] = figure{value: float64(setting.DefaultLockTimeout / time.Millisecond), unit: millis}
 	fixed["lagtarget"] = figure{value: lagTargetMs, unit: millis}
 	fixed["dumpsize"] = figure{value: dumpSizeMiB, unit: mebibytes}
 }

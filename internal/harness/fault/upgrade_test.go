@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/setting"
 	"github.com/inorder-dev/inorder/migrations"
 )
 
@@ -120,7 +121,7 @@ func upgrade(t *testing.T) {
 			"first %s; the instance's longest pause in deliveries from migrate's start until record %d (written "+
 			"after it) was %s; its log meanwhile: %s", st.process, took.Round(time.Millisecond), c.name,
 			dump.Round(time.Millisecond), after, pause.Round(time.Millisecond), said)
-		require.Less(t, pause, migrations.DefaultLockTimeout+2*time.Second,
+		require.Less(t, pause, setting.DefaultLockTimeout+2*time.Second,
 			"%s (the version before) stalled behind inorder migrate", c.name)
 		require.Zero(t, warned, "%s (the version before) noticed inorder migrate: %s", c.name, said)
 	}
