@@ -264,7 +264,7 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store
 	if p.leaseCovers(time.Now()) {
 		return true
 	}
-	p.joinAhead()
+	p.rd.joinAhead()
 	var ok bool
 	var err error
 	if o.last != (inordertype.Position{}) && o.n > o.counted {

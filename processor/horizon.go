@@ -212,14 +212,14 @@ func (p *Processor[T]) clockStopped(o source.Observation) {
 		p.clockOff = o.Now
 	}
 	p.clockWarned = time.Now()
-	what, fix := "dropped", source.AddClockCommand(p.table.Qualified)
+	what, fix := "dropped", source.AddClockCommand(p.rd.table.Qualified)
 	if o.Clock.There {
 		what = "disabled"
-		fix = fmt.Sprintf("ALTER TABLE %s ENABLE TRIGGER %s", p.table.Ident, source.ClockTrigger)
+		fix = fmt.Sprintf("ALTER TABLE %s ENABLE TRIGGER %s", p.rd.table.Ident, source.ClockTrigger)
 	}
-	p.log.Error().Str("table", p.table.Qualified).Time("since", p.clockOff).
+	p.log.Error().Str("table", p.rd.table.Qualified).Time("since", p.clockOff).
 		Msgf("the insert clock's trigger on %s was %s, so an insert may date its row earlier than the position: "+
-			"the stream waits until it stamps inserts again: %s", p.table.Qualified, what, fix)
+			"the stream waits until it stamps inserts again: %s", p.rd.table.Qualified, what, fix)
 }
 
 // holdReportAfter is how long a transaction must have held the horizon before it is reported: shorter
@@ -283,7 +283,7 @@ func (p *Processor[T]) holdAdvice(h holder) string {
 	if p.kind == inordertype.HorizonTransactions {
 		fmt.Fprintf(&b, "; with created_at set to the transaction's start every open transaction in the database "+
 			"holds this stream, not only the table's writers; the insert clock waits only for them: %s",
-			source.AddClockCommand(p.table.Qualified))
+			source.AddClockCommand(p.rd.table.Qualified))
 	}
 	return b.String()
 }
@@ -298,7 +298,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		// No poll came with the lock held (it was taken before the poll's table was known): poll now.
 		ctx, cancel := p.bounded(work)
 		var err error
-		o, err = p.table.PollLocks(ctx, p.cur.Tx())
+		o, err = p.rd.table.PollLocks(ctx, p.cur.Tx())
 		cancel()
 		if err != nil {
 			return horizon{}, err
@@ -307,10 +307,10 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 	if wait, err := p.followShape(work, o.Shape); err != nil || wait {
 		return horizon{now: o.Now}, err // no read while the source does not fit (see shape.go)
 	}
-	if p.kind == inordertype.HorizonWriters && !p.table.WritersSafe(o.Default) {
+	if p.kind == inordertype.HorizonWriters && !p.rd.table.WritersSafe(o.Default) {
 		at, unknown := p.tracker.earliestStart()
 		pos := p.cur.State().Position
-		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
+		ev := p.log.Warn().Str("table", p.rd.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
 		if !at.IsZero() && at.Before(pos.CreatedAt) {
 			// The move back is made durable at once: a batch that fails later must not take it back while
 			// the switch stays.
@@ -342,7 +342,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		p.clockStopped(o)
 		h.at = time.Time{} // an insert may write the clock itself now: nothing is read until it stamps again
 	} else if !p.clockOff.IsZero() {
-		p.log.Info().Str("table", p.table.Qualified).Msg("the insert clock stamps inserts again; reading on")
+		p.log.Info().Str("table", p.rd.table.Qualified).Msg("the insert clock stamps inserts again; reading on")
 		p.clockOff = time.Time{}
 	}
 	if p.cfg.TxHandler != nil && p.kind == inordertype.HorizonTransactions {

@@ -130,7 +130,7 @@ func (p *Processor[T]) countLate(work context.Context) error {
 	}
 	ctx, cancel := p.bounded(work)
 	defer cancel()
-	counts, err := p.table.CountSpans(ctx, p.cur.Tx(), spans)
+	counts, err := p.rd.table.CountSpans(ctx, p.cur.Tx(), spans)
 	if err != nil {
 		return err
 	}
@@ -142,7 +142,7 @@ func (p *Processor[T]) countLate(work context.Context) error {
 		}
 		late += extra
 		from := due[i].From
-		p.log.Error().Str("table", p.table.Qualified).Int64("rows", extra).Str("from", from.String()).
+		p.log.Error().Str("table", p.rd.table.Qualified).Int64("rows", extra).Str("from", from.String()).
 			Str("to", due[i].To.String()).Str("tracking", string(p.kind)).
 			Msgf("%d rows committed behind the position after it had passed them, and were not delivered: "+
 				"deliver them (and what follows again) with: inorder rewind --process %s --to-time %s",

@@ -56,7 +56,7 @@ func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed as v says,
 // or behind the key's parked records when v holds no error. The key is parked from now on.
 func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item[T], v verdict) error {
-	p.joinAhead()
+	p.rd.joinAhead()
 	pk := store.Parked{Key: it.rec.Key, Position: it.pos}
 	if v.err != nil {
 		pk.Error, pk.Permanent, pk.Attempts, pk.Status = store.ClipError(v.err.Error()), v.permanent, it.rec.Attempt, v.status
@@ -182,12 +182,12 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		it, err := p.readParked(work, pk)
+		it, err := p.rd.readParked(work, pk)
 		var cause error
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			cause = fmt.Errorf("record %s is no longer in %s, so it cannot be delivered; skip it (inorder skip "+
-				"--record %s) to redrive the rest of key %s", pk.Position.ID, p.table.Qualified, pk.Position.ID, key)
+				"--record %s) to redrive the rest of key %s", pk.Position.ID, p.rd.table.Qualified, pk.Position.ID, key)
 		case err != nil:
 			return false, err
 		default:
@@ -234,17 +234,17 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 }
 
 // readParked reads a parked record's row from the source again.
-func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[T], error) {
-	sql, args := p.table.RecordSQL(p.generic, pk.Position)
-	ctx, cancel := p.bounded(work)
+func (rd *reader[T]) readParked(work context.Context, pk store.Parked) (*item[T], error) {
+	sql, args := rd.table.RecordSQL(rd.generic, pk.Position)
+	ctx, cancel := rd.cur.Bounded(work)
 	defer cancel()
-	rows, err := p.cur.Tx().Query(ctx, sql, args...)
+	rows, err := rd.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
-		return nil, p.refusedRead(fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err))
+		return nil, rd.refusedRead(fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, rd.table.Qualified, err))
 	}
-	r, err := p.scanItems(rows, 1, math.MaxInt64, false)
+	r, err := rd.scanItems(rows, 1, math.MaxInt64, false)
 	if err != nil {
-		return nil, p.refusedRead(err)
+		return nil, rd.refusedRead(err)
 	}
 	if len(r.items) == 0 {
 		return nil, pgx.ErrNoRows

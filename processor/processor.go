@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
@@ -36,17 +35,13 @@ type Processor[T any] struct {
 	// given, or, while it runs, its own: see Run).
 	cursors *store.Store
 	log     zerolog.Logger
-	generic bool
-	scan    func(row pgx.CollectableRow) (T, error)
 	async   handlers.AsyncHandler[T]
 	txBatch handlers.TxBatchHandler[T] // the TxHandler, when it takes batches
-	// structCols are the columns of T when it is a struct scanned by name: the default Source.Columns.
-	structCols []structField
-	positional *positionalScanner[T] // set when the selection is structCols: scan by position
-	flusher    handlers.Flusher
-	obs        Observer
+	flusher handlers.Flusher
+	obs     Observer
 
-	table   *source.Table
+	// rd reads the batches (see reader.go).
+	rd      reader[T]
 	tracker *tracker
 	kind    inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
 	// late watches the spans delivered for rows that commit behind the position (late.go).
@@ -59,7 +54,7 @@ type Processor[T any] struct {
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
-	tenure      tenure[T] // the tenure in which this instance last owned the process (see tenure.go)
+	tenure      tenure    // the tenure in which this instance last owned the process (see tenure.go)
 	last        lastBatch // what the last batch found that the next wait depends on
 	hold        holder    // the hold last recorded in the cursor row (zero: none)
 	holdWarned  time.Time
@@ -89,19 +84,11 @@ type Processor[T any] struct {
 	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
 	// store.Rider); the horizon takes it when the lock it rode with is the one held.
 	polled source.Observation
-	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastFull is whether
-	// the last read was cut by its bound or its budget (a backlog lies behind it).
-	limit    int
-	lastFull bool
-	// budget is the byte budget of a read (Config.BatchBytes) and the size ratio learned.
-	budget byteBudget
 	// exec decides what becomes of a record once its handler answered (see executor.go).
 	exec executor[T]
 	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin).
 	clockMargin time.Duration
-	// shape is what the processor knows of the source's columns across migrations (see shape.go).
-	shape shapeWatch
-	// listened is the table as the listener's goroutine names it: p.table when it started, which a
+	// listened is the table as the listener's goroutine names it: the reader's table when it started, which a
 	// migration of the source replaces while it runs (the name and the relation stay).
 	listened *source.Table
 }
@@ -168,25 +155,15 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		late:      newLateWatch(),
 		wake:      make(chan struct{}, 1),
 		obs:       cfg.Observer,
-		budget:    byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
 	p.clockMargin = clockMargin
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
 	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing)
-	var zero T
-	_, p.generic = any(zero).(handlers.Row)
-	switch {
-	case cfg.ScanFunc != nil:
-		p.scan = cfg.ScanFunc
-	case p.generic:
-		// Set in open, once the table's json columns are known.
-	case reflect.TypeOf(zero) != nil && reflect.TypeOf(zero).Kind() == reflect.Struct:
-		p.scan = pgx.RowToStructByName[T]
-		p.structCols = structColumns(reflect.TypeOf(zero), nil)
-	default:
-		return nil, fmt.Errorf("processor %q: %T is not a struct; set Config.ScanFunc", cfg.Process, zero)
+	var err error
+	if p.rd, err = newReader(&p.cfg, p.log, p.obs); err != nil {
+		return nil, err
 	}
 	if cfg.Handler != nil {
 		p.async, _ = cfg.Handler.(handlers.AsyncHandler[T])
@@ -287,7 +264,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	if p.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})
-		p.listened = p.table
+		p.listened = p.rd.table
 		go func() { defer close(listening); p.listen(listenCtx) }()
 		p.stopListening = stopListening
 		defer func() { stopListening(); <-listening }()
@@ -409,7 +386,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
 			wait = 2*p.margin() + time.Millisecond
-		case p.shape.wait != nil:
+		case p.rd.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():
 			// The probe watches for what a batch would look for, and renews the lease; a batch still
@@ -455,36 +432,16 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.dbTimeout,
 		&store.UnansweredError{Timeout: 3 * p.dbTimeout})
 	defer cancelChecks()
-	src := p.cfg.Source
-	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
-		var err error
-		src.Columns, err = p.columnsOfStruct(checks)
-		if err != nil {
-			p.abandon(work)
-			return err
-		}
-	}
-	conn, err := p.cur.Conn(checks)
+	t, err := p.rd.inspect(checks)
 	if err != nil {
 		p.abandon(work)
 		return err
 	}
-	t, err := source.Inspect(checks, conn, src)
-	if err == nil && t.Refusal != nil {
-		err = t.Refusal
-	}
-	if err == nil {
-		err = p.checkFilter(checks, conn, t)
-	}
-	if err != nil {
-		p.abandon(work)
-		return err
-	}
-	p.table, p.kind = t, t.Horizon
+	p.rd.table, p.kind = t, t.Horizon
 	p.rideLocks(t)
 	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
-	p.prepareScan(t)
-	if err := p.checkColumns(t); err != nil {
+	p.rd.prepareScan(t)
+	if err := p.rd.checkColumns(t); err != nil {
 		p.abandon(work)
 		return err
 	}
@@ -521,7 +478,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
-			p.cur, p.exec.cur = cur, cur
+			p.cur, p.exec.cur, p.rd.cur = cur, cur, cur
 			p.accepted()
 			return nil
 		}
@@ -544,27 +501,6 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	}
 }
 
-// prepareScan chooses how the rows of t are scanned into T: raw columns of a generic record kept as they
-// are, and a struct scanned by position when its fields and the selected columns match one for one.
-func (p *Processor[T]) prepareScan(t *source.Table) {
-	if p.generic && p.cfg.ScanFunc == nil {
-		var raw []int
-		for i, c := range t.Columns {
-			if _, isRaw := source.GenericExpr(c); isRaw {
-				raw = append(raw, i)
-			}
-		}
-		p.scan = any(rowScanner(raw)).(func(pgx.CollectableRow) (T, error))
-	}
-	if p.structCols != nil && p.cfg.ScanFunc == nil {
-		// When every selected column is one field of T and every field has its column, scanning by
-		// position gives what RowToStructByName gives, without matching names for each row.
-		if fields, ok := matchFields(p.structCols, t.Columns); ok {
-			p.positional = &positionalScanner[T]{fields: fields}
-		}
-	}
-}
-
 // abandon gives up a start-up whose checks failed: the cursor row it registered goes again (a process that
 // never ran is not left for status to show), and the connection is closed.
 func (p *Processor[T]) abandon(work context.Context) {
@@ -573,21 +509,6 @@ func (p *Processor[T]) abandon(work context.Context) {
 	}
 	p.cur.Unclaim()
 	_ = p.cur.Release(work)
-}
-
-// columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just
-// what RowToStructByName fills, and a field without a column is reported at start, naming both.
-func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
-	conn, err := p.cur.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := source.Inspect(ctx, conn, inordertype.Source{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
-		CreatedAtColumn: p.cfg.Source.CreatedAtColumn, KeyColumn: p.cfg.Source.KeyColumn})
-	if err != nil {
-		return nil, err
-	}
-	return resolveColumns(p.structCols, t.Columns), nil
 }
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
@@ -602,9 +523,9 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.role = roleNone
-	p.takeAhead(inordertype.Position{})
+	p.rd.takeAhead(inordertype.Position{})
 	// The adaptive bound starts over too: a read the loss cut short says nothing of the backlog.
-	p.limit = 0
+	p.rd.limit = 0
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
@@ -681,7 +602,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
 	began := time.Now()
 	if !p.cur.Locked() {
-		p.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
+		p.rd.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
 	}
 	ok, err := p.lock(work)
 	if p.started != nil {
@@ -705,9 +626,9 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
 	}
-	if p.shape.stale {
+	if p.rd.shape.stale {
 		// A read was refused for its columns: inspect them before anything reads the source again.
-		if wait, err := p.followShape(work, p.shape.known); err != nil || wait {
+		if wait, err := p.followShape(work, p.rd.shape.known); err != nil || wait {
 			return 0, 0, err
 		}
 	}
@@ -737,10 +658,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		return 0, 0, nil
 	}
 	readAt := time.Now()
-	items, ok := p.takeAhead(st.Position)
+	items, ok := p.rd.takeAhead(st.Position)
 	if !ok {
-		if items, err = p.read(work, st.Position, h.at); err != nil {
-			if p.readRefused(work, err) {
+		if items, err = p.rd.read(work, st.Position, h.at); err != nil {
+			if p.rd.readRefused(err) {
+				p.abort(work)
 				return 0, 0, nil
 			}
 			return 0, 0, err
@@ -748,7 +670,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	p.obs.Batch(p.cfg.Process, len(items))
 	// whole says that the read found every row the process keeps below the horizon (see passOver).
-	whole := !ok && !p.lastFull && p.table.Filtered()
+	whole := !ok && !p.rd.lastFull && p.rd.table.Filtered()
 	if len(items) == 0 {
 		if whole {
 			keep, err = p.passOver(work, st.Position, h.at)
@@ -768,7 +690,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		wait = p.fail(work, st, o.last, o.failed, o.fate)
 	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
 		if whole && o.n == len(items) {
-			o.last = p.passedTo(o.last, h.at)
+			o.last = passedTo(o.last, h.at, p.cfg.Checkpoint == CheckpointRecord)
 		}
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
@@ -797,8 +719,8 @@ func (p *Processor[T]) deliverBatch(ctx, work context.Context, st inordertype.St
 	case p.windowed():
 		return p.deliverWindow(ctx, work, st, items)
 	}
-	p.readAhead(work, items, horizon)
-	defer p.joinAhead()
+	p.rd.readAhead(work, items, horizon)
+	defer p.rd.joinAhead()
 	return p.deliverSync(ctx, work, st, items)
 }
 
@@ -854,8 +776,9 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
-		p.joinAhead() // a batch read ahead in the last tenure is dropped with it, once its statement is done
-		p.role, p.tenure = roleOwner, tenure[T]{token: token, gen: p.tenure.gen + 1}
+		// A batch read ahead in the last tenure is dropped with it, once its statement is done.
+		p.rd.takeAhead(inordertype.Position{})
+		p.role, p.tenure = roleOwner, tenure{token: token, gen: p.tenure.gen + 1}
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()

@@ -28,7 +28,7 @@ func (p *Processor[T]) register(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		has, err := p.table.HasRows(ctx, conn)
+		has, err := p.rd.table.HasRows(ctx, conn)
 		if err != nil {
 			return err
 		}
@@ -49,7 +49,7 @@ func (p *Processor[T]) register(ctx context.Context) error {
 
 // unsetStart is the refusal of a new process without a start, naming the processes that read its table.
 func (p *Processor[T]) unsetStart(ctx context.Context) error {
-	e := &StartFromError{Table: p.table.Qualified}
+	e := &StartFromError{Table: p.rd.table.Qualified}
 	readers := p.readers(ctx)
 	if len(readers) == 0 {
 		return e
@@ -90,16 +90,16 @@ func (e *StartFromError) Explain(setting string) string {
 	return s
 }
 
-// reader is a process that reads the table: its name, position and the rows behind it (-1 unknown, a
+// tableReader is a process that reads the table: its name, position and the rows behind it (-1 unknown, a
 // partitioned process).
-type reader struct {
+type tableReader struct {
 	name       string
 	position   inordertype.Position
 	behind     int64
 	partitions int
 }
 
-func (r reader) String() string {
+func (r tableReader) String() string {
 	switch {
 	case r.partitions > 0:
 		return fmt.Sprintf("%s (%d partitions)", r.name, r.partitions)
@@ -111,7 +111,7 @@ func (r reader) String() string {
 
 // readers lists the processes whose cursor rows say they read the table (a partitioned process once, by
 // its name). What cannot be read is left out: the refusal stands without it.
-func (p *Processor[T]) readers(ctx context.Context) []reader {
+func (p *Processor[T]) readers(ctx context.Context) []tableReader {
 	conn, err := p.cur.Conn(ctx)
 	if err != nil {
 		return nil
@@ -128,23 +128,23 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 			rows = append(rows, pr.Streams...)
 		}
 	}
-	byName := map[string]*reader{}
+	byName := map[string]*tableReader{}
 	for _, in := range rows {
-		if in.Source.Table != p.table.Qualified || in.Process == p.cfg.Process {
+		if in.Source.Table != p.rd.table.Qualified || in.Process == p.cfg.Process {
 			continue
 		}
 		if in.Source.Partition != nil {
 			name, _, _ := strings.Cut(in.Process, "#")
-			byName[name] = &reader{name: name, partitions: in.Source.Partition.Count}
+			byName[name] = &tableReader{name: name, partitions: in.Source.Partition.Count}
 			continue
 		}
-		r := &reader{name: in.Process, position: in.Position, behind: -1}
+		r := &tableReader{name: in.Process, position: in.Position, behind: -1}
 		if m := in; m.Measure(ctx, conn) == nil {
 			r.behind = m.Lag.Rows
 		}
 		byName[in.Process] = r
 	}
-	out := make([]reader, 0, len(byName))
+	out := make([]tableReader, 0, len(byName))
 	for _, r := range byName {
 		out = append(out, *r)
 	}

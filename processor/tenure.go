@@ -13,7 +13,7 @@ import (
 // in between was done by other instances (or nobody), not by an operator. A reconnect keeps the tenure
 // until then: the check after it (recheck) compares what this instance delivered in the tenure, and the
 // next lock, which follows it, starts a new one.
-type tenure[T any] struct {
+type tenure struct {
 	// token is the tenure's (store.Repository.Tenure), and gen counts this instance's tenures: a reconnect
 	// may keep the token, never gen.
 	token int64
@@ -28,9 +28,6 @@ type tenure[T any] struct {
 	// parked are the keys parked in the stream (OnHaltPark): nil until read in this tenure, and again after
 	// a batch that may have marked keys whose rows it did not store (see markParked).
 	parked map[string]bool
-	// ahead is the next batch, read while the last one was delivered (see ahead.go); nil when none. A
-	// batch read in another tenure is read again.
-	ahead *ahead[T]
 	// delivered are the last records this instance delivered in the tenure, for the check after a
 	// reconnect (failover.go): the records it delivered before are not its to recheck.
 	delivered delivered
@@ -56,8 +53,8 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	if p.tenure.sourceSaved {
 		return nil
 	}
-	src := p.table.Spec
-	src.Table, src.Horizon = p.table.Qualified, p.kind
+	src := p.rd.table.Spec
+	src.Table, src.Horizon = p.rd.table.Qualified, p.kind
 	before, changed, err := p.cur.SetSource(work, src)
 	if err != nil {
 		return err
@@ -86,8 +83,8 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 // stays: every row after it by the clock is after it by created_at too, or inserted since.
 func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon) error {
 	pos := p.cur.State().Position
-	back := inordertype.Position{CreatedAt: p.table.Clock.Since.Add(-p.cfg.InsertLatency).UTC()}
-	ev := p.log.Warn().Str("table", p.table.Qualified).Time("clock_since", p.table.Clock.Since).Str("was", string(was))
+	back := inordertype.Position{CreatedAt: p.rd.table.Clock.Since.Add(-p.cfg.InsertLatency).UTC()}
+	ev := p.log.Warn().Str("table", p.rd.table.Qualified).Time("clock_since", p.rd.table.Clock.Since).Str("was", string(was))
 	if pos.IsBeginning() || !back.CreatedAt.Before(pos.CreatedAt) {
 		ev.Str("position", pos.String()).Msg("reading by the insert clock from now on; the position is before the clock, so it stays")
 		return nil
