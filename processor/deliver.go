@@ -65,7 +65,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		}
 		it := &items[i]
 		it.rec.Attempt = p.exec.attempt(st, it)
-		behind := p.keyParked(&it.rec)
+		behind := p.parked.has(it.rec.Key)
 		var err error
 		if !behind {
 			err = deliver(i, now)
@@ -79,7 +79,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		case f.kind == fatePark || f.kind == fateParkedBehind:
 			o.err = p.park(work, st, it, f.v)
 		default:
-			p.resumed(&it.rec)
+			p.failing.resumed(it.rec.ID, it.rec.Attempt)
 		}
 		if o.err != nil || o.failed != nil {
 			break
@@ -93,47 +93,6 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		}
 	}
 	return o
-}
-
-// resumed notes that a record which had failed before went through.
-func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
-	if rec.Attempt > 1 {
-		p.failing.nextAt = time.Time{}
-		was := p.noteFailing(nil)
-		if was == failUnavailable {
-			return // said by noteFailing: the sink's outage is over
-		}
-		msg := "the record went through; retrying is over"
-		if was == failHalted {
-			msg = "stream resumed: the halted record went through"
-		}
-		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg(msg)
-	}
-}
-
-// noteFailing tells the observer what the stream does now about h, the failing record (nil: none).
-func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
-	now := failNone
-	switch {
-	case h == nil:
-	case h.SinkUnavailable():
-		now = failUnavailable
-	case !h.HaltedAt.IsZero():
-		now = failHalted
-	default:
-		now = failRetrying
-	}
-	was := p.failing.told
-	if now != was {
-		p.failing.told = now
-		p.obs.Halted(p.cfg.Process, now == failHalted)
-		p.obs.Retrying(p.cfg.Process, now == failRetrying)
-		p.obs.SinkUnavailable(p.cfg.Process, now == failUnavailable)
-		if was == failUnavailable {
-			p.log.Info().Msg("the sink accepts again: its outage is over, and the stream flows")
-		}
-	}
-	return was
 }
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
@@ -226,7 +185,7 @@ func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position
 	if last {
 		p.cur.RideNext()
 	}
-	end := p.traceCommit(work, handled)
+	end := p.tracing.startCommit(work, handled)
 	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
 	end(err)
 	if err == nil {
@@ -365,7 +324,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	// the database's clock alone (see store.Repository.RecordFailure), whatever this machine's says.
 	wait := h.NextAttemptAt.Sub(h.LastFailureAt)
 	p.failing.nextAt = h.NextAttemptAt
-	was := p.noteFailing(&h)
+	was := p.failing.note(&h)
 	event := "retrying"
 	switch p.failing.told {
 	case failHalted:
@@ -373,7 +332,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	case failUnavailable:
 		event = "sink unavailable"
 	}
-	p.endSpan(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
+	endSpan(&p.tracing, work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
 		attribute.String("inorder.record.next_attempt_at", h.NextAttemptAt.UTC().Format(time.RFC3339Nano)))
 	// One line per change of state: retrying begins (a warning), the stream halts (an error: refused for
 	// good, or failing for longer than HaltAfter). Every attempt in between is a debug line.

@@ -53,7 +53,7 @@ func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
 // goroutine, possibly while this processor runs its next batch, so it holds a copy of what it needs and
 // reads nothing of the processor's.
 func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, []any) {
-	t, margin, known := p.rd.table, p.margin(), p.rd.shape.known
+	t, margin, known := p.rd.table, p.hz.margin(), p.rd.shape.known
 	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
 	// run batch after batch that read nothing. Or the source's columns changed (a migration), which the
 	// next batch must see and say, however quiet the stream.

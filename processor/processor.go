@@ -41,23 +41,16 @@ type Processor[T any] struct {
 	obs     Observer
 
 	// rd reads the batches (see reader.go).
-	rd      reader[T]
-	tracker *tracker
-	kind    inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
-	// late watches the spans delivered for rows that commit behind the position (late.go).
-	late lateWatch
-	// clockOff is since when the insert clock's trigger has been found gone or disabled (zero while it
-	// stamps), and clockWarned when that was last said.
-	clockOff, clockWarned time.Time
-	cur                   *store.Repository
-	dbTimeout             time.Duration // the Client's DatabaseTimeout
+	rd reader[T]
+	// hz watches the transactions in flight and says the horizon (see horizon.go).
+	hz        horizonWatch
+	cur       *store.Repository
+	dbTimeout time.Duration // the Client's DatabaseTimeout
 
 	// State across batches, used by the one goroutine running Run.
 	role        role
 	tenure      tenure    // the tenure in which this instance last owned the process (see tenure.go)
 	last        lastBatch // what the last batch found that the next wait depends on
-	hold        holder    // the hold last recorded in the cursor row (zero: none)
-	holdWarned  time.Time
 	wake        chan struct{}
 	prober      *sharedProbe  // the probe shared with the other processors of the database, or nil
 	probeGap    time.Duration // the probe's current interval (see probe.go)
@@ -66,28 +59,22 @@ type Processor[T any] struct {
 	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
 	// connectedBefore says that the process had connected before this processor opened its cursor (set
 	// by a Partitioned runner): credentials refused at the open are then an outage, not a start-up's
-	// mistake. refusal is the refusal of the credentials the processor waits out, "" when none.
+	// mistake. creds is what the processor knows of a refusal of its credentials.
 	connectedBefore bool
-	refusal         string
+	creds           credentials
 	// fleet is the instance's look at the instances of its processes, to share the work (see fleet.go);
 	// nil for a partition.
 	fleet  *store.FleetWatch
 	paused bool
-	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
-	// read it.
-	parkChecked, parkReadable bool
-	failing                   failing // what this instance knows of the failing record and those sent ahead of it
-	pooling                   pooling // what this instance said of a pooler
+	// parked are the keys parked in the stream (see park.go).
+	parked  parkedKeys
+	failing failing // what this instance knows of the failing record and those sent ahead of it
+	pooling pooling // what this instance said of a pooler
 	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
 	stopListening context.CancelFunc
 	tracing       tracing
-	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
-	// store.Rider); the horizon takes it when the lock it rode with is the one held.
-	polled source.Observation
 	// exec decides what becomes of a record once its handler answered (see executor.go).
 	exec executor[T]
-	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin).
-	clockMargin time.Duration
 	// listened is the table as the listener's goroutine names it: the reader's table when it started, which a
 	// migration of the source replaces while it runs (the name and the relation stay).
 	listened *source.Table
@@ -151,15 +138,16 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		cfg:       cfg,
 		dbTimeout: cfg.databaseTimeout(),
 		log:       defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:   newTracker(cfg.InsertLatency),
-		late:      newLateWatch(),
 		wake:      make(chan struct{}, 1),
 		obs:       cfg.Observer,
 	}
-	p.clockMargin = clockMargin
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	p.hz = newHorizonWatch(&p.cfg, clockMargin, p.log, p.obs)
+	p.failing = failing{process: cfg.Process, obs: p.obs, log: p.log}
+	p.parked = parkedKeys{on: cfg.OnHalt == OnHaltPark, log: p.log}
+	p.creds = credentials{process: cfg.Process, log: p.log, obs: p.obs}
 	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing)
 	var err error
 	if p.rd, err = newReader(&p.cfg, p.log, p.obs); err != nil {
@@ -385,13 +373,13 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// A notification came, or a writer had just begun, yet nothing was readable: the new rows
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
-			wait = 2*p.margin() + time.Millisecond
+			wait = 2*p.hz.margin() + time.Millisecond
 		case p.rd.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
 		case p.probesRows():
 			// The probe watches for what a batch would look for, and renews the lease; a batch still
 			// comes now and then (see idleBatch).
-			wait = p.idleBatch()
+			wait = p.hz.late.idleBatch(p.cfg.PollInterval, p.cfg.Lease)
 			if p.cur.ProbeRenewal() != nil {
 				return wait, wakeable // the wait itself sees that the lease is renewed (see idle)
 			}
@@ -400,25 +388,6 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 	// Look at the row often enough to renew the lease (the owner) or to say the instance is there (a
 	// standby), both due at a third of it.
 	return min(wait, p.cfg.Lease/3), wakeable
-}
-
-// idleBatch is how long a quiet owner whose probe watches its rows waits for the next batch of its own:
-// the probe's answer, an operator's action seen in the cursor row or a notification ends the wait
-// sooner, and the probe renews the lease meanwhile (see store.Renewal). Such a batch is no longer needed
-// to see anything; it comes a lease after the last (idleTicks poll intervals at least), or when the
-// oldest stretch delivered is due for its count of late rows, to keep the session and the holds up to
-// date at a cost that does not grow much with the processes: a thousand quiet processes with the default
-// lease make about 33 such batches a second.
-func (p *Processor[T]) idleBatch() time.Duration {
-	wait := max(idleTicks*p.cfg.PollInterval, p.cfg.Lease)
-	if len(p.late.spans) > 0 {
-		after := p.late.after
-		if after == 0 {
-			after = lateAfter
-		}
-		wait = min(wait, max(time.Until(p.late.spans[0].at.Add(after)), p.cfg.PollInterval))
-	}
-	return wait
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
@@ -437,9 +406,9 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		p.abandon(work)
 		return err
 	}
-	p.rd.table, p.kind = t, t.Horizon
-	p.rideLocks(t)
-	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
+	p.rd.table, p.hz.kind = t, t.Horizon
+	p.hz.rideLocks(t)
+	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, p.cfg.SynchronousCommit || p.cfg.TxHandler != nil, t)
 	p.rd.prepareScan(t)
 	if err := p.rd.checkColumns(t); err != nil {
 		p.abandon(work)
@@ -478,24 +447,20 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
-			p.cur, p.exec.cur, p.rd.cur = cur, cur, cur
-			p.accepted()
+			p.cur, p.exec.cur, p.rd.cur, p.hz.cur, p.parked.cur = cur, cur, cur, cur, cur
+			p.creds.accepted()
 			return nil
 		}
 		if _, refused := dial.CredentialsRefused(err); refused && p.connectedBefore {
 			// A partition taken up while the credentials are refused: its process had connected, so this
 			// is the outage the process waits out, not a mistake of its start-up.
-			p.refused(err)
+			p.creds.refused(err)
 		} else if isFatal(err) || !store.IsConnectionError(err) {
 			return err
 		} else {
 			p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
 		}
-		most := p.cfg.ReconnectMax
-		if p.refusal != "" {
-			most = min(most, refusedRetryMax)
-		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.creds.retryMax(p.cfg.ReconnectMax))) {
 			return ctx.Err()
 		}
 	}
@@ -513,7 +478,7 @@ func (p *Processor[T]) abandon(work context.Context) {
 
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	if _, refused := dial.CredentialsRefused(cause); refused {
-		p.refused(cause)
+		p.creds.refused(cause)
 	} else if store.Unanswered(work, cause) {
 		p.log.Warn().Err(cause).Str("database_timeout", p.dbTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
@@ -529,30 +494,35 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
-	p.tracker = newTracker(p.cfg.InsertLatency)
+	p.hz.tracker = newTracker(p.cfg.InsertLatency)
 	p.tenure.sourceSaved = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		most := p.cfg.ReconnectMax
-		if p.refusal != "" {
-			most = min(most, refusedRetryMax)
-		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.creds.retryMax(p.cfg.ReconnectMax))) {
 			return
 		}
 		err := p.cur.Reconnect(work)
 		if err == nil {
 			p.log.Info().Int("attempts", attempt).Msg("reconnected")
-			p.accepted()
+			p.creds.accepted()
 			p.obs.Connected(p.cfg.Process, true)
 			p.recheck(work)
 			return
 		}
 		if _, refused := dial.CredentialsRefused(err); refused {
-			p.refused(err)
+			p.creds.refused(err)
 			continue
 		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")
 	}
+}
+
+// credentials is what a processor knows of the database's refusal of its credentials: the refusal it waits
+// out, "" when none.
+type credentials struct {
+	refusal string
+	process string
+	log     zerolog.Logger
+	obs     Observer
 }
 
 // refusedRetryMax caps the backoff between reconnections while the database refuses the credentials: a
@@ -564,24 +534,33 @@ const refusedRetryMax = 3 * time.Second
 // naming the user and the server, and tells the observer: the processor waits it out, reconnecting with
 // backoff, as for a lost connection, since a rotation changes a password under a running process and the
 // new one works once the rotation is done (see ClientConfig.BeforeConnectFunc).
-func (p *Processor[T]) refused(err error) {
+func (c *credentials) refused(err error) {
 	line, _ := dial.CredentialsRefused(err)
-	if line == p.refusal {
+	if line == c.refusal {
 		return
 	}
-	p.refusal = line
-	p.log.Error().Msg(line + "; reconnecting until they are accepted")
-	p.obs.CredentialsRefused(p.cfg.Process, line)
+	c.refusal = line
+	c.log.Error().Msg(line + "; reconnecting until they are accepted")
+	c.obs.CredentialsRefused(c.process, line)
 }
 
 // accepted ends a refusal of the credentials: the processor connected again.
-func (p *Processor[T]) accepted() {
-	if p.refusal == "" {
+func (c *credentials) accepted() {
+	if c.refusal == "" {
 		return
 	}
-	p.refusal = ""
-	p.log.Info().Msg("the database accepts the credentials again")
-	p.obs.CredentialsRefused(p.cfg.Process, "")
+	c.refusal = ""
+	c.log.Info().Msg("the database accepts the credentials again")
+	c.obs.CredentialsRefused(c.process, "")
+}
+
+// retryMax is the longest backoff between reconnections, most as configured: shorter while the
+// credentials are refused (see refusedRetryMax).
+func (c *credentials) retryMax(most time.Duration) time.Duration {
+	if c.refusal != "" {
+		return min(most, refusedRetryMax)
+	}
+	return most
 }
 
 // sleep waits d or until ctx is done, and reports whether the full wait passed.
@@ -616,12 +595,12 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	keep := false
 	defer func() {
 		if err == nil && p.cur.Locked() && !keep {
-			end := p.traceCommit(work, n)
+			end := p.tracing.startCommit(work, n)
 			err = p.cur.Unlock(work)
 			end(err)
 		}
 		p.tenure.lastPos, p.tenure.knownPos = p.cur.State().Position, err == nil
-		p.endBatch(n, err)
+		p.tracing.endBatch(n, err)
 	}()
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
@@ -643,10 +622,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err != nil || !p.cur.Locked() {
 		return 0, 0, err
 	}
-	if err := p.noteHold(work, h); err != nil {
+	if err := p.hz.noteHold(work, h, p.rd.table); err != nil {
 		return 0, 0, err
 	}
-	if err := p.countLate(work); err != nil {
+	if err := p.hz.countLate(work, p.rd.table); err != nil {
 		return 0, 0, err
 	}
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
@@ -677,7 +656,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		}
 		return 0, 0, err
 	}
-	p.startBatch(began, horizonAt, readAt, len(items))
+	p.tracing.startBatch(began, horizonAt, readAt, len(items))
 	defer closeSpans(items)
 	o := p.deliverBatch(ctx, work, st, items, h.at)
 	n, wait, err = o.n, 0, o.err
@@ -702,7 +681,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.tenure.delivered.add(it.pos, now)
 	}
 	if n > 0 {
-		p.late.add(st.Position, items[n-1].pos, n, now)
+		p.hz.late.add(st.Position, items[n-1].pos, n, now)
 	}
 	return n, wait, err
 }
@@ -779,6 +758,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// A batch read ahead in the last tenure is dropped with it, once its statement is done.
 		p.rd.takeAhead(inordertype.Position{})
 		p.role, p.tenure = roleOwner, tenure{token: token, gen: p.tenure.gen + 1}
+		p.parked.keys = nil // read again in the new tenure
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()

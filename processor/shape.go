@@ -6,11 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
-	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // The application migrates its outbox while the stream runs. Every batch's poll of the transactions in
@@ -187,20 +184,11 @@ func (rd *reader[T]) refusedRead(err error) error {
 // relation, or another order column, has its poll of the transactions in flight ride with the locks.
 func (p *Processor[T]) followShape(work context.Context, shape string) (bool, error) {
 	old := p.rd.table
-	wait, err := p.rd.followShape(work, shape, p.kind)
+	wait, err := p.rd.followShape(work, shape, p.hz.kind)
 	if t := p.rd.table; t != old && (t.OID != old.OID || t.CreatedAtNum != old.CreatedAtNum) {
-		p.rideLocks(t)
+		p.hz.rideLocks(t)
 	}
 	return wait, err
-}
-
-// rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
-func (p *Processor[T]) rideLocks(t *source.Table) {
-	sql, args := t.LocksQuery()
-	p.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
-		p.polled, err = source.ScanLocks(rows)
-		return err
-	}})
 }
 
 // columnList is the names of cs, for the log.

@@ -25,9 +25,6 @@ type tenure struct {
 	// tenure's first batch, and after a batch that failed.
 	lastPos  inordertype.Position
 	knownPos bool
-	// parked are the keys parked in the stream (OnHaltPark): nil until read in this tenure, and again after
-	// a batch that may have marked keys whose rows it did not store (see markParked).
-	parked map[string]bool
 	// delivered are the last records this instance delivered in the tenure, for the check after a
 	// reconnect (failover.go): the records it delivered before are not its to recheck.
 	delivered delivered
@@ -54,7 +51,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 		return nil
 	}
 	src := p.rd.table.Spec
-	src.Table, src.Horizon = p.rd.table.Qualified, p.kind
+	src.Table, src.Horizon = p.rd.table.Qualified, p.hz.kind
 	before, changed, err := p.cur.SetSource(work, src)
 	if err != nil {
 		return err
@@ -62,7 +59,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	if changed && before.Table != "" && before.Where != src.Where {
 		return filterChanged(p.cfg.Process, before.Where, src.Where)
 	}
-	if changed && before.Table != "" && before.Horizon != inordertype.HorizonClock && p.kind == inordertype.HorizonClock {
+	if changed && before.Table != "" && before.Horizon != inordertype.HorizonClock && p.hz.kind == inordertype.HorizonClock {
 		if err := p.takeUpClock(work, before.Horizon); err != nil {
 			return err
 		}
@@ -89,10 +86,7 @@ func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon
 		ev.Str("position", pos.String()).Msg("reading by the insert clock from now on; the position is before the clock, so it stays")
 		return nil
 	}
-	p.tenure.delivered.forget() // delivered again on purpose
-	p.exec.attempts.forgetAccepted()
-	p.late.forget()
-	if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
+	if err := p.moveBack(work, back); err != nil {
 		return err
 	}
 	ev.Str("from", pos.String()).Str("to", back.String()).Msg("reading by the insert clock from now on: delivering " +
@@ -119,11 +113,11 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.tenure.knownPos && st.Position != p.tenure.lastPos {
 		p.log.Info().Str("from", p.tenure.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
-		p.traceOperator(p.tenure.lastPos, st.Position)
+		p.tracing.operator(p.tenure.lastPos, st.Position)
 		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
 		p.exec.attempts.forgetAccepted()
 	}
-	p.noteFailing(st.Halt)
+	p.failing.note(st.Halt)
 	if st.Halt == nil {
 		p.tenure.tried = true // what fails from now on, this tenure tries, and backs off from, itself
 		return 0

@@ -118,7 +118,7 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 	if slices.Contains(w.slots[w.head:], parked) {
 		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
 		// read again.
-		p.tenure.parked = nil
+		p.parked.keys = nil
 	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
 		w.o.err = p.cur.SetInFlight(work, store.InFlight{})
@@ -181,7 +181,7 @@ func (w *window[T]) start() {
 		}
 		it := &w.items[i]
 		it.rec.Attempt = w.p.exec.attempt(w.st, it)
-		if w.p.keyParked(&it.rec) {
+		if w.p.parked.has(it.rec.Key) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)
 			w.parkAt(i, w.p.exec.fateOf(w.ctx, w.work, w.st, it, nil, true))
@@ -243,7 +243,7 @@ func pauses(f fate) bool {
 func (w *window[T]) parkAt(i int, f fate) {
 	w.slots[i], w.fates[i] = parked, f
 	if f.kind == fatePark {
-		w.p.markParked(w.items[i].rec.Key)
+		w.p.parked.mark(w.items[i].rec.Key)
 	}
 }
 
@@ -259,7 +259,7 @@ func (w *window[T]) advance() {
 				break
 			}
 		} else {
-			w.p.resumed(&it.rec)
+			w.p.failing.resumed(it.rec.ID, it.rec.Attempt)
 		}
 		w.o.last, w.o.n, moved = it.pos, w.o.n+1, true
 		w.head++
