@@ -179,7 +179,7 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 // relock. last says that it ends the batch: the poll of the transactions in flight then travels with the
 // relock, for the next batch.
 func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position, handled int, flying store.InFlight, last bool) (bool, error) {
-	if err := p.flush(work); err != nil {
+	if err := p.exec.flush(work); err != nil {
 		return false, err
 	}
 	if last {
@@ -259,11 +259,12 @@ func (p *Processor[T]) leaseCovers(now time.Time) bool {
 	return left >= p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) && left >= p.cfg.Lease*2/3
 }
 
-func (p *Processor[T]) flush(work context.Context) error {
-	if p.flusher == nil {
+// flush flushes what the handler buffered (handlers.Flusher), before a commit makes the position durable.
+func (e *executor[T]) flush(work context.Context) error {
+	if e.flusher == nil {
 		return nil
 	}
-	if err := p.flusher.Flush(work); err != nil {
+	if err := e.flusher.Flush(work); err != nil {
 		return fmt.Errorf("flush handler: %w", err)
 	}
 	return nil
@@ -285,18 +286,13 @@ func (p *Processor[T]) finish(work context.Context, from inordertype.Position, o
 	return p.checkpoint(work, o.last, o.n-o.counted, store.InFlight{}, true)
 }
 
-// bounded gives one exchange with the database on the cursor connection its deadline (DatabaseTimeout).
-func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return p.cur.Bounded(ctx)
-}
-
 // fail writes the completion of it, the record the batch that began at st failed on, as the executor
 // builds it from its fate f (see executor.complete), with the position of the last success before it, and
 // returns how long to wait before trying it again.
 func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) time.Duration {
 	rec, cause, check := &it.rec, f.v.err, f.v.unavailable
 	c := p.exec.complete(st, it, f)
-	if err := p.flush(work); err != nil {
+	if err := p.exec.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
 		p.abort(work)
@@ -351,7 +347,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	}
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
 		Time("failing_since", h.FirstFailureAt).Err(cause).Str("retry_in", wait.Round(time.Millisecond).String()).Msg(msg)
-	return p.rowWatched(wait)
+	return p.wt.rowWatched(wait)
 }
 
 // PanicError is the failure of a record whose handler panicked: the panic's value, which the cursor row

@@ -22,6 +22,7 @@ type executor[T any] struct {
 	// and IdleInTransactionTimeout, see callLimit).
 	handler     handlers.Handler[T]
 	txHandler   handlers.TxHandler[T]
+	flusher     handlers.Flusher // the handler, when it buffers what it is handed (see flush)
 	deadline    *handlerDeadline
 	lease, idle time.Duration
 	// cur is the processor's cursor repository, set when it opens: the cursor transaction a TxHandler
@@ -49,7 +50,12 @@ type executor[T any] struct {
 // newExecutor returns the executor of a processor configured by cfg (its defaults set), which logs to log,
 // tells obs, and traces with t; its cursor repository is set when it opens.
 func newExecutor[T any](cfg *Config[T], log zerolog.Logger, obs Observer, t *tracing) executor[T] {
-	return executor[T]{handler: cfg.Handler, txHandler: cfg.TxHandler,
+	h := any(cfg.Handler)
+	if h == nil {
+		h = cfg.TxHandler
+	}
+	flusher, _ := h.(handlers.Flusher)
+	return executor[T]{handler: cfg.Handler, txHandler: cfg.TxHandler, flusher: flusher,
 		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout}, lease: cfg.Lease, idle: cfg.IdleInTransactionTimeout,
 		tracing: t, log: log, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
 		retryMin: cfg.RetryMin, retryMax: cfg.RetryMax, obs: obs, process: cfg.Process}

@@ -75,7 +75,7 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	if len(ps) == 0 || p.rd.table == nil {
 		return
 	}
-	ctx, cancel := p.bounded(ctx)
+	ctx, cancel := p.cur.Bounded(ctx)
 	defer cancel()
 	conn, err := p.cur.Conn(ctx)
 	if err != nil {

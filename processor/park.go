@@ -263,7 +263,7 @@ func (rd *reader[T]) readParked(work context.Context, pk store.Parked) (*item[T]
 
 // commit makes a redrive's step durable, the handler flushed first, without moving the position.
 func (p *Processor[T]) commit(work context.Context, handled int) (bool, error) {
-	if err := p.flush(work); err != nil {
+	if err := p.exec.flush(work); err != nil {
 		return false, err
 	}
 	ok, err := p.cur.Commit(work, handled)

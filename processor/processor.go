@@ -15,7 +15,6 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
@@ -28,56 +27,49 @@ const (
 	roleStandby             // another instance owns the process; this one waits to take over
 )
 
-// Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
+// Processor moves the records of one source table to a handler, strictly in (created_at, id) order. It runs
+// the loop (Run: lock, horizon, read, deliver, commit, wait) and wires the parts that do each, every part
+// owning its own state: the reader, the horizon's watch, the executor, the waiter and the others below.
 type Processor[T any] struct {
 	cfg Config[T]
 	// cursors owns the processor's cursor repository and idle probe: its Client's store (the Client it was
 	// given, or, while it runs, its own: see Run).
 	cursors *store.Store
-	log     zerolog.Logger
-	async   handlers.AsyncHandler[T]
-	txBatch handlers.TxBatchHandler[T] // the TxHandler, when it takes batches
-	flusher handlers.Flusher
-	obs     Observer
-
-	// rd reads the batches (see reader.go).
-	rd reader[T]
-	// hz watches the transactions in flight and says the horizon (see horizon.go).
-	hz        horizonWatch
+	// cur is the process's cursor repository, open while Run runs; the parts that use it are given it as it
+	// opens (see openCursor).
 	cur       *store.Repository
 	dbTimeout time.Duration // the Client's DatabaseTimeout
+	log       zerolog.Logger
+	obs       Observer
+	// async and txBatch are the handler when it is an AsyncHandler, or a TxHandler that takes batches, and
+	// windowed says that records go through the keyed window: how a batch is delivered (deliverBatch).
+	async    handlers.AsyncHandler[T]
+	txBatch  handlers.TxBatchHandler[T]
+	windowed bool
+
+	// The parts.
+	rd      reader[T]    // reads the batches (reader.go)
+	hz      horizonWatch // watches the transactions in flight and says the horizon (horizon.go)
+	exec    executor[T]  // runs the handler and decides what becomes of a record (executor.go)
+	wt      waiter       // waits between batches, on a notification or the probe (listen.go, probe.go)
+	pool    poolerWatch  // tells of a pooler (pooler.go)
+	fleet   *sharer      // shares the fleet's work (fleet.go); nil for a partition
+	parked  parkedKeys   // the keys parked in the stream (park.go)
+	failing failing      // what this instance knows of the failing record (failing.go)
+	creds   credentials  // a refusal of the credentials waited out
+	tracing tracing      // the tracer and the batch's span (trace.go)
 
 	// State across batches, used by the one goroutine running Run.
-	role        role
-	tenure      tenure    // the tenure in which this instance last owned the process (see tenure.go)
-	last        lastBatch // what the last batch found that the next wait depends on
-	wake        chan struct{}
-	prober      *sharedProbe  // the probe shared with the other processors of the database, or nil
-	probeGap    time.Duration // the probe's current interval (see probe.go)
-	started     func()        // gives back the processor's start-up turn on its Client (see Client.startTurn)
-	lastRecords time.Time     // when a batch last handled records
-	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
+	role    role
+	tenure  tenure    // the tenure in which this instance last owned the process (see tenure.go)
+	last    lastBatch // what the last batch found that the next wait depends on
+	paused  bool      // the cursor row said paused at the last batch
+	started func()    // gives back the processor's start-up turn on its Client (see Client.startTurn)
+	hooks   runHooks  // set by a Partitioned runner for the processor of one partition
 	// connectedBefore says that the process had connected before this processor opened its cursor (set
 	// by a Partitioned runner): credentials refused at the open are then an outage, not a start-up's
-	// mistake. creds is what the processor knows of a refusal of its credentials.
+	// mistake.
 	connectedBefore bool
-	creds           credentials
-	// fleet is the instance's look at the instances of its processes, to share the work (see fleet.go);
-	// nil for a partition.
-	fleet  *store.FleetWatch
-	paused bool
-	// parked are the keys parked in the stream (see park.go).
-	parked  parkedKeys
-	failing failing // what this instance knows of the failing record and those sent ahead of it
-	pooling pooling // what this instance said of a pooler
-	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
-	stopListening context.CancelFunc
-	tracing       tracing
-	// exec decides what becomes of a record once its handler answered (see executor.go).
-	exec executor[T]
-	// listened is the table as the listener's goroutine names it: the reader's table when it started, which a
-	// migration of the source replaces while it runs (the name and the relation stay).
-	listened *source.Table
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -138,7 +130,6 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		cfg:       cfg,
 		dbTimeout: cfg.databaseTimeout(),
 		log:       defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		wake:      make(chan struct{}, 1),
 		obs:       cfg.Observer,
 	}
 	if p.obs == nil {
@@ -148,6 +139,8 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	p.failing = failing{process: cfg.Process, obs: p.obs, log: p.log}
 	p.parked = parkedKeys{on: cfg.OnHalt == OnHaltPark, log: p.log}
 	p.creds = credentials{process: cfg.Process, log: p.log, obs: p.obs}
+	p.wt = newWaiter(&p.cfg, p.log)
+	p.pool = newPoolerWatch(&p.cfg, p.log)
 	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing)
 	var err error
 	if p.rd, err = newReader(&p.cfg, p.log, p.obs); err != nil {
@@ -155,11 +148,10 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 	}
 	if cfg.Handler != nil {
 		p.async, _ = cfg.Handler.(handlers.AsyncHandler[T])
-		p.flusher, _ = cfg.Handler.(handlers.Flusher)
 	} else {
-		p.flusher, _ = cfg.TxHandler.(handlers.Flusher)
 		p.txBatch, _ = cfg.TxHandler.(handlers.TxBatchHandler[T])
 	}
+	p.windowed = cfg.MaxInFlight > 1 && cfg.Handler != nil && p.async == nil
 	return p, nil
 }
 
@@ -224,7 +216,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	// work outlives ctx by at most ShutdownTimeout: the record in flight and the final commit use it.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	defer p.cutOffAfterShutdownTimeout(ctx, cancelWork)()
+	defer cutOffAfter(ctx, p.cfg.ShutdownTimeout, p.log, cancelWork)()
 
 	p.started = p.cfg.Client.startTurn(ctx)
 	defer p.started()
@@ -241,27 +233,29 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	prober := p.cursors.Prober()
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
-		p.prober = prober
-		defer func() { p.prober = nil }()
+		p.wt.prober = prober
+		defer func() { p.wt.prober = nil }()
 	}
 
 	p.cur.Detach() // the pooler's check takes connections of the pool
-	if err := p.detectPooler(work); err != nil {
+	if err := p.pool.detect(work, p.cfg.Client.shared); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
-	if p.listens() {
+	if p.pool.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})
-		p.listened = p.rd.table
-		go func() { defer close(listening); p.listen(listenCtx) }()
-		p.stopListening = stopListening
+		p.wt.listened = p.rd.table
+		client := p.cfg.Client
+		go func() { defer close(listening); p.wt.listen(listenCtx, client) }()
+		p.pool.stopListening = stopListening
 		defer func() { stopListening(); <-listening }()
 	}
 
 	if p.hooks.afterBatch == nil {
 		// One stream shares the fleet's work; a partition's runner balances its partitions itself.
-		p.fleet = p.cur.FleetWatch()
-		p.cur.DeferTake(p.takeDelay)
+		p.fleet = newSharer(&p.cfg, p.cur.FleetWatch(), p.cur, p.log)
+		p.wt.fleet = p.fleet
+		p.cur.DeferTake(p.fleet.takeDelay)
 	}
 	p.cur.Detach()
 	woken := false
@@ -270,15 +264,17 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		n, wait, err := p.tick(ctx, work)
 		p.cur.Detach() // on a Client's connections: hold none while not locked
 		if !p.cur.Locked() && p.role == roleOwner {
-			p.redriveAfterOutage(work)
+			p.exec.redriveAfterOutage(work)
 		}
 		if n > 0 {
-			p.probeGap, p.lastRecords = 0, time.Now()
+			p.wt.probeGap, p.wt.lastRecords = 0, time.Now()
 		}
 		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.role == roleOwner, n == 0 && wait == 0) {
 			return nil // the runner above moves on
 		}
-		if err == nil && wait == 0 && ctx.Err() == nil && p.shareWork(work) {
+		if err == nil && wait == 0 && ctx.Err() == nil && p.fleet != nil && p.role == roleOwner && p.fleet.shareWork(work) {
+			p.role = roleStandby
+			p.obs.Locked(p.cfg.Process, false)
 			continue // standing by now; another instance takes the process
 		}
 		if err != nil {
@@ -304,7 +300,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			if wakeable {
 				p.endKeptLock(work) // a wait for rows, on the probe; a retry's backoff keeps its transaction
 			}
-			woken = p.idle(ctx, wait, wakeable)
+			woken = p.wt.idle(ctx, wait, wakeable, idleWatch{owner: p.role == roleOwner, heldLong: p.last.heldLong,
+				table: p.rd.table, margin: p.hz.margin(), known: p.rd.shape.known})
 		}
 	}
 	return nil
@@ -315,7 +312,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 // has one of, and renews only a lease whose row no transaction holds, so a wait on it must hold neither.
 // Without the probe the wait keeps the transaction, as the next batch goes on in it.
 func (p *Processor[T]) endKeptLock(work context.Context) {
-	if p.prober == nil || !p.cur.Locked() {
+	if p.wt.prober == nil || !p.cur.Locked() {
 		return
 	}
 	if err := p.cur.Unlock(work); err != nil {
@@ -339,9 +336,9 @@ func (p *Processor[T]) release(ctx context.Context) {
 	}
 }
 
-// cutOffAfterShutdownTimeout cancels work once ShutdownTimeout has passed since ctx was done: the record
-// in flight is abandoned then. The returned function ends the watch.
-func (p *Processor[T]) cutOffAfterShutdownTimeout(ctx context.Context, cancelWork context.CancelFunc) func() {
+// cutOffAfter cancels work (cancelWork) once timeout, the ShutdownTimeout, has passed since ctx was done:
+// the record in flight is abandoned then, as log says. The returned function ends the watch.
+func cutOffAfter(ctx context.Context, timeout time.Duration, log zerolog.Logger, cancelWork context.CancelFunc) func() {
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -349,11 +346,11 @@ func (p *Processor[T]) cutOffAfterShutdownTimeout(ctx context.Context, cancelWor
 		case <-done:
 			return
 		}
-		t := time.NewTimer(p.cfg.ShutdownTimeout)
+		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			p.log.Warn().Str("shutdown_timeout", p.cfg.ShutdownTimeout.String()).Msg("record in flight did not finish in time; abandoning it")
+			log.Warn().Str("shutdown_timeout", timeout.String()).Msg("record in flight did not finish in time; abandoning it")
 			cancelWork()
 		case <-done:
 		}
@@ -376,7 +373,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			wait = 2*p.hz.margin() + time.Millisecond
 		case p.rd.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
-		case p.probesRows():
+		case p.wt.probesRows(p.role == roleOwner, p.last.heldLong):
 			// The probe watches for what a batch would look for, and renews the lease; a batch still
 			// comes now and then (see idleBatch).
 			wait = p.hz.late.idleBatch(p.cfg.PollInterval, p.cfg.Lease)
@@ -414,7 +411,8 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		p.abandon(work)
 		return err
 	}
-	if err := p.register(checks); err != nil {
+	reg := registration{cur: p.cur, table: t, process: p.cfg.Process, start: p.cfg.StartFrom, log: p.log}
+	if err := reg.register(checks); err != nil {
 		p.abandon(work)
 		return err
 	}
@@ -447,7 +445,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
-			p.cur, p.exec.cur, p.rd.cur, p.hz.cur, p.parked.cur = cur, cur, cur, cur, cur
+			p.cur, p.exec.cur, p.rd.cur, p.hz.cur, p.parked.cur, p.wt.cur, p.pool.cur = cur, cur, cur, cur, cur, cur, cur
 			p.creds.accepted()
 			return nil
 		}
@@ -695,7 +693,7 @@ func (p *Processor[T]) deliverBatch(ctx, work context.Context, st inordertype.St
 		return p.deliverTxBatch(ctx, work, st, items)
 	case p.async != nil:
 		return p.deliverAsync(ctx, work, st, items)
-	case p.windowed():
+	case p.windowed:
 		return p.deliverWindow(ctx, work, st, items)
 	}
 	p.rd.readAhead(work, items, horizon)
@@ -729,7 +727,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		p.log.Warn().Ints32("pids", e.PIDs).Str("owner", e.Instance).Msg("the owner's lease ran out while its " +
 			"session still held the cursor row (cut off inside its batch); ended that session to take over")
 	}
-	p.notePooler()
+	p.pool.note()
 	if !ok {
 		if p.role == roleOwner && p.cur.Owner() {
 			// Still the owner: an operator action holds the row for the moment it takes. Look again

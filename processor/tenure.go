@@ -104,7 +104,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
 			p.paused = true
 		}
-		return p.rowWatched(idleTicks * p.cfg.PollInterval)
+		return p.wt.rowWatched(idleTicks * p.cfg.PollInterval)
 	}
 	if p.paused {
 		p.log.Info().Msg("resumed by an operator")
@@ -141,5 +141,5 @@ func (p *Processor[T]) followOperator() time.Duration {
 	// One clock for a wait on a time the cursor row keeps: the database's (Repository.Now, this machine's
 	// clock carried on from the offset measured as the row was locked), never this machine's alone, which
 	// may be off from the database's by any amount, and from the other instances' that share the row.
-	return p.rowWatched(max(0, due.Sub(p.cur.Now())))
+	return p.wt.rowWatched(max(0, due.Sub(p.cur.Now())))
 }
