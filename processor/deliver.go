@@ -57,7 +57,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 			break // stopping: the records not yet started stay ahead of the position
 		}
 		now := time.Now() // one read of the clock for the lease's cover and the call's start
-		if !p.leaseCovers(now) {
+		if !p.exec.leaseCovers(now) {
 			if !p.covered(work, &o, store.InFlight{}) {
 				break
 			}
@@ -220,7 +220,7 @@ func leaseMargin(lease time.Duration) time.Duration { return min(time.Second, le
 // round trip). It reports false when the batch must end here: the renewal failed (o.err), the row went
 // to another instance (o.lost), or it is held for a moment (o.lost: the next batch looks again).
 func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store.InFlight) bool {
-	if p.leaseCovers(time.Now()) {
+	if p.exec.leaseCovers(time.Now()) {
 		return true
 	}
 	p.rd.joinAhead()
@@ -246,17 +246,6 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store
 		return false
 	}
 	return true
-}
-
-// leaseCovers reports that at now the lease covers one more handler call without a renewal: less than a
-// third of it has passed, and what is left covers the call (see covered).
-func (p *Processor[T]) leaseCovers(now time.Time) bool {
-	until := p.cur.LeaseUntil()
-	if until.IsZero() {
-		return false
-	}
-	left := until.Sub(now)
-	return left >= p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) && left >= p.cfg.Lease*2/3
 }
 
 // flush flushes what the handler buffered (handlers.Flusher), before a commit makes the position durable.
@@ -302,7 +291,11 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	if err == nil && c.park {
 		// The cursor row counts it halted now, no longer the sink's outage: the key parks, and the stream
 		// goes on at once.
-		if err = p.parkFailed(work, st, it, f.v); err == nil {
+		// The position moves past it, in the transaction committed here.
+		if err = p.park(work, st, it, f.v); err == nil {
+			err = p.cur.SetPosition(work, it.pos, 0)
+		}
+		if err == nil {
 			if err = p.cur.Unlock(work); err == nil {
 				return 0
 			}

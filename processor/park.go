@@ -105,15 +105,6 @@ func (p *Processor[T]) abort(work context.Context) {
 	p.parked.keys = nil
 }
 
-// parkFailed parks a record whose failure the cursor row has just counted as halting the stream
-// (RecordFailure said so): the position moves past it, in the transaction that fail commits.
-func (p *Processor[T]) parkFailed(work context.Context, st inordertype.State, it *item[T], v verdict) error {
-	if err := p.park(work, st, it, v); err != nil {
-		return err
-	}
-	return p.cur.SetPosition(work, it.pos, 0)
-}
-
 // load reads the stream's parked keys, once per tenure and again after an operator's redrive or
 // skip. A role that may not read parked records (granted by hand before parking existed) reads none,
 // unless the stream parks: then it is refused at once, saying what to grant.
