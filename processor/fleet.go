@@ -138,10 +138,11 @@ func (s *sharer) shareWork(work context.Context) bool {
 	return true
 }
 
-// overShare reports, for a quiet owner between the stretches of its wait (the caller's to know), whether this instance owns more
-// than its share and may hand a process over now, from the instance's look at its fleet (read again at
-// most every lookEvery, for all its processes): the owner then runs a batch, after which shareWork
-// hands the process over. A quiet owner otherwise runs a batch of its own only once a lease.
+// overShare reports, for a quiet owner between the stretches of its wait (the caller's to know), whether
+// this instance owns more than its share and may hand a process over now, from the instance's look at its
+// fleet (read again at most every lookEvery, for all its processes): the owner then runs a batch, after
+// which shareWork hands the process over. A quiet owner otherwise runs a batch of its own only once a
+// lease.
 func (s *sharer) overShare(ctx context.Context) bool {
 	if s.cur.Locked() || !s.fleet.MayGive(s.pace()) {
 		return false

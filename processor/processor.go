@@ -272,7 +272,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.role == roleOwner, n == 0 && wait == 0) {
 			return nil // the runner above moves on
 		}
-		if err == nil && wait == 0 && ctx.Err() == nil && p.fleet != nil && p.role == roleOwner && p.fleet.shareWork(work) {
+		if err == nil && wait == 0 && ctx.Err() == nil && p.fleet != nil && p.role == roleOwner &&
+			p.fleet.shareWork(work) {
 			p.role = roleStandby
 			p.obs.Locked(p.cfg.Process, false)
 			continue // standing by now; another instance takes the process

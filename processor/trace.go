@@ -209,7 +209,7 @@ func closeSpans[T any](items []item[T]) {
 	}
 }
 
-// traceOperator records an operator's move of the position (a skip or a rewind) as a span of its own,
+// operator records an operator's move of the position (a skip or a rewind) as a span of its own,
 // with the event named after it.
 func (t *tracing) operator(from, to inordertype.Position) {
 	event := "rewound"
