@@ -36,7 +36,8 @@ type shapeWatch struct {
 }
 
 // followShape inspects the source again when the last poll found its columns changed (shape), a read was
-// refused for them, or the stream waits for them, and reports whether the stream must wait.
+// refused for them, or the stream waits for them, and reports whether the stream must wait. kind is the
+// horizon in use, which decides what the table must still have (see needs).
 func (rd *reader[T]) followShape(work context.Context, shape string, kind inordertype.Horizon) (bool, error) {
 	sw := &rd.shape
 	if shape == sw.known && !sw.stale && sw.wait == nil {
