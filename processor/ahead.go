@@ -30,37 +30,36 @@ type ahead[T any] struct {
 
 // readAhead starts reading the batch after items, below horizon, when the batch came back full (a backlog
 // lies behind it) and its delivery leaves the connection free.
-func (p *Processor[T]) readAhead(work context.Context, items []item[T], horizon time.Time) {
-	if p.cfg.Handler == nil || p.async != nil || p.windowed() || p.cfg.Checkpoint != CheckpointBatch ||
-		p.parking() || len(items) == 0 || !p.lastFull {
+func (rd *reader[T]) readAhead(work context.Context, items []item[T], horizon time.Time) {
+	if !rd.readsAhead || len(items) == 0 || !rd.lastFull {
 		return
 	}
-	a := &ahead[T]{from: items[len(items)-1].pos, bounds: p.nextBounds(), done: make(chan struct{})}
-	p.tenure.ahead = a
+	a := &ahead[T]{from: items[len(items)-1].pos, bounds: rd.nextBounds(), done: make(chan struct{})}
+	rd.ahead = a
 	go func() {
 		defer close(a.done)
-		a.read, a.err = p.readRows(work, a.from, horizon, a.bounds)
+		a.read, a.err = rd.readRows(work, a.from, horizon, a.bounds)
 	}()
 }
 
 // joinAhead waits for a read ahead under way, so that the connection is free again.
-func (p *Processor[T]) joinAhead() {
-	if p.tenure.ahead != nil {
-		<-p.tenure.ahead.done
+func (rd *reader[T]) joinAhead() {
+	if rd.ahead != nil {
+		<-rd.ahead.done
 	}
 }
 
 // takeAhead returns the batch read ahead when it starts at pos, and drops it either way.
-func (p *Processor[T]) takeAhead(pos inordertype.Position) ([]item[T], bool) {
-	a := p.tenure.ahead
+func (rd *reader[T]) takeAhead(pos inordertype.Position) ([]item[T], bool) {
+	a := rd.ahead
 	if a == nil {
 		return nil, false
 	}
-	p.tenure.ahead = nil
+	rd.ahead = nil
 	<-a.done
 	if a.err != nil || a.from != pos {
 		return nil, false
 	}
-	p.learn(a.bounds, a.read)
+	rd.learn(a.bounds, a.read)
 	return a.read.items, true
 }

@@ -79,7 +79,7 @@ func (a *asyncWindow[T]) send() bool {
 		}
 		it := &a.items[i]
 		it.rec.Attempt = p.exec.attempt(a.st, it)
-		if p.keyParked(&it.rec) {
+		if p.parked.has(it.rec.Key) {
 			if !a.add(flight[T]{it: it, sent: time.Now()}) { // parked in its turn, without reaching the sink
 				return false
 			}
@@ -141,7 +141,7 @@ func (a *asyncWindow[T]) settle() bool {
 	// Parked behind its key: a record sent before the key was parked is delivered again after the key's
 	// first record, whatever the sink said of it.
 	var err error
-	switch v := p.exec.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.keyParked(&f.it.rec)); v.kind {
+	switch v := p.exec.fateOf(a.ctx, a.work, a.st, f.it, werr, f.res == nil || p.parked.has(f.it.rec.Key)); v.kind {
 	case fateParkedBehind:
 		err = p.park(a.work, a.st, f.it, verdict{})
 	case fatePark:
@@ -149,7 +149,7 @@ func (a *asyncWindow[T]) settle() bool {
 		err = p.park(a.work, a.st, f.it, v.v)
 	case fateDelivered:
 		endAttempt(f.it, nil)
-		p.resumed(&f.it.rec)
+		p.failing.resumed(f.it.rec.ID, f.it.rec.Attempt)
 	default:
 		endAttempt(f.it, werr)
 		a.o.failed, a.o.fate = f.it, v
@@ -201,7 +201,7 @@ func (a *asyncWindow[T]) drain() {
 		switch {
 		case f.accepted:
 			a.p.exec.accept(f.it, a.p.tenure.gen) // still accepted, for the next read
-		case f.res != nil && !a.p.keyParked(&f.it.rec):
+		case f.res != nil && !a.p.parked.has(f.it.rec.Key):
 			if f.res.Wait(ctx) == nil {
 				a.p.exec.accept(f.it, a.p.tenure.gen)
 			}

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
-	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/internal/source"
 )
 
@@ -150,21 +149,21 @@ func sameName(a, b string) bool {
 // checkColumns finds at start what would otherwise fail at the first record, and halt the stream on it: a
 // struct whose fields do not pair up with the selected columns, and a column the handler reads by name
 // (handlers.ColumnReader) that is not selected. Either is an ErrInvalidSource naming the selected columns.
-func (p *Processor[T]) checkColumns(t *source.Table) error {
+func (rd *reader[T]) checkColumns(t *source.Table) error {
 	names := make([]string, len(t.Columns))
 	for i, c := range t.Columns {
 		names[i] = c.Name
 	}
 	selected := strings.Join(names, ", ")
-	if p.structCols != nil && p.cfg.ScanFunc == nil && p.positional == nil {
+	if rd.structCols != nil && !rd.custom && rd.positional == nil {
 		var noColumn, noField []string
-		for _, f := range p.structCols {
+		for _, f := range rd.structCols {
 			if !slices.ContainsFunc(names, func(n string) bool { return n == f.column || sameName(n, f.column) }) {
 				noColumn = append(noColumn, f.column)
 			}
 		}
 		for _, n := range names {
-			if !slices.ContainsFunc(p.structCols, func(f structField) bool { return n == f.column || sameName(n, f.column) }) {
+			if !slices.ContainsFunc(rd.structCols, func(f structField) bool { return n == f.column || sameName(n, f.column) }) {
 				noField = append(noField, n)
 			}
 		}
@@ -173,12 +172,8 @@ func (p *Processor[T]) checkColumns(t *source.Table) error {
 			"columns without a field: [%s]; set Source.Columns to the struct's columns, or tag the fields with db:\"column\"",
 			ErrInvalidSource, zero, t.Qualified, selected, strings.Join(noColumn, ", "), strings.Join(noField, ", "))
 	}
-	h := any(p.cfg.Handler)
-	if h == nil {
-		h = p.cfg.TxHandler
-	}
-	if r, ok := h.(handlers.ColumnReader); ok {
-		for _, c := range r.ReadsColumns() {
+	if rd.columns != nil {
+		for _, c := range rd.columns.ReadsColumns() {
 			if !slices.Contains(names, c) {
 				return fmt.Errorf("%w: the handler reads column %q, which is not among the columns read from %s: %s",
 					ErrInvalidSource, c, t.Qualified, selected)

@@ -57,7 +57,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 			break // stopping: the records not yet started stay ahead of the position
 		}
 		now := time.Now() // one read of the clock for the lease's cover and the call's start
-		if !p.leaseCovers(now) {
+		if !p.exec.leaseCovers(now) {
 			if !p.covered(work, &o, store.InFlight{}) {
 				break
 			}
@@ -65,7 +65,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		}
 		it := &items[i]
 		it.rec.Attempt = p.exec.attempt(st, it)
-		behind := p.keyParked(&it.rec)
+		behind := p.parked.has(it.rec.Key)
 		var err error
 		if !behind {
 			err = deliver(i, now)
@@ -79,7 +79,7 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		case f.kind == fatePark || f.kind == fateParkedBehind:
 			o.err = p.park(work, st, it, f.v)
 		default:
-			p.resumed(&it.rec)
+			p.failing.resumed(it.rec.ID, it.rec.Attempt)
 		}
 		if o.err != nil || o.failed != nil {
 			break
@@ -93,47 +93,6 @@ func (p *Processor[T]) deliverSync(ctx, work context.Context, st inordertype.Sta
 		}
 	}
 	return o
-}
-
-// resumed notes that a record which had failed before went through.
-func (p *Processor[T]) resumed(rec *handlers.Record[T]) {
-	if rec.Attempt > 1 {
-		p.failing.nextAt = time.Time{}
-		was := p.noteFailing(nil)
-		if was == failUnavailable {
-			return // said by noteFailing: the sink's outage is over
-		}
-		msg := "the record went through; retrying is over"
-		if was == failHalted {
-			msg = "stream resumed: the halted record went through"
-		}
-		p.log.Info().Str("record", rec.ID).Int("attempt", rec.Attempt).Msg(msg)
-	}
-}
-
-// noteFailing tells the observer what the stream does now about h, the failing record (nil: none).
-func (p *Processor[T]) noteFailing(h *inordertype.Halt) failState {
-	now := failNone
-	switch {
-	case h == nil:
-	case h.SinkUnavailable():
-		now = failUnavailable
-	case !h.HaltedAt.IsZero():
-		now = failHalted
-	default:
-		now = failRetrying
-	}
-	was := p.failing.told
-	if now != was {
-		p.failing.told = now
-		p.obs.Halted(p.cfg.Process, now == failHalted)
-		p.obs.Retrying(p.cfg.Process, now == failRetrying)
-		p.obs.SinkUnavailable(p.cfg.Process, now == failUnavailable)
-		if was == failUnavailable {
-			p.log.Info().Msg("the sink accepts again: its outage is over, and the stream flows")
-		}
-	}
-	return was
 }
 
 // deliver runs the handler on one record, inside a savepoint for a TxHandler so that a failure rolls
@@ -220,13 +179,13 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 // relock. last says that it ends the batch: the poll of the transactions in flight then travels with the
 // relock, for the next batch.
 func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position, handled int, flying store.InFlight, last bool) (bool, error) {
-	if err := p.flush(work); err != nil {
+	if err := p.exec.flush(work); err != nil {
 		return false, err
 	}
 	if last {
 		p.cur.RideNext()
 	}
-	end := p.traceCommit(work, handled)
+	end := p.tracing.startCommit(work, handled)
 	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
 	end(err)
 	if err == nil {
@@ -261,10 +220,10 @@ func leaseMargin(lease time.Duration) time.Duration { return min(time.Second, le
 // round trip). It reports false when the batch must end here: the renewal failed (o.err), the row went
 // to another instance (o.lost), or it is held for a moment (o.lost: the next batch looks again).
 func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store.InFlight) bool {
-	if p.leaseCovers(time.Now()) {
+	if p.exec.leaseCovers(time.Now()) {
 		return true
 	}
-	p.joinAhead()
+	p.rd.joinAhead()
 	var ok bool
 	var err error
 	if o.last != (inordertype.Position{}) && o.n > o.counted {
@@ -289,22 +248,12 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store
 	return true
 }
 
-// leaseCovers reports that at now the lease covers one more handler call without a renewal: less than a
-// third of it has passed, and what is left covers the call (see covered).
-func (p *Processor[T]) leaseCovers(now time.Time) bool {
-	until := p.cur.LeaseUntil()
-	if until.IsZero() {
-		return false
-	}
-	left := until.Sub(now)
-	return left >= p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) && left >= p.cfg.Lease*2/3
-}
-
-func (p *Processor[T]) flush(work context.Context) error {
-	if p.flusher == nil {
+// flush flushes what the handler buffered (handlers.Flusher), before a commit makes the position durable.
+func (e *executor[T]) flush(work context.Context) error {
+	if e.flusher == nil {
 		return nil
 	}
-	if err := p.flusher.Flush(work); err != nil {
+	if err := e.flusher.Flush(work); err != nil {
 		return fmt.Errorf("flush handler: %w", err)
 	}
 	return nil
@@ -326,18 +275,13 @@ func (p *Processor[T]) finish(work context.Context, from inordertype.Position, o
 	return p.checkpoint(work, o.last, o.n-o.counted, store.InFlight{}, true)
 }
 
-// bounded gives one exchange with the database on the cursor connection its deadline (DatabaseTimeout).
-func (p *Processor[T]) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
-	return p.cur.Bounded(ctx)
-}
-
 // fail writes the completion of it, the record the batch that began at st failed on, as the executor
 // builds it from its fate f (see executor.complete), with the position of the last success before it, and
 // returns how long to wait before trying it again.
 func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) time.Duration {
 	rec, cause, check := &it.rec, f.v.err, f.v.unavailable
 	c := p.exec.complete(st, it, f)
-	if err := p.flush(work); err != nil {
+	if err := p.exec.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
 		p.abort(work)
@@ -347,7 +291,11 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	if err == nil && c.park {
 		// The cursor row counts it halted now, no longer the sink's outage: the key parks, and the stream
 		// goes on at once.
-		if err = p.parkFailed(work, st, it, f.v); err == nil {
+		// The position moves past it, in the transaction committed here.
+		if err = p.park(work, st, it, f.v); err == nil {
+			err = p.cur.SetPosition(work, it.pos, 0)
+		}
+		if err == nil {
 			if err = p.cur.Unlock(work); err == nil {
 				return 0
 			}
@@ -365,7 +313,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	// the database's clock alone (see store.Repository.RecordFailure), whatever this machine's says.
 	wait := h.NextAttemptAt.Sub(h.LastFailureAt)
 	p.failing.nextAt = h.NextAttemptAt
-	was := p.noteFailing(&h)
+	was := p.failing.note(&h)
 	event := "retrying"
 	switch p.failing.told {
 	case failHalted:
@@ -373,7 +321,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	case failUnavailable:
 		event = "sink unavailable"
 	}
-	p.endSpan(work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
+	endSpan(&p.tracing, work, it, event, attribute.Int("inorder.record.attempts", h.Attempts), attribute.Bool("inorder.record.permanent", h.Permanent),
 		attribute.String("inorder.record.next_attempt_at", h.NextAttemptAt.UTC().Format(time.RFC3339Nano)))
 	// One line per change of state: retrying begins (a warning), the stream halts (an error: refused for
 	// good, or failing for longer than HaltAfter). Every attempt in between is a debug line.
@@ -392,7 +340,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	}
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
 		Time("failing_since", h.FirstFailureAt).Err(cause).Str("retry_in", wait.Round(time.Millisecond).String()).Msg(msg)
-	return p.rowWatched(wait)
+	return p.wt.rowWatched(wait)
 }
 
 // PanicError is the failure of a record whose handler panicked: the panic's value, which the cursor row

@@ -18,12 +18,13 @@ import (
 // attempt are decided here, once; the store counts nothing again and judges nothing again.
 type executor[T any] struct {
 	// handler or txHandler is the handler it runs (Config.Handler or TxHandler, one of them), each call
-	// bounded by deadline, and by the lease and the idle-in-transaction timeout (lease, idle: Config.Lease
-	// and IdleInTransactionTimeout, see callLimit).
-	handler     handlers.Handler[T]
-	txHandler   handlers.TxHandler[T]
-	deadline    *handlerDeadline
-	lease, idle time.Duration
+	// bounded by deadline (timeout: Config.HandlerTimeout), and by the lease and the idle-in-transaction
+	// timeout (lease, idle: Config.Lease and IdleInTransactionTimeout, see callLimit and leaseCovers).
+	handler              handlers.Handler[T]
+	txHandler            handlers.TxHandler[T]
+	flusher              handlers.Flusher // the handler, when it buffers what it is handed (see flush)
+	deadline             *handlerDeadline
+	timeout, lease, idle time.Duration
 	// cur is the processor's cursor repository, set when it opens: the cursor transaction a TxHandler
 	// writes in, the lease a call must end within, and the database's clock (Repository.Now), by which a
 	// record's failures are timed, since the cursor row's times are the database's.
@@ -49,8 +50,14 @@ type executor[T any] struct {
 // newExecutor returns the executor of a processor configured by cfg (its defaults set), which logs to log,
 // tells obs, and traces with t; its cursor repository is set when it opens.
 func newExecutor[T any](cfg *Config[T], log zerolog.Logger, obs Observer, t *tracing) executor[T] {
-	return executor[T]{handler: cfg.Handler, txHandler: cfg.TxHandler,
-		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout}, lease: cfg.Lease, idle: cfg.IdleInTransactionTimeout,
+	h := any(cfg.Handler)
+	if h == nil {
+		h = cfg.TxHandler
+	}
+	flusher, _ := h.(handlers.Flusher)
+	return executor[T]{handler: cfg.Handler, txHandler: cfg.TxHandler, flusher: flusher,
+		deadline: &handlerDeadline{timeout: cfg.HandlerTimeout}, timeout: cfg.HandlerTimeout, lease: cfg.Lease,
+		idle:    cfg.IdleInTransactionTimeout,
 		tracing: t, log: log, parking: cfg.OnHalt == OnHaltPark, haltAfter: cfg.HaltAfter,
 		retryMin: cfg.RetryMin, retryMax: cfg.RetryMax, obs: obs, process: cfg.Process}
 }
@@ -82,6 +89,17 @@ func (e *executor[T]) sinkCheck(cause error) string {
 		return check
 	}
 	return e.refusals.check(cause)
+}
+
+// leaseCovers reports that at now the lease covers one more handler call without a renewal: less than a
+// third of it has passed, and what is left covers the call (see covered).
+func (e *executor[T]) leaseCovers(now time.Time) bool {
+	until := e.cur.LeaseUntil()
+	if until.IsZero() {
+		return false
+	}
+	left := until.Sub(now)
+	return left >= e.timeout+leaseMargin(e.lease) && left >= e.lease*2/3
 }
 
 // completion is what becomes of the record a batch failed on, complete and decided once: the value the

@@ -72,10 +72,10 @@ func (d *delivered) list() ([]inordertype.Position, []time.Time) {
 // reconnect finds the new one) leaves them for the recheck after the next reconnect.
 func (p *Processor[T]) recheck(ctx context.Context) {
 	ps, deliveredAt := p.tenure.delivered.list()
-	if len(ps) == 0 || p.table == nil {
+	if len(ps) == 0 || p.rd.table == nil {
 		return
 	}
-	ctx, cancel := p.bounded(ctx)
+	ctx, cancel := p.cur.Bounded(ctx)
 	defer cancel()
 	conn, err := p.cur.Conn(ctx)
 	if err != nil {
@@ -87,7 +87,7 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return
 	}
-	r, err := p.table.Recheck(ctx, conn, pos, ps, recentFrom(deliveredAt, time.Now()))
+	r, err := p.rd.table.Recheck(ctx, conn, pos, ps, recentFrom(deliveredAt, time.Now()))
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return

@@ -22,16 +22,16 @@ import (
 
 // checkFilter checks the source's filter at start-up, as a column name is checked, and refuses a filter
 // other than the one the process's cursor row recorded when it last ran.
-func (p *Processor[T]) checkFilter(ctx context.Context, conn *pgx.Conn, t *source.Table) error {
+func (rd *reader[T]) checkFilter(ctx context.Context, conn *pgx.Conn, t *source.Table) error {
 	if err := t.CheckFilter(ctx, conn); err != nil {
 		return err
 	}
-	recorded, ran, err := p.cur.RecordedFilter(ctx)
+	recorded, ran, err := rd.cur.RecordedFilter(ctx)
 	if err != nil {
 		return err
 	}
 	if ran && recorded != t.Spec.Where {
-		return filterChanged(p.cfg.Process, recorded, t.Spec.Where)
+		return filterChanged(rd.process, recorded, t.Spec.Where)
 	}
 	return nil
 }
@@ -59,37 +59,39 @@ func (p *Processor[T]) passOver(work context.Context, from inordertype.Position,
 	if !from.CreatedAt.Before(to.CreatedAt) {
 		return false, nil
 	}
-	ctx, cancel := p.bounded(work)
-	sql, args := p.table.AnyBelowSQL(from, horizon)
-	var any bool
-	err := p.cur.Tx().QueryRow(ctx, sql, args...).Scan(&any)
-	cancel()
-	if err != nil {
-		return false, fmt.Errorf("look for rows the filter passes over in %s: %w", p.table.Qualified, err)
-	}
-	if !any {
-		return false, nil
+	if any, err := p.rd.anyBelow(work, from, horizon); err != nil || !any {
+		return false, err
 	}
 	keep, err := p.checkpoint(work, to, 0, store.InFlight{}, true)
 	if err == nil {
-		p.passedOver()
+		// Told to an observer that can count it: the position moved past rows the filter passed over.
+		p.obs.PassedOver(p.cfg.Process)
 	}
 	return keep && !p.cur.Contended(), err
+}
+
+// anyBelow reports whether a row lies after from and below horizon, of those the filter passes over.
+func (rd *reader[T]) anyBelow(work context.Context, from inordertype.Position, horizon time.Time) (bool, error) {
+	ctx, cancel := rd.cur.Bounded(work)
+	sql, args := rd.table.AnyBelowSQL(from, horizon)
+	var any bool
+	err := rd.cur.Tx().QueryRow(ctx, sql, args...).Scan(&any)
+	cancel()
+	if err != nil {
+		return false, fmt.Errorf("look for rows the filter passes over in %s: %w", rd.table.Qualified, err)
+	}
+	return any, nil
 }
 
 // passedTo is where the position of a process with a filter moves after a batch that delivered every
 // row a read found below horizon (the read came back short of its bounds): past the rows the filter
 // passed over up to just below horizon, or last where that is not after it. With a checkpoint per record
-// the batch's records moved it already, and the next batch's empty read passes over what is left.
-func (p *Processor[T]) passedTo(last inordertype.Position, horizon time.Time) inordertype.Position {
+// (perRecord) the batch's records moved it already, and the next batch's empty read passes over what is
+// left.
+func passedTo(last inordertype.Position, horizon time.Time, perRecord bool) inordertype.Position {
 	to := inordertype.Position{CreatedAt: horizon.Add(-time.Microsecond).UTC()}
-	if p.cfg.Checkpoint == CheckpointRecord || !last.CreatedAt.Before(to.CreatedAt) {
+	if perRecord || !last.CreatedAt.Before(to.CreatedAt) {
 		return last
 	}
 	return to
-}
-
-// passedOver tells an observer that can count it that the position moved past rows the filter passed over.
-func (p *Processor[T]) passedOver() {
-	p.obs.PassedOver(p.cfg.Process)
 }

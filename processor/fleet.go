@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
@@ -59,82 +61,96 @@ func shouldDefer(f store.Fleet, me, process string) bool {
 	return false
 }
 
-// fleetLookEvery is how old the instance's look at its fleet may be: a third of the lease, at most a
-// second.
-func (p *Processor[T]) fleetLookEvery() time.Duration { return min(p.cfg.Lease/3, time.Second) }
+// sharer is a stream's part in sharing its fleet's work: the instance's look at the instances of its
+// processes (fleet), and the handover of the process when this instance owns more than its share.
+type sharer struct {
+	fleet *store.FleetWatch
+	// lease and pollInterval are Config.Lease and PollInterval.
+	lease, pollInterval time.Duration
+	process             string
+	cur                 *store.Repository
+	log                 zerolog.Logger
+}
 
-// fleetPace is the least time between two handovers of one instance, and how long the giver leaves the
+// newSharer returns the share of the fleet's work of a processor configured by cfg (its defaults set),
+// whose cursor repository cur is open, with the instance's look at its fleet.
+func newSharer[T any](cfg *Config[T], fleet *store.FleetWatch, cur *store.Repository, log zerolog.Logger) *sharer {
+	return &sharer{fleet: fleet, lease: cfg.Lease, pollInterval: cfg.PollInterval, process: cfg.Process,
+		cur: cur, log: log}
+}
+
+// lookEvery is how old the instance's look at its fleet may be: a third of the lease, at most a second.
+func (s *sharer) lookEvery() time.Duration { return min(s.lease/3, time.Second) }
+
+// pace is the least time between two handovers of one instance, and how long the giver leaves the
 // process to the others: long enough for an instance that looks every poll interval to take it (after a
 // deferral, if it owns more than another), and for the next look at the fleet to count it there.
-func (p *Processor[T]) fleetPace() time.Duration {
-	return p.takeDeferral() + 2*p.cfg.PollInterval + p.fleetLookEvery()
+func (s *sharer) pace() time.Duration {
+	return s.takeDeferral() + 2*s.pollInterval + s.lookEvery()
 }
 
 // takeDeferral is how long a standby that owns more than another instance of the process leaves a free
 // process to that one: three looks.
-func (p *Processor[T]) takeDeferral() time.Duration { return 3 * p.cfg.PollInterval }
+func (s *sharer) takeDeferral() time.Duration { return 3 * s.pollInterval }
 
 // takeDelay is asked when a standby's look first finds the process free: how long to leave it to another
 // instance of the process that owns fewer processes (see shouldDefer), from a look at the fleet no older
 // than a poll interval, so that an instance that has just started counts.
-func (p *Processor[T]) takeDelay(ctx context.Context) time.Duration {
-	f, err := p.fleet.Look(ctx, p.cur, p.cfg.PollInterval)
+func (s *sharer) takeDelay(ctx context.Context) time.Duration {
+	f, err := s.fleet.Look(ctx, s.cur, s.pollInterval)
 	if err != nil {
-		p.log.Debug().Err(err).Msg("could not look at the fleet")
+		s.log.Debug().Err(err).Msg("could not look at the fleet")
 		return 0
 	}
-	if shouldDefer(f, p.cur.Instance(), p.cfg.Process) {
-		return p.takeDeferral()
+	if shouldDefer(f, s.cur.Instance(), s.process) {
+		return s.takeDeferral()
 	}
 	return 0
 }
 
-// shareWork hands the process over, after a batch that ended well, when this instance owns more than its
-// share and another instance of the process fewer, at most one process per instance per fleetPace. The
-// handover is a clean stop's: the position committed, the lease given up; nothing is delivered again. It
-// reports whether it handed the process over.
-func (p *Processor[T]) shareWork(work context.Context) bool {
-	if p.fleet == nil || p.role != roleOwner {
-		return false
-	}
-	me := p.cur.Instance()
-	if p.cur.Locked() && !p.fleet.Fresh(p.fleetLookEvery()) {
+// shareWork hands the process over, after a batch that ended well, when this instance owns it (the
+// caller's to know) and more than its share, and another instance of the process fewer, at most one
+// process per instance per pace. The handover is a clean stop's: the position committed, the lease given
+// up; nothing is delivered again. It reports whether it handed the process over: this instance stands by
+// from then on.
+func (s *sharer) shareWork(work context.Context) bool {
+	me := s.cur.Instance()
+	if s.cur.Locked() && !s.fleet.Fresh(s.lookEvery()) {
 		// A busy owner keeps the row locked from one batch to the next, and a look at the fleet is made
 		// outside that transaction: it decides on a look another process of the instance made, or after
 		// a batch that leaves the row unlocked (one that finds nothing new).
 		return false
 	}
-	f, err := p.fleet.Look(work, p.cur, p.fleetLookEvery())
+	f, err := s.fleet.Look(work, s.cur, s.lookEvery())
 	if err != nil {
-		p.log.Debug().Err(err).Msg("could not look at the fleet")
+		s.log.Debug().Err(err).Msg("could not look at the fleet")
 		return false
 	}
-	if !shouldGive(f, me, p.cfg.Process) || !p.fleet.TryGive(p.fleetPace()) {
+	if !shouldGive(f, me, s.process) || !s.fleet.TryGive(s.pace()) {
 		return false
 	}
-	ev := p.log.Info()
-	if err := p.cur.HandOver(work, p.fleetPace()); err != nil {
-		ev = p.log.Warn().Err(err)
+	ev := s.log.Info()
+	if err := s.cur.HandOver(work, s.pace()); err != nil {
+		ev = s.log.Warn().Err(err)
 	}
 	ev.Int("owned", f.Owned[me]).Int("share", fleetShare(f)).Int("instances", len(f.Owned)).
 		Msg("handed the process over: this instance owns more than its share")
-	p.role = roleStandby
-	p.obs.Locked(p.cfg.Process, false)
 	return true
 }
 
-// overShare reports, for a quiet owner between the stretches of its wait, whether this instance owns more
-// than its share and may hand a process over now, from the instance's look at its fleet (read again at
-// most every fleetLookEvery, for all its processes): the owner then runs a batch, after which shareWork
-// hands the process over. A quiet owner otherwise runs a batch of its own only once a lease.
-func (p *Processor[T]) overShare(ctx context.Context) bool {
-	if p.fleet == nil || p.role != roleOwner || p.cur.Locked() || !p.fleet.MayGive(p.fleetPace()) {
+// overShare reports, for a quiet owner between the stretches of its wait (the caller's to know), whether
+// this instance owns more than its share and may hand a process over now, from the instance's look at its
+// fleet (read again at most every lookEvery, for all its processes): the owner then runs a batch, after
+// which shareWork hands the process over. A quiet owner otherwise runs a batch of its own only once a
+// lease.
+func (s *sharer) overShare(ctx context.Context) bool {
+	if s.cur.Locked() || !s.fleet.MayGive(s.pace()) {
 		return false
 	}
-	f, err := p.fleet.Look(ctx, p.cur, p.fleetLookEvery())
+	f, err := s.fleet.Look(ctx, s.cur, s.lookEvery())
 	if err != nil {
-		p.log.Debug().Err(err).Msg("could not look at the fleet")
+		s.log.Debug().Err(err).Msg("could not look at the fleet")
 		return false
 	}
-	return shouldGive(f, p.cur.Instance(), p.cfg.Process)
+	return shouldGive(f, s.cur.Instance(), s.process)
 }

@@ -9,6 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
+
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
@@ -202,58 +205,94 @@ func (tr *tracker) earliestStart() (at time.Time, unknown []int) {
 	return at, unknown
 }
 
+// horizonWatch watches the transactions in flight on the source for one processor: it owns the tracker
+// and the horizon in use, the hold last said, the watch for rows that commit behind the position (late),
+// and whether the insert clock stamps. The poll it folds in rides with the lock of the cursor row (see
+// rideLocks). It is used by the processor's goroutine only.
+type horizonWatch struct {
+	tracker *tracker
+	kind    inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
+	// late watches the spans delivered for rows that commit behind the position (late.go).
+	late lateWatch
+	// clockOff is since when the insert clock's trigger has been found gone or disabled (zero while it
+	// stamps), and clockWarned when that was last said.
+	clockOff, clockWarned time.Time
+	hold                  holder // the hold last recorded in the cursor row (zero: none)
+	holdWarned            time.Time
+	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
+	// store.Rider); the horizon takes it when the lock it rode with is the one held.
+	polled source.Observation
+	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin), and
+	// insertLatency, holdWarnAfter Config.InsertLatency and HoldWarnAfter.
+	clockMargin, insertLatency, holdWarnAfter time.Duration
+	// txHandler says that a TxHandler writes in the cursor transaction: the horizon stays below its start.
+	txHandler bool
+	process   string
+	cur       *store.Repository // set when the processor opens its cursor
+	log       zerolog.Logger
+	obs       Observer
+}
+
+// newHorizonWatch returns the horizon watch of a processor configured by cfg (its defaults set), the
+// margin below the horizon on a table read by the insert clock being clockMargin.
+func newHorizonWatch[T any](cfg *Config[T], clockMargin time.Duration, log zerolog.Logger, obs Observer) horizonWatch {
+	return horizonWatch{tracker: newTracker(cfg.InsertLatency), late: newLateWatch(), clockMargin: clockMargin,
+		insertLatency: cfg.InsertLatency, holdWarnAfter: cfg.HoldWarnAfter, txHandler: cfg.TxHandler != nil,
+		process: cfg.Process, log: log, obs: obs}
+}
+
 // clockStopped says, at once and then every HoldWarnAfter, that the insert clock's trigger is gone or
 // disabled, and so the stream waits: an insert may now write the clock's column itself, with any time.
-func (p *Processor[T]) clockStopped(o source.Observation) {
-	if !p.clockOff.IsZero() && time.Since(p.clockWarned) < p.cfg.HoldWarnAfter {
+func (hz *horizonWatch) clockStopped(o source.Observation, t *source.Table) {
+	if !hz.clockOff.IsZero() && time.Since(hz.clockWarned) < hz.holdWarnAfter {
 		return
 	}
-	if p.clockOff.IsZero() {
-		p.clockOff = o.Now
+	if hz.clockOff.IsZero() {
+		hz.clockOff = o.Now
 	}
-	p.clockWarned = time.Now()
-	what, fix := "dropped", source.AddClockCommand(p.table.Qualified)
+	hz.clockWarned = time.Now()
+	what, fix := "dropped", source.AddClockCommand(t.Qualified)
 	if o.Clock.There {
 		what = "disabled"
-		fix = fmt.Sprintf("ALTER TABLE %s ENABLE TRIGGER %s", p.table.Ident, source.ClockTrigger)
+		fix = fmt.Sprintf("ALTER TABLE %s ENABLE TRIGGER %s", t.Ident, source.ClockTrigger)
 	}
-	p.log.Error().Str("table", p.table.Qualified).Time("since", p.clockOff).
+	hz.log.Error().Str("table", t.Qualified).Time("since", hz.clockOff).
 		Msgf("the insert clock's trigger on %s was %s, so an insert may date its row earlier than the position: "+
-			"the stream waits until it stamps inserts again: %s", p.table.Qualified, what, fix)
+			"the stream waits until it stamps inserts again: %s", t.Qualified, what, fix)
 }
 
 // holdReportAfter is how long a transaction must have held the horizon before it is reported: shorter
 // holds are the ordinary life of transactions.
 const holdReportAfter = time.Second
 
-func (p *Processor[T]) noteHold(work context.Context, h horizon) error {
+func (hz *horizonWatch) noteHold(work context.Context, h horizon, t *source.Table) error {
 	var hold holder
 	if h.hold != nil && h.now.Sub(h.hold.Since) >= holdReportAfter {
 		hold = *h.hold
 	}
 	if h.hold != nil {
-		p.obs.Hold(p.cfg.Process, h.now.Sub(h.hold.Since))
+		hz.obs.Hold(hz.process, h.now.Sub(h.hold.Since))
 	} else {
-		p.obs.Hold(p.cfg.Process, 0)
+		hz.obs.Hold(hz.process, 0)
 	}
-	if hold != p.hold {
-		if err := p.cur.SetHold(work, hold.PID, hold.Since); err != nil {
+	if hold != hz.hold {
+		if err := hz.cur.SetHold(work, hold.PID, hold.Since); err != nil {
 			return err
 		}
 		if !hold.Since.IsZero() {
-			p.log.Info().Int("pid", hold.PID).Time("since", hold.Since).Str("horizon", string(p.kind)).
+			hz.log.Info().Int("pid", hold.PID).Time("since", hold.Since).Str("horizon", string(hz.kind)).
 				Msg(holderName(hold) + " holds the horizon; records after its start wait until it ends")
 		} else {
-			p.log.Info().Msg("horizon no longer held")
+			hz.log.Info().Msg("horizon no longer held")
 		}
-		p.hold, p.holdWarned = hold, time.Time{}
+		hz.hold, hz.holdWarned = hold, time.Time{}
 	}
 	if !hold.Since.IsZero() {
 		age := h.now.Sub(hold.Since)
-		if age >= p.cfg.HoldWarnAfter && time.Since(p.holdWarned) >= p.cfg.HoldWarnAfter {
-			p.holdWarned = time.Now()
-			p.log.Warn().Int("pid", hold.PID).Time("since", hold.Since).Str("held_for", age.Round(time.Millisecond).String()).
-				Str("horizon", string(p.kind)).Msg(p.holdAdvice(hold))
+		if age >= hz.holdWarnAfter && time.Since(hz.holdWarned) >= hz.holdWarnAfter {
+			hz.holdWarned = time.Now()
+			hz.log.Warn().Int("pid", hold.PID).Time("since", hold.Since).Str("held_for", age.Round(time.Millisecond).String()).
+				Str("horizon", string(hz.kind)).Msg(hz.holdAdvice(hold, t))
 		}
 	}
 	return nil
@@ -271,7 +310,7 @@ func holderName(h holder) string {
 }
 
 // holdAdvice says what to do about a long hold.
-func (p *Processor[T]) holdAdvice(h holder) string {
+func (hz *horizonWatch) holdAdvice(h holder, t *source.Table) string {
 	var b strings.Builder
 	b.WriteString(holderName(h) + " has held the stream for long; ")
 	if h.PID == 0 {
@@ -280,10 +319,10 @@ func (p *Processor[T]) holdAdvice(h holder) string {
 		fmt.Fprintf(&b, "if it is idle in transaction (SELECT state, query FROM pg_stat_activity WHERE pid = %d), "+
 			"end it, or set idle_in_transaction_session_timeout", h.PID)
 	}
-	if p.kind == inordertype.HorizonTransactions {
+	if hz.kind == inordertype.HorizonTransactions {
 		fmt.Fprintf(&b, "; with created_at set to the transaction's start every open transaction in the database "+
 			"holds this stream, not only the table's writers; the insert clock waits only for them: %s",
-			source.AddClockCommand(p.table.Qualified))
+			source.AddClockCommand(t.Qualified))
 	}
 	return b.String()
 }
@@ -293,66 +332,108 @@ func (p *Processor[T]) holdAdvice(h holder) string {
 // moves the position back to the earliest start of the transactions that were open across the change:
 // they may write rows dated before the position. That redelivers what lies between; it skips nothing.
 func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
-	o := p.polled
-	if !p.cur.TakeRide() {
-		// No poll came with the lock held (it was taken before the poll's table was known): poll now.
-		ctx, cancel := p.bounded(work)
-		var err error
-		o, err = p.table.PollLocks(ctx, p.cur.Tx())
-		cancel()
-		if err != nil {
-			return horizon{}, err
-		}
+	o, err := p.hz.poll(work, p.rd.table)
+	if err != nil {
+		return horizon{}, err
 	}
 	if wait, err := p.followShape(work, o.Shape); err != nil || wait {
 		return horizon{now: o.Now}, err // no read while the source does not fit (see shape.go)
 	}
-	if p.kind == inordertype.HorizonWriters && !p.table.WritersSafe(o.Default) {
-		at, unknown := p.tracker.earliestStart()
-		pos := p.cur.State().Position
-		ev := p.log.Warn().Str("table", p.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
-		if !at.IsZero() && at.Before(pos.CreatedAt) {
-			// The move back is made durable at once: a batch that fails later must not take it back while
-			// the switch stays.
-			back := inordertype.Position{CreatedAt: at.UTC()}
-			p.tenure.delivered.forget() // delivered again on purpose
-			p.exec.attempts.forgetAccepted()
-			p.late.forget()
-			if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
-				return horizon{}, err
-			}
-			ev = ev.Str("from", pos.String()).Str("to", back.String())
-		}
-		p.kind = inordertype.HorizonTransactions
-		p.tenure.sourceSaved = false // the cursor row says the tracking it reads by now, at the next batch
-		ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
-			"delivering again from the earliest start of the transactions open across the change")
-		if len(unknown) > 0 {
-			p.log.Error().Ints("pids", unknown).Time("watched_since", p.tracker.firstPoll).
-				Msg("transactions open since before this instance began watching may write rows dated earlier than " +
-					"it can see; once they end, if they wrote to the source, rewind to before their start")
+	if p.hz.kind == inordertype.HorizonWriters && !p.rd.table.WritersSafe(o.Default) {
+		if err := p.followDefault(work, o); err != nil {
+			return horizon{}, err
 		}
 		if !p.cur.Locked() { // an operator took the row in the instant after the commit: look again later
 			return horizon{now: o.Now}, nil
 		}
 	}
-	p.tracker.guard = p.margin()
-	h := p.tracker.observe(o, p.kind)
-	if p.kind == inordertype.HorizonClock && !o.Clock.Stamps() {
-		p.clockStopped(o)
-		h.at = time.Time{} // an insert may write the clock itself now: nothing is read until it stamps again
-	} else if !p.clockOff.IsZero() {
-		p.log.Info().Str("table", p.table.Qualified).Msg("the insert clock stamps inserts again; reading on")
-		p.clockOff = time.Time{}
+	return p.hz.observe(o, p.rd.table), nil
+}
+
+// followDefault switches to the transactions horizon, o having found a created_at default under which
+// the writers horizon no longer fits, and moves the position back to the earliest start of the
+// transactions open across the change, made durable at once: a batch that fails later must not take it
+// back while the switch stays.
+func (p *Processor[T]) followDefault(work context.Context, o source.Observation) error {
+	at, unknown := p.hz.tracker.earliestStart()
+	pos := p.cur.State().Position
+	ev := p.log.Warn().Str("table", p.rd.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
+	if !at.IsZero() && at.Before(pos.CreatedAt) {
+		back := inordertype.Position{CreatedAt: at.UTC()}
+		if err := p.moveBack(work, back); err != nil {
+			return err
+		}
+		ev = ev.Str("from", pos.String()).Str("to", back.String())
 	}
-	if p.cfg.TxHandler != nil && p.kind == inordertype.HorizonTransactions {
+	p.hz.kind = inordertype.HorizonTransactions
+	p.tenure.sourceSaved = false // the cursor row says the tracking it reads by now, at the next batch
+	ev.Msg("the created_at default changed while running: waiting for every open transaction from now on, and " +
+		"delivering again from the earliest start of the transactions open across the change")
+	if len(unknown) > 0 {
+		p.log.Error().Ints("pids", unknown).Time("watched_since", p.hz.tracker.firstPoll).
+			Msg("transactions open since before this instance began watching may write rows dated earlier than " +
+				"it can see; once they end, if they wrote to the source, rewind to before their start")
+	}
+	return nil
+}
+
+// moveBack moves the position back to back on purpose, durably at once: what lies after it is delivered
+// again, so what was remembered of it (the records delivered, the records accepted ahead, the spans
+// waiting for their count of late rows) is forgotten.
+func (p *Processor[T]) moveBack(work context.Context, back inordertype.Position) error {
+	p.tenure.delivered.forget() // delivered again on purpose
+	p.exec.attempts.forgetAccepted()
+	p.hz.late.forget()
+	_, err := p.cur.Checkpoint(work, back, 0, store.InFlight{})
+	return err
+}
+
+// poll is the poll of the transactions in flight on t: the one that rode with the lock of the cursor row,
+// or, when none came with the lock held (it was taken before the poll's table was known), a poll now.
+func (hz *horizonWatch) poll(work context.Context, t *source.Table) (source.Observation, error) {
+	o := hz.polled
+	if !hz.cur.TakeRide() {
+		ctx, cancel := hz.cur.Bounded(work)
+		var err error
+		o, err = t.PollLocks(ctx, hz.cur.Tx())
+		cancel()
+		if err != nil {
+			return source.Observation{}, err
+		}
+	}
+	return o, nil
+}
+
+// observe folds o, a poll of the transactions in flight on t, into the tracker and returns the horizon:
+// none while the insert clock does not stamp, and below the cursor transaction's start when a
+// transactional handler may write to the source itself.
+func (hz *horizonWatch) observe(o source.Observation, t *source.Table) horizon {
+	hz.tracker.guard = hz.margin()
+	h := hz.tracker.observe(o, hz.kind)
+	if hz.kind == inordertype.HorizonClock && !o.Clock.Stamps() {
+		hz.clockStopped(o, t)
+		h.at = time.Time{} // an insert may write the clock itself now: nothing is read until it stamps again
+	} else if !hz.clockOff.IsZero() {
+		hz.log.Info().Str("table", t.Qualified).Msg("the insert clock stamps inserts again; reading on")
+		hz.clockOff = time.Time{}
+	}
+	if hz.txHandler && hz.kind == inordertype.HorizonTransactions {
 		// A transactional handler may insert into the source itself, in the cursor transaction, whose rows
 		// then carry its start: read only below it.
-		if capAt := o.TxStart.Add(-p.cfg.InsertLatency); !h.at.IsZero() && capAt.Before(h.at) {
+		if capAt := o.TxStart.Add(-hz.insertLatency); !h.at.IsZero() && capAt.Before(h.at) {
 			h.at = capAt
 		}
 	}
-	return h, nil
+	return h
+}
+
+// rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
+func (hz *horizonWatch) rideLocks(t *source.Table) {
+	sql, args := t.LocksQuery()
+	hz.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
+		hz.polled, err = source.ScanLocks(rows)
+		return err
+	}})
 }
 
 // margin is the safety margin below the horizon for what this processor reads by now: Config.InsertLatency,
@@ -361,9 +442,9 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 // of pg_locks sees, and the poll is stamped before it reads the locks: a transaction it did not see stamps
 // its rows later than the poll by the database's one clock, margin or not. What is left to cover is that
 // clock stepping back between the two (see docs/horizon.md).
-func (p *Processor[T]) margin() time.Duration {
-	if p.kind == inordertype.HorizonClock {
-		return p.clockMargin
+func (hz *horizonWatch) margin() time.Duration {
+	if hz.kind == inordertype.HorizonClock {
+		return hz.clockMargin
 	}
-	return p.cfg.InsertLatency
+	return hz.insertLatency
 }

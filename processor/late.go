@@ -112,15 +112,34 @@ func newLateWatch() lateWatch {
 // again.
 func (w *lateWatch) forget() { w.spans = nil }
 
+// idleBatch is how long a quiet owner whose probe watches its rows waits for the next batch of its own,
+// under poll interval poll and lease lease: the probe's answer, an operator's action seen in the cursor
+// row or a notification ends the wait sooner, and the probe renews the lease meanwhile (see
+// store.Renewal). Such a batch is no longer needed to see anything; it comes a lease after the last
+// (idleTicks poll intervals at least), or when the oldest stretch delivered is due for its count of late
+// rows, to keep the session and the holds up to date at a cost that does not grow much with the
+// processes: a thousand quiet processes with the default lease make about 33 such batches a second.
+func (w *lateWatch) idleBatch(poll, lease time.Duration) time.Duration {
+	wait := max(idleTicks*poll, lease)
+	if len(w.spans) > 0 {
+		after := w.after
+		if after == 0 {
+			after = lateAfter
+		}
+		wait = min(wait, max(time.Until(w.spans[0].at.Add(after)), poll))
+	}
+	return wait
+}
+
 // countLate counts the spans due, at most once a second, in the batch's transaction, and counts and
 // reports the rows found in them beyond what was delivered.
-func (p *Processor[T]) countLate(work context.Context) error {
+func (hz *horizonWatch) countLate(work context.Context, t *source.Table) error {
 	now := time.Now()
-	if now.Before(p.late.nextCount) {
+	if now.Before(hz.late.nextCount) {
 		return nil
 	}
-	p.late.nextCount = now.Add(lateEvery)
-	due := p.late.due(now)
+	hz.late.nextCount = now.Add(lateEvery)
+	due := hz.late.due(now)
 	if len(due) == 0 {
 		return nil
 	}
@@ -128,9 +147,9 @@ func (p *Processor[T]) countLate(work context.Context) error {
 	for i, s := range due {
 		spans[i] = s.Span
 	}
-	ctx, cancel := p.bounded(work)
+	ctx, cancel := hz.cur.Bounded(work)
 	defer cancel()
-	counts, err := p.table.CountSpans(ctx, p.cur.Tx(), spans)
+	counts, err := t.CountSpans(ctx, hz.cur.Tx(), spans)
 	if err != nil {
 		return err
 	}
@@ -142,14 +161,14 @@ func (p *Processor[T]) countLate(work context.Context) error {
 		}
 		late += extra
 		from := due[i].From
-		p.log.Error().Str("table", p.table.Qualified).Int64("rows", extra).Str("from", from.String()).
-			Str("to", due[i].To.String()).Str("tracking", string(p.kind)).
+		hz.log.Error().Str("table", t.Qualified).Int64("rows", extra).Str("from", from.String()).
+			Str("to", due[i].To.String()).Str("tracking", string(hz.kind)).
 			Msgf("%d rows committed behind the position after it had passed them, and were not delivered: "+
 				"deliver them (and what follows again) with: inorder rewind --process %s --to-time %s",
-				extra, p.cfg.Process, from.CreatedAt.Format(time.RFC3339Nano))
+				extra, hz.process, from.CreatedAt.Format(time.RFC3339Nano))
 	}
 	if late == 0 {
 		return nil
 	}
-	return p.cur.AddLate(work, late)
+	return hz.cur.AddLate(work, late)
 }

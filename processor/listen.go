@@ -7,60 +7,102 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 
+	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 	"github.com/inorder-dev/inorder/migrations"
 )
+
+// waiter waits between batches: a poll interval, cut short by a notification of the insert trigger
+// (Config.Listen, below), or by the answer of the probe its processor shares with the others of its store
+// (see probe.go), which renews an owner's lease meanwhile. It is used by the processor's goroutine, but
+// for wakeUp, which the listener's goroutine calls.
+type waiter struct {
+	wake chan struct{}
+	// prober is the probe shared with the other processors of the database, or nil; probeGap is its
+	// current interval (see probe.go), and lastRecords when a batch last handled records.
+	prober      *sharedProbe
+	probeGap    time.Duration
+	lastRecords time.Time
+	// listened is the table as the listener's goroutine names it: the reader's table when it started, which
+	// a migration of the source replaces while it runs (the name and the relation stay).
+	listened *source.Table
+	// fleet is the instance's share of its fleet's work, nil for a partition: a quiet owner's wait looks
+	// at it (see renewedWait).
+	fleet *sharer
+	// pollInterval, probeInterval and lease are Config.PollInterval, ProbeInterval and Lease.
+	pollInterval, probeInterval, lease time.Duration
+	cur                                *store.Repository // set when the processor opens its cursor
+	log                                zerolog.Logger
+}
+
+// newWaiter returns the waiter of a processor configured by cfg (its defaults set).
+func newWaiter[T any](cfg *Config[T], log zerolog.Logger) waiter {
+	return waiter{wake: make(chan struct{}, 1), pollInterval: cfg.PollInterval, probeInterval: cfg.ProbeInterval,
+		lease: cfg.Lease, log: log}
+}
+
+// idleWatch is what one idle wait looks at: whether this instance owns the process, whether the last
+// batch found the horizon held for long (see lastBatch), and the rows a batch could read now: of table,
+// below now less margin, its columns' fingerprint known (see probeCond).
+type idleWatch struct {
+	owner, heldLong bool
+	table           *source.Table
+	margin          time.Duration
+	known           string
+}
 
 // listen keeps its Client's listener (see Client.listen) LISTENing for the insert trigger's notifications
 // (see migrations.CreateNotifyTrigger), and wakes the loop when its table is named. It never decides what
 // is read: a notification only makes the processor look sooner, and while the listener is down the loop
 // polls as it always does.
-func (p *Processor[T]) listen(ctx context.Context) {
+func (w *waiter) listen(ctx context.Context, c *Client) {
 	var checked atomic.Bool
 	// One listener for the client's processors: a connection per instance, not per process.
-	p.cfg.Client.listen(ctx, &subscription{table: p.listened.Qualified, wake: p.wakeUp,
+	c.listen(ctx, &subscription{table: w.listened.Qualified, wake: w.wakeUp,
 		connected: func() {
-			if !checked.Load() && p.checkNotifyTrigger(ctx) == nil {
+			if !checked.Load() && w.checkNotifyTrigger(ctx, c) == nil {
 				checked.Store(true)
 			}
-			p.log.Info().Msg("listening for insert notifications")
-			p.wakeUp() // rows may have arrived while nobody listened
+			w.log.Info().Msg("listening for insert notifications")
+			w.wakeUp() // rows may have arrived while nobody listened
 		},
 		lost: func(err error) {
-			p.log.Warn().Err(err).Str("poll_interval", p.cfg.PollInterval.String()).
+			w.log.Warn().Err(err).Str("poll_interval", w.pollInterval.String()).
 				Msg("wake-up listener lost; polling until it is back")
 		}})
 }
 
 // warnNoTrigger warns when the table has no insert-notification trigger, which listening needs.
-func (p *Processor[T]) warnNoTrigger(ctx context.Context, q interface {
+func (w *waiter) warnNoTrigger(ctx context.Context, q interface {
 	QueryRow(context.Context, string, ...any) pgx.Row
 }) error {
 	var exists bool
 	if err := q.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = $1 AND tgname = $2)",
-		p.listened.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
+		w.listened.OID, migrations.NotifyTriggerName).Scan(&exists); err != nil {
 		return fmt.Errorf("look for the notify trigger: %w", err)
 	}
 	if !exists {
-		p.log.Warn().Str("table", p.listened.Qualified).Msgf("no insert-notification trigger on the table, so "+
+		w.log.Warn().Str("table", w.listened.Qualified).Msgf("no insert-notification trigger on the table, so "+
 			"nothing will wake this processor before its poll interval; create it with: inorder migrate --notify %s",
-			p.listened.Qualified)
+			w.listened.Qualified)
 	}
 	return nil
 }
 
 // checkNotifyTrigger is warnNoTrigger on a connection of the client's pool.
-func (p *Processor[T]) checkNotifyTrigger(ctx context.Context) error {
-	ctx, cancel := p.bounded(ctx)
+func (w *waiter) checkNotifyTrigger(ctx context.Context, c *Client) error {
+	ctx, cancel := w.cur.Bounded(ctx)
 	defer cancel()
-	return p.warnNoTrigger(ctx, p.cfg.Client.Pool())
+	return w.warnNoTrigger(ctx, c.Pool())
 }
 
 // wakeUp asks the loop to look now. Wake-ups coalesce: many notifications during a batch make one more
 // look, not many.
-func (p *Processor[T]) wakeUp() {
+func (w *waiter) wakeUp() {
 	select {
-	case p.wake <- struct{}{}:
+	case w.wake <- struct{}{}:
 	default:
 	}
 }
@@ -70,20 +112,20 @@ func (p *Processor[T]) wakeUp() {
 // a row after the position or a change to the cursor row (see probe.go).
 //
 // With the probe, a wakeable wait also watches for rows after the position (see probesRows), and every
-// wait watches the cursor row, so an operator's action ends it.
-func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool) bool {
+// wait watches the cursor row, so an operator's action ends it. iw is what the wait looks at.
+func (w *waiter) idle(ctx context.Context, d time.Duration, wakeable bool, iw idleWatch) bool {
 	var wake chan struct{}
 	if wakeable {
-		wake = p.wake
+		wake = w.wake
 	}
-	if p.prober != nil && p.role == roleOwner {
+	if w.prober != nil && iw.owner {
 		start := time.Now()
-		found, ok := p.renewedWait(ctx, d, wakeable && p.probesRows(), wake)
+		found, ok := w.renewedWait(ctx, d, wakeable && w.probesRows(iw.owner, iw.heldLong), wake, iw)
 		if ok || ctx.Err() != nil {
 			return found
 		}
 		// The probe failed: wait out the poll interval (at most what was left) without it.
-		d = min(d-time.Since(start), p.cfg.PollInterval)
+		d = min(d-time.Since(start), w.pollInterval)
 		if d <= 0 {
 			return false
 		}
@@ -104,27 +146,27 @@ func (p *Processor[T]) idle(ctx context.Context, d time.Duration, wakeable bool)
 // goes on after each stretch only while the probe did. An owner whose lease the probe did not renew by half
 // of it (the probe failed, or the row was locked or changed) ends its wait there, and its batch renews the
 // lease as without the probe, or learns that the process is no longer its own.
-func (p *Processor[T]) renewedWait(ctx context.Context, d time.Duration, rows bool, wake <-chan struct{}) (found, ok bool) {
+func (w *waiter) renewedWait(ctx context.Context, d time.Duration, rows bool, wake <-chan struct{}, iw idleWatch) (found, ok bool) {
 	end := time.Now().Add(d)
 	for {
 		left := time.Until(end)
-		until := p.cur.LeaseUntil()
-		if until.IsZero() || p.cur.ProbeRenewal() == nil {
+		until := w.cur.LeaseUntil()
+		if until.IsZero() || w.cur.ProbeRenewal() == nil {
 			// The owner's own batch renews the lease, at a third of it.
-			return p.probeWait(ctx, min(left, p.cfg.Lease/3), rows, wake)
+			return w.probeWait(ctx, min(left, w.lease/3), rows, wake, iw)
 		}
 		// Half the lease: the owner's own renewal is due at a third, and must have time to be made.
-		if left = min(left, time.Until(until.Add(-p.cfg.Lease/2))); left <= 0 {
+		if left = min(left, time.Until(until.Add(-w.lease/2))); left <= 0 {
 			return false, true
 		}
-		if p.fleet != nil {
-			left = min(left, p.fleetLookEvery())
+		if w.fleet != nil {
+			left = min(left, w.fleet.lookEvery())
 		}
-		found, ok = p.probeWait(ctx, left, rows, wake)
+		found, ok = w.probeWait(ctx, left, rows, wake, iw)
 		if found || !ok || ctx.Err() != nil || !time.Now().Before(end) {
 			return found, ok
 		}
-		if p.overShare(ctx) {
+		if w.fleet != nil && w.fleet.overShare(ctx) {
 			return true, true // a batch, after which the process is handed over (see shareWork)
 		}
 	}

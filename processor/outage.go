@@ -121,31 +121,31 @@ func (r *refusals) takeRedrive() []string {
 // redriveAfterOutage redrives the keys parked for a sink's refusals before they were recognised as the
 // sink's outage, now that the sink accepts again: their records go out in order, as an operator's redrive
 // would send them, and the audit trail says who asked. Called while the cursor row is not held.
-func (p *Processor[T]) redriveAfterOutage(work context.Context) {
-	keys := p.exec.refusals.takeRedrive()
+func (e *executor[T]) redriveAfterOutage(work context.Context) {
+	keys := e.refusals.takeRedrive()
 	if len(keys) == 0 {
 		return
 	}
-	conn, err := p.cur.Conn(work)
+	conn, err := e.cur.Conn(work)
 	if err != nil {
-		p.exec.refusals.mu.Lock()
-		p.exec.refusals.redrive = append(p.exec.refusals.redrive, keys...) // next time
-		p.exec.refusals.mu.Unlock()
+		e.refusals.mu.Lock()
+		e.refusals.redrive = append(e.refusals.redrive, keys...) // next time
+		e.refusals.mu.Unlock()
 		return
 	}
-	defer p.cur.Detach()
+	defer e.cur.Detach()
 	for _, key := range keys {
-		_, err := cursor.Redrive(work, conn, p.cfg.Process, cursor.RedriveOpts{Key: key, ActionOpts: cursor.ActionOpts{
+		_, err := cursor.Redrive(work, conn, e.process, cursor.RedriveOpts{Key: key, ActionOpts: cursor.ActionOpts{
 			Actor:  "inorder, after the sink's outage",
 			Reason: "parked for a refusal the sink then gave records of every key: its outage is over"}})
 		if errors.Is(err, cursor.ErrNotParked) {
 			continue // an operator was quicker
 		}
 		if err != nil {
-			p.log.Warn().Err(err).Str("key", key).Msg("could not redrive a key parked during the sink's outage; " +
+			e.log.Warn().Err(err).Str("key", key).Msg("could not redrive a key parked during the sink's outage; " +
 				"redrive it by hand (inorder redrive)")
 			continue
 		}
-		p.log.Info().Str("key", key).Msg("redriving a key parked during the sink's outage, now over")
+		e.log.Info().Str("key", key).Msg("redriving a key parked during the sink's outage, now over")
 	}
 }

@@ -7,11 +7,10 @@ import (
 	"math"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/attribute"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/store"
 )
@@ -43,20 +42,30 @@ const (
 // redrive delivers again at most the record in flight. A first record that fails again keeps the key
 // parked, with the new error, until the next redrive.
 
-// parking reports whether the stream parks keys.
-func (p *Processor[T]) parking() bool { return p.cfg.OnHalt == OnHaltPark }
+// parkedKeys is what a processor knows of the keys parked in its stream.
+type parkedKeys struct {
+	// on says that the stream parks keys (Config.OnHalt is OnHaltPark).
+	on bool
+	// checked says the role's privileges on inorder.parked were checked, and readable that it may read it.
+	checked, readable bool
+	// keys are the keys parked in the stream: nil until read in this tenure, and again after a batch that
+	// may have marked keys whose rows it did not store (see mark).
+	keys map[string]bool
+	cur  *store.Repository // set when the processor opens its cursor
+	log  zerolog.Logger
+}
 
-// keyParked reports whether rec's key is parked in this stream: the record goes behind it. Keys parked
-// before are honoured whatever OnHalt says now (an instance started without it, in a rolling deploy):
-// only new parking needs OnHaltPark.
-func (p *Processor[T]) keyParked(rec *handlers.Record[T]) bool {
-	return rec.Key != "" && p.tenure.parked[rec.Key]
+// has reports whether key is parked in this stream: a record of it goes behind it. Keys parked before
+// are honoured whatever OnHalt says now (an instance started without it, in a rolling deploy): only new
+// parking needs OnHaltPark.
+func (pk *parkedKeys) has(key string) bool {
+	return key != "" && pk.keys[key]
 }
 
 // park stores it as parked, in the open cursor transaction: as its key's first record, failed as v says,
 // or behind the key's parked records when v holds no error. The key is parked from now on.
 func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item[T], v verdict) error {
-	p.joinAhead()
+	p.rd.joinAhead()
 	pk := store.Parked{Key: it.rec.Key, Position: it.pos}
 	if v.err != nil {
 		pk.Error, pk.Permanent, pk.Attempts, pk.Status = store.ClipError(v.err.Error()), v.permanent, it.rec.Attempt, v.status
@@ -67,25 +76,25 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 	if err := p.cur.Park(work, pk); err != nil {
 		return err
 	}
-	p.endSpan(work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", v.err != nil))
+	endSpan(&p.tracing, work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", v.err != nil))
 	if v.err == nil {
 		return nil
 	}
-	p.markParked(pk.Key)
+	p.parked.mark(pk.Key)
 	p.failing.nextAt = time.Time{}
-	p.noteFailing(nil) // the stream goes on; the key is what waits now
+	p.failing.note(nil) // the stream goes on; the key is what waits now
 	p.log.Warn().Str("key", pk.Key).Str("record", it.rec.ID).Int("attempts", it.rec.Attempt).Bool("permanent", pk.Permanent).
 		Int("status", pk.Status).Err(v.err).
 		Msg("key parked: its records wait in order, the other keys go on; redrive it once the sink accepts it (inorder redrive)")
 	return nil
 }
 
-// markParked parks key in memory: its next records park behind it. The parked record's row is stored
-// by park, in the transaction that moves the position past it; a batch that ends otherwise forgets what
-// it marked (abort), and the keys are read again.
-func (p *Processor[T]) markParked(key string) {
-	if p.tenure.parked != nil { // nil: read again at the next batch, this key's committed row with the others
-		p.tenure.parked[key] = true
+// mark parks key in memory: its next records park behind it. The parked record's row is stored by park,
+// in the transaction that moves the position past it; a batch that ends otherwise forgets what it marked
+// (abort), and the keys are read again.
+func (pk *parkedKeys) mark(key string) {
+	if pk.keys != nil { // nil: read again at the next batch, this key's committed row with the others
+		pk.keys[key] = true
 	}
 }
 
@@ -93,46 +102,37 @@ func (p *Processor[T]) markParked(key string) {
 // again at the next batch.
 func (p *Processor[T]) abort(work context.Context) {
 	_ = p.cur.Abort(work)
-	p.tenure.parked = nil
+	p.parked.keys = nil
 }
 
-// parkFailed parks a record whose failure the cursor row has just counted as halting the stream
-// (RecordFailure said so): the position moves past it, in the transaction that fail commits.
-func (p *Processor[T]) parkFailed(work context.Context, st inordertype.State, it *item[T], v verdict) error {
-	if err := p.park(work, st, it, v); err != nil {
-		return err
-	}
-	return p.cur.SetPosition(work, it.pos, 0)
-}
-
-// loadParked reads the stream's parked keys, once per tenure and again after an operator's redrive or
+// load reads the stream's parked keys, once per tenure and again after an operator's redrive or
 // skip. A role that may not read parked records (granted by hand before parking existed) reads none,
 // unless the stream parks: then it is refused at once, saying what to grant.
-func (p *Processor[T]) loadParked(work context.Context) error {
-	if !p.parkChecked {
-		read, write, err := p.cur.MayPark(work)
+func (pk *parkedKeys) load(work context.Context) error {
+	if !pk.checked {
+		read, write, err := pk.cur.MayPark(work)
 		if err != nil {
 			return err
 		}
-		if p.parking() && !write {
+		if pk.on && !write {
 			return fatalError{store.ErrCannotPark}
 		}
-		p.parkChecked, p.parkReadable = true, read
+		pk.checked, pk.readable = true, read
 		if !read {
-			p.log.Warn().Msg(store.CannotReadParked)
+			pk.log.Warn().Msg(store.CannotReadParked)
 		}
 	}
-	if !p.parkReadable {
-		p.tenure.parked = map[string]bool{}
+	if !pk.readable {
+		pk.keys = map[string]bool{}
 		return nil
 	}
-	keys, err := p.cur.ParkedKeys(work)
+	keys, err := pk.cur.ParkedKeys(work)
 	if err != nil {
 		return err
 	}
-	p.tenure.parked = make(map[string]bool, len(keys))
+	pk.keys = make(map[string]bool, len(keys))
 	for _, k := range keys {
-		p.tenure.parked[k] = true
+		pk.keys[k] = true
 	}
 	return nil
 }
@@ -142,16 +142,16 @@ func (p *Processor[T]) loadParked(work context.Context) error {
 // one). It reports false when the stream must stop here (stopping, or the cursor lost).
 func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 	st := p.cur.State()
-	if p.tenure.parked == nil {
-		if err := p.loadParked(work); err != nil {
+	if p.parked.keys == nil {
+		if err := p.parked.load(work); err != nil {
 			return false, err
 		}
-		if len(p.tenure.parked) > 0 && !p.parking() {
-			p.log.Warn().Int("keys", len(p.tenure.parked)).Msg("keys are parked in this stream: their records stay parked " +
+		if len(p.parked.keys) > 0 && !p.parked.on {
+			p.log.Warn().Int("keys", len(p.parked.keys)).Msg("keys are parked in this stream: their records stay parked " +
 				"until a redrive, which this instance does; it parks no new key (it runs with --on-halt halt)")
 		}
 	}
-	if st.RedriveRequestedAt.IsZero() || st.Paused || !p.parkReadable {
+	if st.RedriveRequestedAt.IsZero() || st.Paused || !p.parked.readable {
 		return true, nil
 	}
 	queue, err := p.cur.RedriveQueue(work)
@@ -171,7 +171,7 @@ func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 	if err := p.cur.RedriveSeen(work, st.RedriveRequestedAt); err != nil {
 		return false, err
 	}
-	return true, p.loadParked(work)
+	return true, p.parked.load(work)
 }
 
 // redriveKey delivers one key's parked records in order, each removed as it goes through; a record that
@@ -182,19 +182,19 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		if ctx.Err() != nil {
 			return false, nil
 		}
-		it, err := p.readParked(work, pk)
+		it, err := p.rd.readParked(work, pk)
 		var cause error
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			cause = fmt.Errorf("record %s is no longer in %s, so it cannot be delivered; skip it (inorder skip "+
-				"--record %s) to redrive the rest of key %s", pk.Position.ID, p.table.Qualified, pk.Position.ID, key)
+				"--record %s) to redrive the rest of key %s", pk.Position.ID, p.rd.table.Qualified, pk.Position.ID, key)
 		case err != nil:
 			return false, err
 		default:
 			it.rec.Attempt = pk.Attempts + 1
 			cause = p.exec.deliver(work, it)
 			if cause != nil {
-				p.endSpan(work, it, "still parked") // the key stays parked, with the new error
+				endSpan(&p.tracing, work, it, "still parked") // the key stays parked, with the new error
 			}
 		}
 		// The record's fate is decided with the error alone: under a redrive's rules, a record that fails
@@ -227,24 +227,24 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		}
 		p.tenure.delivered.add(pk.Position, time.Now())
 	}
-	delete(p.tenure.parked, key)
+	delete(p.parked.keys, key)
 	p.log.Info().Str("key", key).Int("records", len(recs)).
 		Msg("key redriven: its parked records went through in order; the key is unparked")
 	return true, nil
 }
 
 // readParked reads a parked record's row from the source again.
-func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[T], error) {
-	sql, args := p.table.RecordSQL(p.generic, pk.Position)
-	ctx, cancel := p.bounded(work)
+func (rd *reader[T]) readParked(work context.Context, pk store.Parked) (*item[T], error) {
+	sql, args := rd.table.RecordSQL(rd.generic, pk.Position)
+	ctx, cancel := rd.cur.Bounded(work)
 	defer cancel()
-	rows, err := p.cur.Tx().Query(ctx, sql, args...)
+	rows, err := rd.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
-		return nil, p.refusedRead(fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, p.table.Qualified, err))
+		return nil, rd.refusedRead(fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, rd.table.Qualified, err))
 	}
-	r, err := p.scanItems(rows, 1, math.MaxInt64, false)
+	r, err := rd.scanItems(rows, 1, math.MaxInt64, false)
 	if err != nil {
-		return nil, p.refusedRead(err)
+		return nil, rd.refusedRead(err)
 	}
 	if len(r.items) == 0 {
 		return nil, pgx.ErrNoRows
@@ -254,7 +254,7 @@ func (p *Processor[T]) readParked(work context.Context, pk store.Parked) (*item[
 
 // commit makes a redrive's step durable, the handler flushed first, without moving the position.
 func (p *Processor[T]) commit(work context.Context, handled int) (bool, error) {
-	if err := p.flush(work); err != nil {
+	if err := p.exec.flush(work); err != nil {
 		return false, err
 	}
 	ok, err := p.cur.Commit(work, handled)

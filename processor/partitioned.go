@@ -213,7 +213,7 @@ func (p *Partitioned[T]) work(ctx context.Context, i int) (left, error) {
 		return stopped, err
 	}
 	proc.cursors = p.cursors    // the partitions of one process share a probe
-	proc.connectedBefore = true // its coordinator has: a refusal now is an outage (see Processor.refused)
+	proc.connectedBefore = true // its coordinator has: a refusal now is an outage (see credentials.refused)
 	counted, why := false, stopped
 	proc.hooks = runHooks{
 		owned: func() {
@@ -300,7 +300,7 @@ func (p *Partitioned[T]) noteFree(free []int32) {
 }
 
 // coordinationRefused says, once per refusal, that the database refused the credentials of the
-// coordinating connection (see Processor.refused), and returns how long to wait before looking again,
+// coordinating connection (see credentials.refused), and returns how long to wait before looking again,
 // growing with the looks refused; false when err is no such refusal.
 func (p *Partitioned[T]) coordinationRefused(err error) (time.Duration, bool) {
 	line, ok := dial.CredentialsRefused(err)

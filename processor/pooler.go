@@ -2,14 +2,38 @@ package processor
 
 import (
 	"context"
+	"time"
+
+	"github.com/rs/zerolog"
 
 	"github.com/inorder-dev/inorder/internal/pooler"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // Behind a pooler (PgBouncer, or the pooler of a hosted Postgres) a processor works as on a direct
 // connection, with two differences it tells once: ownership rests on the lease alone (a standby cannot see
 // that the owner's session ended, so it waits out the lease), and in transaction pooling LISTEN cannot
 // work (a notification reaches a server connection, not a client), so Listen gives way to the probe.
+
+// poolerWatch tells, once, of the pooler a processor's connection goes through (pooling), and stops the
+// processor's listener (stopListening, set while it listens) when the pooler turns out to pool by
+// transaction.
+type poolerWatch struct {
+	pooling       pooling
+	stopListening context.CancelFunc
+	// listen is Config.Listen; lease, idleTimeout, pollInterval and probeInterval are Config.Lease,
+	// IdleInTransactionTimeout, PollInterval and ProbeInterval.
+	listen                                          bool
+	lease, idleTimeout, pollInterval, probeInterval time.Duration
+	cur                                             *store.Repository // set when the processor opens its cursor
+	log                                             zerolog.Logger
+}
+
+// newPoolerWatch returns the pooler watch of a processor configured by cfg (its defaults set).
+func newPoolerWatch[T any](cfg *Config[T], log zerolog.Logger) poolerWatch {
+	return poolerWatch{listen: cfg.Listen, lease: cfg.Lease, idleTimeout: cfg.IdleInTransactionTimeout,
+		pollInterval: cfg.PollInterval, probeInterval: cfg.ProbeInterval, log: log}
+}
 
 // pooling is what a processor has told of the pooler its connection goes through.
 type pooling int
@@ -21,69 +45,71 @@ const (
 	poolingTransaction                // a pooler that hands server connections between clients per transaction
 )
 
-// detectPooler looks, once at start, whether the cursor connection goes through a pooler and whether it
-// pools by transaction, and says so. It fails only for what the pooler refuses (see pooler.Fatal).
-func (p *Processor[T]) detectPooler(ctx context.Context) error {
-	pooled, moves := p.cur.Pooled()
+// detect looks, once at start, whether the cursor connection goes through a pooler and whether it pools
+// by transaction (asking shared, the connections of the processor's Client), and says so. It fails only
+// for what the pooler refuses (see pooler.Fatal).
+func (pw *poolerWatch) detect(ctx context.Context, shared *store.Shared) error {
+	pooled, moves := pw.cur.Pooled()
 	switch {
 	case !pooled && !moves:
-		p.pooling = poolingNone
+		pw.pooling = poolingNone
 		return nil
 	case !moves:
 		// Asked once for the whole instance, on connections of its Client.
-		_, m, err := p.cfg.Client.shared.Pooled(ctx)
+		_, m, err := shared.Pooled(ctx)
 		moves = m
 		if pooler.Fatal(err) {
 			return pooler.Explain(err)
 		}
 		if err != nil {
-			p.log.Debug().Err(err).Msg("could not tell how the pooler pools")
+			pw.log.Debug().Err(err).Msg("could not tell how the pooler pools")
 		}
 	}
-	p.pooling = poolingSession
+	pw.pooling = poolingSession
 	if moves {
-		p.pooling = poolingTransaction
+		pw.pooling = poolingTransaction
 	}
-	p.tellPooler()
+	pw.tell()
 	return nil
 }
 
-// notePooler tells, once, when the cursor connection turns out to pool by transaction during the run
+// note tells, once, when the cursor connection turns out to pool by transaction during the run
 // (the backend serving it changed between transactions), when the start-up check could not tell.
-func (p *Processor[T]) notePooler() {
-	if _, moves := p.cur.Pooled(); moves && p.pooling != poolingTransaction {
-		p.pooling = poolingTransaction
-		p.tellPooler()
+func (pw *poolerWatch) note() {
+	if _, moves := pw.cur.Pooled(); moves && pw.pooling != poolingTransaction {
+		pw.pooling = poolingTransaction
+		pw.tell()
 	}
 }
 
-func (p *Processor[T]) tellPooler() {
-	bound := max(p.cfg.Lease, p.cfg.IdleInTransactionTimeout) + p.cfg.PollInterval
+// tell says what the pooler changes for the processor, and stops its listener in transaction pooling.
+func (pw *poolerWatch) tell() {
+	bound := max(pw.lease, pw.idleTimeout) + pw.pollInterval
 	mode := "session"
-	if p.pooling == poolingTransaction {
+	if pw.pooling == poolingTransaction {
 		mode = "transaction"
 	}
-	p.log.Info().Str("pool_mode", mode).Str("lease", p.cfg.Lease.String()).Str("takeover_within", bound.String()).
+	pw.log.Info().Str("pool_mode", mode).Str("lease", pw.lease.String()).Str("takeover_within", bound.String()).
 		Msg("the database connection goes through a pooler: ownership rests on the lease in the cursor row, " +
 			"and a standby replaces a frozen or vanished owner once its lease has run out")
-	if p.cfg.Listen && p.pooling == poolingTransaction {
-		if p.stopListening != nil {
-			p.stopListening()
+	if pw.listen && pw.pooling == poolingTransaction {
+		if pw.stopListening != nil {
+			pw.stopListening()
 		}
-		p.log.Warn().Msg("--listen needs a session of its own, which a pooler in transaction mode does not keep " +
+		pw.log.Warn().Msg("--listen needs a session of its own, which a pooler in transaction mode does not keep " +
 			"(LISTEN lands on a server connection that other clients then use): not listening; " +
-			p.wakeSource() + " instead")
+			pw.wakeSource() + " instead")
 	}
 }
 
 // wakeSource says what finds new rows when nothing wakes the processor.
-func (p *Processor[T]) wakeSource() string {
-	if p.cfg.ProbeInterval > 0 {
-		return "the probe finds new rows within " + p.cfg.ProbeInterval.String()
+func (pw *poolerWatch) wakeSource() string {
+	if pw.probeInterval > 0 {
+		return "the probe finds new rows within " + pw.probeInterval.String()
 	}
-	return "polling finds new rows within " + p.cfg.PollInterval.String()
+	return "polling finds new rows within " + pw.pollInterval.String()
 }
 
 // listens reports whether the processor keeps a listening connection: asked for, and not through a pooler
 // in transaction mode.
-func (p *Processor[T]) listens() bool { return p.cfg.Listen && p.pooling != poolingTransaction }
+func (pw *poolerWatch) listens() bool { return pw.listen && pw.pooling != poolingTransaction }

@@ -34,26 +34,27 @@ const (
 
 // probesRows reports whether an idle wait probes for rows after the position: not while a transaction
 // open for a while holds the horizon (the probe would answer yes for rows no batch may read yet).
-func (p *Processor[T]) probesRows() bool {
-	return p.prober != nil && p.role == roleOwner && !p.last.heldLong
+func (w *waiter) probesRows(owner, heldLong bool) bool {
+	return w.prober != nil && owner && !heldLong
 }
 
 // rowWatched bounds a wait that an operator's action should end (a backoff, a pause): the probe watches
 // the cursor row through it, and without the probe the processor looks at the row again every poll
 // interval, so a skip, rewind, pause or resume takes effect then, not when the wait ends.
-func (p *Processor[T]) rowWatched(d time.Duration) time.Duration {
-	if p.prober == nil {
-		return min(d, p.cfg.PollInterval)
+func (w *waiter) rowWatched(d time.Duration) time.Duration {
+	if w.prober == nil {
+		return min(d, w.pollInterval)
 	}
 	return d
 }
 
 // probeCond returns the probe's question for this processor, asked about pos, the position the last batch
-// left: is there a row after it that a batch could read now? The question is built by the probe's own
-// goroutine, possibly while this processor runs its next batch, so it holds a copy of what it needs and
-// reads nothing of the processor's.
-func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, []any) {
-	t, margin, known := p.table, p.margin(), p.shape.known
+// left: is there a row after it that a batch could read now (of iw's table, below now less its margin, or
+// its columns changed from the fingerprint known)? The question is built by the probe's own goroutine,
+// possibly while this processor runs its next batch, so it holds a copy of what it needs and reads nothing
+// of the processor's.
+func probeCond(pos inordertype.Position, iw idleWatch) func(n int) (string, []any) {
+	t, margin, known := iw.table, iw.margin, iw.known
 	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
 	// run batch after batch that read nothing. Or the source's columns changed (a migration), which the
 	// next batch must see and say, however quiet the stream.
@@ -74,34 +75,34 @@ func (p *Processor[T]) probeCond(pos inordertype.Position) func(n int) (string, 
 // probeWait waits up to d for the shared probe to see a row after the position (when rows is set) or a
 // change to the cursor row. It reports whether either happened or wake received, and false when the probe
 // failed: the wait then ends at once, and the caller waits its poll interval as without a probe.
-func (p *Processor[T]) probeWait(ctx context.Context, d time.Duration, rows bool, wake <-chan struct{}) (found, ok bool) {
-	limit := p.cfg.ProbeInterval
-	if time.Since(p.lastRecords) >= probeQuietAfter {
+func (w *waiter) probeWait(ctx context.Context, d time.Duration, rows bool, wake <-chan struct{}, iw idleWatch) (found, ok bool) {
+	limit := w.probeInterval
+	if time.Since(w.lastRecords) >= probeQuietAfter {
 		limit *= 4
 	}
-	req := store.ProbeRequest{Cursor: p.cur.Name(), Version: p.cur.Version(), Gap: limit, MaxGap: limit}
-	token := p.cur.Tenure()
-	if p.role == roleOwner {
-		req.Renew, req.Lost = p.cur.ProbeRenewal(), p.cur.SessionLost()
+	req := store.ProbeRequest{Cursor: w.cur.Name(), Version: w.cur.Version(), Gap: limit, MaxGap: limit}
+	token := w.cur.Tenure()
+	if iw.owner {
+		req.Renew, req.Lost = w.cur.ProbeRenewal(), w.cur.SessionLost()
 	}
 	if rows {
-		req.RowsFunc = p.probeCond(p.cur.State().Position)
-		req.Gap = min(max(p.probeGap, probeFirst), limit)
+		req.RowsFunc = probeCond(w.cur.State().Position, iw)
+		req.Gap = min(max(w.probeGap, probeFirst), limit)
 	}
-	r := p.prober.Wait(ctx, req, d, wake)
-	p.cur.Renewed(r.Renewed, token)
+	r := w.prober.Wait(ctx, req, d, wake)
+	w.cur.Renewed(r.Renewed, token)
 	if r.Err != nil {
 		if store.Unanswered(ctx, r.Err) {
 			// The probe borrows a connection of the Client's pool, the one the batches take turns on: a dead
 			// one is found by whichever asks first, and said so either way.
-			p.log.Warn().Err(r.Err).Msg("the database did not answer in time: the connection counts as dead; reconnecting")
+			w.log.Warn().Err(r.Err).Msg("the database did not answer in time: the connection counts as dead; reconnecting")
 		} else {
-			p.log.Debug().Err(r.Err).Msg("probe failed; waiting for the next batch")
+			w.log.Debug().Err(r.Err).Msg("probe failed; waiting for the next batch")
 		}
 		return false, false
 	}
 	if rows {
-		p.probeGap = r.Gap
+		w.probeGap = r.Gap
 	}
 	return r.Rows || r.Changed || r.Woken, true
 }

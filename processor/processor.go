@@ -8,7 +8,6 @@ import (
 	"reflect"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/rs/zerolog"
 
@@ -16,7 +15,6 @@ import (
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/dial"
 	"github.com/inorder-dev/inorder/internal/pooler"
-	"github.com/inorder-dev/inorder/internal/source"
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
@@ -29,81 +27,49 @@ const (
 	roleStandby             // another instance owns the process; this one waits to take over
 )
 
-// Processor moves the records of one source table to a handler, strictly in (created_at, id) order.
+// Processor moves the records of one source table to a handler, strictly in (created_at, id) order. It runs
+// the loop (Run: lock, horizon, read, deliver, commit, wait) and wires the parts that do each, every part
+// owning its own state: the reader, the horizon's watch, the executor, the waiter and the others below.
 type Processor[T any] struct {
 	cfg Config[T]
 	// cursors owns the processor's cursor repository and idle probe: its Client's store (the Client it was
 	// given, or, while it runs, its own: see Run).
 	cursors *store.Store
-	log     zerolog.Logger
-	generic bool
-	scan    func(row pgx.CollectableRow) (T, error)
-	async   handlers.AsyncHandler[T]
-	txBatch handlers.TxBatchHandler[T] // the TxHandler, when it takes batches
-	// structCols are the columns of T when it is a struct scanned by name: the default Source.Columns.
-	structCols []structField
-	positional *positionalScanner[T] // set when the selection is structCols: scan by position
-	flusher    handlers.Flusher
-	obs        Observer
+	// cur is the process's cursor repository, open while Run runs; the parts that use it are given it as it
+	// opens (see openCursor).
+	cur       *store.Repository
+	dbTimeout time.Duration // the Client's DatabaseTimeout
+	log       zerolog.Logger
+	obs       Observer
+	// async and txBatch are the handler when it is an AsyncHandler, or a TxHandler that takes batches, and
+	// windowed says that records go through the keyed window: how a batch is delivered (deliverBatch).
+	async    handlers.AsyncHandler[T]
+	txBatch  handlers.TxBatchHandler[T]
+	windowed bool
 
-	table   *source.Table
-	tracker *tracker
-	kind    inordertype.Horizon // the horizon in use: the table's, until a changed default makes it HorizonTransactions
-	// late watches the spans delivered for rows that commit behind the position (late.go).
-	late lateWatch
-	// clockOff is since when the insert clock's trigger has been found gone or disabled (zero while it
-	// stamps), and clockWarned when that was last said.
-	clockOff, clockWarned time.Time
-	cur                   *store.Repository
-	dbTimeout             time.Duration // the Client's DatabaseTimeout
+	// The parts.
+	rd      reader[T]    // reads the batches (reader.go)
+	hz      horizonWatch // watches the transactions in flight and says the horizon (horizon.go)
+	exec    executor[T]  // runs the handler and decides what becomes of a record (executor.go)
+	wt      waiter       // waits between batches, on a notification or the probe (listen.go, probe.go)
+	pool    poolerWatch  // tells of a pooler (pooler.go)
+	fleet   *sharer      // shares the fleet's work (fleet.go); nil for a partition
+	parked  parkedKeys   // the keys parked in the stream (park.go)
+	failing failing      // what this instance knows of the failing record (failing.go)
+	creds   credentials  // a refusal of the credentials waited out
+	tracing tracing      // the tracer and the batch's span (trace.go)
 
 	// State across batches, used by the one goroutine running Run.
-	role        role
-	tenure      tenure[T] // the tenure in which this instance last owned the process (see tenure.go)
-	last        lastBatch // what the last batch found that the next wait depends on
-	hold        holder    // the hold last recorded in the cursor row (zero: none)
-	holdWarned  time.Time
-	wake        chan struct{}
-	prober      *sharedProbe  // the probe shared with the other processors of the database, or nil
-	probeGap    time.Duration // the probe's current interval (see probe.go)
-	started     func()        // gives back the processor's start-up turn on its Client (see Client.startTurn)
-	lastRecords time.Time     // when a batch last handled records
-	hooks       runHooks      // set by a Partitioned runner for the processor of one partition
+	role    role
+	tenure  tenure    // the tenure in which this instance last owned the process (see tenure.go)
+	last    lastBatch // what the last batch found that the next wait depends on
+	paused  bool      // the cursor row said paused at the last batch
+	started func()    // gives back the processor's start-up turn on its Client (see Client.startTurn)
+	hooks   runHooks  // set by a Partitioned runner for the processor of one partition
 	// connectedBefore says that the process had connected before this processor opened its cursor (set
 	// by a Partitioned runner): credentials refused at the open are then an outage, not a start-up's
-	// mistake. refusal is the refusal of the credentials the processor waits out, "" when none.
+	// mistake.
 	connectedBefore bool
-	refusal         string
-	// fleet is the instance's look at the instances of its processes, to share the work (see fleet.go);
-	// nil for a partition.
-	fleet  *store.FleetWatch
-	paused bool
-	// parkChecked says the role's privileges on inorder.parked were checked, and parkReadable that it may
-	// read it.
-	parkChecked, parkReadable bool
-	failing                   failing // what this instance knows of the failing record and those sent ahead of it
-	pooling                   pooling // what this instance said of a pooler
-	// stopListening ends the listener (when Listen is set), should transaction pooling show up later.
-	stopListening context.CancelFunc
-	tracing       tracing
-	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
-	// store.Rider); the horizon takes it when the lock it rode with is the one held.
-	polled source.Observation
-	// limit is the adaptive read bound (Config.BatchSize zero): 0 until the first read. lastFull is whether
-	// the last read was cut by its bound or its budget (a backlog lies behind it).
-	limit    int
-	lastFull bool
-	// budget is the byte budget of a read (Config.BatchBytes) and the size ratio learned.
-	budget byteBudget
-	// exec decides what becomes of a record once its handler answered (see executor.go).
-	exec executor[T]
-	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin).
-	clockMargin time.Duration
-	// shape is what the processor knows of the source's columns across migrations (see shape.go).
-	shape shapeWatch
-	// listened is the table as the listener's goroutine names it: p.table when it started, which a
-	// migration of the source replaces while it runs (the name and the relation stay).
-	listened *source.Table
 }
 
 // New checks cfg and returns a processor. It does not touch the database; Run does.
@@ -164,37 +130,28 @@ func newStream[T any](cfg Config[T]) (*Processor[T], error) {
 		cfg:       cfg,
 		dbTimeout: cfg.databaseTimeout(),
 		log:       defaultLogger(cfg.Logger).With().Str("process", cfg.Process).Logger(),
-		tracker:   newTracker(cfg.InsertLatency),
-		late:      newLateWatch(),
-		wake:      make(chan struct{}, 1),
 		obs:       cfg.Observer,
-		budget:    byteBudget{bytes: int64(cfg.BatchBytes)},
 	}
-	p.clockMargin = clockMargin
 	if p.obs == nil {
 		p.obs = nopObserver{}
 	}
+	p.hz = newHorizonWatch(&p.cfg, clockMargin, p.log, p.obs)
+	p.failing = failing{process: cfg.Process, obs: p.obs, log: p.log}
+	p.parked = parkedKeys{on: cfg.OnHalt == OnHaltPark, log: p.log}
+	p.creds = credentials{process: cfg.Process, log: p.log, obs: p.obs}
+	p.wt = newWaiter(&p.cfg, p.log)
+	p.pool = newPoolerWatch(&p.cfg, p.log)
 	p.exec = newExecutor(&p.cfg, p.log, p.obs, &p.tracing)
-	var zero T
-	_, p.generic = any(zero).(handlers.Row)
-	switch {
-	case cfg.ScanFunc != nil:
-		p.scan = cfg.ScanFunc
-	case p.generic:
-		// Set in open, once the table's json columns are known.
-	case reflect.TypeOf(zero) != nil && reflect.TypeOf(zero).Kind() == reflect.Struct:
-		p.scan = pgx.RowToStructByName[T]
-		p.structCols = structColumns(reflect.TypeOf(zero), nil)
-	default:
-		return nil, fmt.Errorf("processor %q: %T is not a struct; set Config.ScanFunc", cfg.Process, zero)
+	var err error
+	if p.rd, err = newReader(&p.cfg, p.log, p.obs); err != nil {
+		return nil, err
 	}
 	if cfg.Handler != nil {
 		p.async, _ = cfg.Handler.(handlers.AsyncHandler[T])
-		p.flusher, _ = cfg.Handler.(handlers.Flusher)
 	} else {
-		p.flusher, _ = cfg.TxHandler.(handlers.Flusher)
 		p.txBatch, _ = cfg.TxHandler.(handlers.TxBatchHandler[T])
 	}
+	p.windowed = cfg.MaxInFlight > 1 && cfg.Handler != nil && p.async == nil
 	return p, nil
 }
 
@@ -259,7 +216,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	// work outlives ctx by at most ShutdownTimeout: the record in flight and the final commit use it.
 	work, cancelWork := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelWork()
-	defer p.cutOffAfterShutdownTimeout(ctx, cancelWork)()
+	defer cutOffAfter(ctx, p.cfg.ShutdownTimeout, p.log, cancelWork)()
 
 	p.started = p.cfg.Client.startTurn(ctx)
 	defer p.started()
@@ -276,27 +233,29 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	prober := p.cursors.Prober()
 	defer prober.Close()
 	if p.cfg.ProbeInterval > 0 {
-		p.prober = prober
-		defer func() { p.prober = nil }()
+		p.wt.prober = prober
+		defer func() { p.wt.prober = nil }()
 	}
 
 	p.cur.Detach() // the pooler's check takes connections of the pool
-	if err := p.detectPooler(work); err != nil {
+	if err := p.pool.detect(work, p.cfg.Client.shared); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
-	if p.listens() {
+	if p.pool.listens() {
 		listenCtx, stopListening := context.WithCancel(ctx)
 		listening := make(chan struct{})
-		p.listened = p.table
-		go func() { defer close(listening); p.listen(listenCtx) }()
-		p.stopListening = stopListening
+		p.wt.listened = p.rd.table
+		client := p.cfg.Client
+		go func() { defer close(listening); p.wt.listen(listenCtx, client) }()
+		p.pool.stopListening = stopListening
 		defer func() { stopListening(); <-listening }()
 	}
 
 	if p.hooks.afterBatch == nil {
 		// One stream shares the fleet's work; a partition's runner balances its partitions itself.
-		p.fleet = p.cur.FleetWatch()
-		p.cur.DeferTake(p.takeDelay)
+		p.fleet = newSharer(&p.cfg, p.cur.FleetWatch(), p.cur, p.log)
+		p.wt.fleet = p.fleet
+		p.cur.DeferTake(p.fleet.takeDelay)
 	}
 	p.cur.Detach()
 	woken := false
@@ -305,15 +264,18 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		n, wait, err := p.tick(ctx, work)
 		p.cur.Detach() // on a Client's connections: hold none while not locked
 		if !p.cur.Locked() && p.role == roleOwner {
-			p.redriveAfterOutage(work)
+			p.exec.redriveAfterOutage(work)
 		}
 		if n > 0 {
-			p.probeGap, p.lastRecords = 0, time.Now()
+			p.wt.probeGap, p.wt.lastRecords = 0, time.Now()
 		}
 		if p.hooks.afterBatch != nil && err == nil && p.hooks.afterBatch(p.role == roleOwner, n == 0 && wait == 0) {
 			return nil // the runner above moves on
 		}
-		if err == nil && wait == 0 && ctx.Err() == nil && p.shareWork(work) {
+		if err == nil && wait == 0 && ctx.Err() == nil && p.fleet != nil && p.role == roleOwner &&
+			p.fleet.shareWork(work) {
+			p.role = roleStandby
+			p.obs.Locked(p.cfg.Process, false)
 			continue // standing by now; another instance takes the process
 		}
 		if err != nil {
@@ -339,7 +301,8 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			if wakeable {
 				p.endKeptLock(work) // a wait for rows, on the probe; a retry's backoff keeps its transaction
 			}
-			woken = p.idle(ctx, wait, wakeable)
+			woken = p.wt.idle(ctx, wait, wakeable, idleWatch{owner: p.role == roleOwner, heldLong: p.last.heldLong,
+				table: p.rd.table, margin: p.hz.margin(), known: p.rd.shape.known})
 		}
 	}
 	return nil
@@ -350,7 +313,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 // has one of, and renews only a lease whose row no transaction holds, so a wait on it must hold neither.
 // Without the probe the wait keeps the transaction, as the next batch goes on in it.
 func (p *Processor[T]) endKeptLock(work context.Context) {
-	if p.prober == nil || !p.cur.Locked() {
+	if p.wt.prober == nil || !p.cur.Locked() {
 		return
 	}
 	if err := p.cur.Unlock(work); err != nil {
@@ -374,9 +337,9 @@ func (p *Processor[T]) release(ctx context.Context) {
 	}
 }
 
-// cutOffAfterShutdownTimeout cancels work once ShutdownTimeout has passed since ctx was done: the record
-// in flight is abandoned then. The returned function ends the watch.
-func (p *Processor[T]) cutOffAfterShutdownTimeout(ctx context.Context, cancelWork context.CancelFunc) func() {
+// cutOffAfter cancels work (cancelWork) once timeout, the ShutdownTimeout, has passed since ctx was done:
+// the record in flight is abandoned then, as log says. The returned function ends the watch.
+func cutOffAfter(ctx context.Context, timeout time.Duration, log zerolog.Logger, cancelWork context.CancelFunc) func() {
 	done := make(chan struct{})
 	go func() {
 		select {
@@ -384,11 +347,11 @@ func (p *Processor[T]) cutOffAfterShutdownTimeout(ctx context.Context, cancelWor
 		case <-done:
 			return
 		}
-		t := time.NewTimer(p.cfg.ShutdownTimeout)
+		t := time.NewTimer(timeout)
 		defer t.Stop()
 		select {
 		case <-t.C:
-			p.log.Warn().Str("shutdown_timeout", p.cfg.ShutdownTimeout.String()).Msg("record in flight did not finish in time; abandoning it")
+			log.Warn().Str("shutdown_timeout", timeout.String()).Msg("record in flight did not finish in time; abandoning it")
 			cancelWork()
 		case <-done:
 		}
@@ -408,13 +371,13 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// A notification came, or a writer had just begun, yet nothing was readable: the new rows
 			// may still lie within the insert-latency margin below now, or commit in a moment. (Or an
 			// operator action held the row for a moment.) Look again just after the margin.
-			wait = 2*p.margin() + time.Millisecond
-		case p.shape.wait != nil:
+			wait = 2*p.hz.margin() + time.Millisecond
+		case p.rd.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
-		case p.probesRows():
+		case p.wt.probesRows(p.role == roleOwner, p.last.heldLong):
 			// The probe watches for what a batch would look for, and renews the lease; a batch still
 			// comes now and then (see idleBatch).
-			wait = p.idleBatch()
+			wait = p.hz.late.idleBatch(p.cfg.PollInterval, p.cfg.Lease)
 			if p.cur.ProbeRenewal() != nil {
 				return wait, wakeable // the wait itself sees that the lease is renewed (see idle)
 			}
@@ -423,25 +386,6 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 	// Look at the row often enough to renew the lease (the owner) or to say the instance is there (a
 	// standby), both due at a third of it.
 	return min(wait, p.cfg.Lease/3), wakeable
-}
-
-// idleBatch is how long a quiet owner whose probe watches its rows waits for the next batch of its own:
-// the probe's answer, an operator's action seen in the cursor row or a notification ends the wait
-// sooner, and the probe renews the lease meanwhile (see store.Renewal). Such a batch is no longer needed
-// to see anything; it comes a lease after the last (idleTicks poll intervals at least), or when the
-// oldest stretch delivered is due for its count of late rows, to keep the session and the holds up to
-// date at a cost that does not grow much with the processes: a thousand quiet processes with the default
-// lease make about 33 such batches a second.
-func (p *Processor[T]) idleBatch() time.Duration {
-	wait := max(idleTicks*p.cfg.PollInterval, p.cfg.Lease)
-	if len(p.late.spans) > 0 {
-		after := p.late.after
-		if after == 0 {
-			after = lateAfter
-		}
-		wait = min(wait, max(time.Until(p.late.spans[0].at.Add(after)), p.cfg.PollInterval))
-	}
-	return wait
 }
 
 func (p *Processor[T]) open(ctx, work context.Context) error {
@@ -455,40 +399,21 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	checks, cancelChecks := context.WithTimeoutCause(work, 3*p.dbTimeout,
 		&store.UnansweredError{Timeout: 3 * p.dbTimeout})
 	defer cancelChecks()
-	src := p.cfg.Source
-	if len(src.Columns) == 0 && p.structCols != nil && p.cfg.ScanFunc == nil {
-		var err error
-		src.Columns, err = p.columnsOfStruct(checks)
-		if err != nil {
-			p.abandon(work)
-			return err
-		}
-	}
-	conn, err := p.cur.Conn(checks)
+	t, err := p.rd.inspect(checks)
 	if err != nil {
 		p.abandon(work)
 		return err
 	}
-	t, err := source.Inspect(checks, conn, src)
-	if err == nil && t.Refusal != nil {
-		err = t.Refusal
-	}
-	if err == nil {
-		err = p.checkFilter(checks, conn, t)
-	}
-	if err != nil {
+	p.rd.table, p.hz.kind = t, t.Horizon
+	p.hz.rideLocks(t)
+	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, p.cfg.SynchronousCommit || p.cfg.TxHandler != nil, t)
+	p.rd.prepareScan(t)
+	if err := p.rd.checkColumns(t); err != nil {
 		p.abandon(work)
 		return err
 	}
-	p.table, p.kind = t, t.Horizon
-	p.rideLocks(t)
-	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, t)
-	p.prepareScan(t)
-	if err := p.checkColumns(t); err != nil {
-		p.abandon(work)
-		return err
-	}
-	if err := p.register(checks); err != nil {
+	reg := registration{cur: p.cur, table: t, process: p.cfg.Process, start: p.cfg.StartFrom, log: p.log}
+	if err := reg.register(checks); err != nil {
 		p.abandon(work)
 		return err
 	}
@@ -521,46 +446,21 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 	for attempt := 1; ; attempt++ {
 		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
 		if err == nil {
-			p.cur, p.exec.cur = cur, cur
-			p.accepted()
+			p.cur, p.exec.cur, p.rd.cur, p.hz.cur, p.parked.cur, p.wt.cur, p.pool.cur = cur, cur, cur, cur, cur, cur, cur
+			p.creds.accepted()
 			return nil
 		}
 		if _, refused := dial.CredentialsRefused(err); refused && p.connectedBefore {
 			// A partition taken up while the credentials are refused: its process had connected, so this
 			// is the outage the process waits out, not a mistake of its start-up.
-			p.refused(err)
+			p.creds.refused(err)
 		} else if isFatal(err) || !store.IsConnectionError(err) {
 			return err
 		} else {
 			p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
 		}
-		most := p.cfg.ReconnectMax
-		if p.refusal != "" {
-			most = min(most, refusedRetryMax)
-		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.creds.retryMax(p.cfg.ReconnectMax))) {
 			return ctx.Err()
-		}
-	}
-}
-
-// prepareScan chooses how the rows of t are scanned into T: raw columns of a generic record kept as they
-// are, and a struct scanned by position when its fields and the selected columns match one for one.
-func (p *Processor[T]) prepareScan(t *source.Table) {
-	if p.generic && p.cfg.ScanFunc == nil {
-		var raw []int
-		for i, c := range t.Columns {
-			if _, isRaw := source.GenericExpr(c); isRaw {
-				raw = append(raw, i)
-			}
-		}
-		p.scan = any(rowScanner(raw)).(func(pgx.CollectableRow) (T, error))
-	}
-	if p.structCols != nil && p.cfg.ScanFunc == nil {
-		// When every selected column is one field of T and every field has its column, scanning by
-		// position gives what RowToStructByName gives, without matching names for each row.
-		if fields, ok := matchFields(p.structCols, t.Columns); ok {
-			p.positional = &positionalScanner[T]{fields: fields}
 		}
 	}
 }
@@ -575,24 +475,9 @@ func (p *Processor[T]) abandon(work context.Context) {
 	_ = p.cur.Release(work)
 }
 
-// columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just
-// what RowToStructByName fills, and a field without a column is reported at start, naming both.
-func (p *Processor[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
-	conn, err := p.cur.Conn(ctx)
-	if err != nil {
-		return nil, err
-	}
-	t, err := source.Inspect(ctx, conn, inordertype.Source{Table: p.cfg.Source.Table, IDColumn: p.cfg.Source.IDColumn,
-		CreatedAtColumn: p.cfg.Source.CreatedAtColumn, KeyColumn: p.cfg.Source.KeyColumn})
-	if err != nil {
-		return nil, err
-	}
-	return resolveColumns(p.structCols, t.Columns), nil
-}
-
 func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	if _, refused := dial.CredentialsRefused(cause); refused {
-		p.refused(cause)
+		p.creds.refused(cause)
 	} else if store.Unanswered(work, cause) {
 		p.log.Warn().Err(cause).Str("database_timeout", p.dbTimeout.String()).
 			Msg("the database did not answer in time: the connection counts as dead; reconnecting")
@@ -602,36 +487,41 @@ func (p *Processor[T]) reconnect(ctx, work context.Context, cause error) {
 	p.obs.Connected(p.cfg.Process, false)
 	p.obs.Locked(p.cfg.Process, false)
 	p.role = roleNone
-	p.takeAhead(inordertype.Position{})
+	p.rd.takeAhead(inordertype.Position{})
 	// The adaptive bound starts over too: a read the loss cut short says nothing of the backlog.
-	p.limit = 0
+	p.rd.limit = 0
 	// What the tracker knew may not hold for the server it comes back to (a restarted server numbers
 	// transactions anew and brings prepared ones back under new ids): start over, holding on every
 	// transaction present at the first poll.
-	p.tracker = newTracker(p.cfg.InsertLatency)
+	p.hz.tracker = newTracker(p.cfg.InsertLatency)
 	p.tenure.sourceSaved = false
 	for attempt := 1; ctx.Err() == nil; attempt++ {
-		most := p.cfg.ReconnectMax
-		if p.refusal != "" {
-			most = min(most, refusedRetryMax)
-		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, most)) {
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.creds.retryMax(p.cfg.ReconnectMax))) {
 			return
 		}
 		err := p.cur.Reconnect(work)
 		if err == nil {
 			p.log.Info().Int("attempts", attempt).Msg("reconnected")
-			p.accepted()
+			p.creds.accepted()
 			p.obs.Connected(p.cfg.Process, true)
 			p.recheck(work)
 			return
 		}
 		if _, refused := dial.CredentialsRefused(err); refused {
-			p.refused(err)
+			p.creds.refused(err)
 			continue
 		}
 		p.log.Warn().Err(err).Int("attempt", attempt).Msg("reconnect failed")
 	}
+}
+
+// credentials is what a processor knows of the database's refusal of its credentials: the refusal it waits
+// out, "" when none.
+type credentials struct {
+	refusal string
+	process string
+	log     zerolog.Logger
+	obs     Observer
 }
 
 // refusedRetryMax caps the backoff between reconnections while the database refuses the credentials: a
@@ -643,24 +533,33 @@ const refusedRetryMax = 3 * time.Second
 // naming the user and the server, and tells the observer: the processor waits it out, reconnecting with
 // backoff, as for a lost connection, since a rotation changes a password under a running process and the
 // new one works once the rotation is done (see ClientConfig.BeforeConnectFunc).
-func (p *Processor[T]) refused(err error) {
+func (c *credentials) refused(err error) {
 	line, _ := dial.CredentialsRefused(err)
-	if line == p.refusal {
+	if line == c.refusal {
 		return
 	}
-	p.refusal = line
-	p.log.Error().Msg(line + "; reconnecting until they are accepted")
-	p.obs.CredentialsRefused(p.cfg.Process, line)
+	c.refusal = line
+	c.log.Error().Msg(line + "; reconnecting until they are accepted")
+	c.obs.CredentialsRefused(c.process, line)
 }
 
 // accepted ends a refusal of the credentials: the processor connected again.
-func (p *Processor[T]) accepted() {
-	if p.refusal == "" {
+func (c *credentials) accepted() {
+	if c.refusal == "" {
 		return
 	}
-	p.refusal = ""
-	p.log.Info().Msg("the database accepts the credentials again")
-	p.obs.CredentialsRefused(p.cfg.Process, "")
+	c.refusal = ""
+	c.log.Info().Msg("the database accepts the credentials again")
+	c.obs.CredentialsRefused(c.process, "")
+}
+
+// retryMax is the longest backoff between reconnections, most as configured: shorter while the
+// credentials are refused (see refusedRetryMax).
+func (c *credentials) retryMax(most time.Duration) time.Duration {
+	if c.refusal != "" {
+		return min(most, refusedRetryMax)
+	}
+	return most
 }
 
 // sleep waits d or until ctx is done, and reports whether the full wait passed.
@@ -681,7 +580,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
 	began := time.Now()
 	if !p.cur.Locked() {
-		p.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
+		p.rd.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
 	}
 	ok, err := p.lock(work)
 	if p.started != nil {
@@ -695,19 +594,19 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	keep := false
 	defer func() {
 		if err == nil && p.cur.Locked() && !keep {
-			end := p.traceCommit(work, n)
+			end := p.tracing.startCommit(work, n)
 			err = p.cur.Unlock(work)
 			end(err)
 		}
 		p.tenure.lastPos, p.tenure.knownPos = p.cur.State().Position, err == nil
-		p.endBatch(n, err)
+		p.tracing.endBatch(n, err)
 	}()
 	if err := p.saveSource(work); err != nil {
 		return 0, 0, err
 	}
-	if p.shape.stale {
+	if p.rd.shape.stale {
 		// A read was refused for its columns: inspect them before anything reads the source again.
-		if wait, err := p.followShape(work, p.shape.known); err != nil || wait {
+		if wait, err := p.followShape(work, p.rd.shape.known); err != nil || wait {
 			return 0, 0, err
 		}
 	}
@@ -722,10 +621,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	if err != nil || !p.cur.Locked() {
 		return 0, 0, err
 	}
-	if err := p.noteHold(work, h); err != nil {
+	if err := p.hz.noteHold(work, h, p.rd.table); err != nil {
 		return 0, 0, err
 	}
-	if err := p.countLate(work); err != nil {
+	if err := p.hz.countLate(work, p.rd.table); err != nil {
 		return 0, 0, err
 	}
 	// A writer first seen at this poll is most likely a short transaction about to commit: rather than a
@@ -737,10 +636,11 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		return 0, 0, nil
 	}
 	readAt := time.Now()
-	items, ok := p.takeAhead(st.Position)
+	items, ok := p.rd.takeAhead(st.Position)
 	if !ok {
-		if items, err = p.read(work, st.Position, h.at); err != nil {
-			if p.readRefused(work, err) {
+		if items, err = p.rd.read(work, st.Position, h.at); err != nil {
+			if p.rd.readRefused(err) {
+				p.abort(work)
 				return 0, 0, nil
 			}
 			return 0, 0, err
@@ -748,14 +648,14 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	p.obs.Batch(p.cfg.Process, len(items))
 	// whole says that the read found every row the process keeps below the horizon (see passOver).
-	whole := !ok && !p.lastFull && p.table.Filtered()
+	whole := !ok && !p.rd.lastFull && p.rd.table.Filtered()
 	if len(items) == 0 {
 		if whole {
 			keep, err = p.passOver(work, st.Position, h.at)
 		}
 		return 0, 0, err
 	}
-	p.startBatch(began, horizonAt, readAt, len(items))
+	p.tracing.startBatch(began, horizonAt, readAt, len(items))
 	defer closeSpans(items)
 	o := p.deliverBatch(ctx, work, st, items, h.at)
 	n, wait, err = o.n, 0, o.err
@@ -768,7 +668,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		wait = p.fail(work, st, o.last, o.failed, o.fate)
 	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
 		if whole && o.n == len(items) {
-			o.last = p.passedTo(o.last, h.at)
+			o.last = passedTo(o.last, h.at, p.cfg.Checkpoint == CheckpointRecord)
 		}
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
@@ -780,7 +680,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		p.tenure.delivered.add(it.pos, now)
 	}
 	if n > 0 {
-		p.late.add(st.Position, items[n-1].pos, n, now)
+		p.hz.late.add(st.Position, items[n-1].pos, n, now)
 	}
 	return n, wait, err
 }
@@ -794,11 +694,11 @@ func (p *Processor[T]) deliverBatch(ctx, work context.Context, st inordertype.St
 		return p.deliverTxBatch(ctx, work, st, items)
 	case p.async != nil:
 		return p.deliverAsync(ctx, work, st, items)
-	case p.windowed():
+	case p.windowed:
 		return p.deliverWindow(ctx, work, st, items)
 	}
-	p.readAhead(work, items, horizon)
-	defer p.joinAhead()
+	p.rd.readAhead(work, items, horizon)
+	defer p.rd.joinAhead()
 	return p.deliverSync(ctx, work, st, items)
 }
 
@@ -828,7 +728,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		p.log.Warn().Ints32("pids", e.PIDs).Str("owner", e.Instance).Msg("the owner's lease ran out while its " +
 			"session still held the cursor row (cut off inside its batch); ended that session to take over")
 	}
-	p.notePooler()
+	p.pool.note()
 	if !ok {
 		if p.role == roleOwner && p.cur.Owner() {
 			// Still the owner: an operator action holds the row for the moment it takes. Look again
@@ -854,8 +754,10 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
 		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
-		p.joinAhead() // a batch read ahead in the last tenure is dropped with it, once its statement is done
-		p.role, p.tenure = roleOwner, tenure[T]{token: token, gen: p.tenure.gen + 1}
+		// A batch read ahead in the last tenure is dropped with it, once its statement is done.
+		p.rd.takeAhead(inordertype.Position{})
+		p.role, p.tenure = roleOwner, tenure{token: token, gen: p.tenure.gen + 1}
+		p.parked.keys = nil // read again in the new tenure
 		p.obs.Locked(p.cfg.Process, true)
 		if p.hooks.owned != nil {
 			p.hooks.owned()

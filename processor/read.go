@@ -37,46 +37,43 @@ type itemTrace struct {
 
 // read fetches the next batch: at most the batch bound of records after pos and below the horizon, in
 // (created_at, id) order, within the byte budget, each scanned with its position.
-func (p *Processor[T]) read(work context.Context, pos inordertype.Position, horizon time.Time) ([]item[T], error) {
-	b := p.nextBounds()
-	r, err := p.readRows(work, pos, horizon, b)
+func (rd *reader[T]) read(work context.Context, pos inordertype.Position, horizon time.Time) ([]item[T], error) {
+	b := rd.nextBounds()
+	r, err := rd.readRows(work, pos, horizon, b)
 	if err != nil {
 		return nil, err
 	}
-	p.learn(b, r)
+	rd.learn(b, r)
 	return r.items, nil
 }
 
 // nextBounds is the bounds of the next read: the batch bound of records and the byte budget.
-func (p *Processor[T]) nextBounds() bounds {
-	limit := p.batchLimit()
-	if p.windowed() {
-		// Keep the window full until near the end of the batch: it drains there, the records in flight
-		// finishing before the next read, which costs one handler latency per batch (four windows a batch
-		// left a webhook stream at 0.81 of plain clients, sixteen at 0.91).
-		limit = max(limit, 16*p.cfg.MaxInFlight)
-	}
-	return p.budget.bounds(limit)
+func (rd *reader[T]) nextBounds() bounds {
+	// A keyed window's reads are kept to sixteen windows at least (minLimit): the window stays full until
+	// near the end of the batch, and drains there, the records in flight finishing before the next read,
+	// which costs one handler latency per batch (four windows a batch left a webhook stream at 0.81 of
+	// plain clients, sixteen at 0.91).
+	return rd.budget.bounds(max(rd.batchLimit(), rd.minLimit))
 }
 
 // learn takes what a read under b found: the adaptive bound and the size ratio move after it.
-func (p *Processor[T]) learn(b bounds, r readResult[T]) {
-	p.budget.learn(r.received, r.sized, r.largest)
-	p.lastFull = r.full
-	p.adapt(len(r.items), b.limit, r.full)
+func (rd *reader[T]) learn(b bounds, r readResult[T]) {
+	rd.budget.learn(r.received, r.sized, r.largest)
+	rd.lastFull = r.full
+	rd.adapt(len(r.items), b.limit, r.full)
 }
 
 // readRows reads at most b.limit records after pos and below horizon, within b's budget. It changes
 // nothing in p: a read ahead runs it beside the delivery.
-func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, horizon time.Time, b bounds) (readResult[T], error) {
-	ctx, cancel := p.bounded(work)
+func (rd *reader[T]) readRows(work context.Context, pos inordertype.Position, horizon time.Time, b bounds) (readResult[T], error) {
+	ctx, cancel := rd.cur.Bounded(work)
 	defer cancel()
-	sql, args := p.table.ReadSQL(p.generic, pos, horizon, b.limit, b.sized)
-	rows, err := p.cur.Tx().Query(ctx, sql, args...)
+	sql, args := rd.table.ReadSQL(rd.generic, pos, horizon, b.limit, b.sized)
+	rows, err := rd.cur.Tx().Query(ctx, sql, args...)
 	if err != nil {
-		return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
+		return readResult[T]{}, fmt.Errorf("read %s: %w", rd.table.Qualified, err)
 	}
-	r, err := p.scanItems(rows, min(b.limit, 1024), b.bytes, b.sized > 0)
+	r, err := rd.scanItems(rows, min(b.limit, 1024), b.bytes, b.sized > 0)
 	if err != nil {
 		return readResult[T]{}, err
 	}
@@ -87,25 +84,25 @@ func (p *Processor[T]) readRows(work context.Context, pos inordertype.Position, 
 }
 
 // batchLimit is the bound of the next read: Config.BatchSize, or the adaptive bound when it is zero.
-func (p *Processor[T]) batchLimit() int {
-	if p.cfg.BatchSize > 0 {
-		return p.cfg.BatchSize
+func (rd *reader[T]) batchLimit() int {
+	if rd.batchSize > 0 {
+		return rd.batchSize
 	}
-	if p.limit == 0 {
-		p.limit = setting.DefaultBatchSize
+	if rd.limit == 0 {
+		rd.limit = setting.DefaultBatchSize
 	}
-	return p.limit
+	return rd.limit
 }
 
 // adapt moves the adaptive bound after a read of got records under limit: doubled when the read came
 // back full of records (a backlog lies behind it), kept near what came back when the byte budget cut it (a
 // backlog of big records: the rows the limit reads past the budget are looked at for nothing), back to
 // 100 when it came back short (the stream keeps up).
-func (p *Processor[T]) adapt(got, limit int, full bool) {
-	if p.cfg.BatchSize > 0 {
+func (rd *reader[T]) adapt(got, limit int, full bool) {
+	if rd.batchSize > 0 {
 		return
 	}
-	p.limit = nextLimit(p.limit, got, limit, full)
+	rd.limit = nextLimit(rd.limit, got, limit, full)
 }
 
 // nextLimit is the adaptive bound after a read that brought got records under limit, full when a backlog
@@ -126,11 +123,11 @@ func nextLimit(cur, got, limit int, full bool) int {
 // (see budget.go) counts stored sizes, which a compressed value's received size can pass before its ratio
 // is known. The rows past that are received and dropped (the protocol has no way to stop a result part way
 // but to end the transaction) and read again next time.
-func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, keep int64, counted bool) (readResult[T], error) {
+func (rd *reader[T]) scanItems(rows pgx.Rows, capacity int, keep int64, counted bool) (readResult[T], error) {
 	defer rows.Close()
 	var r readResult[T]
 	r.items = make([]item[T], 0, capacity)
-	hidden := p.table.HiddenScanner(counted, rows.Conn().TypeMap())
+	hidden := rd.table.HiddenScanner(counted, rows.Conn().TypeMap())
 	hr := &hiddenRow{Rows: rows, n: hidden.Hidden}
 	var h source.Hidden
 	for rows.Next() {
@@ -141,30 +138,30 @@ func (p *Processor[T]) scanItems(rows pgx.Rows, capacity int, keep int64, counte
 			break
 		}
 		if err := hidden.Scan(rows.FieldDescriptions(), raw, &h); err != nil {
-			return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
+			return readResult[T]{}, fmt.Errorf("read %s: %w", rd.table.Qualified, err)
 		}
 		r.sized += h.Size
 		r.more = h.More
 		r.received, r.largest = r.received+received, max(r.largest, received)
 		r.items = append(r.items, item[T]{pos: h.Position, rec: handlers.Record[T]{
-			Process: p.cfg.Process, ID: h.Position.ID, Key: h.Key, CreatedAt: h.CreatedAt}})
+			Process: rd.process, ID: h.Position.ID, Key: h.Key, CreatedAt: h.CreatedAt}})
 		last := &r.items[len(r.items)-1]
 		if h.Traced {
 			last.tr = &itemTrace{traceContext: traceContext{parent: h.TraceParent, state: h.TraceState}}
 		}
 		var err error
-		if p.positional != nil {
-			err = p.positional.scanInto(hr, &last.rec.Value) // straight into the batch, no copy
+		if rd.positional != nil {
+			err = rd.positional.scanInto(hr, &last.rec.Value) // straight into the batch, no copy
 		} else {
-			last.rec.Value, err = p.scan(hr)
+			last.rec.Value, err = rd.scan(hr)
 		}
 		if err != nil {
-			return readResult[T]{}, fatalError{fmt.Errorf("scan record %s of %s: %w", h.Position.ID, p.table.Qualified, err)}
+			return readResult[T]{}, fatalError{fmt.Errorf("scan record %s of %s: %w", h.Position.ID, rd.table.Qualified, err)}
 		}
 	}
 	rows.Close() // receives what the budget left, so that its error is this read's
 	if err := rows.Err(); err != nil {
-		return readResult[T]{}, fmt.Errorf("read %s: %w", p.table.Qualified, err)
+		return readResult[T]{}, fmt.Errorf("read %s: %w", rd.table.Qualified, err)
 	}
 	return r, nil
 }

@@ -6,12 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/inorder-dev/inorder/handlers"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
-	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // The application migrates its outbox while the stream runs. Every batch's poll of the transactions in
@@ -40,75 +36,72 @@ type shapeWatch struct {
 }
 
 // followShape inspects the source again when the last poll found its columns changed (shape), a read was
-// refused for them, or the stream waits for them, and reports whether the stream must wait.
-func (p *Processor[T]) followShape(work context.Context, shape string) (bool, error) {
-	sw := &p.shape
+// refused for them, or the stream waits for them, and reports whether the stream must wait. kind is the
+// horizon in use, which decides what the table must still have (see needs).
+func (rd *reader[T]) followShape(work context.Context, shape string, kind inordertype.Horizon) (bool, error) {
+	sw := &rd.shape
 	if shape == sw.known && !sw.stale && sw.wait == nil {
 		return false, nil
 	}
-	ctx, cancel := p.bounded(work)
+	ctx, cancel := rd.cur.Bounded(work)
 	defer cancel()
-	t, all, w, err := source.Reinspect(ctx, p.cur.Tx(), p.reinspectSpec(), p.needs(), sw.cols)
+	t, all, w, err := source.Reinspect(ctx, rd.cur.Tx(), rd.reinspectSpec(kind), rd.needs(kind), sw.cols)
 	if err != nil {
 		return false, err
 	}
 	if w == nil {
-		if err := p.checkColumns(t); err != nil {
+		if err := rd.checkColumns(t); err != nil {
 			w = &source.Wait{Message: err.Error() + "; the stream waits for the table to fit again, skipping nothing"}
 		}
 	}
 	if w != nil {
-		return true, p.waitForShape(work, w)
+		return true, rd.waitForShape(work, w)
 	}
-	return false, p.adopt(work, t, all, shape)
+	return false, rd.adopt(work, t, all, shape)
 }
 
 // reinspectSpec is the source to inspect again: as the processor resolved it at start (the key column
 // found then stays the key), with a trace column it found by itself left to be found again, and the
 // horizon that never refuses a default (the horizon in use stays; see adopt), or the insert clock, which
 // the table must still have and which orders it.
-func (p *Processor[T]) reinspectSpec() inordertype.Source {
-	spec := p.table.Spec
+func (rd *reader[T]) reinspectSpec(kind inordertype.Horizon) inordertype.Source {
+	spec := rd.table.Spec
 	spec.Horizon = inordertype.HorizonTransactions
-	if p.kind == inordertype.HorizonClock {
+	if kind == inordertype.HorizonClock {
 		spec.Horizon = inordertype.HorizonClock
 	}
-	if p.cfg.Source.TraceColumn == "" {
-		spec.TraceColumn, spec.TraceStateColumn = "", p.cfg.Source.TraceStateColumn
+	if rd.src.TraceColumn == "" {
+		spec.TraceColumn, spec.TraceStateColumn = "", rd.src.TraceStateColumn
 	}
 	return spec
 }
 
 // needs lists the columns the process cannot read its records without.
-func (p *Processor[T]) needs() []source.Need {
-	s := p.table.Spec
+func (rd *reader[T]) needs(kind inordertype.Horizon) []source.Need {
+	s := rd.table.Spec
 	needs := []source.Need{{Column: s.CreatedAtColumn, Role: "the order column"}, {Column: s.IDColumn, Role: "the id column"}}
-	if p.kind == inordertype.HorizonClock {
+	if kind == inordertype.HorizonClock {
 		needs = append(needs, source.Need{Column: source.ClockColumn, Role: "the insert clock, which orders the table"})
 	}
 	if s.KeyColumn != "" {
 		needs = append(needs, source.Need{Column: s.KeyColumn, Role: "the key column"})
 	}
-	if c := p.cfg.Source.TraceColumn; c != "" {
+	if c := rd.src.TraceColumn; c != "" {
 		needs = append(needs, source.Need{Column: c, Role: "the trace column"})
 	}
-	if c := p.cfg.Source.TraceStateColumn; c != "" {
+	if c := rd.src.TraceStateColumn; c != "" {
 		needs = append(needs, source.Need{Column: c, Role: "the trace state column"})
 	}
 	role := "a column the process selects (Source.Columns, --columns)"
-	if len(p.cfg.Source.Columns) == 0 && p.structCols != nil {
+	if len(rd.src.Columns) == 0 && rd.structCols != nil {
 		var zero T
 		role = fmt.Sprintf("the column of a field of %T", zero)
 	}
 	for _, c := range s.Columns {
 		needs = append(needs, source.Need{Column: c, Role: role})
 	}
-	h := any(p.cfg.Handler)
-	if h == nil {
-		h = p.cfg.TxHandler
-	}
-	if r, ok := h.(handlers.ColumnReader); ok {
-		for _, c := range r.ReadsColumns() {
+	if rd.columns != nil {
+		for _, c := range rd.columns.ReadsColumns() {
 			needs = append(needs, source.Need{Column: c, Role: "a column the handler reads (a payload, type or header column)"})
 		}
 	}
@@ -117,46 +110,43 @@ func (p *Processor[T]) needs() []source.Need {
 
 // waitForShape makes the stream wait for w: said in the log (again when it changes, and every
 // HoldWarnAfter), to the observer, and in the cursor row for status.
-func (p *Processor[T]) waitForShape(work context.Context, w *source.Wait) error {
-	sw := &p.shape
+func (rd *reader[T]) waitForShape(work context.Context, w *source.Wait) error {
+	sw := &rd.shape
 	changed := sw.wait == nil || *sw.wait != *w
-	if changed || time.Since(sw.said) >= p.cfg.HoldWarnAfter {
-		p.log.Warn().Str("table", p.table.Qualified).Str("column", w.Column).Msg(w.Message)
+	if changed || time.Since(sw.said) >= rd.holdWarnAfter {
+		rd.log.Warn().Str("table", rd.table.Qualified).Str("column", w.Column).Msg(w.Message)
 		sw.said = time.Now()
 	}
 	if changed {
-		p.obs.SourceWaiting(p.cfg.Process, w.Column, true)
+		rd.obs.SourceWaiting(rd.process, w.Column, true)
 	}
 	sw.wait = w
-	return p.cur.SetSourceWait(work, w.Message)
+	return rd.cur.SetSourceWait(work, w.Message)
 }
 
 // adopt makes t, inspected at shape, the table the stream reads from the next read on. The horizon in use
 // and the created_at default it was chosen for stay those of start-up: a changed default is followed by the
 // horizon's own watch, which never lets a change skip a row (see horizon).
-func (p *Processor[T]) adopt(work context.Context, t *source.Table, all []source.Column, shape string) error {
-	sw, old := &p.shape, p.table
+func (rd *reader[T]) adopt(work context.Context, t *source.Table, all []source.Column, shape string) error {
+	sw, old := &rd.shape, rd.table
 	first := sw.known == ""
-	p.takeAhead(inordertype.Position{}) // a batch read ahead for the old columns is read again
+	rd.takeAhead(inordertype.Position{}) // a batch read ahead for the old columns is read again
 	t.Spec.Horizon, t.Horizon, t.Default, t.Warnings = old.Spec.Horizon, old.Horizon, old.Default, nil
-	p.table = t
-	if t.OID != old.OID || t.CreatedAtNum != old.CreatedAtNum {
-		p.rideLocks(t)
-	}
-	p.prepareScan(t)
+	rd.table = t
+	rd.prepareScan(t)
 	sw.known, sw.stale, sw.cols = shape, false, all
 	if sw.wait != nil {
-		p.log.Info().Str("table", t.Qualified).Msg("the source fits the process again; the stream reads on")
-		p.obs.SourceWaiting(p.cfg.Process, "", false)
+		rd.log.Info().Str("table", t.Qualified).Msg("the source fits the process again; the stream reads on")
+		rd.obs.SourceWaiting(rd.process, "", false)
 		sw.wait = nil
-		return p.cur.SetSourceWait(work, "")
+		return rd.cur.SetSourceWait(work, "")
 	}
 	if first || sw.unsure {
 		sw.unsure = false
-		return p.cur.SetSourceWait(work, "") // what a run before this one, or a batch rolled back, left
+		return rd.cur.SetSourceWait(work, "") // what a run before this one, or a batch rolled back, left
 	}
 	if !slices.Equal(old.Columns, t.Columns) {
-		p.log.Info().Str("table", t.Qualified).Str("columns", columnList(t.Columns)).
+		rd.log.Info().Str("table", t.Qualified).Str("columns", columnList(t.Columns)).
 			Msg("the columns of the source changed; records are read with its columns as they are now")
 	}
 	return nil
@@ -164,14 +154,14 @@ func (p *Processor[T]) adopt(work context.Context, t *source.Table, all []source
 
 // readRefused takes in a read's error: when the server refused the read for columns the table no longer
 // has (a migration committed between the poll and the read), the columns are inspected again before the
-// next read, the batch is rolled back, and the stream goes on (true). Anything else is the caller's.
-func (p *Processor[T]) readRefused(work context.Context, err error) bool {
+// next read, and it reports true: the caller rolls the batch back, and the stream goes on. Anything else
+// is the caller's.
+func (rd *reader[T]) readRefused(err error) bool {
 	if !source.ShapeChanged(err) {
 		return false
 	}
-	p.shape.stale, p.shape.unsure = true, true
-	p.log.Info().Err(err).Str("table", p.table.Qualified).Msg("the source changed under the read; inspecting its columns again")
-	p.abort(work)
+	rd.shape.stale, rd.shape.unsure = true, true
+	rd.log.Info().Err(err).Str("table", rd.table.Qualified).Msg("the source changed under the read; inspecting its columns again")
 	return true
 }
 
@@ -183,21 +173,23 @@ func (e shapeRefusal) Error() string { return e.err.Error() }
 
 // refusedRead marks the columns to be inspected again when err is the server's refusal of a read for
 // them, and returns it as a shapeRefusal then; any other error as it is.
-func (p *Processor[T]) refusedRead(err error) error {
+func (rd *reader[T]) refusedRead(err error) error {
 	if !source.ShapeChanged(err) {
 		return err
 	}
-	p.shape.stale, p.shape.unsure = true, true
+	rd.shape.stale, rd.shape.unsure = true, true
 	return shapeRefusal{err}
 }
 
-// rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
-func (p *Processor[T]) rideLocks(t *source.Table) {
-	sql, args := t.LocksQuery()
-	p.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
-		p.polled, err = source.ScanLocks(rows)
-		return err
-	}})
+// followShape is the reader's followShape under the horizon in use: a table inspected anew under another
+// relation, or another order column, has its poll of the transactions in flight ride with the locks.
+func (p *Processor[T]) followShape(work context.Context, shape string) (bool, error) {
+	old := p.rd.table
+	wait, err := p.rd.followShape(work, shape, p.hz.kind)
+	if t := p.rd.table; t != old && (t.OID != old.OID || t.CreatedAtNum != old.CreatedAtNum) {
+		p.hz.rideLocks(t)
+	}
+	return wait, err
 }
 
 // columnList is the names of cs, for the log.

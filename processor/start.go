@@ -6,9 +6,12 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/rs/zerolog"
+
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/source"
+	"github.com/inorder-dev/inorder/internal/store"
 )
 
 // A process that has no cursor row starts where Config.StartFrom says. Without it, on a table that already
@@ -16,48 +19,58 @@ import (
 // new name appears is a typo beside the real one (or a renamed deployment), and for a payment stream that
 // would charge every customer again under new idempotency keys.
 
+// registration registers a process reading table at start-up: it gives it a cursor row, at start, unless
+// it has one.
+type registration struct {
+	cur     *store.Repository
+	table   *source.Table
+	process string
+	start   inordertype.StartFrom // Config.StartFrom
+	log     zerolog.Logger
+}
+
 // register gives a process that has no cursor row one, at Config.StartFrom, or refuses (a StartFromError).
 // An existing process is left as it is.
-func (p *Processor[T]) register(ctx context.Context) error {
-	if !p.cur.Missing() {
+func (rg registration) register(ctx context.Context) error {
+	if !rg.cur.Missing() {
 		return nil
 	}
-	start := p.cfg.StartFrom
+	start := rg.start
 	if start.IsZero() {
-		conn, err := p.cur.Conn(ctx)
+		conn, err := rg.cur.Conn(ctx)
 		if err != nil {
 			return err
 		}
-		has, err := p.table.HasRows(ctx, conn)
+		has, err := rg.table.HasRows(ctx, conn)
 		if err != nil {
 			return err
 		}
 		if has {
-			return fatalError{p.unsetStart(ctx)}
+			return fatalError{rg.unsetStart(ctx)}
 		}
 		start = inordertype.StartFromBeginning // nothing to deliver twice
 	}
-	if err := p.cur.Register(ctx, start); err != nil {
+	if err := rg.cur.Register(ctx, start); err != nil {
 		return err
 	}
-	if !p.cur.Created() {
+	if !rg.cur.Created() {
 		return nil // another instance registered it meanwhile, and said so
 	}
-	p.log.Info().Str("start", start.String()).Msg("registered a new process")
+	rg.log.Info().Str("start", start.String()).Msg("registered a new process")
 	return nil
 }
 
 // unsetStart is the refusal of a new process without a start, naming the processes that read its table.
-func (p *Processor[T]) unsetStart(ctx context.Context) error {
-	e := &StartFromError{Table: p.table.Qualified}
-	readers := p.readers(ctx)
+func (rg registration) unsetStart(ctx context.Context) error {
+	e := &StartFromError{Table: rg.table.Qualified}
+	readers := rg.readers(ctx)
 	if len(readers) == 0 {
 		return e
 	}
 	best := readers[0].name
 	for _, r := range readers {
 		e.Readers = append(e.Readers, r.String())
-		if source.EditDistance(r.name, p.cfg.Process) < source.EditDistance(best, p.cfg.Process) {
+		if source.EditDistance(r.name, rg.process) < source.EditDistance(best, rg.process) {
 			best = r.name
 		}
 	}
@@ -90,16 +103,16 @@ func (e *StartFromError) Explain(setting string) string {
 	return s
 }
 
-// reader is a process that reads the table: its name, position and the rows behind it (-1 unknown, a
+// tableReader is a process that reads the table: its name, position and the rows behind it (-1 unknown, a
 // partitioned process).
-type reader struct {
+type tableReader struct {
 	name       string
 	position   inordertype.Position
 	behind     int64
 	partitions int
 }
 
-func (r reader) String() string {
+func (r tableReader) String() string {
 	switch {
 	case r.partitions > 0:
 		return fmt.Sprintf("%s (%d partitions)", r.name, r.partitions)
@@ -111,14 +124,14 @@ func (r reader) String() string {
 
 // readers lists the processes whose cursor rows say they read the table (a partitioned process once, by
 // its name). What cannot be read is left out: the refusal stands without it.
-func (p *Processor[T]) readers(ctx context.Context) []reader {
-	conn, err := p.cur.Conn(ctx)
+func (rg registration) readers(ctx context.Context) []tableReader {
+	conn, err := rg.cur.Conn(ctx)
 	if err != nil {
 		return nil
 	}
 	procs, err := cursor.Read(ctx, conn, cursor.ReadOpts{})
 	if err != nil {
-		p.log.Debug().Err(err).Msg("could not list the processes that read the table")
+		rg.log.Debug().Err(err).Msg("could not list the processes that read the table")
 		return nil
 	}
 	var rows []cursor.Info // every cursor row: a process's own, and its partitions'
@@ -128,23 +141,23 @@ func (p *Processor[T]) readers(ctx context.Context) []reader {
 			rows = append(rows, pr.Streams...)
 		}
 	}
-	byName := map[string]*reader{}
+	byName := map[string]*tableReader{}
 	for _, in := range rows {
-		if in.Source.Table != p.table.Qualified || in.Process == p.cfg.Process {
+		if in.Source.Table != rg.table.Qualified || in.Process == rg.process {
 			continue
 		}
 		if in.Source.Partition != nil {
 			name, _, _ := strings.Cut(in.Process, "#")
-			byName[name] = &reader{name: name, partitions: in.Source.Partition.Count}
+			byName[name] = &tableReader{name: name, partitions: in.Source.Partition.Count}
 			continue
 		}
-		r := &reader{name: in.Process, position: in.Position, behind: -1}
+		r := &tableReader{name: in.Process, position: in.Position, behind: -1}
 		if m := in; m.Measure(ctx, conn) == nil {
 			r.behind = m.Lag.Rows
 		}
 		byName[in.Process] = r
 	}
-	out := make([]reader, 0, len(byName))
+	out := make([]tableReader, 0, len(byName))
 	for _, r := range byName {
 		out = append(out, *r)
 	}

@@ -13,7 +13,7 @@ import (
 // in between was done by other instances (or nobody), not by an operator. A reconnect keeps the tenure
 // until then: the check after it (recheck) compares what this instance delivered in the tenure, and the
 // next lock, which follows it, starts a new one.
-type tenure[T any] struct {
+type tenure struct {
 	// token is the tenure's (store.Repository.Tenure), and gen counts this instance's tenures: a reconnect
 	// may keep the token, never gen.
 	token int64
@@ -25,12 +25,6 @@ type tenure[T any] struct {
 	// tenure's first batch, and after a batch that failed.
 	lastPos  inordertype.Position
 	knownPos bool
-	// parked are the keys parked in the stream (OnHaltPark): nil until read in this tenure, and again after
-	// a batch that may have marked keys whose rows it did not store (see markParked).
-	parked map[string]bool
-	// ahead is the next batch, read while the last one was delivered (see ahead.go); nil when none. A
-	// batch read in another tenure is read again.
-	ahead *ahead[T]
 	// delivered are the last records this instance delivered in the tenure, for the check after a
 	// reconnect (failover.go): the records it delivered before are not its to recheck.
 	delivered delivered
@@ -56,8 +50,8 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	if p.tenure.sourceSaved {
 		return nil
 	}
-	src := p.table.Spec
-	src.Table, src.Horizon = p.table.Qualified, p.kind
+	src := p.rd.table.Spec
+	src.Table, src.Horizon = p.rd.table.Qualified, p.hz.kind
 	before, changed, err := p.cur.SetSource(work, src)
 	if err != nil {
 		return err
@@ -65,7 +59,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	if changed && before.Table != "" && before.Where != src.Where {
 		return filterChanged(p.cfg.Process, before.Where, src.Where)
 	}
-	if changed && before.Table != "" && before.Horizon != inordertype.HorizonClock && p.kind == inordertype.HorizonClock {
+	if changed && before.Table != "" && before.Horizon != inordertype.HorizonClock && p.hz.kind == inordertype.HorizonClock {
 		if err := p.takeUpClock(work, before.Horizon); err != nil {
 			return err
 		}
@@ -86,16 +80,13 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 // stays: every row after it by the clock is after it by created_at too, or inserted since.
 func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon) error {
 	pos := p.cur.State().Position
-	back := inordertype.Position{CreatedAt: p.table.Clock.Since.Add(-p.cfg.InsertLatency).UTC()}
-	ev := p.log.Warn().Str("table", p.table.Qualified).Time("clock_since", p.table.Clock.Since).Str("was", string(was))
+	back := inordertype.Position{CreatedAt: p.rd.table.Clock.Since.Add(-p.cfg.InsertLatency).UTC()}
+	ev := p.log.Warn().Str("table", p.rd.table.Qualified).Time("clock_since", p.rd.table.Clock.Since).Str("was", string(was))
 	if pos.IsBeginning() || !back.CreatedAt.Before(pos.CreatedAt) {
 		ev.Str("position", pos.String()).Msg("reading by the insert clock from now on; the position is before the clock, so it stays")
 		return nil
 	}
-	p.tenure.delivered.forget() // delivered again on purpose
-	p.exec.attempts.forgetAccepted()
-	p.late.forget()
-	if _, err := p.cur.Checkpoint(work, back, 0, store.InFlight{}); err != nil {
+	if err := p.moveBack(work, back); err != nil {
 		return err
 	}
 	ev.Str("from", pos.String()).Str("to", back.String()).Msg("reading by the insert clock from now on: delivering " +
@@ -113,7 +104,7 @@ func (p *Processor[T]) followOperator() time.Duration {
 			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
 			p.paused = true
 		}
-		return p.rowWatched(idleTicks * p.cfg.PollInterval)
+		return p.wt.rowWatched(idleTicks * p.cfg.PollInterval)
 	}
 	if p.paused {
 		p.log.Info().Msg("resumed by an operator")
@@ -122,11 +113,11 @@ func (p *Processor[T]) followOperator() time.Duration {
 	if p.tenure.knownPos && st.Position != p.tenure.lastPos {
 		p.log.Info().Str("from", p.tenure.lastPos.String()).Str("to", st.Position.String()).
 			Msg("position moved by an operator (skip or rewind)")
-		p.traceOperator(p.tenure.lastPos, st.Position)
+		p.tracing.operator(p.tenure.lastPos, st.Position)
 		p.tenure.delivered.forget() // delivered again from where the operator said, not lost
 		p.exec.attempts.forgetAccepted()
 	}
-	p.noteFailing(st.Halt)
+	p.failing.note(st.Halt)
 	if st.Halt == nil {
 		p.tenure.tried = true // what fails from now on, this tenure tries, and backs off from, itself
 		return 0
@@ -150,5 +141,5 @@ func (p *Processor[T]) followOperator() time.Duration {
 	// One clock for a wait on a time the cursor row keeps: the database's (Repository.Now, this machine's
 	// clock carried on from the offset measured as the row was locked), never this machine's alone, which
 	// may be off from the database's by any amount, and from the other instances' that share the row.
-	return p.rowWatched(max(0, due.Sub(p.cur.Now())))
+	return p.wt.rowWatched(max(0, due.Sub(p.cur.Now())))
 }

@@ -36,14 +36,20 @@ type tracing struct {
 	// recording says whether the provider recorded the batch under way: when it did not (no provider
 	// set, or a sampler left it out), a record without a trace context costs no span at all.
 	recording bool
+	// process names the spans, and synchronous says that a commit waits for the WAL's flush
+	// (Config.SynchronousCommit, or a TxHandler).
+	process     string
+	synchronous bool
 }
 
-func newTracing(tp trace.TracerProvider, process string, table *source.Table) tracing {
+func newTracing(tp trace.TracerProvider, process string, synchronous bool, table *source.Table) tracing {
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	return tracing{
 		tracer:      tp.Tracer(tracerName),
+		process:     process,
+		synchronous: synchronous,
 		deliverName: "deliver " + process,
 		attrs: []attribute.KeyValue{
 			attribute.String("messaging.system", "inorder"),
@@ -59,28 +65,28 @@ func newTracing(tp trace.TracerProvider, process string, table *source.Table) tr
 // startBatch starts the span of a batch that read n records, after the fact: it began at began (before
 // the lock), its horizon was asked at horizonAt and its read at readAt. A poll that reads nothing makes no
 // span, so an idle stream sends none.
-func (p *Processor[T]) startBatch(began, horizonAt, readAt time.Time, n int) {
-	ctx, batch := p.tracing.tracer.Start(context.Background(), "batch "+p.cfg.Process, trace.WithTimestamp(began))
-	if p.tracing.recording = batch.IsRecording(); !p.tracing.recording {
+func (t *tracing) startBatch(began, horizonAt, readAt time.Time, n int) {
+	ctx, batch := t.tracer.Start(context.Background(), "batch "+t.process, trace.WithTimestamp(began))
+	if t.recording = batch.IsRecording(); !t.recording {
 		return
 	}
-	batch.SetAttributes(p.tracing.attrs[3:]...) // the source table, the consumer group and the process
+	batch.SetAttributes(t.attrs[3:]...) // the source table, the consumer group and the process
 	batch.SetAttributes(attribute.Int("messaging.batch.message_count", n))
-	p.tracing.batch = batch
-	_, h := p.tracing.tracer.Start(ctx, "horizon "+p.cfg.Process, trace.WithTimestamp(horizonAt))
+	t.batch = batch
+	_, h := t.tracer.Start(ctx, "horizon "+t.process, trace.WithTimestamp(horizonAt))
 	h.End(trace.WithTimestamp(readAt))
-	_, r := p.tracing.tracer.Start(ctx, "read "+p.cfg.Process, trace.WithTimestamp(readAt),
+	_, r := t.tracer.Start(ctx, "read "+t.process, trace.WithTimestamp(readAt),
 		trace.WithAttributes(attribute.Int("messaging.batch.message_count", n)))
 	r.End()
 }
 
 // endBatch ends the batch's span; err is what ended the batch, if anything failed.
-func (p *Processor[T]) endBatch(delivered int, err error) {
-	b := p.tracing.batch
+func (t *tracing) endBatch(delivered int, err error) {
+	b := t.batch
 	if b == nil {
 		return
 	}
-	p.tracing.batch = nil
+	t.batch = nil
 	b.SetAttributes(attribute.Int("inorder.batch.delivered", delivered))
 	if err != nil {
 		b.SetStatus(codes.Error, err.Error())
@@ -88,15 +94,15 @@ func (p *Processor[T]) endBatch(delivered int, err error) {
 	b.End()
 }
 
-// traceCommit starts the span of a position's commit, a child of the batch's, and returns what ends it
+// startCommit starts the span of a position's commit, a child of the batch's, and returns what ends it
 // with the commit's error. Outside a traced batch it starts nothing.
-func (p *Processor[T]) traceCommit(work context.Context, records int) func(error) {
-	if p.tracing.batch == nil {
+func (t *tracing) startCommit(work context.Context, records int) func(error) {
+	if t.batch == nil {
 		return func(error) {}
 	}
-	_, s := p.tracing.tracer.Start(trace.ContextWithSpan(work, p.tracing.batch), "commit "+p.cfg.Process,
+	_, s := t.tracer.Start(trace.ContextWithSpan(work, t.batch), "commit "+t.process,
 		trace.WithAttributes(attribute.String("db.system.name", "postgresql"), attribute.Int("inorder.commit.records", records),
-			attribute.Bool("inorder.commit.synchronous", p.cfg.SynchronousCommit || p.cfg.TxHandler != nil)))
+			attribute.Bool("inorder.commit.synchronous", t.synchronous)))
 	return func(err error) {
 		if err != nil {
 			s.SetStatus(codes.Error, err.Error())
@@ -181,9 +187,9 @@ func (it *item[T]) span() trace.Span {
 // endSpan closes a record's span with what became of it: "halted" (the stream waits on it), "retrying",
 // "parked" (its key waits behind it). A record parked behind its key without a handler call gets a span of
 // its own for it, so that the application's trace shows where its record went.
-func (p *Processor[T]) endSpan(ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
+func endSpan[T any](t *tracing, ctx context.Context, it *item[T], event string, attrs ...attribute.KeyValue) {
 	if it.span() == nil {
-		if startAttempt(&p.tracing, ctx, it); it.span() == nil {
+		if startAttempt(t, ctx, it); it.span() == nil {
 			return // nothing is recorded
 		}
 	}
@@ -203,14 +209,14 @@ func closeSpans[T any](items []item[T]) {
 	}
 }
 
-// traceOperator records an operator's move of the position (a skip or a rewind) as a span of its own,
+// operator records an operator's move of the position (a skip or a rewind) as a span of its own,
 // with the event named after it.
-func (p *Processor[T]) traceOperator(from, to inordertype.Position) {
+func (t *tracing) operator(from, to inordertype.Position) {
 	event := "rewound"
 	if after(to, from) {
 		event = "skipped"
 	}
-	_, s := p.tracing.tracer.Start(context.Background(), "operator "+p.cfg.Process, trace.WithAttributes(attribute.String("inorder.process", p.cfg.Process)))
+	_, s := t.tracer.Start(context.Background(), "operator "+t.process, trace.WithAttributes(attribute.String("inorder.process", t.process)))
 	s.AddEvent(event, trace.WithAttributes(attribute.String("inorder.position.from", from.String()),
 		attribute.String("inorder.position.to", to.String())))
 	s.End()

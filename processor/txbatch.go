@@ -28,7 +28,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 	for i := range items {
 		it := &items[i]
 		it.rec.Attempt = attemptOf(st, it.rec.ID)
-		if it.rec.Attempt > 1 || p.keyParked(&it.rec) {
+		if it.rec.Attempt > 1 || p.parked.has(it.rec.Key) {
 			return p.deliverSync(ctx, work, st, items)
 		}
 		recs[i] = &it.rec
@@ -57,7 +57,7 @@ func (p *Processor[T]) deliverTxBatch(ctx, work context.Context, st inordertype.
 		}
 		p.log.Debug().Err(err).Int("records", len(recs)).Msg("the batch failed; delivering it one record at a time")
 		for i := range items {
-			p.endSpan(work, &items[i], "delivered one at a time")
+			endSpan(&p.tracing, work, &items[i], "delivered one at a time")
 		}
 		return p.deliverSync(ctx, work, st, items)
 	}

@@ -114,11 +114,11 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 			w.stopping = true
 		}
 	}
-	p.noteInFlight(store.InFlight{})
+	w.noteInFlight(store.InFlight{})
 	if slices.Contains(w.slots[w.head:], parked) {
 		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
 		// read again.
-		p.tenure.parked = nil
+		p.parked.keys = nil
 	}
 	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
 		w.o.err = p.cur.SetInFlight(work, store.InFlight{})
@@ -181,7 +181,7 @@ func (w *window[T]) start() {
 		}
 		it := &w.items[i]
 		it.rec.Attempt = w.p.exec.attempt(w.st, it)
-		if w.p.keyParked(&it.rec) {
+		if w.p.parked.has(it.rec.Key) {
 			// Parked behind its key without reaching the handler: complete at once. (No record of a
 			// parked key is in flight: its first failed, and the key's next had waited for it.)
 			w.parkAt(i, w.p.exec.fateOf(w.ctx, w.work, w.st, it, nil, true))
@@ -243,7 +243,7 @@ func pauses(f fate) bool {
 func (w *window[T]) parkAt(i int, f fate) {
 	w.slots[i], w.fates[i] = parked, f
 	if f.kind == fatePark {
-		w.p.markParked(w.items[i].rec.Key)
+		w.p.parked.mark(w.items[i].rec.Key)
 	}
 }
 
@@ -259,7 +259,7 @@ func (w *window[T]) advance() {
 				break
 			}
 		} else {
-			w.p.resumed(&it.rec)
+			w.p.failing.resumed(it.rec.ID, it.rec.Attempt)
 		}
 		w.o.last, w.o.n, moved = it.pos, w.o.n+1, true
 		w.head++
@@ -268,7 +268,7 @@ func (w *window[T]) advance() {
 		return
 	}
 	f, _ := w.oldest()
-	w.p.noteInFlight(f)
+	w.noteInFlight(f)
 }
 
 // commit makes the prefix's advance durable, with CheckpointRecord, once for however many records it
@@ -293,7 +293,7 @@ func (w *window[T]) commit() {
 // the session and the process's ownership.
 func (w *window[T]) watch() {
 	f, at := w.oldest()
-	w.p.noteInFlight(f)
+	w.noteInFlight(f)
 	if at >= 0 && at != w.warned && time.Since(f.Since) >= w.p.cfg.HandlerTimeout/2 {
 		w.warned = at
 		w.p.log.Warn().Str("record", w.items[at].rec.ID).Str("key", w.items[at].rec.Key).
@@ -301,7 +301,7 @@ func (w *window[T]) watch() {
 			Msg("a record has been in flight for long; the position waits on it")
 	}
 	if w.o.err == nil && !w.o.lost && w.p.cur.Locked() {
-		ctx, cancel := w.p.bounded(w.work)
+		ctx, cancel := w.p.cur.Bounded(w.work)
 		_, err := w.p.cur.Tx().Exec(ctx, "SELECT 1")
 		cancel()
 		if err != nil {
@@ -322,12 +322,13 @@ func (w *window[T]) oldest() (store.InFlight, int) {
 	return f, at
 }
 
-func (p *Processor[T]) noteInFlight(f store.InFlight) {
+// noteInFlight tells the observer what is in flight.
+func (w *window[T]) noteInFlight(f store.InFlight) {
 	var age time.Duration
 	if f.Records > 0 {
 		age = time.Since(f.Since)
 	}
-	p.obs.InFlight(p.cfg.Process, f.Records, age)
+	w.p.obs.InFlight(w.p.cfg.Process, f.Records, age)
 }
 
 // handleConcurrently runs the Handler on one record of the window, under a timeout of its own (the
@@ -339,9 +340,4 @@ func (e *executor[T]) handleConcurrently(work context.Context, it *item[T]) (err
 	err = e.guarded(hctx, &it.rec, func() error { return e.handler.Handle(hctx, &it.rec) })
 	endAttempt(it, err)
 	return err
-}
-
-// windowed reports whether records go through the keyed window.
-func (p *Processor[T]) windowed() bool {
-	return p.cfg.MaxInFlight > 1 && p.cfg.Handler != nil && p.async == nil
 }

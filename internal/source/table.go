@@ -579,18 +579,19 @@ func (t *Table) SizeExpr() string {
 }
 
 // ReadSQL builds the keyset read of at most limit rows after pos and below horizon, in (created_at, id)
-// order, that stops before the first row which would take the batch past budget bytes as SizeExpr counts
-// them (the first row is read whatever its size), and its arguments. Every row starts with the Hidden
-// columns (created_at, the id as text, the key, with a trace column the traceparent and the tracestate, as
-// text, then the row's SizeExpr and whether a row follows it), then the selected columns.
+// order, that stops before the first row which would take the batch past sized bytes as SizeExpr counts
+// them (the first row is read whatever its size), and its arguments: sized is the reader's byte budget
+// over the ratio it learned of received to counted bytes, not the budget itself. Every row starts with the
+// Hidden columns (created_at, the id as text, the key, with a trace column the traceparent and the
+// tracestate, as text, then the row's SizeExpr and whether a row follows it), then the selected columns.
 //
 // The bound by bytes is a window over the rows the limit reads: a running sum of their sizes, which reads
 // no value, and a filter above it. Only the rows that pass the filter are sent, and only they have their
 // values read (the generic read's casts to text are applied above the filter for that reason). The
 // window costs the server about a third of a microsecond a row, a tenth of a stream of small records'
-// time: a budget of zero or less reads without it (PlainReadSQL), for a reader that knows its rows small.
-func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Time, limit int, budget int64) (string, []any) {
-	if budget <= 0 {
+// time: sized zero or less reads without it (plainReadSQL), for a reader that knows its rows small.
+func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Time, limit int, sized int64) (string, []any) {
+	if sized <= 0 {
 		return t.plainReadSQL(generic, pos, horizon, limit)
 	}
 	var b strings.Builder
@@ -628,7 +629,7 @@ func (t *Table) ReadSQL(generic bool, pos inordertype.Position, horizon time.Tim
 	// The first row passes whatever its size (nothing before it). Ordered by the subquery's own order, which
 	// the planner sees it already has: no sort.
 	fmt.Fprintf(&b, ") r WHERE r.inorder_upto = r.inorder_size OR r.inorder_upto <= $%d ORDER BY r.inorder_created_at, r.inorder_rid", n+2)
-	return b.String(), append(args, horizon, limit, budget)
+	return b.String(), append(args, horizon, limit, sized)
 }
 
 // plainReadSQL is ReadSQL without a bound by bytes: the same columns, whether a row follows unknown
