@@ -179,7 +179,7 @@ func (a *asyncWindow[T]) advance(f flight[T]) bool {
 func (a *asyncWindow[T]) covered() bool {
 	p := a.p
 	need := p.cfg.HandlerTimeout + leaseMargin(p.cfg.Lease)
-	if left := p.cur.LeaseLeft(); left >= need && left >= p.cfg.Lease*2/3 {
+	if left := p.cur.Lease.LeaseLeft(); left >= need && left >= p.cfg.Lease*2/3 {
 		return true
 	}
 	for range len(a.flights) {

@@ -262,7 +262,7 @@ func (h *handlerDeadline) fire() {
 // renewal, so it has idled for no longer than since then. Zero when this instance holds no lease: a call
 // then gets its timeout and no more. It reads no clock.
 func (e *executor[T]) callLimit() callLimit {
-	return limitUnder(e.cur.LeaseUntil(), e.lease, e.idle)
+	return limitUnder(e.cur.Lease.LeaseUntil(), e.lease, e.idle)
 }
 
 // limitUnder is callLimit for a lease of the given length that runs until until (zero: none), and a

@@ -136,7 +136,7 @@ func (e *executor[T]) guarded(hctx context.Context, rec *handlers.Record[T], cal
 // when the call succeeds, rolled back when it fails or panics, so that nothing it wrote stays beside the
 // halt state or the records delivered after it.
 func (e *executor[T]) inSavepoint(hctx, work context.Context, rec *handlers.Record[T], call func(pgx.Tx) error) error {
-	sp, err := e.cur.Tx().Begin(hctx)
+	sp, err := e.cur.Lock.Tx().Begin(hctx)
 	if err != nil {
 		return explain(hctx, fmt.Errorf("savepoint: %w", err))
 	}
@@ -183,10 +183,10 @@ func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position
 		return false, err
 	}
 	if last {
-		p.cur.RideNext()
+		p.cur.Lock.RideNext()
 	}
 	end := p.tracing.startCommit(work, handled)
-	ok, err := p.cur.Checkpoint(work, pos, handled, flying)
+	ok, err := p.cur.Lock.Checkpoint(work, pos, handled, flying)
 	end(err)
 	if err == nil {
 		p.obs.Position(p.cfg.Process, pos.CreatedAt)
@@ -201,11 +201,11 @@ func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position
 // took the process (its lease had run out), or the row is held for a moment (an operator's action, or a
 // standby looking at it) while this instance still owns the process, which is worth no line.
 func (p *Processor[T]) relockMissed() {
-	if p.cur.Owner() {
+	if p.cur.Lease.Owner() {
 		p.last.rowBusy = true
 		return
 	}
-	p.log.Info().Str("owner", p.cur.Holder()).Msg("cursor taken by another instance between batches; standing by")
+	p.log.Info().Str("owner", p.cur.Lease.Holder()).Msg("cursor taken by another instance between batches; standing by")
 	p.role = roleNone
 	p.obs.Locked(p.cfg.Process, false)
 }
@@ -231,14 +231,14 @@ func (p *Processor[T]) covered(work context.Context, o *outcome[T], flying store
 		o.counted = o.n
 	} else {
 		ok, err = p.commit(work, 0)
-		if err == nil && !ok && p.cur.Owner() {
+		if err == nil && !ok && p.cur.Lease.Owner() {
 			p.last.rowBusy = true
 		}
 	}
 	if !o.checkpointed(ok, err) {
 		return false
 	}
-	if left := p.cur.LeaseLeft(); left < p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) {
+	if left := p.cur.Lease.LeaseLeft(); left < p.cfg.HandlerTimeout+leaseMargin(p.cfg.Lease) {
 		// Renewed, and still short: the database answers too slowly for the lease. End the batch rather
 		// than start a record the lease may not cover.
 		o.err = fmt.Errorf("the lease (%s) would not cover the next handler call (%s) after renewing it: "+
@@ -264,7 +264,7 @@ func (e *executor[T]) flush(work context.Context) error {
 // locked again for the next batch in the same round trip. It reports whether the batch ended so, its
 // transaction going on into the next batch; otherwise the batch's transaction is Unlocked as always.
 func (p *Processor[T]) finish(work context.Context, from inordertype.Position, o outcome[T]) (bool, error) {
-	if !p.cur.Locked() {
+	if !p.cur.Lock.Locked() {
 		return false, nil
 	}
 	if o.last == from || p.cfg.Checkpoint == CheckpointRecord {
@@ -287,16 +287,16 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 		p.abort(work)
 		return p.exec.retryDelay(1, verdict{})
 	}
-	h, err := p.cur.RecordFailure(work, last, c.failure)
+	h, err := p.cur.Position.RecordFailure(work, last, c.failure)
 	if err == nil && c.park {
 		// The cursor row counts it halted now, no longer the sink's outage: the key parks, and the stream
 		// goes on at once.
 		// The position moves past it, in the transaction committed here.
 		if err = p.park(work, st, it, f.v); err == nil {
-			err = p.cur.SetPosition(work, it.pos, 0)
+			err = p.cur.Position.SetPosition(work, it.pos, 0)
 		}
 		if err == nil {
-			if err = p.cur.Unlock(work); err == nil {
+			if err = p.cur.Lock.Unlock(work); err == nil {
 				return 0
 			}
 		}
@@ -306,11 +306,11 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 		p.abort(work)
 		return c.failure.RetryIn // the wait decided with the rest, though nothing of it could be written
 	}
-	if err := p.cur.Unlock(work); err != nil {
+	if err := p.cur.Lock.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
 	}
 	// The wait runs from the failure to the next attempt, both stamped by the statement that wrote them:
-	// the database's clock alone (see store.Repository.RecordFailure), whatever this machine's says.
+	// the database's clock alone (see store.Position.RecordFailure), whatever this machine's says.
 	wait := h.NextAttemptAt.Sub(h.LastFailureAt)
 	p.failing.nextAt = h.NextAttemptAt
 	was := p.failing.note(&h)

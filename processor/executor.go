@@ -13,7 +13,7 @@ import (
 
 // executor runs the handler on a record and turns what it answered into what becomes of it: the
 // record's fate (decideFate), and, for the record a batch fails on, its completion, the one value the
-// store writes (store.Repository.RecordFailure) as it is. Whatever delivers the record (one at a time,
+// store writes (store.Position.RecordFailure) as it is. Whatever delivers the record (one at a time,
 // the keyed window, an AsyncHandler), the verdict, the attempts counted and the wait before the next
 // attempt are decided here, once; the store counts nothing again and judges nothing again.
 type executor[T any] struct {
@@ -26,7 +26,7 @@ type executor[T any] struct {
 	deadline             *handlerDeadline
 	timeout, lease, idle time.Duration
 	// cur is the processor's cursor repository, set when it opens: the cursor transaction a TxHandler
-	// writes in, the lease a call must end within, and the database's clock (Repository.Now), by which a
+	// writes in, the lease a call must end within, and the database's clock (Lease.Now), by which a
 	// record's failures are timed, since the cursor row's times are the database's.
 	cur *store.Repository
 	// tracing is the processor's, which gives each attempt its span.
@@ -72,7 +72,7 @@ func (e *executor[T]) fateOf(ctx, work context.Context, st inordertype.State, it
 	if err != nil && !behind {
 		// The clock only for a failure: a record that went through, or parks behind its key, has its fate
 		// without it (a read of the clock per record shows in the profile of a backlog).
-		in.now = e.cur.Now()
+		in.now = e.cur.Lease.Now()
 		in.cutOff, in.sinkCheck = cutOff(ctx, work), e.sinkCheck(err)
 	}
 	f := decideFate(in)
@@ -94,7 +94,7 @@ func (e *executor[T]) sinkCheck(cause error) string {
 // leaseCovers reports that at now the lease covers one more handler call without a renewal: less than a
 // third of it has passed, and what is left covers the call (see covered).
 func (e *executor[T]) leaseCovers(now time.Time) bool {
-	until := e.cur.LeaseUntil()
+	until := e.cur.Lease.LeaseUntil()
 	if until.IsZero() {
 		return false
 	}

@@ -75,9 +75,9 @@ func (p *Processor[T]) recheck(ctx context.Context) {
 	if len(ps) == 0 || p.rd.table == nil {
 		return
 	}
-	ctx, cancel := p.cur.Bounded(ctx)
+	ctx, cancel := p.cur.Session.Bounded(ctx)
 	defer cancel()
-	conn, err := p.cur.Conn(ctx)
+	conn, err := p.cur.Session.Conn(ctx)
 	if err != nil {
 		p.log.Debug().Err(err).Msg("could not compare the delivered records with the server")
 		return

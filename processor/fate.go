@@ -111,7 +111,7 @@ type fateInput struct {
 	// parking says that the stream parks keys (OnHaltPark).
 	parking bool
 	// haltAfter is Config.HaltAfter, and now the time of the failure by the database's clock (see
-	// store.Repository.Now), to compare with the first failure the cursor row counts, which that clock
+	// store.Lease.Now), to compare with the first failure the cursor row counts, which that clock
 	// stamped: instances that share the row may disagree on the time, the row's clock is one.
 	haltAfter time.Duration
 	now       time.Time

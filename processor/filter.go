@@ -26,7 +26,7 @@ func (rd *reader[T]) checkFilter(ctx context.Context, conn *pgx.Conn, t *source.
 	if err := t.CheckFilter(ctx, conn); err != nil {
 		return err
 	}
-	recorded, ran, err := rd.cur.RecordedFilter(ctx)
+	recorded, ran, err := rd.cur.Source.RecordedFilter(ctx)
 	if err != nil {
 		return err
 	}
@@ -67,15 +67,15 @@ func (p *Processor[T]) passOver(work context.Context, from inordertype.Position,
 		// Told to an observer that can count it: the position moved past rows the filter passed over.
 		p.obs.PassedOver(p.cfg.Process)
 	}
-	return keep && !p.cur.Contended(), err
+	return keep && !p.cur.Session.Contended(), err
 }
 
 // anyBelow reports whether a row lies after from and below horizon, of those the filter passes over.
 func (rd *reader[T]) anyBelow(work context.Context, from inordertype.Position, horizon time.Time) (bool, error) {
-	ctx, cancel := rd.cur.Bounded(work)
+	ctx, cancel := rd.cur.Session.Bounded(work)
 	sql, args := rd.table.AnyBelowSQL(from, horizon)
 	var any bool
-	err := rd.cur.Tx().QueryRow(ctx, sql, args...).Scan(&any)
+	err := rd.cur.Lock.Tx().QueryRow(ctx, sql, args...).Scan(&any)
 	cancel()
 	if err != nil {
 		return false, fmt.Errorf("look for rows the filter passes over in %s: %w", rd.table.Qualified, err)

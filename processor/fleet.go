@@ -115,7 +115,7 @@ func (s *sharer) takeDelay(ctx context.Context) time.Duration {
 // from then on.
 func (s *sharer) shareWork(work context.Context) bool {
 	me := s.cur.Instance()
-	if s.cur.Locked() && !s.fleet.Fresh(s.lookEvery()) {
+	if s.cur.Lock.Locked() && !s.fleet.Fresh(s.lookEvery()) {
 		// A busy owner keeps the row locked from one batch to the next, and a look at the fleet is made
 		// outside that transaction: it decides on a look another process of the instance made, or after
 		// a batch that leaves the row unlocked (one that finds nothing new).
@@ -144,7 +144,7 @@ func (s *sharer) shareWork(work context.Context) bool {
 // which shareWork hands the process over. A quiet owner otherwise runs a batch of its own only once a
 // lease.
 func (s *sharer) overShare(ctx context.Context) bool {
-	if s.cur.Locked() || !s.fleet.MayGive(s.pace()) {
+	if s.cur.Lock.Locked() || !s.fleet.MayGive(s.pace()) {
 		return false
 	}
 	f, err := s.fleet.Look(ctx, s.cur, s.lookEvery())

@@ -276,7 +276,7 @@ func (hz *horizonWatch) noteHold(work context.Context, h horizon, t *source.Tabl
 		hz.obs.Hold(hz.process, 0)
 	}
 	if hold != hz.hold {
-		if err := hz.cur.SetHold(work, hold.PID, hold.Since); err != nil {
+		if err := hz.cur.Source.SetHold(work, hold.PID, hold.Since); err != nil {
 			return err
 		}
 		if !hold.Since.IsZero() {
@@ -343,7 +343,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 		if err := p.followDefault(work, o); err != nil {
 			return horizon{}, err
 		}
-		if !p.cur.Locked() { // an operator took the row in the instant after the commit: look again later
+		if !p.cur.Lock.Locked() { // an operator took the row in the instant after the commit: look again later
 			return horizon{now: o.Now}, nil
 		}
 	}
@@ -356,7 +356,7 @@ func (p *Processor[T]) horizon(work context.Context) (horizon, error) {
 // back while the switch stays.
 func (p *Processor[T]) followDefault(work context.Context, o source.Observation) error {
 	at, unknown := p.hz.tracker.earliestStart()
-	pos := p.cur.State().Position
+	pos := p.cur.Position.State().Position
 	ev := p.log.Warn().Str("table", p.rd.table.Qualified).Str("default", o.Default).Str("horizon", string(inordertype.HorizonTransactions))
 	if !at.IsZero() && at.Before(pos.CreatedAt) {
 		back := inordertype.Position{CreatedAt: at.UTC()}
@@ -384,7 +384,7 @@ func (p *Processor[T]) moveBack(work context.Context, back inordertype.Position)
 	p.tenure.delivered.forget() // delivered again on purpose
 	p.exec.attempts.forgetAccepted()
 	p.hz.late.forget()
-	_, err := p.cur.Checkpoint(work, back, 0, store.InFlight{})
+	_, err := p.cur.Lock.Checkpoint(work, back, 0, store.InFlight{})
 	return err
 }
 
@@ -392,10 +392,10 @@ func (p *Processor[T]) moveBack(work context.Context, back inordertype.Position)
 // or, when none came with the lock held (it was taken before the poll's table was known), a poll now.
 func (hz *horizonWatch) poll(work context.Context, t *source.Table) (source.Observation, error) {
 	o := hz.polled
-	if !hz.cur.TakeRide() {
-		ctx, cancel := hz.cur.Bounded(work)
+	if !hz.cur.Lock.TakeRide() {
+		ctx, cancel := hz.cur.Session.Bounded(work)
 		var err error
-		o, err = t.PollLocks(ctx, hz.cur.Tx())
+		o, err = t.PollLocks(ctx, hz.cur.Lock.Tx())
 		cancel()
 		if err != nil {
 			return source.Observation{}, err
@@ -430,7 +430,7 @@ func (hz *horizonWatch) observe(o source.Observation, t *source.Table) horizon {
 // rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
 func (hz *horizonWatch) rideLocks(t *source.Table) {
 	sql, args := t.LocksQuery()
-	hz.cur.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
+	hz.cur.Lock.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
 		hz.polled, err = source.ScanLocks(rows)
 		return err
 	}})

@@ -147,9 +147,9 @@ func (hz *horizonWatch) countLate(work context.Context, t *source.Table) error {
 	for i, s := range due {
 		spans[i] = s.Span
 	}
-	ctx, cancel := hz.cur.Bounded(work)
+	ctx, cancel := hz.cur.Session.Bounded(work)
 	defer cancel()
-	counts, err := t.CountSpans(ctx, hz.cur.Tx(), spans)
+	counts, err := t.CountSpans(ctx, hz.cur.Lock.Tx(), spans)
 	if err != nil {
 		return err
 	}
@@ -170,5 +170,5 @@ func (hz *horizonWatch) countLate(work context.Context, t *source.Table) error {
 	if late == 0 {
 		return nil
 	}
-	return hz.cur.AddLate(work, late)
+	return hz.cur.Source.AddLate(work, late)
 }

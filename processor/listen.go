@@ -93,7 +93,7 @@ func (w *waiter) warnNoTrigger(ctx context.Context, q interface {
 
 // checkNotifyTrigger is warnNoTrigger on a connection of the client's pool.
 func (w *waiter) checkNotifyTrigger(ctx context.Context, c *Client) error {
-	ctx, cancel := w.cur.Bounded(ctx)
+	ctx, cancel := w.cur.Session.Bounded(ctx)
 	defer cancel()
 	return w.warnNoTrigger(ctx, c.Pool())
 }
@@ -150,8 +150,8 @@ func (w *waiter) renewedWait(ctx context.Context, d time.Duration, rows bool, wa
 	end := time.Now().Add(d)
 	for {
 		left := time.Until(end)
-		until := w.cur.LeaseUntil()
-		if until.IsZero() || w.cur.ProbeRenewal() == nil {
+		until := w.cur.Lease.LeaseUntil()
+		if until.IsZero() || w.cur.Lease.ProbeRenewal() == nil {
 			// The owner's own batch renews the lease, at a third of it.
 			return w.probeWait(ctx, min(left, w.lease/3), rows, wake, iw)
 		}

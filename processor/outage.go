@@ -126,14 +126,14 @@ func (e *executor[T]) redriveAfterOutage(work context.Context) {
 	if len(keys) == 0 {
 		return
 	}
-	conn, err := e.cur.Conn(work)
+	conn, err := e.cur.Session.Conn(work)
 	if err != nil {
 		e.refusals.mu.Lock()
 		e.refusals.redrive = append(e.refusals.redrive, keys...) // next time
 		e.refusals.mu.Unlock()
 		return
 	}
-	defer e.cur.Detach()
+	defer e.cur.Session.Detach()
 	for _, key := range keys {
 		_, err := cursor.Redrive(work, conn, e.process, cursor.RedriveOpts{Key: key, ActionOpts: cursor.ActionOpts{
 			Actor:  "inorder, after the sink's outage",

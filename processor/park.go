@@ -73,7 +73,7 @@ func (p *Processor[T]) park(work context.Context, st inordertype.State, it *item
 			pk.FirstFailureAt = h.FirstFailureAt
 		}
 	}
-	if err := p.cur.Park(work, pk); err != nil {
+	if err := p.cur.Parking.Park(work, pk); err != nil {
 		return err
 	}
 	endSpan(&p.tracing, work, it, "parked", attribute.String("inorder.record.key", pk.Key), attribute.Bool("inorder.parked.first", v.err != nil))
@@ -101,7 +101,7 @@ func (pk *parkedKeys) mark(key string) {
 // abort rolls the batch's transaction back, with the parked records it stored: the parked keys are read
 // again at the next batch.
 func (p *Processor[T]) abort(work context.Context) {
-	_ = p.cur.Abort(work)
+	_ = p.cur.Lock.Abort(work)
 	p.parked.keys = nil
 }
 
@@ -110,7 +110,7 @@ func (p *Processor[T]) abort(work context.Context) {
 // unless the stream parks: then it is refused at once, saying what to grant.
 func (pk *parkedKeys) load(work context.Context) error {
 	if !pk.checked {
-		read, write, err := pk.cur.MayPark(work)
+		read, write, err := pk.cur.Parking.MayPark(work)
 		if err != nil {
 			return err
 		}
@@ -126,7 +126,7 @@ func (pk *parkedKeys) load(work context.Context) error {
 		pk.keys = map[string]bool{}
 		return nil
 	}
-	keys, err := pk.cur.ParkedKeys(work)
+	keys, err := pk.cur.Parking.ParkedKeys(work)
 	if err != nil {
 		return err
 	}
@@ -141,7 +141,7 @@ func (pk *parkedKeys) load(work context.Context) error {
 // records of every key asked for, key by key, and reads the parked keys again (a skip may have unparked
 // one). It reports false when the stream must stop here (stopping, or the cursor lost).
 func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
-	st := p.cur.State()
+	st := p.cur.Position.State()
 	if p.parked.keys == nil {
 		if err := p.parked.load(work); err != nil {
 			return false, err
@@ -154,7 +154,7 @@ func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 	if st.RedriveRequestedAt.IsZero() || st.Paused || !p.parked.readable {
 		return true, nil
 	}
-	queue, err := p.cur.RedriveQueue(work)
+	queue, err := p.cur.Parking.RedriveQueue(work)
 	if err != nil {
 		return false, err
 	}
@@ -168,7 +168,7 @@ func (p *Processor[T]) followRedrive(ctx, work context.Context) (bool, error) {
 		}
 		i = j
 	}
-	if err := p.cur.RedriveSeen(work, st.RedriveRequestedAt); err != nil {
+	if err := p.cur.Parking.RedriveSeen(work, st.RedriveRequestedAt); err != nil {
 		return false, err
 	}
 	return true, p.parked.load(work)
@@ -209,7 +209,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 		default: // it failed again (fateRetry, fateHalt)
 			pk.Error, pk.Permanent, pk.Status = store.ClipError(cause.Error()), f.v.permanent, f.v.status
 			pk.Attempts++ // this attempt, whether the record was handed to the handler or was gone from the table
-			if err := p.cur.RedriveFailed(work, pk); err != nil {
+			if err := p.cur.Parking.RedriveFailed(work, pk); err != nil {
 				return false, err
 			}
 			if ok, err := p.commit(work, 0); err != nil || !ok {
@@ -219,7 +219,7 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 				Err(cause).Msg("redrive: the key's first parked record failed again; the key stays parked")
 			return true, nil
 		}
-		if err := p.cur.Unpark(work, pk); err != nil {
+		if err := p.cur.Parking.Unpark(work, pk); err != nil {
 			return false, err
 		}
 		if ok, err := p.commit(work, 1); err != nil || !ok {
@@ -236,9 +236,9 @@ func (p *Processor[T]) redriveKey(ctx, work context.Context, recs []store.Parked
 // readParked reads a parked record's row from the source again.
 func (rd *reader[T]) readParked(work context.Context, pk store.Parked) (*item[T], error) {
 	sql, args := rd.table.RecordSQL(rd.generic, pk.Position)
-	ctx, cancel := rd.cur.Bounded(work)
+	ctx, cancel := rd.cur.Session.Bounded(work)
 	defer cancel()
-	rows, err := rd.cur.Tx().Query(ctx, sql, args...)
+	rows, err := rd.cur.Lock.Tx().Query(ctx, sql, args...)
 	if err != nil {
 		return nil, rd.refusedRead(fmt.Errorf("read parked record %s of %s: %w", pk.Position.ID, rd.table.Qualified, err))
 	}
@@ -257,9 +257,9 @@ func (p *Processor[T]) commit(work context.Context, handled int) (bool, error) {
 	if err := p.exec.flush(work); err != nil {
 		return false, err
 	}
-	ok, err := p.cur.Commit(work, handled)
-	if err == nil && !ok && !p.cur.Owner() {
-		p.log.Info().Str("owner", p.cur.Holder()).Msg("cursor taken by another instance; standing by")
+	ok, err := p.cur.Lock.Commit(work, handled)
+	if err == nil && !ok && !p.cur.Lease.Owner() {
+		p.log.Info().Str("owner", p.cur.Lease.Holder()).Msg("cursor taken by another instance; standing by")
 		p.role = roleNone
 		p.obs.Locked(p.cfg.Process, false)
 	}

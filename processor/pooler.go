@@ -49,7 +49,7 @@ const (
 // by transaction (asking shared, the connections of the processor's Client), and says so. It fails only
 // for what the pooler refuses (see pooler.Fatal).
 func (pw *poolerWatch) detect(ctx context.Context, shared *store.Shared) error {
-	pooled, moves := pw.cur.Pooled()
+	pooled, moves := pw.cur.Session.Pooled()
 	switch {
 	case !pooled && !moves:
 		pw.pooling = poolingNone
@@ -76,7 +76,7 @@ func (pw *poolerWatch) detect(ctx context.Context, shared *store.Shared) error {
 // note tells, once, when the cursor connection turns out to pool by transaction during the run
 // (the backend serving it changed between transactions), when the start-up check could not tell.
 func (pw *poolerWatch) note() {
-	if _, moves := pw.cur.Pooled(); moves && pw.pooling != poolingTransaction {
+	if _, moves := pw.cur.Session.Pooled(); moves && pw.pooling != poolingTransaction {
 		pw.pooling = poolingTransaction
 		pw.tell()
 	}

@@ -80,17 +80,17 @@ func (w *waiter) probeWait(ctx context.Context, d time.Duration, rows bool, wake
 	if time.Since(w.lastRecords) >= probeQuietAfter {
 		limit *= 4
 	}
-	req := store.ProbeRequest{Cursor: w.cur.Name(), Version: w.cur.Version(), Gap: limit, MaxGap: limit}
-	token := w.cur.Tenure()
+	req := store.ProbeRequest{Cursor: w.cur.Name(), Version: w.cur.Position.Version(), Gap: limit, MaxGap: limit}
+	token := w.cur.Lease.Tenure()
 	if iw.owner {
-		req.Renew, req.Lost = w.cur.ProbeRenewal(), w.cur.SessionLost()
+		req.Renew, req.Lost = w.cur.Lease.ProbeRenewal(), w.cur.Lease.SessionLost()
 	}
 	if rows {
-		req.RowsFunc = probeCond(w.cur.State().Position, iw)
+		req.RowsFunc = probeCond(w.cur.Position.State().Position, iw)
 		req.Gap = min(max(w.probeGap, probeFirst), limit)
 	}
 	r := w.prober.Wait(ctx, req, d, wake)
-	w.cur.Renewed(r.Renewed, token)
+	w.cur.Lock.Renewed(r.Renewed, token)
 	if r.Err != nil {
 		if store.Unanswered(ctx, r.Err) {
 			// The probe borrows a connection of the Client's pool, the one the batches take turns on: a dead

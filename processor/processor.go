@@ -237,7 +237,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		defer func() { p.wt.prober = nil }()
 	}
 
-	p.cur.Detach() // the pooler's check takes connections of the pool
+	p.cur.Session.Detach() // the pooler's check takes connections of the pool
 	if err := p.pool.detect(work, p.cfg.Client.shared); err != nil {
 		return fmt.Errorf("process %q: %w", p.cfg.Process, err)
 	}
@@ -255,15 +255,15 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 		// One stream shares the fleet's work; a partition's runner balances its partitions itself.
 		p.fleet = newSharer(&p.cfg, p.cur.FleetWatch(), p.cur, p.log)
 		p.wt.fleet = p.fleet
-		p.cur.DeferTake(p.fleet.takeDelay)
+		p.cur.Lease.DeferTake(p.fleet.takeDelay)
 	}
-	p.cur.Detach()
+	p.cur.Session.Detach()
 	woken := false
 	for ctx.Err() == nil {
 		p.last.rowBusy = false
 		n, wait, err := p.tick(ctx, work)
-		p.cur.Detach() // on a Client's connections: hold none while not locked
-		if !p.cur.Locked() && p.role == roleOwner {
+		p.cur.Session.Detach() // on a Client's connections: hold none while not locked
+		if !p.cur.Lock.Locked() && p.role == roleOwner {
 			p.exec.redriveAfterOutage(work)
 		}
 		if n > 0 {
@@ -288,7 +288,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 				break
 			}
 			// Credentials refused once connected were rotated under the process: an outage, waited out.
-			if refused || p.cur.Broken(err) {
+			if refused || p.cur.Session.Broken(err) {
 				p.reconnect(ctx, work, err)
 				continue
 			}
@@ -313,13 +313,13 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 // has one of, and renews only a lease whose row no transaction holds, so a wait on it must hold neither.
 // Without the probe the wait keeps the transaction, as the next batch goes on in it.
 func (p *Processor[T]) endKeptLock(work context.Context) {
-	if p.wt.prober == nil || !p.cur.Locked() {
+	if p.wt.prober == nil || !p.cur.Lock.Locked() {
 		return
 	}
-	if err := p.cur.Unlock(work); err != nil {
+	if err := p.cur.Lock.Unlock(work); err != nil {
 		p.log.Debug().Err(err).Msg("could not end the transaction kept for the next batch; the next batch connects again")
 	}
-	p.cur.Detach()
+	p.cur.Session.Detach()
 }
 
 // release gives the cursor up when Run ends: the position stays as committed, the lease is given up so that
@@ -378,7 +378,7 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			// The probe watches for what a batch would look for, and renews the lease; a batch still
 			// comes now and then (see idleBatch).
 			wait = p.hz.late.idleBatch(p.cfg.PollInterval, p.cfg.Lease)
-			if p.cur.ProbeRenewal() != nil {
+			if p.cur.Lease.ProbeRenewal() != nil {
 				return wait, wakeable // the wait itself sees that the lease is renewed (see idle)
 			}
 		}
@@ -468,7 +468,7 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 // abandon gives up a start-up whose checks failed: the cursor row it registered goes again (a process that
 // never ran is not left for status to show), and the connection is closed.
 func (p *Processor[T]) abandon(work context.Context) {
-	if err := p.cur.Unregister(work); err != nil {
+	if err := p.cur.Registration.Unregister(work); err != nil {
 		p.log.Warn().Err(err).Msg("could not remove the cursor row of a process that never ran")
 	}
 	p.cur.Unclaim()
@@ -579,7 +579,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 // else wait the poll interval).
 func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duration, err error) {
 	began := time.Now()
-	if !p.cur.Locked() {
+	if !p.cur.Lock.Locked() {
 		p.rd.takeAhead(inordertype.Position{}) // a batch read ahead goes on in the transaction it was read in, or not at all
 	}
 	ok, err := p.lock(work)
@@ -593,12 +593,12 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	// one, in one round trip: the next batch goes on in that transaction.
 	keep := false
 	defer func() {
-		if err == nil && p.cur.Locked() && !keep {
+		if err == nil && p.cur.Lock.Locked() && !keep {
 			end := p.tracing.startCommit(work, n)
-			err = p.cur.Unlock(work)
+			err = p.cur.Lock.Unlock(work)
 			end(err)
 		}
-		p.tenure.lastPos, p.tenure.knownPos = p.cur.State().Position, err == nil
+		p.tenure.lastPos, p.tenure.knownPos = p.cur.Position.State().Position, err == nil
 		p.tracing.endBatch(n, err)
 	}()
 	if err := p.saveSource(work); err != nil {
@@ -618,7 +618,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	}
 	horizonAt := time.Now()
 	h, err := p.horizon(work)
-	if err != nil || !p.cur.Locked() {
+	if err != nil || !p.cur.Lock.Locked() {
 		return 0, 0, err
 	}
 	if err := p.hz.noteHold(work, h, p.rd.table); err != nil {
@@ -631,7 +631,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
 	p.last.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
 	p.last.heldLong = h.hold != nil && h.now.Sub(h.hold.Since) > 2*p.cfg.InsertLatency
-	st := p.cur.State() // a changed default may have moved the position back
+	st := p.cur.Position.State() // a changed default may have moved the position back
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil
 	}
@@ -673,7 +673,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 		keep, err = p.finish(work, st.Position, o)
 		// On a Client's connections a process that others wait for ends its transaction with its batch:
 		// the next batch waits its turn.
-		keep = keep && !p.cur.Contended()
+		keep = keep && !p.cur.Session.Contended()
 	}
 	now := time.Now()
 	for _, it := range items[:n] {
@@ -704,7 +704,7 @@ func (p *Processor[T]) deliverBatch(ctx, work context.Context, st inordertype.St
 
 // lock takes the cursor row for one batch, reporting false when another instance owns the process.
 func (p *Processor[T]) lock(work context.Context) (bool, error) {
-	ok, err := p.cur.TryLock(work)
+	ok, err := p.cur.Lock.TryLock(work)
 	var busy *store.BusyError
 	if errors.As(err, &busy) {
 		// The lease decides: an owner that waits this long for a connection may lose the process to an
@@ -721,7 +721,7 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if e := p.cur.EndedSessions(); e.Own {
+	if e := p.cur.Lease.EndedSessions(); e.Own {
 		p.log.Warn().Ints32("pids", e.PIDs).Msg("this instance's session from before the reconnect still held the " +
 			"cursor row (cut off inside its batch); ended it")
 	} else if len(e.PIDs) > 0 {
@@ -730,13 +730,13 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 	}
 	p.pool.note()
 	if !ok {
-		if p.role == roleOwner && p.cur.Owner() {
+		if p.role == roleOwner && p.cur.Lease.Owner() {
 			// Still the owner: an operator action holds the row for the moment it takes. Look again
 			// shortly rather than stand by for a poll interval.
 			p.last.rowBusy = true
 			return false, nil
 		}
-		holder := p.cur.Holder()
+		holder := p.cur.Lease.Holder()
 		switch {
 		case p.role == roleOwner:
 			p.log.Info().Str("owner", holder).Msg("cursor taken by another instance; standing by")
@@ -750,10 +750,10 @@ func (p *Processor[T]) lock(work context.Context) (bool, error) {
 		}
 		return false, nil
 	}
-	if token := p.cur.Tenure(); p.role != roleOwner || token != p.tenure.token {
+	if token := p.cur.Lease.Tenure(); p.role != roleOwner || token != p.tenure.token {
 		// A new tenure: whatever happened to the row in between was done by other instances (or nobody),
 		// not by an operator, and the records this instance delivered before are not its to recheck.
-		p.log.Info().Str("position", p.cur.State().Position.String()).Int64("epoch", p.cur.Epoch()).Msg("cursor locked")
+		p.log.Info().Str("position", p.cur.Position.State().Position.String()).Int64("epoch", p.cur.Lease.Epoch()).Msg("cursor locked")
 		// A batch read ahead in the last tenure is dropped with it, once its statement is done.
 		p.rd.takeAhead(inordertype.Position{})
 		p.role, p.tenure = roleOwner, tenure{token: token, gen: p.tenure.gen + 1}

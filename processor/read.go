@@ -66,10 +66,10 @@ func (rd *reader[T]) learn(b bounds, r readResult[T]) {
 // readRows reads at most b.limit records after pos and below horizon, within b's budget. It changes
 // nothing in p: a read ahead runs it beside the delivery.
 func (rd *reader[T]) readRows(work context.Context, pos inordertype.Position, horizon time.Time, b bounds) (readResult[T], error) {
-	ctx, cancel := rd.cur.Bounded(work)
+	ctx, cancel := rd.cur.Session.Bounded(work)
 	defer cancel()
 	sql, args := rd.table.ReadSQL(rd.generic, pos, horizon, b.limit, b.sized)
-	rows, err := rd.cur.Tx().Query(ctx, sql, args...)
+	rows, err := rd.cur.Lock.Tx().Query(ctx, sql, args...)
 	if err != nil {
 		return readResult[T]{}, fmt.Errorf("read %s: %w", rd.table.Qualified, err)
 	}

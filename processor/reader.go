@@ -100,7 +100,7 @@ func (rd *reader[T]) inspect(ctx context.Context) (*source.Table, error) {
 			return nil, err
 		}
 	}
-	conn, err := rd.cur.Conn(ctx)
+	conn, err := rd.cur.Session.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -141,7 +141,7 @@ func (rd *reader[T]) prepareScan(t *source.Table) {
 // columnsOfStruct resolves the struct's fields to the table's column names, so that the read selects just
 // what RowToStructByName fills, and a field without a column is reported at start, naming both.
 func (rd *reader[T]) columnsOfStruct(ctx context.Context) ([]string, error) {
-	conn, err := rd.cur.Conn(ctx)
+	conn, err := rd.cur.Session.Conn(ctx)
 	if err != nil {
 		return nil, err
 	}

@@ -43,9 +43,9 @@ func (rd *reader[T]) followShape(work context.Context, shape string, kind inorde
 	if shape == sw.known && !sw.stale && sw.wait == nil {
 		return false, nil
 	}
-	ctx, cancel := rd.cur.Bounded(work)
+	ctx, cancel := rd.cur.Session.Bounded(work)
 	defer cancel()
-	t, all, w, err := source.Reinspect(ctx, rd.cur.Tx(), rd.reinspectSpec(kind), rd.needs(kind), sw.cols)
+	t, all, w, err := source.Reinspect(ctx, rd.cur.Lock.Tx(), rd.reinspectSpec(kind), rd.needs(kind), sw.cols)
 	if err != nil {
 		return false, err
 	}
@@ -121,7 +121,7 @@ func (rd *reader[T]) waitForShape(work context.Context, w *source.Wait) error {
 		rd.obs.SourceWaiting(rd.process, w.Column, true)
 	}
 	sw.wait = w
-	return rd.cur.SetSourceWait(work, w.Message)
+	return rd.cur.Source.SetSourceWait(work, w.Message)
 }
 
 // adopt makes t, inspected at shape, the table the stream reads from the next read on. The horizon in use
@@ -139,11 +139,11 @@ func (rd *reader[T]) adopt(work context.Context, t *source.Table, all []source.C
 		rd.log.Info().Str("table", t.Qualified).Msg("the source fits the process again; the stream reads on")
 		rd.obs.SourceWaiting(rd.process, "", false)
 		sw.wait = nil
-		return rd.cur.SetSourceWait(work, "")
+		return rd.cur.Source.SetSourceWait(work, "")
 	}
 	if first || sw.unsure {
 		sw.unsure = false
-		return rd.cur.SetSourceWait(work, "") // what a run before this one, or a batch rolled back, left
+		return rd.cur.Source.SetSourceWait(work, "") // what a run before this one, or a batch rolled back, left
 	}
 	if !slices.Equal(old.Columns, t.Columns) {
 		rd.log.Info().Str("table", t.Qualified).Str("columns", columnList(t.Columns)).

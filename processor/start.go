@@ -32,12 +32,12 @@ type registration struct {
 // register gives a process that has no cursor row one, at Config.StartFrom, or refuses (a StartFromError).
 // An existing process is left as it is.
 func (rg registration) register(ctx context.Context) error {
-	if !rg.cur.Missing() {
+	if !rg.cur.Registration.Missing() {
 		return nil
 	}
 	start := rg.start
 	if start.IsZero() {
-		conn, err := rg.cur.Conn(ctx)
+		conn, err := rg.cur.Session.Conn(ctx)
 		if err != nil {
 			return err
 		}
@@ -50,10 +50,10 @@ func (rg registration) register(ctx context.Context) error {
 		}
 		start = inordertype.StartFromBeginning // nothing to deliver twice
 	}
-	if err := rg.cur.Register(ctx, start); err != nil {
+	if err := rg.cur.Registration.Register(ctx, start); err != nil {
 		return err
 	}
-	if !rg.cur.Created() {
+	if !rg.cur.Registration.Created() {
 		return nil // another instance registered it meanwhile, and said so
 	}
 	rg.log.Info().Str("start", start.String()).Msg("registered a new process")
@@ -125,7 +125,7 @@ func (r tableReader) String() string {
 // readers lists the processes whose cursor rows say they read the table (a partitioned process once, by
 // its name). What cannot be read is left out: the refusal stands without it.
 func (rg registration) readers(ctx context.Context) []tableReader {
-	conn, err := rg.cur.Conn(ctx)
+	conn, err := rg.cur.Session.Conn(ctx)
 	if err != nil {
 		return nil
 	}

@@ -14,7 +14,7 @@ import (
 // until then: the check after it (recheck) compares what this instance delivered in the tenure, and the
 // next lock, which follows it, starts a new one.
 type tenure struct {
-	// token is the tenure's (store.Repository.Tenure), and gen counts this instance's tenures: a reconnect
+	// token is the tenure's (store.Lease.Tenure), and gen counts this instance's tenures: a reconnect
 	// may keep the token, never gen.
 	token int64
 	gen   int64
@@ -52,7 +52,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 	}
 	src := p.rd.table.Spec
 	src.Table, src.Horizon = p.rd.table.Qualified, p.hz.kind
-	before, changed, err := p.cur.SetSource(work, src)
+	before, changed, err := p.cur.Source.SetSource(work, src)
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 		}
 	}
 	// Whatever an instance that crashed mid-window left there is not in flight any more.
-	if err := p.cur.SetInFlight(work, store.InFlight{}); err != nil {
+	if err := p.cur.Position.SetInFlight(work, store.InFlight{}); err != nil {
 		return err
 	}
 	p.tenure.sourceSaved = true
@@ -79,7 +79,7 @@ func (p *Processor[T]) saveSource(work context.Context) error {
 // would pass it. So what lies between is delivered again, never skipped. A position before the clock
 // stays: every row after it by the clock is after it by created_at too, or inserted since.
 func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon) error {
-	pos := p.cur.State().Position
+	pos := p.cur.Position.State().Position
 	back := inordertype.Position{CreatedAt: p.rd.table.Clock.Since.Add(-p.cfg.InsertLatency).UTC()}
 	ev := p.log.Warn().Str("table", p.rd.table.Qualified).Time("clock_since", p.rd.table.Clock.Since).Str("was", string(was))
 	if pos.IsBeginning() || !back.CreatedAt.Before(pos.CreatedAt) {
@@ -98,7 +98,7 @@ func (p *Processor[T]) takeUpClock(work context.Context, was inordertype.Horizon
 // more), and returns how long to wait before the next batch: while paused, and while a halted record's
 // next attempt is not due (at most a poll interval at a time). Zero means go on.
 func (p *Processor[T]) followOperator() time.Duration {
-	st := p.cur.State()
+	st := p.cur.Position.State()
 	if st.Paused {
 		if !p.paused {
 			p.log.Info().Str("position", st.Position.String()).Msg("paused by an operator; waiting for resume")
@@ -138,8 +138,8 @@ func (p *Processor[T]) followOperator() time.Duration {
 		p.log.Info().Str("record", st.Halt.RecordID).Msg("retrying the record now, as an operator asked")
 	}
 	p.failing.nextAt = due
-	// One clock for a wait on a time the cursor row keeps: the database's (Repository.Now, this machine's
+	// One clock for a wait on a time the cursor row keeps: the database's (Lease.Now, this machine's
 	// clock carried on from the offset measured as the row was locked), never this machine's alone, which
 	// may be off from the database's by any amount, and from the other instances' that share the row.
-	return p.wt.rowWatched(max(0, due.Sub(p.cur.Now())))
+	return p.wt.rowWatched(max(0, due.Sub(p.cur.Lease.Now())))
 }

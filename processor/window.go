@@ -120,8 +120,8 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 		// read again.
 		p.parked.keys = nil
 	}
-	if w.o.err == nil && !w.o.lost && p.cur.Locked() {
-		w.o.err = p.cur.SetInFlight(work, store.InFlight{})
+	if w.o.err == nil && !w.o.lost && p.cur.Lock.Locked() {
+		w.o.err = p.cur.Position.SetInFlight(work, store.InFlight{})
 	}
 	if w.head < len(items) && w.slots[w.head] == failed {
 		w.o.failed, w.o.fate = &items[w.head], w.fates[w.head]
@@ -300,9 +300,9 @@ func (w *window[T]) watch() {
 			Str("in_flight_for", time.Since(f.Since).Round(time.Millisecond).String()).Int("in_flight", f.Records).
 			Msg("a record has been in flight for long; the position waits on it")
 	}
-	if w.o.err == nil && !w.o.lost && w.p.cur.Locked() {
-		ctx, cancel := w.p.cur.Bounded(w.work)
-		_, err := w.p.cur.Tx().Exec(ctx, "SELECT 1")
+	if w.o.err == nil && !w.o.lost && w.p.cur.Lock.Locked() {
+		ctx, cancel := w.p.cur.Session.Bounded(w.work)
+		_, err := w.p.cur.Lock.Tx().Exec(ctx, "SELECT 1")
 		cancel()
 		if err != nil {
 			w.o.err, w.stopping = err, true
