@@ -405,6 +405,7 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 		return err
 	}
 	p.rd.table, p.hz.kind = t, t.Horizon
+	p.rd.knowShape(t)
 	p.hz.rideLocks(t)
 	p.tracing = newTracing(p.cfg.TracerProvider, p.cfg.Process, p.cfg.SynchronousCommit || p.cfg.TxHandler != nil, t)
 	p.rd.prepareScan(t)

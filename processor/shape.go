@@ -25,8 +25,10 @@ import (
 
 // shapeWatch is what the processor knows of its source's columns across batches.
 type shapeWatch struct {
-	known string // the fingerprint the read was built for; "" until the first batch
+	known string // the fingerprint the read was built for, as the start-up's inspection read it
 	stale bool   // a read was refused for its columns: inspect them again, whatever the fingerprint
+	// clear says the cursor row may still say a wait a run before this one left: the first batch clears it.
+	clear bool
 	// unsure says a batch was rolled back after a read refused for its columns: the cursor row may still
 	// say a wait that is over.
 	unsure bool
@@ -35,12 +37,23 @@ type shapeWatch struct {
 	said   time.Time       // when the wait was last logged
 }
 
+// knowShape takes in what the start-up's inspection found of t's columns: their fingerprint, which the
+// first poll then finds the same unless a migration came in between, so that the columns are not
+// inspected again at once (six catalog statements a process, a thousand processes starting together).
+func (rd *reader[T]) knowShape(t *source.Table) {
+	rd.shape.known, rd.shape.cols, rd.shape.clear = t.InspectedShape, t.All, true
+}
+
 // followShape inspects the source again when the last poll found its columns changed (shape), a read was
 // refused for them, or the stream waits for them, and reports whether the stream must wait. kind is the
 // horizon in use, which decides what the table must still have (see needs).
 func (rd *reader[T]) followShape(work context.Context, shape string, kind inordertype.Horizon) (bool, error) {
 	sw := &rd.shape
 	if shape == sw.known && !sw.stale && sw.wait == nil {
+		if sw.clear {
+			sw.clear = false
+			return false, rd.cur.Source.SetSourceWait(work, "")
+		}
 		return false, nil
 	}
 	ctx, cancel := rd.cur.Session.Bounded(work)
@@ -129,12 +142,12 @@ func (rd *reader[T]) waitForShape(work context.Context, w *source.Wait) error {
 // horizon's own watch, which never lets a change skip a row (see horizon).
 func (rd *reader[T]) adopt(work context.Context, t *source.Table, all []source.Column, shape string) error {
 	sw, old := &rd.shape, rd.table
-	first := sw.known == ""
+	first := sw.known == "" || sw.clear
 	rd.takeAhead(inordertype.Position{}) // a batch read ahead for the old columns is read again
 	t.Spec.Horizon, t.Horizon, t.Default, t.Warnings = old.Spec.Horizon, old.Horizon, old.Default, nil
 	rd.table = t
 	rd.prepareScan(t)
-	sw.known, sw.stale, sw.cols = shape, false, all
+	sw.known, sw.stale, sw.clear, sw.cols = shape, false, false, all
 	if sw.wait != nil {
 		rd.log.Info().Str("table", t.Qualified).Msg("the source fits the process again; the stream reads on")
 		rd.obs.SourceWaiting(rd.process, "", false)

@@ -497,3 +497,30 @@ func TestAStructStreamWaitsForAFieldsColumn(t *testing.T) {
 	require.Equal(t, 9, b.h.got[5].Value.Seq)
 	require.NoError(t, stop())
 }
+
+// A wait for the source that a stopped run left in the cursor row is cleared by the next run once the
+// source fits again, though its first look finds the columns as its start-up inspected them (and does not
+// inspect them again).
+func TestAWaitLeftByAStoppedRunIsClearedByTheNext(t *testing.T) {
+	t.Parallel()
+	b := setupOutbox(t)
+	b.cfg.Source.Columns = []string{"id", "aggregate_id", "payload", "created_at"}
+	said := func() string {
+		procs, err := cursor.Read(context.Background(), b.db.Pool, cursor.ReadOpts{Process: b.cfg.Process})
+		require.NoError(t, err)
+		require.Len(t, procs, 1)
+		return procs[0].Info.SourceWait
+	}
+	stop := start(t, b.cfg)
+	b.allDelivered(t, b.mark(t))
+	b.migrate(t, "ALTER TABLE outbox RENAME COLUMN payload TO body")
+	waitFor(t, "status to say the stream waits for payload", func() bool { return said() != "" })
+	require.NoError(t, stop())
+	require.NotEmpty(t, said(), "the stopped run's wait stays in the cursor row")
+
+	b.migrate(t, "ALTER TABLE outbox RENAME COLUMN body TO payload")
+	stop = start(t, b.cfg)
+	b.allDelivered(t, b.mark(t))
+	waitFor(t, "the next run to clear the wait", func() bool { return said() == "" })
+	require.NoError(t, stop())
+}

@@ -92,7 +92,7 @@ func Reinspect(ctx context.Context, q Querier, spec inordertype.Source, needs []
 		return nil, nil, nil, err
 	}
 	probe := &Table{OID: rel.oid, Qualified: rel.schema + "." + rel.name, Ident: pgx.Identifier{rel.schema, rel.name}.Sanitize()}
-	all, err := columnsOf(ctx, q, probe)
+	all, _, err := columnsOf(ctx, q, probe)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -65,6 +65,11 @@ type Table struct {
 	// read (an operator action reads it as its cursor row recorded it): a table without the insert clock
 	// and no opt-in, or an opt-in that the table's clock makes wrong.
 	Refusal error
+	// All is every column of the table as Inspect found it, in table order, and InspectedShape their
+	// fingerprint (see Shape), read in the same statement: a processor whose first poll finds that
+	// fingerprint knows the columns are the ones it checked, and inspects them again only when it differs.
+	All            []Column
+	InspectedShape string
 
 	createdAtType string // the created_at column's typname: timestamptz or timestamp
 }
@@ -93,10 +98,11 @@ func Inspect(ctx context.Context, conn Querier, src inordertype.Source) (*Table,
 		return nil, invalid("the role cannot read %s: GRANT SELECT ON %s TO <role>", t.Qualified, t.Ident)
 	}
 
-	all, err := columnsOf(ctx, conn, t)
+	all, shape, err := columnsOf(ctx, conn, t)
 	if err != nil {
 		return nil, err
 	}
+	t.All, t.InspectedShape = all, shape
 	if t.Clock, err = findClock(ctx, conn, t, all); err != nil {
 		return nil, err
 	}
@@ -110,28 +116,32 @@ func Inspect(ctx context.Context, conn Querier, src inordertype.Source) (*Table,
 	return t, nil
 }
 
-// columnsOf reads the table's columns, in table order.
-func columnsOf(ctx context.Context, conn Querier, t *Table) ([]Column, error) {
+// columnsOf reads the table's columns, in table order, and their fingerprint (see Table.Shape).
+func columnsOf(ctx context.Context, conn Querier, t *Table) ([]Column, string, error) {
+	var shape *string
 	rows, err := conn.Query(ctx, `
 		SELECT a.attname, a.attnum, format_type(a.atttypid, a.atttypmod), t.typname,
-		       coalesce(pg_get_expr(d.adbin, d.adrelid), '')
+		       coalesce(pg_get_expr(d.adbin, d.adrelid), ''), `+shapeExpr+`
 		FROM pg_attribute a
 		JOIN pg_type t ON t.OID = a.atttypid
 		LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 		WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped
 		ORDER BY a.attnum`, t.OID)
 	if err != nil {
-		return nil, fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
+		return nil, "", fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
 	}
 	all, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Column, error) {
 		var c Column
-		err := r.Scan(&c.Name, &c.Num, &c.Type, &c.TypName, &c.Default)
+		err := r.Scan(&c.Name, &c.Num, &c.Type, &c.TypName, &c.Default, &shape)
 		return c, err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
+		return nil, "", fmt.Errorf("inspect columns of %s: %w", t.Qualified, err)
 	}
-	return all, nil
+	if shape == nil {
+		return all, "", nil
+	}
+	return all, *shape, nil
 }
 
 // checkColumns finds the id, created_at, key and selected columns among all, checks their types, chooses
