@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -148,6 +149,10 @@ processes:
 			instances[in] = startBinary(t, b.env, "run", "--config", path, "--instance", in)
 			var last map[string]int
 			if !assert.Eventually(t, func() bool { last = owners(t, b); return shared(last, tables) }, 2*lease, 20*time.Millisecond) {
+				// Said on standard error too, at once: the test's log is long, and a CI log cut short keeps
+				// its first and last lines.
+				fmt.Fprintf(os.Stderr, "%s: not each instance owning between 9 and 11 processes within two leases of restarting %s: at the last look %v\n",
+					t.Name(), in, last)
 				t.Fatalf("each instance owning between 9 and 11 processes within two leases of restarting %s: at the last look %v", in, last)
 			}
 		}
@@ -156,6 +161,7 @@ processes:
 	// Still shared at the end (a process between two owners for a moment counts as neither: look again).
 	var o map[string]int
 	if !assert.Eventually(t, func() bool { o = owners(t, b); return shared(o, tables) }, lease, 20*time.Millisecond) {
+		fmt.Fprintf(os.Stderr, "%s: the processes not shared at the end: at the last look %v\n", t.Name(), o)
 		t.Fatalf("the processes stay shared: at the last look %v", o)
 	}
 	got := delivered()
