@@ -305,18 +305,6 @@ func DeleteInstances(ctx context.Context, tx pgx.Tx, name string, partitioned bo
 	return err
 }
 
-// Purge deletes the cursor rows of process, its partitions' and their audit entries, for a test that
-// leaves a shared database as it found it.
-func Purge(ctx context.Context, q Querier, process string) error {
-	_, err := q.Exec(ctx, `
-		WITH audit AS (DELETE FROM inorder.audit WHERE process_name = $1 OR `+partitionRow+`)
-		DELETE FROM inorder.cursor WHERE process_name = $1 OR `+partitionRow, process)
-	if err == nil {
-		_, err = q.Exec(ctx, dropOrphanSourceState)
-	}
-	return err
-}
-
 // ReadPosition reads process name's position as the server has it now (an empty position when it has
 // none yet).
 func ReadPosition(ctx context.Context, q Querier, name string) (inordertype.Position, error) {
