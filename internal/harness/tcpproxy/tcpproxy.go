@@ -66,10 +66,8 @@ type Proxy struct {
 	trickle   atomic.Int64   // the bytes per second toward each client under Trickle; 0 for no bound
 	wg        sync.WaitGroup // the accept loop and every connection's goroutines
 
-	appsMu  sync.Mutex
-	apps    map[string]*atomic.Int64 // exchanges by the application_name of the connection's start-up
-	pingsOf map[string]*atomic.Int64 // pings by the same
-	prepOf  map[string]*atomic.Int64 // prepares by the same
+	appsMu sync.Mutex
+	apps   map[string]*counters // the counts by the application_name of the connection's start-up
 
 	mu         sync.Mutex
 	conns      map[*conn]struct{}
@@ -201,7 +199,7 @@ func (p *Proxy) Exchanges() int64 { return p.exchanges.Load() }
 // that a test can tell a client's round trips from those of another connection through the same proxy.
 // A connection that negotiated TLS names none.
 func (p *Proxy) ExchangesOf(app string) int64 {
-	return p.appCounter(app).Load()
+	return p.appCounters(app).exchanges.Load()
 }
 
 // Pings returns how many of the Exchanges were a client's health check of its connection: pgx's ping, the
@@ -223,25 +221,22 @@ func (p *Proxy) Prepares() int64 { return p.prepares.Load() }
 // PreparesOf returns the Prepares of the connections whose start-up message named application app.
 func (p *Proxy) PreparesOf(app string) int64 { return p.appCounters(app).prepares.Load() }
 
-// appCounter returns the exchange counter of application app, making it on first use.
-func (p *Proxy) appCounter(app string) *atomic.Int64 { return p.appCounters(app).exchanges }
-
 // counters are the counts of one application's connections.
-type counters struct{ exchanges, pings, prepares *atomic.Int64 }
+type counters struct{ exchanges, pings, prepares atomic.Int64 }
 
 // appCounters returns the counters of application app, making them on first use.
-func (p *Proxy) appCounters(app string) counters {
+func (p *Proxy) appCounters(app string) *counters {
 	p.appsMu.Lock()
 	defer p.appsMu.Unlock()
 	if p.apps == nil {
-		p.apps, p.pingsOf, p.prepOf = map[string]*atomic.Int64{}, map[string]*atomic.Int64{}, map[string]*atomic.Int64{}
+		p.apps = map[string]*counters{}
 	}
 	c, ok := p.apps[app]
 	if !ok {
-		c = new(atomic.Int64)
-		p.apps[app], p.pingsOf[app], p.prepOf[app] = c, new(atomic.Int64), new(atomic.Int64)
+		c = &counters{}
+		p.apps[app] = c
 	}
-	return counters{exchanges: c, pings: p.pingsOf[app], prepares: p.prepOf[app]}
+	return c
 }
 
 // ResetExchanges sets the count of Exchanges back to zero.
@@ -483,8 +478,7 @@ func (c *conn) learnApp(b []byte) {
 				app = fields[i+1]
 			}
 		}
-		counts := c.p.appCounters(app)
-		c.app.Store(&counts)
+		c.app.Store(c.p.appCounters(app))
 		c.appDone, c.startup = true, nil
 		return
 	}
