@@ -220,7 +220,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 
 	p.started = p.cfg.Client.startTurn(ctx)
 	defer p.started()
-	if err := p.open(ctx, work); err != nil {
+	if err := p.startUp(ctx, work); err != nil {
 		if ctx.Err() != nil && !isFatal(err) {
 			return nil
 		}
@@ -388,8 +388,33 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 	return min(wait, p.cfg.Lease/3), wakeable
 }
 
+// startUp opens the process (see open), again with backoff while the database cannot be reached or the
+// connection is lost in the middle of it (a session ended by the server while the process registers, say);
+// any other refusal (a schema older than this binary, a role without the grants it needs, a source that
+// does not fit) ends the start-up at once.
+func (p *Processor[T]) startUp(ctx, work context.Context) error {
+	for attempt := 1; ; attempt++ {
+		err := p.open(ctx, work)
+		if err == nil {
+			return nil
+		}
+		if _, refused := dial.CredentialsRefused(err); refused && p.connectedBefore {
+			// A partition taken up while the credentials are refused: its process had connected, so this
+			// is the outage the process waits out, not a mistake of its start-up.
+			p.creds.refused(err)
+		} else if isFatal(err) || !store.IsConnectionError(err) {
+			return err
+		} else {
+			p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
+		}
+		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.creds.retryMax(p.cfg.ReconnectMax))) {
+			return ctx.Err()
+		}
+	}
+}
+
 func (p *Processor[T]) open(ctx, work context.Context) error {
-	if err := p.openCursor(ctx, work); err != nil {
+	if err := p.openCursor(work); err != nil {
 		return err
 	}
 	if err := p.cur.Claim(); err != nil {
@@ -430,10 +455,8 @@ func (p *Processor[T]) open(ctx, work context.Context) error {
 	return nil
 }
 
-// openCursor opens the process's cursor repository in the Client's store, retrying with backoff while the
-// database cannot be reached; any other refusal (a schema older than this binary, a role without the
-// grants it needs) ends the start-up at once.
-func (p *Processor[T]) openCursor(ctx, work context.Context) error {
+// openCursor opens the process's cursor repository in the Client's store and gives it to the parts.
+func (p *Processor[T]) openCursor(work context.Context) error {
 	ccfg := store.Config{
 		Timeout:                  p.dbTimeout,
 		IdleInTransactionTimeout: p.cfg.IdleInTransactionTimeout,
@@ -444,26 +467,13 @@ func (p *Processor[T]) openCursor(ctx, work context.Context) error {
 		Transactional:     p.cfg.TxHandler != nil,
 		SynchronousCommit: p.cfg.SynchronousCommit,
 	}
-	for attempt := 1; ; attempt++ {
-		cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
-		if err == nil {
-			p.cur, p.exec.cur, p.rd.cur, p.hz.cur, p.parked.cur, p.wt.cur, p.pool.cur = cur, cur, cur, cur, cur, cur, cur
-			p.creds.accepted()
-			return nil
-		}
-		if _, refused := dial.CredentialsRefused(err); refused && p.connectedBefore {
-			// A partition taken up while the credentials are refused: its process had connected, so this
-			// is the outage the process waits out, not a mistake of its start-up.
-			p.creds.refused(err)
-		} else if isFatal(err) || !store.IsConnectionError(err) {
-			return err
-		} else {
-			p.log.Warn().Err(err).Int("attempt", attempt).Msg("database unreachable; retrying")
-		}
-		if !sleep(ctx, backoff(attempt, 100*time.Millisecond, p.creds.retryMax(p.cfg.ReconnectMax))) {
-			return ctx.Err()
-		}
+	cur, err := p.cursors.Open(work, p.cfg.Process, ccfg)
+	if err != nil {
+		return err
 	}
+	p.cur, p.exec.cur, p.rd.cur, p.hz.cur, p.parked.cur, p.wt.cur, p.pool.cur = cur, cur, cur, cur, cur, cur, cur
+	p.creds.accepted()
+	return nil
 }
 
 // abandon gives up a start-up whose checks failed: the cursor row it registered goes again (a process that
