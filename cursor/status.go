@@ -147,7 +147,7 @@ func (in *Info) lookBehind(ctx context.Context, tx pgx.Tx) error {
 	if err != nil {
 		return err
 	}
-	exists, args := t.ExistsAfter(in.Position, nil, 1)
+	exists, args := t.ExistsAfter(in.Position, 1)
 	var behind bool
 	if err := sp.QueryRow(ctx, "SELECT "+exists, args...).Scan(&behind); err != nil {
 		return fmt.Errorf("look for rows after the position of %q in %s: %w", in.Process, t.Qualified, err)

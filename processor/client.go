@@ -78,6 +78,9 @@ type Client struct {
 	mu       sync.Mutex
 	runners  []lifecycle.Runner
 	listener listener // the processors' wake-up listener, shared (see Config.Listen)
+	// polls are the processors' polls of the transactions in flight on their sources, shared (see
+	// pollshare.go).
+	polls pollShares
 
 	// starting holds a token for each processor starting up (see startTurn): as many at once as the
 	// client has connections to work on.

@@ -182,7 +182,9 @@ func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position
 	if err := p.exec.flush(work); err != nil {
 		return false, err
 	}
-	if last {
+	if last && !p.cur.Session.Contended() {
+		// Unless other processes wait for the Client's connections: the batch then ends its transaction
+		// (see tick), and the poll would be thrown away with the relock.
 		p.cur.Lock.RideNext()
 	}
 	end := p.tracing.startCommit(work, handled)

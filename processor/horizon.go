@@ -220,8 +220,16 @@ type horizonWatch struct {
 	hold                  holder // the hold last recorded in the cursor row (zero: none)
 	holdWarned            time.Time
 	// polled is the poll of the transactions in flight that rode with the last lock of the row (see
-	// store.Rider); the horizon takes it when the lock it rode with is the one held.
+	// store.Rider), or the shared poll that lock took instead (see stay); the horizon takes it when the
+	// lock it came with is the one held.
 	polled source.Observation
+	// shares are the Client's shared polls (see pollshare.go), nil for a processor with a TxHandler, and
+	// share the one of the source read. woke is when the wait before this batch was woken, for the rows
+	// that woke it: a shared poll sent before it would not see them (zero: not woken). sending is when
+	// this processor's own poll was last sent.
+	shares        *pollShares
+	share         *pollShare
+	woke, sending time.Time
 	// clockMargin is the margin below the horizon on a table read by the insert clock (see margin), and
 	// insertLatency, holdWarnAfter Config.InsertLatency and HoldWarnAfter.
 	clockMargin, insertLatency, holdWarnAfter time.Duration
@@ -390,18 +398,47 @@ func (p *Processor[T]) moveBack(work context.Context, back inordertype.Position)
 
 // poll is the poll of the transactions in flight on t: the one that rode with the lock of the cursor row,
 // or, when none came with the lock held (it was taken before the poll's table was known), a poll now.
+// Either may be a shared poll another processor of the Client made (see stay).
 func (hz *horizonWatch) poll(work context.Context, t *source.Table) (source.Observation, error) {
-	o := hz.polled
-	if !hz.cur.Lock.TakeRide() {
-		ctx, cancel := hz.cur.Session.Bounded(work)
-		var err error
-		o, err = t.PollLocks(ctx, hz.cur.Lock.Tx())
-		cancel()
-		if err != nil {
-			return source.Observation{}, err
-		}
+	if hz.cur.Lock.TakeRide() || hz.stay() {
+		return hz.polled, nil
 	}
+	ctx, cancel := hz.cur.Session.Bounded(work)
+	o, err := t.PollLocks(ctx, hz.cur.Lock.Tx())
+	cancel()
+	if err != nil {
+		return source.Observation{}, err
+	}
+	hz.offer(o)
 	return o, nil
+}
+
+// stay reports whether this batch takes the shared poll of its source (see pollshare.go) instead of
+// polling itself, and if so makes it the poll the horizon takes; if not, the poll about to be sent is
+// stamped, for the others to know how fresh it is. It is asked with the connection in hand, right
+// before the poll would be sent, so that of many processors waiting for a connection at once the first
+// polls and the rest take its poll.
+func (hz *horizonWatch) stay() bool {
+	if hz.share == nil {
+		return false
+	}
+	now := time.Now()
+	o, sent := hz.share.latest()
+	need := hz.woke
+	hz.woke = time.Time{}
+	if takes(o.Now, sent, hz.tracker.lastPoll, need, now) {
+		hz.polled = o
+		return true
+	}
+	hz.sending = now
+	return false
+}
+
+// offer gives the processor's own poll, sent when stay last said so, to the others.
+func (hz *horizonWatch) offer(o source.Observation) {
+	if hz.share != nil {
+		hz.share.offer(o, hz.sending)
+	}
 }
 
 // observe folds o, a poll of the transactions in flight on t, into the tracker and returns the horizon:
@@ -427,13 +464,22 @@ func (hz *horizonWatch) observe(o source.Observation, t *source.Table) horizon {
 	return h
 }
 
-// rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row.
+// rideLocks sends the poll of the transactions in flight for t with every lock of the cursor row, but
+// when a shared poll of t will do (see stay).
 func (hz *horizonWatch) rideLocks(t *source.Table) {
 	sql, args := t.LocksQuery()
-	hz.cur.Lock.SetRider(&store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
-		hz.polled, err = source.ScanLocks(rows)
+	rider := &store.Rider{SQL: sql, Args: args, ScanFunc: func(rows pgx.Rows) (err error) {
+		if hz.polled, err = source.ScanLocks(rows); err == nil {
+			hz.offer(hz.polled)
+		}
 		return err
-	}})
+	}}
+	hz.share = nil
+	if hz.shares != nil && !hz.txHandler {
+		hz.share = hz.shares.of(t)
+		rider.StayFunc = hz.stay
+	}
+	hz.cur.Lock.SetRider(rider)
 }
 
 // margin is the safety margin below the horizon for what this processor reads by now: Config.InsertLatency,

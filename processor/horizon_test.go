@@ -185,13 +185,24 @@ func guardOnlyReader(ctx context.Context, t *testing.T, url string, delivered fu
 }
 
 // TestNoRowIsSkippedUnderAdversarialWriters runs with both horizons: the writers horizon that a
-// clock_timestamp() default gets, and the transactions horizon, which must be just as exact.
+// clock_timestamp() default gets, and the transactions horizon, which must be just as exact. It runs once
+// more with four processes over the table on one Client, which take each other's polls of the
+// transactions in flight (see pollshare.go): every one of them must get every row, in order.
 func TestNoRowIsSkippedUnderAdversarialWriters(t *testing.T) {
 	t.Parallel()
-	for _, horizon := range []inordertype.Horizon{inordertype.HorizonAuto, inordertype.HorizonTransactions} {
-		t.Run(horizonName(horizon), func(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		horizon   inordertype.Horizon
+		processes int
+	}{
+		{horizonName(inordertype.HorizonAuto), inordertype.HorizonAuto, 1},
+		{horizonName(inordertype.HorizonTransactions), inordertype.HorizonTransactions, 1},
+		{"shared polls", inordertype.HorizonAuto, 4},
+		{"shared polls, transactions", inordertype.HorizonTransactions, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			noRowIsSkippedUnderAdversarialWriters(t, horizon)
+			noRowIsSkippedUnderAdversarialWriters(t, tc.horizon, tc.processes)
 		})
 	}
 }
@@ -203,7 +214,7 @@ func horizonName(h inordertype.Horizon) string {
 	return string(h)
 }
 
-func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Horizon) {
+func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Horizon, processes int) {
 	b := setup(t)
 	if horizon != inordertype.HorizonAuto {
 		b.dropClock(t) // the opt-in reads created_at
@@ -222,7 +233,23 @@ func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Hor
 
 	b.cfg.Checkpoint = processor.CheckpointRecord
 	b.cfg.BatchSize = 50
-	start(t, b.cfg)
+	collectors := []*collector{b.h}
+	if processes == 1 {
+		start(t, b.cfg)
+	} else {
+		client, err := processor.NewClient(processor.ClientConfig{ConnConfig: b.cfg.ClientConfig.ConnConfig})
+		require.NoError(t, err)
+		t.Cleanup(client.Close)
+		collectors = nil
+		for i := range processes {
+			cfg := b.cfg
+			cfg.Process, cfg.Client, cfg.ClientConfig = fmt.Sprintf("shared_%d", i), client, processor.ClientConfig{}
+			h := newCollector()
+			cfg.Handler = h
+			collectors = append(collectors, h)
+			start(t, cfg)
+		}
+	}
 
 	ctx, stopControl := context.WithCancel(context.Background())
 	var controlMu sync.Mutex
@@ -239,28 +266,36 @@ func noRowIsSkippedUnderAdversarialWriters(t *testing.T, horizon inordertype.Hor
 	require.NotEmpty(t, adv.rolledBack)
 
 	// Every committed row arrives; then nothing more does.
-	waitFor(t, "every committed row", func() bool { return b.h.count() >= len(adv.committed) })
+	for _, h := range collectors {
+		waitFor(t, "every committed row", func() bool { return h.count() >= len(adv.committed) })
+	}
 	var maxID int64
 	require.NoError(t, b.db.Pool.QueryRow(context.Background(), `INSERT INTO events (aggregate_id, seq) VALUES ('end', 1) RETURNING id`).Scan(&maxID))
-	waitFor(t, "the end marker", func() bool { ids := b.h.ids(); return len(ids) > 0 && ids[len(ids)-1] == maxID })
+	for _, h := range collectors {
+		waitFor(t, "the end marker", func() bool { ids := h.ids(); return len(ids) > 0 && ids[len(ids)-1] == maxID })
+	}
 	stopControl()
 	<-controlDone
 
-	got := b.h.got[:len(b.h.got)-1] // without the end marker
-	seen := map[int64]bool{}
-	lastSeq := map[string]int{}
-	for _, rec := range got {
-		id := rec.Value.ID
-		require.False(t, seen[id], "record %d delivered twice", id)
-		seen[id] = true
-		require.False(t, adv.rolledBack[id], "rolled-back record %d delivered", id)
-		_, ok := adv.committed[id]
-		require.True(t, ok, "record %d delivered but never committed", id)
-		require.Greater(t, rec.Value.Seq, lastSeq[rec.Value.AggregateID],
-			"aggregate %s: seq %d delivered after %d", rec.Value.AggregateID, rec.Value.Seq, lastSeq[rec.Value.AggregateID])
-		lastSeq[rec.Value.AggregateID] = rec.Value.Seq
+	var seen map[int64]bool
+	for _, h := range collectors {
+		got := h.records()
+		got = got[:len(got)-1] // without the end marker
+		seen = map[int64]bool{}
+		lastSeq := map[string]int{}
+		for _, rec := range got {
+			id := rec.Value.ID
+			require.False(t, seen[id], "record %d delivered twice", id)
+			seen[id] = true
+			require.False(t, adv.rolledBack[id], "rolled-back record %d delivered", id)
+			_, ok := adv.committed[id]
+			require.True(t, ok, "record %d delivered but never committed", id)
+			require.Greater(t, rec.Value.Seq, lastSeq[rec.Value.AggregateID],
+				"aggregate %s: seq %d delivered after %d", rec.Value.AggregateID, rec.Value.Seq, lastSeq[rec.Value.AggregateID])
+			lastSeq[rec.Value.AggregateID] = rec.Value.Seq
+		}
+		require.Len(t, seen, len(adv.committed), "every committed row delivered exactly once")
 	}
-	require.Len(t, seen, len(adv.committed), "every committed row delivered exactly once")
 
 	// The control, on the very same workload, loses rows: the test can tell.
 	controlMu.Lock()

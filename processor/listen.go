@@ -31,6 +31,12 @@ type waiter struct {
 	// fleet is the instance's share of its fleet's work, nil for a partition: a quiet owner's wait looks
 	// at it (see renewedWait).
 	fleet *sharer
+	// woke is when the last wait was woken for rows (a notification, or the probe's answer that rows lie
+	// after the position): a poll of the transactions in flight sent after it sees them. Zero: not woken.
+	woke time.Time
+	// notified is when wakeUp was last called (Unix nanoseconds), by the listener's goroutine: what a
+	// notification woke the wait for had committed by then.
+	notified atomic.Int64
 	// pollInterval, probeInterval and lease are Config.PollInterval, ProbeInterval and Lease.
 	pollInterval, probeInterval, lease time.Duration
 	cur                                *store.Repository // set when the processor opens its cursor
@@ -101,11 +107,15 @@ func (w *waiter) checkNotifyTrigger(ctx context.Context, c *Client) error {
 // wakeUp asks the loop to look now. Wake-ups coalesce: many notifications during a batch make one more
 // look, not many.
 func (w *waiter) wakeUp() {
+	w.notified.Store(time.Now().UnixNano())
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 }
+
+// notifiedAt is when a wake-up was last asked for (see notified).
+func (w *waiter) notifiedAt() time.Time { return time.Unix(0, w.notified.Load()) }
 
 // idle waits d, or until ctx is done, or, when wakeable, until a notification wakes the loop. It reports
 // whether the wait ended early because there may be something to do: a notification, or the probe seeing
@@ -136,6 +146,7 @@ func (w *waiter) idle(ctx context.Context, d time.Duration, wakeable bool, iw id
 	case <-t.C:
 	case <-ctx.Done():
 	case <-wake:
+		w.woke = w.notifiedAt()
 		return true
 	}
 	return false

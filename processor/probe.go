@@ -53,22 +53,17 @@ func (w *waiter) rowWatched(d time.Duration) time.Duration {
 // its columns changed from the fingerprint known)? The question is built by the probe's own goroutine,
 // possibly while this processor runs its next batch, so it holds a copy of what it needs and reads nothing
 // of the processor's.
-func probeCond(pos inordertype.Position, iw idleWatch) func(n int) (string, []any) {
+func probeCond(pos inordertype.Position, iw idleWatch) func() store.RowsQuestion {
 	t, margin, known := iw.table, iw.margin, iw.known
-	// Only rows a batch could read now (see source.Table.ExistsAfter): a yes for rows no batch reads would
-	// run batch after batch that read nothing. Or the source's columns changed (a migration), which the
-	// next batch must see and say, however quiet the stream.
 	// The fingerprint is asked at most once every shapeProbeEvery for a waiter: it costs the server a
 	// look at the catalog each time, which a thousand waiters at every probe would make a load of its own.
 	var shapeAsked time.Time
-	return func(n int) (string, []any) {
-		expr, args := t.ExistsAfter(pos, &margin, n)
-		if known == "" || time.Since(shapeAsked) < shapeProbeEvery {
-			return expr, args
+	return func() store.RowsQuestion {
+		asked := ""
+		if known != "" && time.Since(shapeAsked) >= shapeProbeEvery {
+			shapeAsked, asked = time.Now(), known
 		}
-		shapeAsked = time.Now()
-		changed, more := t.ShapeIsNot(known, n+len(args))
-		return "(" + expr + " OR " + changed + ")", append(args, more...)
+		return t.ProbeQuestion(pos, margin, asked)
 	}
 }
 
@@ -103,6 +98,12 @@ func (w *waiter) probeWait(ctx context.Context, d time.Duration, rows bool, wake
 	}
 	if rows {
 		w.probeGap = r.Gap
+	}
+	switch {
+	case r.Rows:
+		w.woke = r.Answered
+	case r.Woken:
+		w.woke = w.notifiedAt() // or the session lost, whose batch needs no row seen
 	}
 	return r.Rows || r.Changed || r.Woken, true
 }

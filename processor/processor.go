@@ -219,6 +219,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 	defer cutOffAfter(ctx, p.cfg.ShutdownTimeout, p.log, cancelWork)()
 
 	p.started = p.cfg.Client.startTurn(ctx)
+	p.hz.shares = &p.cfg.Client.polls
 	defer p.started()
 	if err := p.startUp(ctx, work); err != nil {
 		if ctx.Err() != nil && !isFatal(err) {
@@ -303,6 +304,7 @@ func (p *Processor[T]) Run(ctx context.Context) error {
 			}
 			woken = p.wt.idle(ctx, wait, wakeable, idleWatch{owner: p.role == roleOwner, heldLong: p.last.heldLong,
 				table: p.rd.table, margin: p.hz.margin(), known: p.rd.shape.known})
+			p.hz.woke, p.wt.woke = p.wt.woke, time.Time{}
 		}
 	}
 	return nil

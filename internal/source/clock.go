@@ -89,6 +89,14 @@ func (t *Table) AtExpr(prefix string) string {
 	return atExpr(prefix, t.Spec.CreatedAtColumn, t.createdAtType, t.Horizon == inordertype.HorizonClock)
 }
 
+// atType is the SQL type of AtExpr: the insert clock's timestamptz, or the created_at column's type.
+func (t *Table) atType() string {
+	if t.Horizon == inordertype.HorizonClock {
+		return "timestamptz"
+	}
+	return t.createdAtType
+}
+
 // atExpr is AtExpr for a created_at column of typname typ.
 func atExpr(prefix, createdAt, typ string, clocked bool) string {
 	if !clocked {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -24,15 +23,6 @@ import (
 // gets back changes it; VACUUM FULL, CLUSTER and pg_repack, which rewrite the rows, do not.
 const shapeExpr = `(SELECT md5(string_agg(a.attname || ':' || a.atttypid || ':' || a.atttypmod || ':' || a.attisdropped,
 		',' ORDER BY a.attnum)) FROM pg_attribute AS a WHERE a.attrelid = $1::oid AND a.attnum > 0)`
-
-// ShapeIsNot returns an SQL boolean expression saying that t's columns no longer have the fingerprint
-// shape, with its parameters numbered from n, and their values: the probe asks it beside its question of
-// rows, so that a migration of a quiet stream's source wakes the stream for a batch that says what it
-// waits for, rather than a lease later.
-func (t *Table) ShapeIsNot(shape string, n int) (expr string, args []any) {
-	expr = strings.Replace(shapeExpr, "$1", fmt.Sprintf("$%d", n), 1) + fmt.Sprintf(" IS DISTINCT FROM $%d::text", n+1)
-	return expr, []any{t.OID, shape}
-}
 
 // Shape reads the fingerprint of t's columns now, as the poll of the transactions in flight reads it
 // (Observation.Shape).

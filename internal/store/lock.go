@@ -201,7 +201,8 @@ func (r *Lock) lock(ctx context.Context) (bool, error) {
 // locked; the transaction the batch ends in stays open either way.
 func (r *Lock) lockIn(ctx context.Context, b *pgx.Batch, skip int) (bool, error) {
 	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
-	if r.rider != nil {
+	ride := r.rider != nil && !r.rider.stays()
+	if ride {
 		b.Queue(r.rider.SQL, r.rider.Args...)
 	}
 	br := r.sess.conn.SendBatch(ctx, b)
@@ -216,7 +217,11 @@ func (r *Lock) lockIn(ctx context.Context, b *pgx.Batch, skip int) (bool, error)
 		ok, err = r.scanLock(br.QueryRow())
 	}
 	if err == nil && ok && r.rider != nil {
-		err = r.ride(br)
+		if ride {
+			err = r.ride(br)
+		} else {
+			r.rode = true // what it would have brought is at hand (see Rider.StayFunc)
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -250,7 +255,15 @@ type Rider struct {
 	Args []any
 	// ScanFunc reads the statement's rows. It is called only when the row was locked.
 	ScanFunc func(pgx.Rows) error
+	// StayFunc, when set, is asked right before the rider would travel, with the connection in hand: true
+	// leaves it out of this round trip, the caller having at hand what it would bring (another
+	// transaction's poll, fresh enough), and TakeRide then reports it as having ridden. Nil: it always
+	// travels.
+	StayFunc func() bool
 }
+
+// stays asks StayFunc.
+func (rd *Rider) stays() bool { return rd.StayFunc != nil && rd.StayFunc() }
 
 // SetRider makes rider travel with every lock of the row by TryLock from now on, and with the relock of
 // the next Checkpoint or Commit after RideNext; nil stops it.
@@ -261,8 +274,8 @@ func (r *Lock) SetRider(rider *Rider) { r.rider = rider }
 // it out, since its result would not be used.
 func (r *Lock) RideNext() { r.rideNext = true }
 
-// TakeRide reports whether the rider ran in the open transaction since the last call: its ScanFunc has
-// read the rows, and they are as fresh as the lock.
+// TakeRide reports whether the rider ran in the open transaction since the last call (its ScanFunc has
+// read the rows, and they are as fresh as the lock), or its StayFunc kept it out of the lock's round trip.
 func (r *Lock) TakeRide() bool {
 	rode := r.rode && r.sess.tx != nil
 	r.rode = false
@@ -297,14 +310,18 @@ func (r *Lock) scanLock(row pgx.Row) (bool, error) {
 }
 
 // Renewed takes a renewal the probe made for this owner (see ProbeRenewal): the lease runs from when it
-// was sent, the instance said it is there then, and the cursor row is at the version the renewal left. A
-// renewal made for an earlier tenure, or while the row is locked, is ignored.
+// was sent, the instance said it is there then, and the cursor row is at the version and position_seq
+// the renewal left. A renewal made for an earlier tenure, or while the row is locked, is ignored.
 func (r *Lock) Renewed(rn *Renewed, token int64) {
 	if rn == nil || token != r.owner.token || r.owner.token == 0 || r.sess.tx != nil {
 		return
 	}
 	r.owner.renewedAt(rn.Sent)
 	r.pos.version = rn.Version
+	// The renewal was made only while the row was at the version this owner last saw, so what it folded
+	// into the row is this owner's own newest entry: the row's position is still the one the owner knows,
+	// and the next lock need not look for newer entries.
+	r.pos.durable.rowSeq = rn.RowSeq
 }
 
 // lockStatement returns the statement that locks the cursor row for a batch, and its arguments after the
@@ -430,7 +447,8 @@ func (r *Lock) commitRelock(ctx context.Context, what string) (bool, error) {
 	b.Queue("BEGIN")
 	b.Queue(r.lockQuery(), append([]any{r.name}, r.lockArgs...)...)
 	ride := r.rider != nil && r.rideNext
-	if ride {
+	stay := ride && r.rider.stays()
+	if ride && !stay {
 		b.Queue(r.rider.SQL, r.rider.Args...)
 	}
 	r.rode, r.rideNext = false, false
@@ -454,7 +472,11 @@ func (r *Lock) commitRelock(ctx context.Context, what string) (bool, error) {
 		ok, err = r.scanLock(br.QueryRow())
 	}
 	if err == nil && ok && ride {
-		err = r.ride(br)
+		if stay {
+			r.rode = true
+		} else {
+			err = r.ride(br)
+		}
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr

@@ -8,7 +8,10 @@
 //
 // Fifty quiet processes in one service would otherwise send fifty probes every interval. Shared, they
 // send one statement per interval, holding fifty index-only EXISTS lookups and fifty primary-key
-// lookups: the statement rate of the fleet does not grow with the number of processes.
+// lookups: the statement rate of the fleet does not grow with the number of processes. The lookups go over
+// arrays of the processes' values (see RowsQuestion), so that the statement's text, and the server's work
+// to plan it, do not grow with them either: a thousand lookups written out one by one took the server
+// hundreds of milliseconds to plan, at every probe, for a few to run.
 //
 // What a probe decides.
 //
@@ -22,6 +25,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -45,12 +49,11 @@ var probeNoInsert = fmt.Sprintf("pg_advisory_xact_lock_shared(%d)::text", NoInse
 
 // ProbeRequest is what one processor waits for.
 type ProbeRequest struct {
-	// RowsFunc returns an SQL boolean expression saying whether a row the processor could read lies after
-	// its position (source.Table.ExistsAfter), with its parameters numbered from n, and their
-	// values. Nil means rows are not watched (a halted or paused stream waits for its cursor row only).
-	// The prober calls it on its own goroutine, possibly after Wait has returned: it must read nothing the
-	// caller goes on to change.
-	RowsFunc func(n int) (expr string, args []any)
+	// RowsFunc returns the question whether a row the processor could read lies after its position
+	// (source.Table.ProbeQuestion). Nil means rows are not watched (a halted or paused stream waits for
+	// its cursor row only). The prober calls it on its own goroutine, possibly after Wait has returned:
+	// it must read nothing the caller goes on to change.
+	RowsFunc func() RowsQuestion
 	// Cursor is the process name of the cursor row to watch, and Version the row version (xmin) the
 	// processor last read: a different version wakes it.
 	Cursor, Version string
@@ -63,6 +66,18 @@ type ProbeRequest struct {
 	// lock was lost (see Lease.SessionLost), and the owner's own batch must find out why at once,
 	// rather than at its next batch a lease later.
 	Lost <-chan struct{}
+}
+
+// RowsQuestion is a processor's question of its source for the probe: a condition on w, a row of the
+// processor's values. The condition is the same for every processor of one source whose position has the
+// same form, and the probe asks it of all of them at once, over the arrays of their values (one array per
+// value), so that its statement is planned once however many processors it asks for.
+type RowsQuestion struct {
+	// Cond is an SQL boolean condition on w.v1, w.v2, ...: the processor's values, in order.
+	Cond string
+	// Types are the SQL types of the values, and Values the values, one per type.
+	Types  []string
+	Values []any
 }
 
 // Renewal is an owner's lease, renewed by the probe while the owner waits, so that the leases of an
@@ -93,8 +108,10 @@ type Renewed struct {
 	// Sent is when the statement that renewed the lease was sent: the lease runs at least until Sent plus
 	// the lease.
 	Sent time.Time
-	// Version is the cursor row's version after the renewal.
+	// Version is the cursor row's version after the renewal, and RowSeq its position_seq: the renewal
+	// folds the owner's newest checkpoint entry into the row, as the owner's own renewal does.
 	Version string
+	RowSeq  int64
 }
 
 // ProbeResult says why Wait returned.
@@ -106,6 +123,9 @@ type ProbeResult struct {
 	Gap time.Duration
 	// Err is the probe's error, if one failed: the processor falls back to its poll interval.
 	Err error
+	// Answered is when the probe's answer came back, by this process's clock: a statement sent after it
+	// sees every row the probe saw.
+	Answered time.Time
 	// Renewed is the last renewal of the lease made for the request (see ProbeRequest.Renew); nil when
 	// none was made.
 	Renewed *Renewed
@@ -241,10 +261,18 @@ func (p *Prober) nudge() {
 
 // loop runs the probes: it sleeps until the earliest waiter is due, then probes for every waiter due
 // within half its own gap, so that waiters at the same gap fall into step and share statements.
+//
+// When a probe finds rows for a waiter that had been quiet (its gap at its longest), the next probe asks
+// for every waiter that watches rows, at once, rather than each at its own gap: a row that wakes one quiet
+// process of a fleet over one source most likely wakes them all, and found in one answer they reach
+// their batches together, where they take one poll of the transactions in flight between them (see the
+// processor's shared poll) rather than one for each answer. At most one such rush every rushEvery.
 func (p *Prober) loop() {
 	defer close(p.done)
 	rotation := time.NewTicker(rotateEvery)
 	defer rotation.Stop()
+	var rush bool
+	var rushed time.Time
 	for {
 		p.mu.Lock()
 		var next time.Time
@@ -254,6 +282,9 @@ func (p *Prober) loop() {
 			}
 		}
 		p.mu.Unlock()
+		if rush && !next.IsZero() {
+			next = time.Now()
+		}
 		var timer <-chan time.Time
 		var t *time.Timer
 		if !next.IsZero() {
@@ -285,16 +316,34 @@ func (p *Prober) loop() {
 		p.mu.Lock()
 		var batch []*waiter
 		for w := range p.waiters {
-			if !w.due.After(now.Add(w.gap / 2)) {
+			if !w.due.After(now.Add(w.gap/2)) || (rush && w.req.RowsFunc != nil) {
 				batch = append(batch, w)
 			}
 		}
 		p.mu.Unlock()
+		rush = false
 		if len(batch) > 0 {
 			a, err := p.probePool(batch)
+			if err == nil && now.Sub(rushed) >= rushEvery && quietFound(batch, a) {
+				rush, rushed = true, now
+			}
 			p.answer(batch, a, err)
 		}
 	}
+}
+
+// rushEvery is how often at most a probe asks for every waiter at once (see loop).
+const rushEvery = 25 * time.Millisecond
+
+// quietFound reports whether a found rows for a waiter of batch that had been quiet: its gap at its
+// longest. (A waiter whose stream is busy comes back at a short gap, and its rows wake nobody else.)
+func quietFound(batch []*waiter, a probeAnswer) bool {
+	for i, w := range batch {
+		if a.rows[i] && w.gap >= w.req.MaxGap {
+			return true
+		}
+	}
+	return false
 }
 
 // rotateEvery is how often the prober takes a step of the checkpoint tables' rotation (see
@@ -361,8 +410,14 @@ func (p *Prober) probePool(batch []*waiter) (probeAnswer, error) {
 type probeAnswer struct {
 	rows     []bool
 	versions []string
-	renewed  map[int]string
+	renewed  map[int]renewedRow
 	sent     time.Time
+}
+
+// renewedRow is a cursor row as a probe's renewal left it: its version and position_seq.
+type renewedRow struct {
+	version string
+	seq     int64
 }
 
 // renewals picks the waiters of batch whose leases the probe renews at now: none unless one is due, and
@@ -406,14 +461,15 @@ const renewSQL = `WITH marked AS MATERIALIZED (SELECT %s AS m),
 		    ` + foldSet + `, ` + windowSet + `
 		FROM renew AS r, inorder.position AS p
 		WHERE c.process_name = r.process_name AND p.process_name = c.process_name
-		RETURNING r.i, c.xmin::text AS version),
+		RETURNING r.i, c.xmin::text AS version, c.position_seq),
 	beat AS (
 		INSERT INTO inorder.instance (process_name, instance, seen_until)
 		SELECT process_name, instance, clock_timestamp() + lease_ms * interval '1 millisecond' FROM renew
 		ON CONFLICT (process_name, instance) DO UPDATE SET seen_until = EXCLUDED.seen_until)
 	SELECT (SELECT m FROM marked),
 	       (SELECT coalesce(array_agg(i ORDER BY i), '{}') FROM renewed),
-	       (SELECT coalesce(array_agg(version ORDER BY i), '{}') FROM renewed)`
+	       (SELECT coalesce(array_agg(version ORDER BY i), '{}') FROM renewed),
+	       (SELECT coalesce(array_agg(position_seq ORDER BY i), '{}') FROM renewed)`
 
 // probe runs one statement for batch: per waiter, whether a row lies after its position and its cursor
 // row's version; and with them, the renewals due (see Renewal).
@@ -424,6 +480,7 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) (probeAnswer, error) {
 	var marked string
 	var renewedIdx []int32
 	var renewedVersions []string
+	var renewedSeqs []int64
 	dest := make([]any, 0, 5)
 	if len(renew) == 0 {
 		sql.WriteString("SELECT " + probeNoInsert)
@@ -440,47 +497,57 @@ func (p *Prober) probe(conn *pgx.Conn, batch []*waiter) (probeAnswer, error) {
 		}
 		fmt.Fprintf(&sql, renewSQL, probeNoInsert)
 		args = append(args, idx, names, tokens, versions, leases, instances, apps)
-		dest = append(dest, &marked, &renewedIdx, &renewedVersions)
+		dest = append(dest, &marked, &renewedIdx, &renewedVersions, &renewedSeqs)
 	}
-	// Two arrays, whatever the number of waiters: a column per waiter would end at Postgres' 1,664
-	// columns, some 830 waiters.
-	var exprs, lookups strings.Builder
+	// Arrays, whatever the number of waiters: an expression per waiter would make a statement that costs
+	// the server more to plan than to run, and a column per waiter would end at Postgres' 1,664 columns.
+	groups, names := askedRows(batch), make([]string, len(batch))
 	for i, w := range batch {
-		if i > 0 {
-			exprs.WriteString(", ")
-			lookups.WriteString(", ")
-		}
-		if w.req.RowsFunc == nil {
-			exprs.WriteString("false")
-		} else {
-			expr, a := w.req.RowsFunc(len(args) + 1)
-			args = append(args, a...)
-			exprs.WriteString(expr)
-		}
-		args = append(args, w.req.Cursor)
-		fmt.Fprintf(&lookups, "(SELECT xmin::text FROM inorder.cursor WHERE process_name = $%d)", len(args))
+		names[i] = w.req.Cursor
 	}
-	sql.WriteString(", ARRAY[" + exprs.String() + "]::boolean[], ARRAY[" + lookups.String() + "]::text[]")
-	found := make([]pgtype.Bool, 0, len(batch))
+	var found []*[]int32
+	for _, g := range groups {
+		sql.WriteString(", " + g.sql(len(args)+1))
+		args = append(args, g.args()...)
+		f := new([]int32)
+		found = append(found, f)
+		dest = append(dest, f)
+	}
+	args = append(args, names)
+	fmt.Fprintf(&sql, `, (SELECT coalesce(array_agg(c.xmin::text ORDER BY w.i), '{}')
+		FROM unnest($%d::text[]) WITH ORDINALITY AS w(process_name, i)
+		LEFT JOIN inorder.cursor AS c ON c.process_name = w.process_name)`, len(args))
 	versions := make([]pgtype.Text, 0, len(batch))
-	dest = append(dest, &found, &versions)
+	dest = append(dest, &versions)
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	a := probeAnswer{sent: time.Now()}
 	if err := conn.QueryRow(ctx, sql.String(), args...).Scan(dest...); err != nil {
 		return probeAnswer{}, fmt.Errorf("probe: %w", err)
 	}
-	if len(found) != len(batch) || len(versions) != len(batch) {
-		return probeAnswer{}, fmt.Errorf("probe: %d answers and %d versions for %d waiters", len(found), len(versions), len(batch))
+	if len(versions) != len(batch) {
+		return probeAnswer{}, fmt.Errorf("probe: %d versions for %d waiters", len(versions), len(batch))
 	}
 	a.rows, a.versions = make([]bool, len(batch)), make([]string, len(batch))
 	for i, v := range versions {
-		a.rows[i], a.versions[i] = found[i].Bool, v.String
+		a.versions[i] = v.String
+	}
+	for _, f := range found {
+		for _, i := range *f {
+			if i < 0 || int(i) >= len(batch) {
+				return probeAnswer{}, fmt.Errorf("probe: an answer for waiter %d of %d", i, len(batch))
+			}
+			a.rows[i] = true
+		}
 	}
 	if len(renewedIdx) > 0 {
-		a.renewed = make(map[int]string, len(renewedIdx))
+		if len(renewedVersions) != len(renewedIdx) || len(renewedSeqs) != len(renewedIdx) {
+			return probeAnswer{}, fmt.Errorf("probe: %d renewals, %d versions and %d positions", len(renewedIdx),
+				len(renewedVersions), len(renewedSeqs))
+		}
+		a.renewed = make(map[int]renewedRow, len(renewedIdx))
 		for k, i := range renewedIdx {
-			a.renewed[int(i)] = renewedVersions[k]
+			a.renewed[int(i)] = renewedRow{version: renewedVersions[k], seq: renewedSeqs[k]}
 		}
 	}
 	return a, nil
@@ -500,23 +567,23 @@ func (p *Prober) answer(batch []*waiter, a probeAnswer, err error) {
 				}
 				p.missed[w.req.Cursor] = err
 			}
-			if v, ok := a.renewed[i]; ok && err == nil {
+			if rr, ok := a.renewed[i]; ok && err == nil {
 				// Gone meanwhile, but its lease renewed and its row changed: for its next Wait, or for
 				// the one that has begun since.
 				p.passOn(w, unclaimed{token: w.req.Renew.Token, from: w.req.Version,
-					renewed: &Renewed{Sent: a.sent, Version: v}})
+					renewed: &Renewed{Sent: a.sent, Version: rr.version, RowSeq: rr.seq}})
 			}
 			continue
 		}
-		r := ProbeResult{Err: err}
+		r := ProbeResult{Err: err, Answered: now}
 		if err == nil {
 			r.Rows = a.rows[i]
 			r.Changed = a.versions[i] != w.req.Version
-			if v, ok := a.renewed[i]; ok {
+			if rr, ok := a.renewed[i]; ok {
 				// The row was at the version the waiter knows (the renewal asks for it), and is now at the
 				// renewal's: the next probe compares with that.
-				w.renewed = &Renewed{Sent: a.sent, Version: v}
-				w.req.Version = v
+				w.renewed = &Renewed{Sent: a.sent, Version: rr.version, RowSeq: rr.seq}
+				w.req.Version = rr.version
 				w.req.Renew.Due = a.sent.Add(w.req.Renew.Lease / 3)
 				r.Renewed = w.renewed
 			}
@@ -547,4 +614,83 @@ func (p *Prober) passOn(gone *waiter, u unclaimed) {
 		p.unclaimed = map[string]unclaimed{}
 	}
 	p.unclaimed[gone.req.Cursor] = u
+}
+
+// rowsGroup is the waiters of a probe that ask one condition (see RowsQuestion), by their index in the
+// probe's batch, with their values column by column.
+type rowsGroup struct {
+	cond  string
+	types []string
+	index []int32
+	cols  [][]any
+}
+
+// askedRows groups the questions of batch's waiters that watch rows by condition, in the order each
+// condition was first asked.
+func askedRows(batch []*waiter) []*rowsGroup {
+	var groups []*rowsGroup
+	byKey := map[string]*rowsGroup{}
+	for i, w := range batch {
+		if w.req.RowsFunc == nil {
+			continue
+		}
+		q := w.req.RowsFunc()
+		key := q.Cond + "\x00" + strings.Join(q.Types, ",")
+		g, ok := byKey[key]
+		if !ok {
+			g = &rowsGroup{cond: q.Cond, types: q.Types, cols: make([][]any, len(q.Types))}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		g.index = append(g.index, int32(i))
+		for k, v := range q.Values {
+			g.cols[k] = append(g.cols[k], v)
+		}
+	}
+	return groups
+}
+
+// sql is the group's expression in the probe's statement, its parameters numbered from n: the indexes of
+// the waiters for which its condition holds.
+func (g *rowsGroup) sql(n int) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "(SELECT coalesce(array_agg(w.i) FILTER (WHERE %s), '{}') FROM unnest($%d::int4[]", g.cond, n)
+	for k, typ := range g.types {
+		fmt.Fprintf(&b, ", $%d::%s[]", n+1+k, typ)
+	}
+	b.WriteString(") AS w(i")
+	for k := range g.types {
+		fmt.Fprintf(&b, ", v%d", k+1)
+	}
+	b.WriteString("))")
+	return b.String()
+}
+
+// args are the values of sql's parameters.
+func (g *rowsGroup) args() []any {
+	args := []any{g.index}
+	for _, c := range g.cols {
+		args = append(args, typedSlice(c))
+	}
+	return args
+}
+
+// typedSlice is vs as a slice of their Go type ([]time.Time, []string, ...), which pgx encodes as an
+// array whatever the protocol, where it cannot encode []any without a statement's described types (as
+// behind a pooler that takes no prepared statements). The values of a column share a type (see
+// RowsQuestion); vs is returned as it is otherwise.
+func typedSlice(vs []any) any {
+	if len(vs) == 0 || vs[0] == nil {
+		return vs
+	}
+	t := reflect.TypeOf(vs[0])
+	out := reflect.MakeSlice(reflect.SliceOf(t), 0, len(vs))
+	for _, v := range vs {
+		rv := reflect.ValueOf(v)
+		if !rv.IsValid() || rv.Type() != t {
+			return vs
+		}
+		out = reflect.Append(out, rv)
+	}
+	return out.Interface()
 }

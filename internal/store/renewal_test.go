@@ -3,11 +3,15 @@ package store_test
 import (
 	"context"
 	"fmt"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/store"
 )
 
@@ -150,4 +154,77 @@ func sharedFor(t *testing.T, cfg store.Config) *store.Shared {
 	require.NoError(t, err)
 	t.Cleanup(s.Close)
 	return s
+}
+
+// checkpointReads counts, as pgx's tracer, the statements that read a process's checkpoint as it stands
+// (the newest of its row and its entries), which a lock needs only when something but its owner wrote.
+type checkpointReads struct{ n atomic.Int64 }
+
+func (c *checkpointReads) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if strings.Contains(d.SQL, "FROM inorder.position WHERE process_name") {
+		c.n.Add(1)
+	}
+	return ctx
+}
+
+func (c *checkpointReads) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+// TestAnOwnerKnowsItsPositionAfterTheProbeRenewedItsLease: the probe's renewal folds the owner's newest
+// checkpoint entry into the cursor row, which changes the row's position_seq; told of the renewal, the
+// owner knows that the fold was of its own entry, and its next lock goes on from the position it knows
+// without reading the checkpoint log again.
+func TestAnOwnerKnowsItsPositionAfterTheProbeRenewedItsLease(t *testing.T) {
+	t.Parallel()
+	db, cfg := setup(t)
+	reads := &checkpointReads{}
+	cfg.ConnConfig.Tracer = reads
+	cfg.Lease = 30 * time.Second
+	ctx := context.Background()
+	cursors := store.New(sharedFor(t, cfg))
+	repo, err := cursors.Open(ctx, "orders", cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = repo.Release(ctx) })
+	lock := func() {
+		t.Helper()
+		ok, err := repo.Lock.TryLock(ctx)
+		require.NoError(t, err)
+		require.True(t, ok)
+	}
+	lock()
+	pos := inordertype.Position{CreatedAt: time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC), ID: "7"}
+	ok, err := repo.Lock.Checkpoint(ctx, pos, 1, store.InFlight{})
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.NoError(t, repo.Lock.Unlock(ctx))
+	seq := func() (n int64) {
+		require.NoError(t, db.Pool.QueryRow(ctx, "SELECT position_seq FROM inorder.cursor WHERE process_name = 'orders'").Scan(&n))
+		return n
+	}
+	before := seq()
+
+	prober := cursors.Prober()
+	t.Cleanup(prober.Close)
+	rn := repo.Lease.ProbeRenewal()
+	require.NotNil(t, rn)
+	rn.Due = time.Now()
+	r := prober.Wait(ctx, store.ProbeRequest{Cursor: "orders", Version: repo.Position.Version(), Gap: time.Millisecond,
+		MaxGap: 5 * time.Millisecond, Renew: rn}, 5*time.Second, nil)
+	require.NoError(t, r.Err)
+	require.NotNil(t, r.Renewed, "the quiet owner's lease renewed by the probe")
+	require.NotEqual(t, before, seq(), "the renewal folded the owner's entry into the row")
+	require.Equal(t, seq(), r.Renewed.RowSeq)
+	repo.Lock.Renewed(r.Renewed, repo.Lease.Tenure())
+
+	read := reads.n.Load()
+	lock()
+	require.Equal(t, read, reads.n.Load(), "the lock after the renewal reads no checkpoint")
+	require.Equal(t, pos, repo.Position.State().Position)
+	require.NoError(t, repo.Lock.Unlock(ctx))
+
+	// Someone else's write of the row (an operator's rewind) is read as always.
+	db.Exec(t, "UPDATE inorder.cursor SET position_created_at = position_created_at - interval '1 hour' WHERE process_name = 'orders'")
+	lock()
+	require.Greater(t, reads.n.Load(), read, "a row another wrote is read again")
+	require.Equal(t, pos.CreatedAt.Add(-time.Hour), repo.Position.State().Position.CreatedAt)
+	require.NoError(t, repo.Lock.Unlock(ctx))
 }
