@@ -179,8 +179,46 @@ func endSavepoint(work context.Context, sp pgx.Tx, handled error) error {
 // relock. last says that it ends the batch: the poll of the transactions in flight then travels with the
 // relock, for the next batch.
 func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position, handled int, flying store.InFlight, last bool) (bool, error) {
-	if err := p.exec.flush(work); err != nil {
-		return false, err
+	c := p.prepareCheckpoint(work, pos, handled, last)
+	if c.err == nil {
+		c.ok, c.err = p.cur.Lock.Checkpoint(work, pos, handled, flying)
+	}
+	return c.finish()
+}
+
+// sentCheckpoint is a checkpoint on its way (see sendCheckpoint): done closes when the database answered,
+// and finish then returns what checkpoint returns.
+type sentCheckpoint struct {
+	done   chan struct{}
+	ok     bool
+	err    error
+	finish func() (bool, error)
+}
+
+// sendCheckpoint is checkpoint without the wait for the database's answer, so that a keyed window goes on
+// taking the results of its handler calls, and starting what the durable position allows, during the
+// commit's round trip. The commit runs on a goroutine of its own: nothing else may use the cursor
+// repository until done closes. What follows the answer (the observer, a lost lock) is done by finish,
+// on the caller's goroutine.
+func (p *Processor[T]) sendCheckpoint(work context.Context, pos inordertype.Position, handled int, flying store.InFlight, last bool) *sentCheckpoint {
+	c := p.prepareCheckpoint(work, pos, handled, last)
+	if c.err != nil {
+		close(c.done)
+		return c
+	}
+	go func() {
+		defer close(c.done)
+		c.ok, c.err = p.cur.Lock.Checkpoint(work, pos, handled, flying)
+	}()
+	return c
+}
+
+// prepareCheckpoint flushes the handler and begins the commit's span, for checkpoint or sendCheckpoint.
+func (p *Processor[T]) prepareCheckpoint(work context.Context, pos inordertype.Position, handled int, last bool) *sentCheckpoint {
+	c := &sentCheckpoint{done: make(chan struct{})}
+	if c.err = p.exec.flush(work); c.err != nil {
+		c.finish = func() (bool, error) { return false, c.err }
+		return c
 	}
 	if last && !p.cur.Session.Contended() {
 		// Unless other processes wait for the Client's connections: the batch then ends its transaction
@@ -188,15 +226,17 @@ func (p *Processor[T]) checkpoint(work context.Context, pos inordertype.Position
 		p.cur.Lock.RideNext()
 	}
 	end := p.tracing.startCommit(work, handled)
-	ok, err := p.cur.Lock.Checkpoint(work, pos, handled, flying)
-	end(err)
-	if err == nil {
-		p.obs.Position(p.cfg.Process, pos.CreatedAt)
+	c.finish = func() (bool, error) {
+		end(c.err)
+		if c.err == nil {
+			p.obs.Position(p.cfg.Process, pos.CreatedAt)
+		}
+		if c.err == nil && !c.ok {
+			p.relockMissed()
+		}
+		return c.ok, c.err
 	}
-	if err == nil && !ok {
-		p.relockMissed()
-	}
-	return ok, err
+	return c
 }
 
 // relockMissed follows a commit after which the row could not be locked again: either another instance

@@ -94,12 +94,18 @@ func (e *executor[T]) sinkCheck(cause error) string {
 // leaseCovers reports that at now the lease covers one more handler call without a renewal: less than a
 // third of it has passed, and what is left covers the call (see covered).
 func (e *executor[T]) leaseCovers(now time.Time) bool {
+	until := e.coveredUntil()
+	return !until.IsZero() && !now.After(until)
+}
+
+// coveredUntil is until when the lease covers one more handler call without a renewal (see leaseCovers);
+// zero when no lease runs.
+func (e *executor[T]) coveredUntil() time.Time {
 	until := e.cur.Lease.LeaseUntil()
 	if until.IsZero() {
-		return false
+		return time.Time{}
 	}
-	left := until.Sub(now)
-	return left >= e.timeout+leaseMargin(e.lease) && left >= e.lease*2/3
+	return until.Add(-max(e.timeout+leaseMargin(e.lease), e.lease*2/3))
 }
 
 // completion is what becomes of the record a batch failed on, complete and decided once: the value the

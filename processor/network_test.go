@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -305,4 +306,44 @@ func TestARenewalAmidAsyncSendsSkipsNothing(t *testing.T) {
 	for _, id := range ids {
 		require.Contains(t, h.ids(), id)
 	}
+}
+
+// commitCounter counts the commits that moved the position (Observer.Position).
+type commitCounter struct {
+	nopObserver
+	n atomic.Int64
+}
+
+func (c *commitCounter) Position(string, time.Time) { c.n.Add(1) }
+
+// TestAKeyedWindowGoesOnDuringACommitsRoundTrip delivers a hundred records of one key through a keyed
+// window, one at a time as their key requires, with a per-record position over a link of 40 ms round trips:
+// while the commit of one advance is on its way the window takes the next records' results and starts what
+// follows, so that one commit makes many records durable, rather than each record waiting for the commit
+// of the one before it.
+func TestAKeyedWindowGoesOnDuringACommitsRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	proxy, err := tcpproxy.Start(tcpproxy.Config{Target: b.cfg.ClientConfig.ConnConfig.Host + ":" +
+		strconv.Itoa(int(b.cfg.ClientConfig.ConnConfig.Port)), Delay: 20 * time.Millisecond})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = proxy.Close() })
+	cc, err := pgx.ParseConfig(proxy.URL(b.db.URL))
+	require.NoError(t, err)
+	const n = 100
+	ids := b.insert(t, n) // one key
+	commits := &commitCounter{}
+	cfg := b.cfg
+	cfg.ClientConfig.ConnConfig, cfg.Observer = cc, commits
+	cfg.Source.KeyColumn = "aggregate_id"
+	cfg.MaxInFlight, cfg.BatchSize, cfg.Checkpoint = 64, 200, processor.CheckpointRecord
+	start(t, cfg)
+	waitFor(t, "every record", func() bool { return b.h.count() == n })
+	require.Equal(t, ids, b.h.ids())
+	waitFor(t, "the position at the last record", func() bool {
+		_, id := b.position(t, cfg.Process)
+		return id == strconv.FormatInt(ids[n-1], 10)
+	})
+	t.Logf("%d records of one key made durable in %d commits", n, commits.n.Load())
+	require.Less(t, commits.n.Load(), int64(n/2), "records are taken and started during a commit's round trip")
 }

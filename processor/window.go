@@ -75,6 +75,12 @@ type window[T any] struct {
 	paused bool
 	warned int // the record last warned about for being in flight long
 	o      outcome[T]
+	// committing is the commit of an advance on its way (see commit), nil when none; it makes the head
+	// committingHead durable. While it is on its way nothing else uses the cursor connection, and the
+	// lease is known to cover a handler call until coveredUntil, as it did when the commit was sent.
+	committing     *sentCheckpoint
+	committingHead int
+	coveredUntil   time.Time
 }
 
 // deliverWindow hands the records of a batch to the Handler, up to MaxInFlight at once, in order per key.
@@ -95,25 +101,38 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 			}
 		}
 		// The advance is committed once the window is full again: the records it freed are in flight
-		// during the commit's round trip, and those that complete meanwhile ride the next commit.
+		// during the commit's round trip, and those that complete meanwhile are taken, and ride the next
+		// commit.
 		w.commit()
 		if w.inFlight == 0 {
+			if w.committing != nil {
+				w.joinCommit()
+				continue
+			}
 			if !w.stopping && ctx.Err() == nil && w.head < w.failedAt && w.head < len(w.items) {
 				continue // the commit let the window move on: start what it reaches now
 			}
 			break
 		}
+		var committed chan struct{}
+		if w.committing != nil {
+			committed = w.committing.done
+		}
 		select {
 		case d := <-w.results:
 			w.take(d)
 			w.advance()
+		case <-committed:
+			w.joinCommit()
 		case <-tick.C:
+			w.joinCommit()
 			w.watch()
 		}
 		if ctx.Err() != nil {
 			w.stopping = true
 		}
 	}
+	w.joinCommit()
 	w.noteInFlight(store.InFlight{})
 	if slices.Contains(w.slots[w.head:], parked) {
 		// Records parked ahead of the prefix, whose rows are not stored: the keys they marked parked are
@@ -144,7 +163,10 @@ func (p *Processor[T]) deliverWindow(ctx, work context.Context, st inordertype.S
 // start sends every record of the window that may go now, once the lease covers their calls (see
 // Processor.covered).
 func (w *window[T]) start() {
-	if w.o.err == nil && !w.o.lost {
+	if w.committing != nil && !time.Now().Before(w.coveredUntil) {
+		w.joinCommit() // the lease may need renewing, on the cursor connection
+	}
+	if w.o.err == nil && !w.o.lost && w.committing == nil {
 		f, _ := w.oldest()
 		if !w.p.covered(w.work, &w.o, f) {
 			w.stopping = true
@@ -205,6 +227,9 @@ func (w *window[T]) start() {
 // prefix once.
 func (w *window[T]) take(d done) {
 	for {
+		if d.err != nil {
+			w.joinCommit() // its fate reads the lease's clock
+		}
 		w.inFlight--
 		w.p.obs.Handled(w.p.cfg.Process, d.took, d.err)
 		w.p.exec.refusals.note(w.items[d.i].rec.Key, d.err)
@@ -254,6 +279,7 @@ func (w *window[T]) advance() {
 	for w.head < len(w.items) && (w.slots[w.head] == succeeded || w.slots[w.head] == parked) {
 		it := &w.items[w.head]
 		if w.slots[w.head] == parked {
+			w.joinCommit() // the parked row is stored on the cursor connection
 			if err := w.p.park(w.work, w.st, it, w.fates[w.head].v); err != nil {
 				w.o.err, w.stopping = err, true
 				break
@@ -272,20 +298,37 @@ func (w *window[T]) advance() {
 }
 
 // commit makes the prefix's advance durable, with CheckpointRecord, once for however many records it
-// passed since the last commit.
+// passed since the last commit. The commit goes on while the window takes results and starts records, up
+// to MaxInFlight past the position durable before it (see sendCheckpoint); one at a time, the next once it
+// is answered (joinCommit).
 func (w *window[T]) commit() {
-	if w.p.cfg.Checkpoint != CheckpointRecord || w.o.err != nil || w.o.lost || w.o.n == w.o.counted {
+	if w.committing != nil || w.p.cfg.Checkpoint != CheckpointRecord || w.o.err != nil || w.o.lost ||
+		w.o.n == w.o.counted {
 		return
 	}
 	// Whatever is in flight still finishes when this fails; only its advance is not recorded.
 	f, _ := w.oldest()
-	stillLocked, err := w.p.checkpoint(w.work, w.o.last, w.o.n-w.o.counted, f, w.head == len(w.items))
-	w.o.counted = w.o.n
-	if !w.o.checkpointed(stillLocked, err) {
+	w.coveredUntil = w.p.exec.coveredUntil() // a commit renews the lease, if at all; it never shortens it
+	w.committing = w.p.sendCheckpoint(w.work, w.o.last, w.o.n-w.o.counted, f, w.head == len(w.items))
+	w.committingHead, w.o.counted = w.head, w.o.n
+}
+
+// joinCommit waits for the commit on its way, if any, and takes its answer: the head it made durable, or
+// the failure that ends the batch.
+func (w *window[T]) joinCommit() {
+	c := w.committing
+	if c == nil {
+		return
+	}
+	<-c.done
+	w.committing = nil
+	stillLocked, err := c.finish()
+	if err != nil || !stillLocked {
+		w.o.checkpointed(stillLocked, err)
 		w.stopping = true
 		return
 	}
-	w.durable = w.head
+	w.durable = w.committingHead
 }
 
 // watch runs every second while records are in flight: it reports what is in flight, warns once about a
@@ -300,7 +343,7 @@ func (w *window[T]) watch() {
 			Str("in_flight_for", time.Since(f.Since).Round(time.Millisecond).String()).Int("in_flight", f.Records).
 			Msg("a record has been in flight for long; the position waits on it")
 	}
-	if w.o.err == nil && !w.o.lost && w.p.cur.Lock.Locked() {
+	if w.o.err == nil && !w.o.lost && w.committing == nil && w.p.cur.Lock.Locked() {
 		ctx, cancel := w.p.cur.Session.Bounded(w.work)
 		_, err := w.p.cur.Lock.Tx().Exec(ctx, "SELECT 1")
 		cancel()
