@@ -228,3 +228,90 @@ func TestAnOwnerKnowsItsPositionAfterTheProbeRenewedItsLease(t *testing.T) {
 	require.Equal(t, pos.CreatedAt.Add(-time.Hour), repo.Position.State().Position.CreatedAt)
 	require.NoError(t, repo.Lock.Unlock(ctx))
 }
+
+// TestTheProbeAsksEachQuestionOverItsWaitersValues: waiters asking the same condition of different values
+// are asked it together, each answered for its own values; waiters of another condition, and waiters that
+// watch no rows, beside them in the same probe, are answered for theirs.
+func TestTheProbeAsksEachQuestionOverItsWaitersValues(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	ctx := context.Background()
+	cursors := store.New(sharedFor(t, cfg))
+	prober := cursors.Prober()
+	t.Cleanup(prober.Close)
+	type asked struct {
+		q    *store.RowsQuestion
+		want bool
+	}
+	var all []asked
+	for i := range 300 {
+		switch i % 3 {
+		case 0:
+			all = append(all, asked{&store.RowsQuestion{Cond: "w.v1 > w.v2", Types: []string{"int8", "int8"},
+				Values: []any{int64(i), int64(150)}}, i > 150})
+		case 1:
+			all = append(all, asked{&store.RowsQuestion{Cond: "w.v1 LIKE '%7%'", Types: []string{"text"},
+				Values: []any{fmt.Sprint(i)}}, strings.Contains(fmt.Sprint(i), "7")})
+		default:
+			all = append(all, asked{nil, false})
+		}
+	}
+	type answer struct {
+		i    int
+		rows bool
+		err  error
+	}
+	answers := make(chan answer, len(all))
+	for i, a := range all {
+		go func() {
+			req := store.ProbeRequest{Cursor: fmt.Sprintf("p%d", i), Gap: 20 * time.Millisecond, MaxGap: 20 * time.Millisecond}
+			if a.q != nil {
+				q := *a.q
+				req.RowsFunc = func() store.RowsQuestion { return q }
+			}
+			r := prober.Wait(ctx, req, time.Second, nil)
+			answers <- answer{i, r.Rows, r.Err}
+		}()
+	}
+	for range all {
+		a := <-answers
+		require.NoError(t, a.err)
+		require.Equal(t, all[a.i].want, a.rows, "waiter %d", a.i)
+	}
+}
+
+// TestRowsForAQuietWaiterMakeTheNextProbeAskEveryone: a waiter whose gap has grown to its longest is
+// answered that rows are there; the next probe then asks every waiter at once rather than each at its own
+// gap, so that a row that wakes one of a quiet fleet wakes the others with it.
+func TestRowsForAQuietWaiterMakeTheNextProbeAskEveryone(t *testing.T) {
+	t.Parallel()
+	_, cfg := setup(t)
+	ctx := context.Background()
+	cursors := store.New(sharedFor(t, cfg))
+	prober := cursors.Prober()
+	t.Cleanup(prober.Close)
+	yes := func() store.RowsQuestion { return store.RowsQuestion{Cond: "true"} }
+	// The late waiter's first probe is a minute away: only the rush asks for it within its wait.
+	late := make(chan store.ProbeResult, 1)
+	go func() {
+		late <- prober.Wait(ctx, store.ProbeRequest{Cursor: "late", RowsFunc: yes, Gap: time.Minute, MaxGap: time.Minute},
+			30*time.Second, nil)
+	}()
+	// The quiet waiter asks again until the late one is answered (it may not have begun its wait when the
+	// first answer came).
+	var r store.ProbeResult
+	require.Eventually(t, func() bool {
+		quiet := prober.Wait(ctx, store.ProbeRequest{Cursor: "quiet", RowsFunc: yes, Gap: 5 * time.Millisecond,
+			MaxGap: 5 * time.Millisecond}, 5*time.Second, nil)
+		require.NoError(t, quiet.Err)
+		require.True(t, quiet.Rows)
+		select {
+		case r = <-late:
+			return true
+		default:
+			return false
+		}
+	}, 20*time.Second, time.Millisecond, "the late waiter answered")
+	require.NoError(t, r.Err)
+	require.True(t, r.Rows, "the late waiter asked at once after the quiet one's rows")
+}
