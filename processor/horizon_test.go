@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/inorder-dev/inorder/cursor"
 	"github.com/inorder-dev/inorder/inordertype"
 	"github.com/inorder-dev/inorder/internal/harness/pgtest"
+	"github.com/inorder-dev/inorder/internal/harness/testrun"
 	"github.com/inorder-dev/inorder/processor"
 )
 
@@ -435,4 +437,49 @@ func restrictedRole(t *testing.T, b *bundle, table string) string {
 		GRANT SELECT, INSERT, UPDATE, DELETE ON inorder.source_state TO %[1]s`,
 		pgx.Identifier{role}.Sanitize(), pgx.Identifier{table}.Sanitize()))
 	return role
+}
+
+// holdObserver keeps the longest hold of the horizon a poll reported (Observer.Hold).
+type holdObserver struct {
+	nopObserver
+	longest atomic.Int64
+}
+
+func (o *holdObserver) Hold(_ string, d time.Duration) {
+	if int64(d) > o.longest.Load() {
+		o.longest.Store(int64(d))
+	}
+}
+
+// TestRowsHeldBehindAShortWriterGoOnSoonAfterItEnds: a writer holds its transaction open for a moment after
+// its insert, as a commit waiting for a busy disk's flush does, while another row commits behind it. The
+// stream waits for the writer, and once it ends looks again after about as long as the hold had lasted,
+// not a whole poll interval later (an hour here, so a lease's third: twenty seconds).
+func TestRowsHeldBehindAShortWriterGoOnSoonAfterItEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	holds := &holdObserver{}
+	b.cfg.PollInterval, b.cfg.Lease, b.cfg.Observer = time.Hour, time.Minute, holds
+	first := b.insert(t, 1)
+	start(t, b.cfg)
+	waitFor(t, "the first row", func() bool { return b.h.count() == 1 })
+
+	ctx := context.Background()
+	tx, err := b.db.Pool.Begin(ctx)
+	require.NoError(t, err)
+	var held int64
+	require.NoError(t, tx.QueryRow(ctx, "INSERT INTO events (aggregate_id, seq) VALUES ('held', 1) RETURNING id").Scan(&held))
+	behind := b.insert(t, 1)
+	// The stream is held by the writer for a while (the probe is no use then: it would see rows the horizon
+	// holds), and the row behind it stays back.
+	waitFor(t, "a poll that found the writer holding the horizon for 10 ms", func() bool {
+		return time.Duration(holds.longest.Load()) >= 10*time.Millisecond
+	})
+	require.Equal(t, first, b.h.ids())
+	require.NoError(t, tx.Commit(ctx))
+	ended := time.Now()
+	within := testrun.EventuallyWithin(5 * time.Second)
+	within(t, "the rows behind the writer", func() bool { return b.h.count() == 3 })
+	t.Logf("delivered %s after the writer's commit", time.Since(ended).Round(time.Millisecond))
+	require.Equal(t, append(append(first, held), behind...), b.h.ids())
 }

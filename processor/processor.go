@@ -376,6 +376,13 @@ func (p *Processor[T]) nextWait(n int, wait time.Duration, woken bool) (time.Dur
 			wait = 2*p.hz.margin() + time.Millisecond
 		case p.rd.shape.wait != nil:
 			// Waiting for the source to fit again: look each poll interval, the probe's rows or not.
+		case p.last.heldLong && p.last.heldFor < p.cfg.PollInterval:
+			// A transaction has held the horizon for a moment: most often a writer whose commit waits for
+			// its flush to disk, which a busy disk makes take tens of milliseconds. The probe cannot tell
+			// when it ends (it would see rows the horizon holds), so look again after as long as it has
+			// held so far: a short hold costs the rows behind it about as long again, not a whole poll
+			// interval, and a long one (a report, a dump) is looked at every poll interval as before.
+			wait = max(p.last.heldFor, 2*p.hz.margin()+time.Millisecond)
 		case p.wt.probesRows(p.role == roleOwner, p.last.heldLong):
 			// The probe watches for what a batch would look for, and renews the lease; a batch still
 			// comes now and then (see idleBatch).
@@ -644,6 +651,10 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	// whole poll interval, look again just after the guard. (Other transactions rarely write here.)
 	p.last.lookSoon = h.hold != nil && h.hold.Writer && !h.hold.Since.Before(h.now)
 	p.last.heldLong = h.hold != nil && h.now.Sub(h.hold.Since) > 2*p.cfg.InsertLatency
+	p.last.heldFor = 0
+	if h.hold != nil {
+		p.last.heldFor = h.now.Sub(h.hold.Since)
+	}
 	st := p.cur.Position.State() // a changed default may have moved the position back
 	if h.at.IsZero() || !h.at.After(st.Position.CreatedAt) {
 		return 0, 0, nil

@@ -40,8 +40,10 @@ type lastBatch struct {
 	// at it) while this instance owns the process. Run clears it before each batch.
 	rowBusy bool
 	// lookSoon says that the last poll found a writer just begun limiting the horizon, and heldLong that
-	// it found the horizon held by a transaction open for a while. A batch that polls sets both.
+	// it found the horizon held by a transaction open for a while; heldFor is for how long (zero: not
+	// held). A batch that polls sets them.
 	lookSoon, heldLong bool
+	heldFor            time.Duration
 }
 
 // saveSource records in the cursor row, once per connection, what the process reads, for status and
