@@ -125,11 +125,8 @@ func TestTheProbeRenewsALeaseOnlyAsTheOwnerLastSawIt(t *testing.T) {
 // beyond the columns a statement may return (1,664).
 func TestOneProbeAnswersAThousandWaiters(t *testing.T) {
 	t.Parallel()
-	_, cfg := setup(t)
 	ctx := context.Background()
-	cursors := store.New(sharedFor(t, cfg))
-	prober := cursors.Prober()
-	t.Cleanup(prober.Close)
+	prober := proberFor(t)
 	const n = 1000
 	errs := make(chan error, n)
 	for i := range n {
@@ -144,6 +141,15 @@ func TestOneProbeAnswersAThousandWaiters(t *testing.T) {
 	for range n {
 		require.NoError(t, <-errs)
 	}
+}
+
+// proberFor returns the probe of a store over a database of its own, closed when the test ends.
+func proberFor(t *testing.T) *store.Prober {
+	t.Helper()
+	_, cfg := setup(t)
+	prober := store.New(sharedFor(t, cfg)).Prober()
+	t.Cleanup(prober.Close)
+	return prober
 }
 
 // sharedFor makes connections shared as a Client's are over cfg's database, for a store whose probe the
@@ -234,11 +240,8 @@ func TestAnOwnerKnowsItsPositionAfterTheProbeRenewedItsLease(t *testing.T) {
 // watch no rows, beside them in the same probe, are answered for theirs.
 func TestTheProbeAsksEachQuestionOverItsWaitersValues(t *testing.T) {
 	t.Parallel()
-	_, cfg := setup(t)
 	ctx := context.Background()
-	cursors := store.New(sharedFor(t, cfg))
-	prober := cursors.Prober()
-	t.Cleanup(prober.Close)
+	prober := proberFor(t)
 	type asked struct {
 		q    *store.RowsQuestion
 		want bool
@@ -285,11 +288,8 @@ func TestTheProbeAsksEachQuestionOverItsWaitersValues(t *testing.T) {
 // gap, so that a row that wakes one of a quiet fleet wakes the others with it.
 func TestRowsForAQuietWaiterMakeTheNextProbeAskEveryone(t *testing.T) {
 	t.Parallel()
-	_, cfg := setup(t)
 	ctx := context.Background()
-	cursors := store.New(sharedFor(t, cfg))
-	prober := cursors.Prober()
-	t.Cleanup(prober.Close)
+	prober := proberFor(t)
 	yes := func() store.RowsQuestion { return store.RowsQuestion{Cond: "true"} }
 	// The late waiter's first probe is a minute away: only the rush asks for it within its wait.
 	late := make(chan store.ProbeResult, 1)
