@@ -86,6 +86,12 @@ func TestAProbeThatLosesItsConnectionFallsBackAndRecovers(t *testing.T) {
 	first := b.insert(t, 1)
 	start(t, b.cfg)
 	waitFor(t, "the first row", func() bool { return b.h.count() == 1 })
+	// Its position durable, so that the cut cannot fall on its commit (a lost commit delivers it again,
+	// as it must, which is not what this test is about).
+	waitFor(t, "the first row's position", func() bool {
+		_, id := b.position(t, b.cfg.Process)
+		return id == idText(first[0])
+	})
 	ctx := context.Background()
 	sessions := func(name string) int {
 		var n int
