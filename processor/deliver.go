@@ -320,14 +320,14 @@ func (p *Processor[T]) finish(work context.Context, from inordertype.Position, o
 // fail writes the completion of it, the record the batch that began at st failed on, as the executor
 // builds it from its fate f (see executor.complete), with the position of the last success before it, and
 // returns how long to wait before trying it again.
-func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) time.Duration {
+func (p *Processor[T]) fail(work context.Context, st inordertype.State, last inordertype.Position, it *item[T], f fate) (time.Duration, error) {
 	rec, cause, check := &it.rec, f.v.err, f.v.unavailable
 	c := p.exec.complete(st, it, f)
 	if err := p.exec.flush(work); err != nil {
 		// What the handler buffered is not safe: drop every advance since the last durable position.
 		p.log.Error().Err(err).Msg("flush failed; the batch will be delivered again")
 		p.abort(work)
-		return p.exec.retryDelay(1, verdict{})
+		return p.exec.retryDelay(1, verdict{}), nil
 	}
 	h, err := p.cur.Position.RecordFailure(work, last, c.failure)
 	if err == nil && c.park {
@@ -339,17 +339,25 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 		}
 		if err == nil {
 			if err = p.cur.Lock.Unlock(work); err == nil {
-				return 0
+				return 0, nil
 			}
 		}
 	}
 	if err != nil {
 		p.log.Error().Err(err).Str("record", rec.ID).AnErr("handler_error", cause).Msg("could not record the halt state")
 		p.abort(work)
-		return c.failure.RetryIn // the wait decided with the rest, though nothing of it could be written
+		if p.cur.Session.Broken(err) {
+			return c.failure.RetryIn, err // a lost connection: the loop reconnects, in a new tenure
+		}
+		return c.failure.RetryIn, nil // the wait decided with the rest, though nothing of it could be written
 	}
 	if err := p.cur.Lock.Unlock(work); err != nil {
 		p.log.Error().Err(err).Msg("could not commit the halt state")
+		if p.cur.Session.Broken(err) {
+			// The connection was lost with the commit: the loop reconnects, in a new tenure, as for a
+			// connection lost anywhere else (what was accepted ahead goes out again, see attempts).
+			return 0, err
+		}
 	}
 	// The wait runs from the failure to the next attempt, both stamped by the statement that wrote them:
 	// the database's clock alone (see store.Position.RecordFailure), whatever this machine's says.
@@ -382,7 +390,7 @@ func (p *Processor[T]) fail(work context.Context, st inordertype.State, last ino
 	}
 	ev.Str("record", rec.ID).Int("attempts", h.Attempts).Bool("permanent", h.Permanent).Int("status", h.Status).
 		Time("failing_since", h.FirstFailureAt).Err(cause).Str("retry_in", wait.Round(time.Millisecond).String()).Msg(msg)
-	return p.wt.rowWatched(wait)
+	return p.wt.rowWatched(wait), nil
 }
 
 // PanicError is the failure of a record whose handler panicked: the panic's value, which the cursor row

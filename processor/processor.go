@@ -689,7 +689,7 @@ func (p *Processor[T]) tick(ctx, work context.Context) (n int, wait time.Duratio
 	switch {
 	case o.err != nil || o.lost:
 	case o.failed != nil && o.fate.kind != fateCutOff:
-		wait = p.fail(work, st, o.last, o.failed, o.fate)
+		wait, err = p.fail(work, st, o.last, o.failed, o.fate)
 	default: // nothing failed, or the shutdown cut the failing record off: nothing to record
 		if whole && o.n == len(items) {
 			o.last = passedTo(o.last, h.at, p.cfg.Checkpoint == CheckpointRecord)
